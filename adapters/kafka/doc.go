@@ -1,0 +1,49 @@
+// Package kafka is a Watermill [message.Publisher] and [message.Subscriber]
+// for Apache Kafka, built on github.com/segmentio/kafka-go.
+//
+// It is the broker adapter of the outbox relay: the relay publishes outbox
+// rows through a [Publisher], and consumers read them back with a
+// [Subscriber], directly or through a Watermill [message.Router]. Any other
+// Watermill publisher works with the relay too; this package exists because
+// Watermill's own Kafka adapter is built on Sarama.
+//
+// # Publishing
+//
+// [NewPublisher] builds one kafka-go Writer that is safe for concurrent use.
+// Its settings are the ones an outbox needs, not kafka-go's zero values:
+//
+//   - RequiredAcks is kafka.RequireAll: a publish succeeds only once every
+//     in-sync replica has the records.
+//   - The balancer is kafka.Hash, so records with the same key go to the same
+//     partition and keep their order. The key is the message's aggregate_id
+//     metadata ([runtime.MetadataAggregateID]) unless [PublisherConfig.Key]
+//     says otherwise; a message without one gets a nil key and is spread
+//     round robin, with no ordering guarantee.
+//   - Writes are synchronous: [Publisher.Publish] returns only when the broker
+//     has answered, and one Publish call is one WriteMessages call, so a batch
+//     of messages is written together.
+//
+// Metadata travels as Kafka record headers. The message UUID travels as the
+// event_id header ([runtime.MetadataEventID]) unless the metadata already
+// carries one, and the subscriber sets the received message's UUID from it.
+//
+// Errors from kafka-go are wrapped with %w, so callers can use errors.As with
+// kafka.WriteErrors (some partitions failed) and kafka.MessageTooLargeError
+// (a message exceeds [PublisherConfig.BatchBytes]; nothing was written).
+//
+// # Subscribing
+//
+// [NewSubscriber] joins a consumer group ([SubscriberConfig.ConsumerGroup]).
+// Each [Subscriber.Subscribe] call runs one kafka-go Reader (one group
+// member) and delivers one message at a time: the next message of the
+// subscription is sent only after the current one is acked or nacked. Ack
+// commits the offset; Nack delivers the same record again. Delivery is
+// at least once: after a crash or a rebalance, messages that were handled but
+// not yet committed are delivered again, with the same UUID.
+//
+// # Testing
+//
+// Package [github.com/gooutbox/outbox/adapters/kafka/kafkatest] starts an
+// in-process Kafka-protocol cluster (franz-go's kfake), or returns the brokers
+// named by OUTBOX_TEST_KAFKA_BROKERS.
+package kafka

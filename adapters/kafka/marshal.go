@@ -1,0 +1,76 @@
+package kafka
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// AggregateIDKey is the default [PublisherConfig.Key]: the message's
+// aggregate_id metadata ([runtime.MetadataAggregateID]), or a nil key when the
+// message has none or it is empty. kafka.Hash spreads nil-keyed records round
+// robin over the partitions, so such messages have no ordering guarantee.
+func AggregateIDKey(_ string, msg *message.Message) ([]byte, error) {
+	if id := msg.Metadata.Get(runtime.MetadataAggregateID); id != "" {
+		return []byte(id), nil
+	}
+	return nil, nil
+}
+
+// toRecord converts msg into a Kafka record: the payload is the value, every
+// metadata entry is a header (sorted by name, so records are deterministic),
+// and the message UUID is the event_id header unless the metadata already
+// carries one.
+func toRecord(topic string, msg *message.Message, key []byte) kafka.Message {
+	headers := make([]kafka.Header, 0, len(msg.Metadata)+1)
+	for k, v := range msg.Metadata {
+		headers = append(headers, kafka.Header{Key: k, Value: []byte(v)})
+	}
+	if msg.Metadata.Get(runtime.MetadataEventID) == "" && msg.UUID != "" {
+		headers = append(headers, kafka.Header{Key: runtime.MetadataEventID, Value: []byte(msg.UUID)})
+	}
+	slices.SortFunc(headers, func(a, b kafka.Header) int { return strings.Compare(a.Key, b.Key) })
+	return kafka.Message{
+		Topic:   topic,
+		Key:     key,
+		Value:   msg.Payload,
+		Headers: headers,
+	}
+}
+
+// fromRecord converts a Kafka record into a Watermill message. Every header
+// becomes metadata (the last one wins when a name repeats). The UUID is the
+// event_id header; a record without one (written by another producer) gets a
+// name-based UUID (version 5, URL namespace, name
+// "kafka:topic/partition/offset"), which is stable across redeliveries so
+// consumers can still deduplicate on it.
+func fromRecord(r kafka.Message) *message.Message {
+	md := make(message.Metadata, len(r.Headers))
+	for _, h := range r.Headers {
+		md[h.Key] = string(h.Value)
+	}
+	id := md[runtime.MetadataEventID]
+	if id == "" {
+		id = uuid.NewSHA1(uuid.NameSpaceURL, []byte("kafka:"+recordName(r))).String()
+	}
+	msg := message.NewMessage(id, r.Value)
+	msg.Metadata = md
+	return msg
+}
+
+// recordName names a record by its position: "topic/partition/offset".
+func recordName(r kafka.Message) string {
+	return r.Topic + "/" + strconv.Itoa(r.Partition) + "/" + strconv.FormatInt(r.Offset, 10)
+}
+
+// keyError reports a failing [PublisherConfig.Key] function.
+func keyError(topic string, msg *message.Message, err error) error {
+	return fmt.Errorf("kafka: key of message %s for topic %q: %w", msg.UUID, topic, err)
+}

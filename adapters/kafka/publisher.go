@@ -1,0 +1,263 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/segmentio/kafka-go"
+)
+
+// PublisherConfig configures a [Publisher]. Only Brokers is required; every
+// other field's zero value means the documented default.
+type PublisherConfig struct {
+	// Brokers lists the bootstrap broker addresses ("host:port"). Required.
+	Brokers []string
+
+	// Key returns the Kafka key of a message published to topic. Records with
+	// equal keys go to the same partition and keep their relative order; a nil
+	// key makes kafka.Hash pick a partition round robin (no ordering). An error
+	// fails the whole Publish call before anything is written.
+	//
+	// Default: [AggregateIDKey], the aggregate_id metadata.
+	Key func(topic string, msg *message.Message) ([]byte, error)
+
+	// AllowAutoTopicCreation lets the broker create a topic on first publish
+	// (if the broker allows it too), with the broker's default partition
+	// count. Topics a Subscriber creates through
+	// [Subscriber.SubscribeInitialize] get explicit settings instead.
+	//
+	// Default: false; publishing to a missing topic fails after the writer's
+	// retries with kafka.UnknownTopicOrPartition.
+	AllowAutoTopicCreation bool
+
+	// BatchSize is the most records the writer puts in one produce request for
+	// one partition. kafka-go preallocates BatchSize slots per partition batch,
+	// so keep it near the real batch size rather than huge.
+	//
+	// Default: 1000.
+	BatchSize int
+
+	// BatchBytes is the largest produce request, in bytes, for one partition.
+	// A single record larger than this fails Publish with a
+	// kafka.MessageTooLargeError before anything is written. Keep it at or
+	// below the broker's message.max.bytes.
+	//
+	// Default: 1 MiB (1048576, kafka-go's default).
+	BatchBytes int64
+
+	// BatchTimeout is how long a partition batch that is not full waits for
+	// more records before it is sent. Publish is synchronous, so every call
+	// that fills no batch waits this long.
+	//
+	// Default: 1ms (kafka-go's own default is 1s).
+	BatchTimeout time.Duration
+
+	// OverwriteWriter, if set, is called with the built kafka-go Writer
+	// before first use, to set what this config does not expose: Transport
+	// (TLS, SASL, client id), MaxAttempts, WriteTimeout, Compression,
+	// Completion, loggers, or another Balancer (kafka.Murmur2Balancer matches
+	// the Java client's partitioning). It must not set Async or Topic, and
+	// must leave a non-nil Balancer and Addr; NewPublisher rejects those.
+	//
+	// Default: nil (no change).
+	OverwriteWriter func(w *kafka.Writer)
+}
+
+func (c *PublisherConfig) setDefaults() {
+	if c.Key == nil {
+		c.Key = AggregateIDKey
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 1000
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = 1 << 20
+	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = time.Millisecond
+	}
+}
+
+// Validate reports whether c is usable. A zero value other than Brokers is
+// valid, since it means the default. The error wraps [ErrInvalidConfig].
+func (c PublisherConfig) Validate() error {
+	if err := validateBrokers(c.Brokers); err != nil {
+		return err
+	}
+	switch {
+	case c.BatchSize < 0:
+		return fmt.Errorf("%w: negative BatchSize %d", ErrInvalidConfig, c.BatchSize)
+	case c.BatchBytes < 0:
+		return fmt.Errorf("%w: negative BatchBytes %d", ErrInvalidConfig, c.BatchBytes)
+	case c.BatchTimeout < 0:
+		return fmt.Errorf("%w: negative BatchTimeout %s", ErrInvalidConfig, c.BatchTimeout)
+	}
+	return nil
+}
+
+func validateBrokers(brokers []string) error {
+	if len(brokers) == 0 {
+		return fmt.Errorf("%w: no Brokers", ErrInvalidConfig)
+	}
+	for i, b := range brokers {
+		if strings.TrimSpace(b) == "" {
+			return fmt.Errorf("%w: Brokers[%d] is empty", ErrInvalidConfig, i)
+		}
+	}
+	return nil
+}
+
+// Publisher is a Watermill [message.Publisher] that writes to Kafka through
+// one kafka-go Writer. It is safe for concurrent use; concurrent Publish calls
+// share the writer's per-partition batches.
+type Publisher struct {
+	cfg    PublisherConfig
+	writer *kafka.Writer
+	logger watermill.LoggerAdapter
+
+	// mu is held for reading by every Publish in flight and for writing by
+	// Close, so Close waits for in-flight publishes before closing the writer.
+	mu     sync.RWMutex
+	closed bool
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher configured by cfg. A nil logger means
+// watermill.NopLogger. It does not contact the brokers; the first Publish
+// does. The error wraps [ErrInvalidConfig] when cfg is invalid.
+func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
+	cfg.Brokers = slices.Clone(cfg.Brokers)
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	w := &kafka.Writer{
+		Addr:                   kafka.TCP(cfg.Brokers...),
+		Balancer:               &kafka.Hash{},
+		RequiredAcks:           kafka.RequireAll,
+		BatchSize:              cfg.BatchSize,
+		BatchBytes:             cfg.BatchBytes,
+		BatchTimeout:           cfg.BatchTimeout,
+		AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
+	}
+	if cfg.OverwriteWriter != nil {
+		cfg.OverwriteWriter(w)
+		switch {
+		case w.Async:
+			return nil, fmt.Errorf("%w: OverwriteWriter set Async, which would hide write errors from Publish", ErrInvalidConfig)
+		case w.Topic != "":
+			return nil, fmt.Errorf("%w: OverwriteWriter set Topic; Publish names the topic", ErrInvalidConfig)
+		case w.Balancer == nil:
+			return nil, fmt.Errorf("%w: OverwriteWriter cleared Balancer, which would ignore keys", ErrInvalidConfig)
+		case w.Addr == nil:
+			return nil, fmt.Errorf("%w: OverwriteWriter cleared Addr", ErrInvalidConfig)
+		}
+	}
+	return &Publisher{
+		cfg:    cfg,
+		writer: w,
+		logger: logger.With(watermill.LogFields{"component": "kafka_publisher"}),
+	}, nil
+}
+
+// Publish writes msgs to topic with one synchronous kafka-go WriteMessages
+// call and returns when the broker has acknowledged every record (all
+// in-sync replicas) or the write has failed. Records are keyed by
+// [PublisherConfig.Key]; records with the same key keep their order.
+//
+// The write runs under the messages' contexts (msg.Context()): it stops
+// when any of them is done. A write stopped that way, or by a timeout, may
+// still reach the broker later (kafka-go gives no guarantee either way), so
+// treat it as ambiguous and publish again: consumers see a duplicate with
+// the same UUID.
+//
+// Errors from kafka-go are wrapped with %w. kafka.MessageTooLargeError means
+// one record exceeds [PublisherConfig.BatchBytes] and nothing was written;
+// kafka.WriteErrors holds one error per message (nil for the ones written)
+// when some partitions failed and others succeeded. After [Publisher.Close],
+// Publish returns [ErrPublisherClosed].
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrPublisherClosed
+	}
+	if topic == "" {
+		return fmt.Errorf("kafka: publish: empty topic")
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	records := make([]kafka.Message, len(msgs))
+	for i, msg := range msgs {
+		key, err := p.cfg.Key(topic, msg)
+		if err != nil {
+			return keyError(topic, msg, err)
+		}
+		records[i] = toRecord(topic, msg, key)
+	}
+
+	ctx, cancel := writeContext(msgs)
+	defer cancel()
+	start := time.Now()
+	if err := p.writer.WriteMessages(ctx, records...); err != nil {
+		return fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, err)
+	}
+	p.logger.Debug("published messages", watermill.LogFields{
+		"topic":    topic,
+		"messages": len(msgs),
+		"duration": time.Since(start),
+	})
+	return nil
+}
+
+// writeContext returns a context that is done when the context of any of msgs
+// is done, carrying the values of the first message's context.
+func writeContext(msgs []*message.Message) (context.Context, context.CancelFunc) {
+	first := msgs[0].Context()
+	ctx, cancel := context.WithCancelCause(first)
+	var stops []func() bool
+	seen := map[<-chan struct{}]bool{first.Done(): true}
+	for _, msg := range msgs[1:] {
+		mctx := msg.Context()
+		done := mctx.Done()
+		if done == nil || seen[done] {
+			continue
+		}
+		seen[done] = true
+		stops = append(stops, context.AfterFunc(mctx, func() { cancel(context.Cause(mctx)) }))
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel(nil)
+	}
+}
+
+// Close waits for in-flight Publish calls, then flushes and closes the
+// writer. It is safe to call more than once and concurrently; calls after
+// the first return nil at once. Publish calls made after Close return [ErrPublisherClosed].
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	if err := p.writer.Close(); err != nil {
+		return fmt.Errorf("kafka: close writer: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,483 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/segmentio/kafka-go"
+)
+
+// SubscriberConfig configures a [Subscriber]. Brokers and ConsumerGroup are
+// required; every other field's zero value means the documented default.
+// The timing fields map to the kafka-go ReaderConfig fields of the same name.
+type SubscriberConfig struct {
+	// Brokers lists the bootstrap broker addresses ("host:port"). Required.
+	Brokers []string
+
+	// ConsumerGroup is the Kafka consumer group id. Subscribers (and Subscribe
+	// calls) in the same group share a topic's partitions; each group gets
+	// every message. Required.
+	ConsumerGroup string
+
+	// StartOffset is where a group starts on a partition that has no
+	// committed offset: kafka.FirstOffset (the oldest retained record) or
+	// kafka.LastOffset (only records written after the group joined).
+	//
+	// Default: kafka.FirstOffset.
+	StartOffset int64
+
+	// MinBytes is the least data, in bytes, a fetch waits for (up to
+	// MaxWait) before the broker answers.
+	//
+	// Default: 1.
+	MinBytes int
+
+	// MaxBytes is the most data, in bytes, one fetch returns per partition.
+	// The broker still returns a record larger than this on its own.
+	//
+	// Default: 1 MB (1e6, kafka-go's default).
+	MaxBytes int
+
+	// MaxWait is how long a fetch waits for MinBytes. Closing a subscription
+	// can take this long.
+	//
+	// Default: 1s (kafka-go's own default is 10s).
+	MaxWait time.Duration
+
+	// HeartbeatInterval is how often a group member heartbeats; members that
+	// join later get partitions after about one interval.
+	//
+	// Default: 3s.
+	HeartbeatInterval time.Duration
+
+	// SessionTimeout is how long the group coordinator waits for a heartbeat
+	// before it evicts a member and moves its partitions. Brokers reject
+	// values below their group.min.session.timeout.ms (6s by default).
+	// Offsets of acked messages are committed within this time or not at all.
+	//
+	// Default: 30s.
+	SessionTimeout time.Duration
+
+	// RebalanceTimeout is how long the coordinator waits for members to
+	// rejoin during a rebalance.
+	//
+	// Default: 30s.
+	RebalanceTimeout time.Duration
+
+	// NackResendSleep is how long a subscription waits after a Nack before it
+	// delivers the same message again. Watermill's Retry middleware is the
+	// usual place for backoff; this only slows down a tight nack loop.
+	//
+	// Default: 0 (deliver again at once).
+	NackResendSleep time.Duration
+
+	// TopicPartitions is the partition count [Subscriber.SubscribeInitialize]
+	// gives a topic it creates. Partitions bound the group's parallelism.
+	//
+	// Default: 1.
+	TopicPartitions int
+
+	// TopicReplicationFactor is the replication factor
+	// [Subscriber.SubscribeInitialize] gives a topic it creates; use 3 on a
+	// production cluster.
+	//
+	// Default: 1.
+	TopicReplicationFactor int
+
+	// OverwriteReaderConfig, if set, is called with the kafka-go ReaderConfig
+	// of every Subscribe call (after this config has been applied), to set
+	// what this config does not expose: Dialer (TLS, SASL, client id),
+	// GroupBalancers, QueueCapacity, JoinGroupBackoff, CommitInterval,
+	// IsolationLevel, loggers, ... The Dialer it sets is also used by
+	// SubscribeInitialize. GroupID and Topic are reset afterwards: they come
+	// from ConsumerGroup and the Subscribe call.
+	//
+	// A CommitInterval above 0 makes commits asynchronous (batched), which is
+	// faster but widens the window of redelivery after a crash.
+	//
+	// Default: nil (no change).
+	OverwriteReaderConfig func(rc *kafka.ReaderConfig)
+}
+
+func (c *SubscriberConfig) setDefaults() {
+	if c.StartOffset == 0 {
+		c.StartOffset = kafka.FirstOffset
+	}
+	if c.MinBytes == 0 {
+		c.MinBytes = 1
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = 1e6
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 3 * time.Second
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 30 * time.Second
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = 30 * time.Second
+	}
+	if c.TopicPartitions == 0 {
+		c.TopicPartitions = 1
+	}
+	if c.TopicReplicationFactor == 0 {
+		c.TopicReplicationFactor = 1
+	}
+}
+
+// Validate reports whether c is usable. Zero values other than Brokers and
+// ConsumerGroup are valid, since they mean the default. The error wraps
+// [ErrInvalidConfig].
+func (c SubscriberConfig) Validate() error {
+	if err := validateBrokers(c.Brokers); err != nil {
+		return err
+	}
+	if c.ConsumerGroup == "" {
+		return fmt.Errorf("%w: no ConsumerGroup", ErrInvalidConfig)
+	}
+	if c.StartOffset != 0 && c.StartOffset != kafka.FirstOffset && c.StartOffset != kafka.LastOffset {
+		return fmt.Errorf("%w: StartOffset %d is neither kafka.FirstOffset nor kafka.LastOffset", ErrInvalidConfig, c.StartOffset)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MinBytes", int64(c.MinBytes)},
+		{"MaxBytes", int64(c.MaxBytes)},
+		{"MaxWait", int64(c.MaxWait)},
+		{"HeartbeatInterval", int64(c.HeartbeatInterval)},
+		{"SessionTimeout", int64(c.SessionTimeout)},
+		{"RebalanceTimeout", int64(c.RebalanceTimeout)},
+		{"NackResendSleep", int64(c.NackResendSleep)},
+		{"TopicPartitions", int64(c.TopicPartitions)},
+		{"TopicReplicationFactor", int64(c.TopicReplicationFactor)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: negative %s", ErrInvalidConfig, f.name)
+		}
+	}
+	if c.MaxBytes != 0 && c.MinBytes > c.MaxBytes {
+		return fmt.Errorf("%w: MinBytes %d > MaxBytes %d", ErrInvalidConfig, c.MinBytes, c.MaxBytes)
+	}
+	return nil
+}
+
+// Subscriber is a Watermill [message.Subscriber] that consumes Kafka topics
+// as a member of a consumer group. Every Subscribe call runs its own kafka-go
+// Reader, so two calls for the same topic are two members sharing its
+// partitions. It is safe for concurrent use.
+//
+// Subscriber also implements [message.SubscribeInitializer]: see
+// [Subscriber.SubscribeInitialize].
+type Subscriber struct {
+	cfg    SubscriberConfig
+	logger watermill.LoggerAdapter
+
+	// closing is cancelled by Close; every subscription's context derives
+	// from it.
+	closing     context.Context
+	closeCancel context.CancelFunc
+
+	mu     sync.Mutex // guards closed and the Add side of wg
+	closed bool
+	wg     sync.WaitGroup // one per running subscription
+}
+
+var (
+	_ message.Subscriber           = (*Subscriber)(nil)
+	_ message.SubscribeInitializer = (*Subscriber)(nil)
+)
+
+// NewSubscriber returns a Subscriber configured by cfg. A nil logger means
+// watermill.NopLogger. It does not contact the brokers; Subscribe does. The
+// error wraps [ErrInvalidConfig] when cfg is invalid.
+func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
+	cfg.Brokers = slices.Clone(cfg.Brokers)
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	// Check the reader config once now, so a bad OverwriteReaderConfig fails
+	// here rather than in every Subscribe.
+	s := &Subscriber{
+		cfg:    cfg,
+		logger: logger.With(watermill.LogFields{"component": "kafka_subscriber", "consumer_group": cfg.ConsumerGroup}),
+	}
+	rc := s.readerConfig("validate")
+	if err := rc.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: reader config: %v", ErrInvalidConfig, err)
+	}
+	s.closing, s.closeCancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// readerConfig returns the kafka-go reader settings of a subscription to
+// topic.
+func (s *Subscriber) readerConfig(topic string) kafka.ReaderConfig {
+	rc := kafka.ReaderConfig{
+		Brokers:           slices.Clone(s.cfg.Brokers),
+		StartOffset:       s.cfg.StartOffset,
+		MinBytes:          s.cfg.MinBytes,
+		MaxBytes:          s.cfg.MaxBytes,
+		MaxWait:           s.cfg.MaxWait,
+		HeartbeatInterval: s.cfg.HeartbeatInterval,
+		SessionTimeout:    s.cfg.SessionTimeout,
+		RebalanceTimeout:  s.cfg.RebalanceTimeout,
+		ErrorLogger: kafka.LoggerFunc(func(format string, args ...any) {
+			s.logger.Info("kafka-go reader error", watermill.LogFields{"topic": topic, "error": fmt.Sprintf(format, args...)})
+		}),
+	}
+	if s.cfg.OverwriteReaderConfig != nil {
+		s.cfg.OverwriteReaderConfig(&rc)
+	}
+	rc.GroupID = s.cfg.ConsumerGroup
+	rc.GroupTopics = nil
+	rc.Topic = topic
+	rc.Partition = 0
+	return rc
+}
+
+// Subscribe joins the consumer group for topic and returns a channel of its
+// messages. It does not block: the group join happens in the background.
+//
+// Messages are delivered one at a time: the next is sent only after the
+// current one is acked or nacked. Ack commits the record's offset (kafka-go
+// CommitMessages) and cancels the message's context; Nack delivers the same
+// record again as a new message, after [SubscriberConfig.NackResendSleep].
+// A message's context carries the values of ctx.
+//
+// The channel is closed when ctx is done or [Subscriber.Close] is called; an
+// unacked message is then neither committed nor lost, and the group delivers
+// it again later. Subscribe returns [ErrSubscriberClosed] after Close.
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if topic == "" {
+		return nil, errors.New("kafka: subscribe: empty topic")
+	}
+	rc := s.readerConfig(topic)
+	if err := rc.Validate(); err != nil {
+		return nil, fmt.Errorf("kafka: subscribe to %q: %w", topic, err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrSubscriberClosed
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+
+	reader := kafka.NewReader(rc)
+	out := make(chan *message.Message)
+	logger := s.logger.With(watermill.LogFields{"topic": topic})
+
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.closing, cancel)
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		defer func() {
+			stop()
+			cancel()
+			// Reader.Close leaves the group and always returns nil.
+			_ = reader.Close()
+			logger.Debug("subscription closed", nil)
+		}()
+		s.consume(ctx, reader, out, logger, rc.ReadBackoffMax)
+	}()
+	logger.Debug("subscribed", nil)
+	return out, nil
+}
+
+// consume delivers the reader's records to out until ctx is done.
+func (s *Subscriber) consume(ctx context.Context, reader *kafka.Reader, out chan<- *message.Message, logger watermill.LoggerAdapter, backoff time.Duration) {
+	if backoff <= 0 {
+		backoff = time.Second
+	}
+	for {
+		record, err := reader.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// kafka-go retries internally; what reaches us is an error that
+			// outlived its retries (e.g. a rejected session timeout), which
+			// someone has to fix.
+			logger.Error("fetch failed", err, nil)
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			continue
+		}
+		if !s.deliver(ctx, reader, record, out, logger) {
+			return
+		}
+	}
+}
+
+// deliver sends record to out until it is acked, then commits it. It
+// reports false when ctx is done first.
+func (s *Subscriber) deliver(ctx context.Context, reader *kafka.Reader, record kafka.Message, out chan<- *message.Message, logger watermill.LoggerAdapter) bool {
+	fields := watermill.LogFields{
+		"partition": record.Partition,
+		"offset":    record.Offset,
+	}
+	for {
+		msg := fromRecord(record)
+		msgCtx, msgCancel := context.WithCancel(ctx)
+		msg.SetContext(msgCtx)
+		fields["message_uuid"] = msg.UUID
+
+		select {
+		case out <- msg:
+		case <-ctx.Done():
+			msgCancel()
+			return false
+		}
+		logger.Trace("message delivered", fields)
+
+		select {
+		case <-msg.Acked():
+			msgCancel()
+			s.commit(ctx, reader, record, logger, fields)
+			return true
+		case <-msg.Nacked():
+			msgCancel()
+			logger.Trace("message nacked, delivering it again", fields)
+			if s.cfg.NackResendSleep > 0 && !sleepCtx(ctx, s.cfg.NackResendSleep) {
+				return false
+			}
+		case <-ctx.Done():
+			msgCancel()
+			return false
+		}
+	}
+}
+
+// commit commits record's offset. It runs even when the subscription is
+// closing, so an acked message is not redelivered needlessly, but gives up
+// after the session timeout: by then the group has moved the partition.
+func (s *Subscriber) commit(ctx context.Context, reader *kafka.Reader, record kafka.Message, logger watermill.LoggerAdapter, fields watermill.LogFields) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.SessionTimeout)
+	defer cancel()
+	if err := reader.CommitMessages(cctx, record); err != nil {
+		// The handler's work is done; a failed commit (usually a rebalance)
+		// only means the message will be delivered again.
+		logger.Info("commit failed, the message may be delivered again", fields.Add(watermill.LogFields{"error": err.Error()}))
+		return
+	}
+	logger.Trace("message acked and committed", fields)
+}
+
+// SubscribeInitialize creates topic with [SubscriberConfig.TopicPartitions]
+// partitions and [SubscriberConfig.TopicReplicationFactor] replicas if it
+// does not exist yet; an existing topic is left as it is. It talks to the
+// cluster's controller through the reader's Dialer (see
+// [SubscriberConfig.OverwriteReaderConfig]) and blocks for up to 30 seconds.
+// Watermill's router does not call it; call it yourself, or create topics
+// with your usual tooling.
+func (s *Subscriber) SubscribeInitialize(topic string) error {
+	if topic == "" {
+		return errors.New("kafka: subscribe initialize: empty topic")
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrSubscriberClosed
+	}
+
+	ctx, cancel := context.WithTimeout(s.closing, 30*time.Second)
+	defer cancel()
+	dialer := s.readerConfig(topic).Dialer
+	if dialer == nil {
+		dialer = kafka.DefaultDialer
+	}
+	if err := createTopic(ctx, dialer, s.cfg.Brokers, kafka.TopicConfig{
+		Topic:             topic,
+		NumPartitions:     s.cfg.TopicPartitions,
+		ReplicationFactor: s.cfg.TopicReplicationFactor,
+	}); err != nil {
+		return fmt.Errorf("kafka: create topic %q: %w", topic, err)
+	}
+	return nil
+}
+
+// createTopic asks the cluster's controller to create tc, ignoring
+// TopicAlreadyExists. It asks the brokers in turn for the controller.
+func createTopic(ctx context.Context, dialer *kafka.Dialer, brokers []string, tc kafka.TopicConfig) error {
+	var errs []error
+	for _, broker := range brokers {
+		controller, err := findController(ctx, dialer, broker)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		conn, err := dialer.DialContext(ctx, "tcp", net.JoinHostPort(controller.Host, strconv.Itoa(controller.Port)))
+		if err != nil {
+			return fmt.Errorf("dial controller: %w", err)
+		}
+		defer conn.Close()
+		if deadline, ok := ctx.Deadline(); ok {
+			_ = conn.SetDeadline(deadline)
+		}
+		if err := conn.CreateTopics(tc); err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+			return err
+		}
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// findController asks broker which broker is the controller.
+func findController(ctx context.Context, dialer *kafka.Dialer, broker string) (kafka.Broker, error) {
+	conn, err := dialer.DialContext(ctx, "tcp", broker)
+	if err != nil {
+		return kafka.Broker{}, err
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	return conn.Controller()
+}
+
+// Close ends every subscription, closing their channels, and waits until
+// their readers have left the group (up to about MaxWait). Messages that
+// were delivered but not acked are not committed; their contexts are
+// cancelled. Close is safe to call more than once and concurrently; every
+// call returns nil once the subscriptions are gone.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.closeCancel()
+	s.wg.Wait()
+	return nil
+}
+
+// sleepCtx waits for d or until ctx is done, reporting whether the full
+// duration passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
