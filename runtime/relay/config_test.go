@@ -1,0 +1,132 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     relay.Config
+		wantErr bool
+	}{
+		{"zero", relay.Config{}, false},
+		{"all set", relay.Config{BatchSize: 10, PollInterval: time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Second, ShutdownTimeout: time.Second}, false},
+		{"min equals max", relay.Config{MinBackoff: time.Second, MaxBackoff: time.Second}, false},
+		{"negative BatchSize", relay.Config{BatchSize: -1}, true},
+		{"negative PollInterval", relay.Config{PollInterval: -time.Second}, true},
+		{"negative MinBackoff", relay.Config{MinBackoff: -time.Second}, true},
+		{"negative MaxBackoff", relay.Config{MaxBackoff: -time.Second}, true},
+		{"negative ShutdownTimeout", relay.Config{ShutdownTimeout: -time.Second}, true},
+		{"MinBackoff above MaxBackoff", relay.Config{MinBackoff: 2 * time.Second, MaxBackoff: time.Second}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Validate() = %v, want error: %v", err, tt.wantErr)
+			}
+			if err != nil && !errors.Is(err, relay.ErrInvalidConfig) {
+				t.Errorf("Validate() = %v, want an error wrapping ErrInvalidConfig", err)
+			}
+			_, newErr := relay.New(&runtimetest.MemoryStore{}, &fakePublisher{}, tt.cfg)
+			if !errors.Is(newErr, relay.ErrInvalidConfig) && tt.wantErr {
+				t.Errorf("New() = %v, want an error wrapping ErrInvalidConfig", newErr)
+			}
+			if newErr != nil && !tt.wantErr {
+				t.Errorf("New() = %v, want no error", newErr)
+			}
+		})
+	}
+}
+
+func TestNewDefaults(t *testing.T) {
+	tests := []struct {
+		name     string
+		notifier bool
+		cfg      relay.Config
+		want     relay.Config
+	}{
+		{
+			name: "zero",
+			want: relay.Config{BatchSize: 100, PollInterval: 100 * time.Millisecond, MinBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second, ShutdownTimeout: 10 * time.Second},
+		},
+		{
+			name:     "zero with a Notifier",
+			notifier: true,
+			want:     relay.Config{BatchSize: 100, PollInterval: time.Second, MinBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second, ShutdownTimeout: 10 * time.Second},
+		},
+		{
+			name:     "set fields are kept",
+			notifier: true,
+			cfg:      relay.Config{BatchSize: 7, PollInterval: time.Minute, MinBackoff: time.Second, MaxBackoff: time.Hour, ShutdownTimeout: time.Minute},
+			want:     relay.Config{BatchSize: 7, PollInterval: time.Minute, MinBackoff: time.Second, MaxBackoff: time.Hour, ShutdownTimeout: time.Minute},
+		},
+		{
+			name: "small MaxBackoff lowers MinBackoff",
+			cfg:  relay.Config{MaxBackoff: 20 * time.Millisecond},
+			want: relay.Config{BatchSize: 100, PollInterval: 100 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, ShutdownTimeout: 10 * time.Second},
+		},
+		{
+			name: "large MinBackoff raises MaxBackoff",
+			cfg:  relay.Config{MinBackoff: time.Minute},
+			want: relay.Config{BatchSize: 100, PollInterval: 100 * time.Millisecond, MinBackoff: time.Minute, MaxBackoff: time.Minute, ShutdownTimeout: 10 * time.Second},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var store relay.Store = &runtimetest.MemoryStore{}
+			if tt.notifier {
+				store = &notifyingStore{Store: store, listen: func(ctx context.Context, _ func()) error {
+					<-ctx.Done()
+					return ctx.Err()
+				}}
+			}
+			r, err := relay.New(store, &fakePublisher{}, tt.cfg)
+			if err != nil {
+				t.Fatalf("New() = %v", err)
+			}
+			got := relay.ConfigOf(r)
+			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreFields(relay.Config{}, "Logger", "OnBatch")); diff != "" {
+				t.Errorf("config (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNewNilArguments(t *testing.T) {
+	if _, err := relay.New(nil, &fakePublisher{}, relay.Config{}); err == nil {
+		t.Error("New(nil store) = nil error, want an error")
+	}
+	if _, err := relay.New(&runtimetest.MemoryStore{}, nil, relay.Config{}); err == nil {
+		t.Error("New(nil publisher) = nil error, want an error")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	r, err := relay.New(&runtimetest.MemoryStore{}, &fakePublisher{}, relay.Config{MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ceilings := []time.Duration{100, 200, 400, 800, 1000, 1000, 1000}
+	for i, c := range ceilings {
+		attempt, ceiling := i+1, c*time.Millisecond
+		for range 50 {
+			if got := relay.Backoff(r, attempt); got < ceiling/2 || got > ceiling {
+				t.Fatalf("backoff(%d) = %v, want within [%v, %v]", attempt, got, ceiling/2, ceiling)
+			}
+		}
+	}
+	if got := relay.Backoff(r, 1000); got > time.Second {
+		t.Errorf("backoff(1000) = %v, want at most MaxBackoff", got)
+	}
+}

@@ -1,0 +1,9 @@
+package relay
+
+import "time"
+
+// ConfigOf returns the configuration r runs with, defaults applied.
+func ConfigOf(r *Relay) Config { return r.cfg }
+
+// Backoff exposes the backoff computation.
+func Backoff(r *Relay, attempt int) time.Duration { return r.backoff(attempt) }

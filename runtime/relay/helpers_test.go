@@ -1,0 +1,247 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
+)
+
+// waitTimeout bounds every wait in these tests; reaching it is a failure,
+// never a way to synchronise.
+const waitTimeout = 10 * time.Second
+
+// never is a poll interval or backoff long enough that a test passing with it
+// did not rely on it elapsing.
+const never = time.Hour
+
+// eventID returns a fixed event id for message n.
+func eventID(n int) uuid.UUID {
+	return uuid.MustParse(fmt.Sprintf("01900000-0000-7000-8000-%012d", n))
+}
+
+// newMessage returns message n for topic. The memory store gives the n-th
+// message it is handed the ID n, so tests add messages 1, 2, ... in order.
+func newMessage(n int, topic string) runtime.OutboxMessage {
+	return runtime.OutboxMessage{
+		Topic: topic,
+		Envelope: runtime.Envelope{
+			EventID:       eventID(n),
+			EventType:     "orders.order_placed",
+			EventVersion:  1,
+			AggregateType: "order",
+			AggregateID:   fmt.Sprint(n),
+			OccurredAt:    time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+			Headers:       map[string]string{runtime.MetadataCorrelationID: fmt.Sprintf("corr-%d", n)},
+			Payload:       fmt.Appendf(nil, `{"n":%d}`, n),
+		},
+	}
+}
+
+// publishCall is one recorded Publish call.
+type publishCall struct {
+	Topic string
+	UUIDs []string
+	Err   bool
+}
+
+// fakePublisher records Publish calls. fn, when set, runs first and its error
+// is returned.
+type fakePublisher struct {
+	fn func(topic string, msgs []*message.Message) error
+
+	mu    sync.Mutex
+	calls []publishCall
+	msgs  []*message.Message // copies of the messages of successful calls
+}
+
+func (p *fakePublisher) Publish(topic string, msgs ...*message.Message) error {
+	var err error
+	if p.fn != nil {
+		err = p.fn(topic, msgs)
+	}
+	call := publishCall{Topic: topic, Err: err != nil}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		call.UUIDs = append(call.UUIDs, m.UUID)
+		if err == nil {
+			p.msgs = append(p.msgs, m.CopyWithContext())
+		}
+	}
+	p.calls = append(p.calls, call)
+	return err
+}
+
+func (p *fakePublisher) Close() error { return nil }
+
+func (p *fakePublisher) Calls() []publishCall {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]publishCall(nil), p.calls...)
+}
+
+func (p *fakePublisher) Messages() []*message.Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*message.Message(nil), p.msgs...)
+}
+
+// uuids returns the event ids of messages ns as strings.
+func uuids(ns ...int) []string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = eventID(n).String()
+	}
+	return s
+}
+
+// notifyingStore adds a Listen method to a store.
+type notifyingStore struct {
+	relay.Store
+	listen func(ctx context.Context, notify func()) error
+}
+
+func (s *notifyingStore) Listen(ctx context.Context, notify func()) error {
+	return s.listen(ctx, notify)
+}
+
+// signallingStore reports each finished Claim on claims.
+type signallingStore struct {
+	relay.Store
+	claims chan int
+}
+
+func (s *signallingStore) Claim(ctx context.Context, limit int, publish relay.PublishFunc) (int, error) {
+	n, err := s.Store.Claim(ctx, limit, publish)
+	s.claims <- n
+	return n, err
+}
+
+// batchRecorder collects BatchResults through Config.OnBatch.
+type batchRecorder struct {
+	mu      sync.Mutex
+	results []relay.BatchResult
+	signal  chan struct{} // capacity 1: a result was added
+}
+
+func newBatchRecorder() *batchRecorder {
+	return &batchRecorder{signal: make(chan struct{}, 1)}
+}
+
+func (b *batchRecorder) OnBatch(res relay.BatchResult) {
+	b.mu.Lock()
+	b.results = append(b.results, res)
+	b.mu.Unlock()
+	select {
+	case b.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Results returns the results so far, durations zeroed.
+func (b *batchRecorder) Results() []relay.BatchResult {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := append([]relay.BatchResult(nil), b.results...)
+	for i := range out {
+		out[i].Duration = 0
+	}
+	return out
+}
+
+// until waits for batches until cond holds.
+func (b *batchRecorder) until(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for !cond() {
+		select {
+		case <-b.signal:
+		case <-deadline:
+			t.Fatal("timed out waiting for the relay")
+		}
+	}
+}
+
+// untilCount waits until n batches have been recorded and returns them.
+func (b *batchRecorder) untilCount(t *testing.T, n int) []relay.BatchResult {
+	t.Helper()
+	b.until(t, func() bool { return len(b.Results()) >= n })
+	return b.Results()
+}
+
+// start runs r.Run(ctx) in a goroutine. stop cancels it and returns what Run
+// returned; it also runs at cleanup.
+func start(t *testing.T, ctx context.Context, r *relay.Relay) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(ctx) }()
+	var (
+		once sync.Once
+		err  error
+	)
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-errc:
+			case <-time.After(waitTimeout):
+				err = fmt.Errorf("Run did not return within %v of cancellation", waitTimeout)
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run() = %v, want nil", err)
+		}
+	})
+	select {
+	case <-r.Running():
+	case <-time.After(waitTimeout):
+		t.Fatal("relay did not start running")
+	}
+	return stop
+}
+
+// logBuffer is a concurrency-safe buffer for a text slog handler.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// logger returns a logger writing to b without times or backoff durations, so
+// lines can be compared.
+func (b *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == "backoff") {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+}
