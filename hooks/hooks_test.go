@@ -1,0 +1,586 @@
+package hooks_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"gorm.io/gorm"
+
+	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/hooks/hookstest"
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// OrderPlaced is a hand-written event, shaped like outboxgen's output.
+type OrderPlaced struct {
+	EventVersion int       `json:"event_version"`
+	OccurredAt   time.Time `json:"occurred_at"`
+	Amount       float64   `json:"amount"`
+}
+
+func (OrderPlaced) EventKey() runtime.Key {
+	return runtime.Key{Type: "orders.order_placed", Version: 1}
+}
+func (e OrderPlaced) EventTime() time.Time { return e.OccurredAt }
+func (e OrderPlaced) Validate() error      { return nil }
+
+type OrderPaid struct {
+	EventVersion int       `json:"event_version"`
+	OccurredAt   time.Time `json:"occurred_at"`
+	Method       string    `json:"method"`
+}
+
+func (OrderPaid) EventKey() runtime.Key  { return runtime.Key{Type: "orders.order_paid", Version: 2} }
+func (e OrderPaid) EventTime() time.Time { return e.OccurredAt }
+func (e OrderPaid) Validate() error {
+	if e.Method == "" {
+		return errors.New("method is required")
+	}
+	return nil
+}
+
+// Leak carries a channel: it cannot be marshalled.
+type Leak struct {
+	OccurredAt time.Time `json:"occurred_at"`
+	C          chan int  `json:"c"`
+}
+
+func (Leak) EventKey() runtime.Key  { return runtime.Key{Type: "orders.leak", Version: 1} }
+func (e Leak) EventTime() time.Time { return e.OccurredAt }
+func (Leak) Validate() error        { return nil }
+
+type Order struct {
+	ID        int64 `gorm:"primaryKey"`
+	Status    string
+	DeletedAt gorm.DeletedAt `gorm:"index"`
+	runtime.Recorder
+}
+
+func (o *Order) Place(amount float64) {
+	o.Status = "placed"
+	o.Record(OrderPlaced{EventVersion: 1, OccurredAt: now(), Amount: amount})
+}
+
+func (o *Order) Pay(method string) {
+	o.Status = "paid"
+	o.Record(OrderPaid{EventVersion: 2, OccurredAt: now(), Method: method})
+}
+
+// Customer has a custom aggregate identity.
+type Customer struct {
+	Email string `gorm:"primaryKey"`
+	Name  string
+	runtime.Recorder
+}
+
+func (Customer) AggregateType() string { return "crm.customer" }
+
+func now() time.Time { return runtime.OccurredAt(time.Now()) }
+
+type row struct {
+	ID            int64
+	EventID       string
+	EventType     string
+	EventVersion  int
+	AggregateType string
+	AggregateID   string
+	Topic         string
+	Payload       string
+	Headers       *string
+}
+
+func rows(t *testing.T, db *gorm.DB) []row {
+	t.Helper()
+	var out []row
+	if err := db.Raw(`SELECT id, event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers FROM outbox_messages ORDER BY id`).Scan(&out).Error; err != nil {
+		t.Fatalf("read outbox: %v", err)
+	}
+	return out
+}
+
+func count(t *testing.T, db *gorm.DB, table string) int64 {
+	t.Helper()
+	var n int64
+	if err := db.Table(table).Count(&n).Error; err != nil {
+		t.Fatalf("count %s: %v", table, err)
+	}
+	return n
+}
+
+type summary struct{ Type, Agg string }
+
+func summarize(rs []row) []summary {
+	out := make([]summary, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, summary{r.EventType, r.AggregateType + "/" + r.AggregateID})
+	}
+	return out
+}
+
+// setup opens each database, migrates and registers a plugin.
+func eachDB(t *testing.T, gcfg func() *gorm.Config, pcfg hooks.Config, fn func(t *testing.T, db *gorm.DB, p *hooks.Plugin)) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var c *gorm.Config
+			if gcfg != nil {
+				c = gcfg()
+			}
+			var db *gorm.DB
+			if name == "sqlite" {
+				db = hookstest.SQLite(t, c)
+			} else {
+				db = hookstest.Postgres(t, c)
+			}
+			if err := hooks.Migrate(context.Background(), db, ""); err != nil {
+				t.Fatalf("Migrate: %v", err)
+			}
+			if err := db.AutoMigrate(&Order{}, &Customer{}); err != nil {
+				t.Fatalf("AutoMigrate: %v", err)
+			}
+			p, err := hooks.New(pcfg)
+			if err != nil {
+				t.Fatalf("hooks.New: %v", err)
+			}
+			if err := db.Use(p); err != nil {
+				t.Fatalf("db.Use: %v", err)
+			}
+			fn(t, db, p)
+		})
+	}
+}
+
+func TestCommitWritesRows(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		ctx := runtime.WithCorrelationID(context.Background(), "corr-1")
+		o := &Order{}
+		o.Place(12.5)
+		if err := db.WithContext(ctx).Create(o).Error; err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		if n := len(o.Events()); n != 0 {
+			t.Errorf("pending events after committed Create = %d, want 0", n)
+		}
+		got := rows(t, db)
+		if len(got) != 1 {
+			t.Fatalf("outbox rows = %d, want 1", len(got))
+		}
+		r := got[0]
+		want := row{ID: r.ID, EventID: r.EventID, EventType: "orders.order_placed", EventVersion: 1,
+			AggregateType: "order", AggregateID: "1", Topic: "order", Payload: r.Payload, Headers: r.Headers}
+		if diff := cmp.Diff(want, r); diff != "" {
+			t.Errorf("row (-want +got):\n%s", diff)
+		}
+		var payload OrderPlaced
+		if err := json.Unmarshal([]byte(r.Payload), &payload); err != nil {
+			t.Fatalf("payload %q: %v", r.Payload, err)
+		}
+		if payload.Amount != 12.5 || payload.EventVersion != 1 || payload.OccurredAt.IsZero() {
+			t.Errorf("payload = %+v", payload)
+		}
+		if r.Headers == nil || !json.Valid([]byte(*r.Headers)) {
+			t.Fatalf("headers = %v, want JSON with the correlation id", r.Headers)
+		}
+		var h map[string]string
+		_ = json.Unmarshal([]byte(*r.Headers), &h)
+		if h[runtime.MetadataCorrelationID] != "corr-1" {
+			t.Errorf("headers = %v, want correlation_id corr-1", h)
+		}
+
+		// A second event on the same aggregate, through Save.
+		o.Pay("card")
+		if err := db.Save(o).Error; err != nil {
+			t.Fatalf("Save: %v", err)
+		}
+		want2 := []summary{{"orders.order_placed", "order/1"}, {"orders.order_paid", "order/1"}}
+		if diff := cmp.Diff(want2, summarize(rows(t, db))); diff != "" {
+			t.Errorf("rows after Save (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestRollbackWritesNothingAndRetryWritesOnce(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		o := &Order{}
+		o.Place(1)
+		boom := errors.New("boom")
+		err := db.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Create(o).Error; err != nil {
+				return err
+			}
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("Transaction = %v, want boom", err)
+		}
+		if n := count(t, db, "outbox_messages"); n != 0 {
+			t.Fatalf("outbox rows after rollback = %d, want 0", n)
+		}
+		if n := count(t, db, "orders"); n != 0 {
+			t.Fatalf("orders after rollback = %d, want 0", n)
+		}
+		if n := len(o.Events()); n != 1 {
+			t.Fatalf("pending events after rollback = %d, want 1 (kept for the retry)", n)
+		}
+		// Retry the same in-memory aggregate: GORM kept the id it assigned.
+		o.ID = 0
+		if err := db.Create(o).Error; err != nil {
+			t.Fatalf("retry Create: %v", err)
+		}
+		// And save again: nothing new.
+		if err := db.Save(o).Error; err != nil {
+			t.Fatalf("Save: %v", err)
+		}
+		got := rows(t, db)
+		if len(got) != 1 {
+			t.Fatalf("outbox rows = %d, want 1: %+v", len(got), got)
+		}
+	})
+}
+
+func TestTransactionTwoSavesWriteOnceAndLaterSaveConfirms(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		o := &Order{}
+		o.Place(3)
+		err := db.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Create(o).Error; err != nil {
+				return err
+			}
+			o.Status = "checked"
+			return tx.Save(o).Error
+		})
+		if err != nil {
+			t.Fatalf("Transaction: %v", err)
+		}
+		if n := count(t, db, "outbox_messages"); n != 1 {
+			t.Fatalf("outbox rows = %d, want 1", n)
+		}
+		// The commit of db.Transaction is invisible to GORM callbacks, so the
+		// event stays pending until the next save sees its committed row.
+		if n := len(o.Events()); n != 1 {
+			t.Fatalf("pending events after db.Transaction = %d, want 1", n)
+		}
+		o.Pay("cash")
+		if err := db.Save(o).Error; err != nil {
+			t.Fatalf("Save: %v", err)
+		}
+		want := []summary{{"orders.order_placed", "order/1"}, {"orders.order_paid", "order/1"}}
+		if diff := cmp.Diff(want, summarize(rows(t, db))); diff != "" {
+			t.Errorf("rows (-want +got):\n%s", diff)
+		}
+		if n := len(o.Events()); n != 0 {
+			t.Errorf("pending events after a committed Save = %d, want 0", n)
+		}
+	})
+}
+
+func TestNestedSavepointRollback(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		outer, inner := &Order{}, &Order{}
+		outer.Place(1)
+		inner.Place(2)
+		boom := errors.New("inner failed")
+		err := db.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Create(outer).Error; err != nil {
+				return err
+			}
+			if err := tx.Transaction(func(tx2 *gorm.DB) error {
+				if err := tx2.Create(inner).Error; err != nil {
+					return err
+				}
+				return boom
+			}); !errors.Is(err, boom) {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("Transaction: %v", err)
+		}
+		want := []summary{{"orders.order_placed", "order/1"}}
+		if diff := cmp.Diff(want, summarize(rows(t, db))); diff != "" {
+			t.Errorf("rows (-want +got):\n%s", diff)
+		}
+		if n := count(t, db, "orders"); n != 1 {
+			t.Errorf("orders = %d, want 1", n)
+		}
+	})
+}
+
+func TestSavepointRolledBackThenSavedAgainInOuter(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		o := &Order{}
+		o.Place(1)
+		err := db.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Create(o).Error; err != nil {
+				return err
+			}
+			_ = tx.Transaction(func(tx2 *gorm.DB) error {
+				o.Pay("card")
+				if err := tx2.Save(o).Error; err != nil {
+					return err
+				}
+				return errors.New("undo the payment")
+			})
+			// The in-memory aggregate still says paid; saving it in the outer
+			// transaction must write the payment event again.
+			return tx.Save(o).Error
+		})
+		if err != nil {
+			t.Fatalf("Transaction: %v", err)
+		}
+		want := []summary{{"orders.order_placed", "order/1"}, {"orders.order_paid", "order/1"}}
+		if diff := cmp.Diff(want, summarize(rows(t, db))); diff != "" {
+			t.Errorf("rows (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestCreateSliceUpdatesDelete(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		orders := make([]Order, 3)
+		for i := range orders {
+			orders[i].Place(float64(i))
+		}
+		if err := db.Create(&orders).Error; err != nil {
+			t.Fatalf("Create slice: %v", err)
+		}
+		more := []*Order{{}, {}}
+		for _, o := range more {
+			o.Place(9)
+		}
+		if err := db.CreateInBatches(more, 1).Error; err != nil {
+			t.Fatalf("CreateInBatches: %v", err)
+		}
+		orders[0].Pay("card")
+		if err := db.Model(&orders[0]).Updates(map[string]any{"status": "paid"}).Error; err != nil {
+			t.Fatalf("Updates: %v", err)
+		}
+		orders[1].Record(OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "refund"})
+		if err := db.Delete(&orders[1]).Error; err != nil { // soft delete
+			t.Fatalf("soft Delete: %v", err)
+		}
+		orders[2].Record(OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "void"})
+		if err := db.Unscoped().Delete(&orders[2]).Error; err != nil { // hard delete
+			t.Fatalf("hard Delete: %v", err)
+		}
+		want := []summary{
+			{"orders.order_placed", "order/1"}, {"orders.order_placed", "order/2"}, {"orders.order_placed", "order/3"},
+			{"orders.order_placed", "order/4"}, {"orders.order_placed", "order/5"},
+			{"orders.order_paid", "order/1"}, {"orders.order_paid", "order/2"}, {"orders.order_paid", "order/3"},
+		}
+		if diff := cmp.Diff(want, summarize(rows(t, db))); diff != "" {
+			t.Errorf("rows (-want +got):\n%s", diff)
+		}
+		for i := range orders {
+			if n := len(orders[i].Events()); n != 0 {
+				t.Errorf("orders[%d] pending = %d, want 0", i, n)
+			}
+		}
+	})
+}
+
+func TestUpdateMatchingNothingKeepsEvents(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		o := &Order{ID: 42}
+		o.Pay("card")
+		res := db.Model(o).Where("status = ?", "never").Updates(map[string]any{"status": "paid"})
+		if res.Error != nil || res.RowsAffected != 0 {
+			t.Fatalf("Updates = %v, %d rows", res.Error, res.RowsAffected)
+		}
+		if n := count(t, db, "outbox_messages"); n != 0 {
+			t.Errorf("outbox rows = %d, want 0 for an update that changed nothing", n)
+		}
+		if n := len(o.Events()); n != 1 {
+			t.Errorf("pending = %d, want 1", n)
+		}
+	})
+}
+
+func TestSkipDefaultTransactionStaysAtomic(t *testing.T) {
+	cfg := func() *gorm.Config { return &gorm.Config{SkipDefaultTransaction: true} }
+	eachDB(t, cfg, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		o := &Order{}
+		o.Place(1)
+		if err := db.Create(o).Error; err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		if n := count(t, db, "outbox_messages"); n != 1 {
+			t.Fatalf("outbox rows = %d, want 1", n)
+		}
+		if n := len(o.Events()); n != 0 {
+			t.Errorf("pending = %d, want 0 (the plugin's own transaction committed)", n)
+		}
+		// A failing event: the business row must not stay behind.
+		bad := &Order{}
+		bad.Record(OrderPaid{EventVersion: 2, OccurredAt: now()}) // Method missing: invalid
+		err := db.Create(bad).Error
+		var ee *runtime.EncodeError
+		if !errors.As(err, &ee) || ee.Key.Type != "orders.order_paid" {
+			t.Fatalf("Create(invalid event) = %v, want *runtime.EncodeError naming orders.order_paid", err)
+		}
+		if n := count(t, db, "orders"); n != 1 {
+			t.Errorf("orders = %d, want 1 (the failed save rolled back)", n)
+		}
+		// Without events, no transaction is needed and none is started.
+		plain := &Order{Status: "quiet"}
+		if err := db.Create(plain).Error; err != nil {
+			t.Fatalf("Create without events: %v", err)
+		}
+	})
+}
+
+func TestUnmarshalablePayloadFailsSave(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		for _, tc := range []struct {
+			name string
+			evt  runtime.Event
+			typ  string
+		}{
+			{"NaN", OrderPlaced{EventVersion: 1, OccurredAt: now(), Amount: math.NaN()}, "orders.order_placed"},
+			{"channel", Leak{OccurredAt: now(), C: make(chan int)}, "orders.leak"},
+		} {
+			o := &Order{}
+			o.Record(tc.evt)
+			err := db.Create(o).Error
+			var ee *runtime.EncodeError
+			if !errors.As(err, &ee) || ee.Key.Type != tc.typ {
+				t.Errorf("%s: Create = %v, want *runtime.EncodeError for %s", tc.name, err, tc.typ)
+			}
+			var we *hooks.WriteError
+			if !errors.As(err, &we) {
+				t.Errorf("%s: Create = %v, want a *hooks.WriteError", tc.name, err)
+			}
+		}
+		if n := count(t, db, "orders"); n != 0 {
+			t.Errorf("orders = %d, want 0", n)
+		}
+		if n := count(t, db, "outbox_messages"); n != 0 {
+			t.Errorf("outbox rows = %d, want 0", n)
+		}
+	})
+}
+
+func TestCustomAggregateAndTopic(t *testing.T) {
+	pcfg := hooks.Config{Topic: func(env runtime.Envelope) string { return "events." + env.AggregateType }}
+	eachDB(t, nil, pcfg, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		c := &Customer{Email: "a@example.com", Name: "A"}
+		c.Record(OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "x"})
+		if err := db.Create(c).Error; err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		got := rows(t, db)
+		if len(got) != 1 || got[0].AggregateType != "crm.customer" || got[0].AggregateID != "a@example.com" || got[0].Topic != "events.crm.customer" {
+			t.Errorf("rows = %+v", got)
+		}
+	})
+}
+
+func TestOutboxInsertDoesNotRetriggerHooks(t *testing.T) {
+	var calls atomic.Int32
+	eachDB(t, nil, hooks.Config{AfterCommit: func() { calls.Add(1) }}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		var creates int
+		if err := db.Callback().Create().After("outbox:write").Register("test:count", func(*gorm.DB) { creates++ }); err != nil {
+			t.Fatal(err)
+		}
+		o := &Order{}
+		o.Place(1)
+		o.Pay("card")
+		if err := db.Create(o).Error; err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		if calls.Load() == 0 {
+			t.Errorf("AfterCommit was not called after a committed Create")
+		}
+		if creates != 1 {
+			t.Errorf("create callbacks ran %d times, want 1 (the outbox insert must not go through GORM callbacks)", creates)
+		}
+		if n := count(t, db, "outbox_messages"); n != 2 {
+			t.Errorf("outbox rows = %d, want 2", n)
+		}
+	})
+}
+
+func TestRawExecAndSkipHooksWriteNoEvents(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		o := &Order{}
+		o.Place(1)
+		if err := db.Session(&gorm.Session{SkipHooks: true}).Create(o).Error; err != nil {
+			t.Fatalf("Create with SkipHooks: %v", err)
+		}
+		if err := db.Exec(`UPDATE orders SET status = 'x'`).Error; err != nil {
+			t.Fatalf("Exec: %v", err)
+		}
+		// SkipHooks writes no events; they stay pending on the aggregate.
+		if n := count(t, db, "outbox_messages"); n != 0 {
+			t.Errorf("outbox rows = %d, want 0 with SkipHooks", n)
+		}
+		if n := len(o.Events()); n != 1 {
+			t.Errorf("pending after SkipHooks = %d, want 1", n)
+		}
+		o2 := &Order{}
+		o2.Place(2)
+		if err := db.Exec(`INSERT INTO orders (status) VALUES ('raw')`).Error; err != nil {
+			t.Fatalf("Exec insert: %v", err)
+		}
+		if n := count(t, db, "outbox_messages"); n != 0 {
+			t.Errorf("outbox rows after raw Exec = %d, want 0", n)
+		}
+	})
+}
+
+func TestEnqueue(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
+		var ids []string
+		err := db.Transaction(func(tx *gorm.DB) error {
+			got, err := p.Enqueue(tx, "billing_run", "2026-11", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "batch"})
+			for _, id := range got {
+				ids = append(ids, id.String())
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("Enqueue: %v", err)
+		}
+		boom := errors.New("boom")
+		err = db.Transaction(func(tx *gorm.DB) error {
+			if _, err := p.Enqueue(tx, "billing_run", "2026-12", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "batch"}); err != nil {
+				return err
+			}
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("Transaction = %v", err)
+		}
+		got := rows(t, db)
+		if len(got) != 1 || got[0].EventID != ids[0] || got[0].AggregateID != "2026-11" {
+			t.Errorf("rows = %+v, want the committed event %v only", got, ids)
+		}
+		if _, err := p.Enqueue(db, "", "x", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "m"}); !errors.Is(err, runtime.ErrInvalidEnvelope) {
+			t.Errorf("Enqueue with empty aggregate type = %v, want ErrInvalidEnvelope", err)
+		}
+	})
+}
+
+func TestConfigValidation(t *testing.T) {
+	for _, table := range []string{"outbox; DROP TABLE x", "a.b.c", "1abc", `"quoted"`} {
+		if _, err := hooks.New(hooks.Config{Table: table}); !errors.Is(err, hooks.ErrInvalidTable) {
+			t.Errorf("New(Table %q) = %v, want ErrInvalidTable", table, err)
+		}
+		if _, err := hooks.DDL("postgres", table); !errors.Is(err, hooks.ErrInvalidTable) {
+			t.Errorf("DDL(%q) = %v, want ErrInvalidTable", table, err)
+		}
+	}
+	if _, err := hooks.DDL("mysql", ""); !errors.Is(err, hooks.ErrUnsupportedDialect) {
+		t.Errorf("DDL(mysql) = %v, want ErrUnsupportedDialect", err)
+	}
+	if _, err := hooks.New(hooks.Config{Table: "events.outbox"}); err != nil {
+		t.Errorf("New(schema-qualified) = %v", err)
+	}
+}

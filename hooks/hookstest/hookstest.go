@@ -1,0 +1,146 @@
+// Package hookstest opens the databases that the tests of gooutbox (and of
+// applications using it) run against: a fresh PostgreSQL schema per test, or
+// a SQLite file per test.
+//
+// PostgreSQL comes from OUTBOX_TEST_POSTGRES_DSN, by default the local server
+// ([DefaultPostgresDSN]). When it does not answer, the test is skipped with a
+// message naming the address, unless OUTBOX_TEST_REQUIRE_INTEGRATION=1, which
+// CI sets: then the test fails.
+package hookstest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// DefaultPostgresDSN is the PostgreSQL used when OUTBOX_TEST_POSTGRES_DSN is
+// unset.
+const DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// RequireIntegration reports whether OUTBOX_TEST_REQUIRE_INTEGRATION=1, in
+// which case a missing service fails a test instead of skipping it.
+func RequireIntegration() bool { return os.Getenv("OUTBOX_TEST_REQUIRE_INTEGRATION") == "1" }
+
+// PostgresBaseDSN returns OUTBOX_TEST_POSTGRES_DSN or [DefaultPostgresDSN].
+func PostgresBaseDSN() string {
+	if dsn := os.Getenv("OUTBOX_TEST_POSTGRES_DSN"); dsn != "" {
+		return dsn
+	}
+	return DefaultPostgresDSN
+}
+
+// unavailable skips or fails t for a service that does not answer.
+func unavailable(t testing.TB, what, addr string, err error) {
+	t.Helper()
+	if RequireIntegration() {
+		t.Fatalf("%s at %s is required (OUTBOX_TEST_REQUIRE_INTEGRATION=1) but unreachable: %v", what, addr, err)
+	}
+	t.Skipf("%s at %s unreachable (set OUTBOX_TEST_POSTGRES_DSN to use another): %v", what, addr, err)
+}
+
+// PostgresDSN creates a new schema in the test database and returns a DSN
+// whose search_path is that schema; the schema is dropped when t ends.
+func PostgresDSN(t testing.TB) string {
+	t.Helper()
+	base := PostgresBaseDSN()
+	admin, err := gorm.Open(postgres.Open(base), &gorm.Config{Logger: logger.Discard})
+	if err == nil {
+		var sqlDB interface{ PingContext(context.Context) error }
+		if sqlDB, err = admin.DB(); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err = sqlDB.PingContext(ctx)
+			cancel()
+		}
+	}
+	if err != nil {
+		unavailable(t, "PostgreSQL", redact(base), err)
+	}
+	schema := "outbox_test_" + randomHex(6)
+	if err := admin.Exec(`CREATE SCHEMA ` + schema).Error; err != nil {
+		t.Fatalf("create schema %s: %v", schema, err)
+	}
+	t.Cleanup(func() {
+		if err := admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`).Error; err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+		if db, err := admin.DB(); err == nil {
+			db.Close()
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("parse %s: %v", redact(base), err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Postgres returns a GORM database on a fresh schema of the test PostgreSQL
+// (see [PostgresDSN]), closed when t ends.
+func Postgres(t testing.TB, cfg *gorm.Config) *gorm.DB {
+	t.Helper()
+	return open(t, postgres.Open(PostgresDSN(t)), cfg)
+}
+
+// SQLite returns a GORM database on a new SQLite file in t.TempDir(), in WAL
+// mode with a busy timeout, closed when t ends.
+func SQLite(t testing.TB, cfg *gorm.Config) *gorm.DB {
+	t.Helper()
+	return open(t, sqlite.Open(SQLiteDSN(filepath.Join(t.TempDir(), "outbox.db"))), cfg)
+}
+
+// SQLiteDSN returns the DSN gooutbox recommends for a SQLite file: WAL
+// journal, a busy timeout, and foreign keys on.
+func SQLiteDSN(path string) string {
+	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)"
+}
+
+func open(t testing.TB, d gorm.Dialector, cfg *gorm.Config) *gorm.DB {
+	t.Helper()
+	if cfg == nil {
+		cfg = &gorm.Config{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logger.Discard
+	}
+	db, err := gorm.Open(d, cfg)
+	if err != nil {
+		t.Fatalf("open %s: %v", d.Name(), err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := db.DB(); err == nil {
+			sqlDB.Close()
+		}
+	})
+	return db
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("hookstest: random: %v", err))
+	}
+	return hex.EncodeToString(b)
+}
+
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable DSN)"
+	}
+	return u.Redacted()
+}

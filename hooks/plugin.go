@@ -1,0 +1,466 @@
+package hooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+	"gorm.io/gorm/schema"
+
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// Config configures a [Plugin]. The zero value is a valid configuration.
+type Config struct {
+	// Table is the outbox table, optionally schema-qualified. It must be a
+	// plain SQL identifier. Default: [DefaultTable].
+	Table string
+
+	// Topic returns the destination topic of an event; it is stored with
+	// the row when the row is written. Default: the aggregate type, so each
+	// aggregate type gets its own topic.
+	Topic func(env runtime.Envelope) string
+
+	// Headers adds headers to the events written under ctx, after the
+	// correlation id and trace context of [runtime.HeadersFromContext]. Use
+	// it to inject an OpenTelemetry propagator's headers. Default: none.
+	Headers func(ctx context.Context, headers map[string]string)
+
+	// AfterCommit is called after a transaction that wrote outbox rows is
+	// seen to commit: a transaction GORM started for a single Create, Save,
+	// Update or Delete, or one the plugin started itself. Transactions the
+	// application controls (db.Transaction, db.Begin) are not seen. Wire
+	// the relay's Notify here to publish at once without waiting for a
+	// poll (useful with SQLite, which has no LISTEN/NOTIFY). It must not
+	// block. Default: nothing.
+	AfterCommit func()
+}
+
+func (c *Config) setDefaults() {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+}
+
+// Validate reports whether the configuration is usable.
+func (c Config) Validate() error {
+	if c.Table != "" {
+		return validTable(c.Table)
+	}
+	return nil
+}
+
+// Plugin is a GORM plugin that writes the events recorded on aggregates to
+// the outbox table in the transaction that saves the aggregates. Register it
+// with db.Use. See the package documentation for the guarantees.
+//
+// A Plugin is safe for concurrent use by every session of the database it is
+// registered with; register a separate Plugin per *gorm.DB.
+type Plugin struct {
+	cfg     Config
+	dialect dialect
+
+	mu  sync.Mutex
+	txs map[gorm.ConnPool]*txWrites // transactions whose commit the plugin sees
+
+	schemas sync.Map // reflect.Type → *schema.Schema for models that are not the statement's schema
+}
+
+// txWrites collects the events written in one transaction that the plugin
+// will see commit, so it can confirm them on their recorders.
+type txWrites struct {
+	recs []*runtime.Recorder
+	ids  [][]uuid.UUID
+}
+
+// New returns a plugin for cfg. It returns an error wrapping
+// [ErrInvalidTable] for a table name that is not an identifier.
+func New(cfg Config) (*Plugin, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Plugin{cfg: cfg, txs: make(map[gorm.ConnPool]*txWrites)}, nil
+}
+
+// Name returns "outbox", the plugin's name in GORM.
+func (p *Plugin) Name() string { return "outbox" }
+
+const (
+	keyStartedTx = "outbox:started_transaction"
+	keyGormTx    = "gorm:started_transaction"
+)
+
+// Initialize registers the plugin's callbacks on db. GORM calls it from
+// db.Use. It returns [ErrUnsupportedDialect] for a dialect other than
+// postgres or sqlite.
+func (p *Plugin) Initialize(db *gorm.DB) error {
+	d, err := dialectOf(db.Dialector.Name())
+	if err != nil {
+		return err
+	}
+	p.dialect = d
+	cb := db.Callback()
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+
+	add(cb.Create().After("gorm:begin_transaction").Before("gorm:before_create").Register("outbox:begin", p.begin))
+	add(cb.Create().After("gorm:after_create").Before("gorm:commit_or_rollback_transaction").Register("outbox:write", p.writeCreate))
+	add(cb.Create().After("gorm:commit_or_rollback_transaction").Register("outbox:commit", p.commit))
+
+	add(cb.Update().After("gorm:setup_reflect_value").Before("gorm:before_update").Register("outbox:begin", p.begin))
+	add(cb.Update().After("gorm:after_update").Before("gorm:commit_or_rollback_transaction").Register("outbox:write", p.writeChanged))
+	add(cb.Update().After("gorm:commit_or_rollback_transaction").Register("outbox:commit", p.commit))
+
+	add(cb.Delete().After("gorm:begin_transaction").Before("gorm:before_delete").Register("outbox:begin", p.begin))
+	add(cb.Delete().After("gorm:after_delete").Before("gorm:commit_or_rollback_transaction").Register("outbox:write", p.writeChanged))
+	add(cb.Delete().After("gorm:commit_or_rollback_transaction").Register("outbox:commit", p.commit))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("hooks: register callbacks: %w", err)
+	}
+	return nil
+}
+
+// recorderOwner is implemented by aggregates that embed [runtime.Recorder].
+type recorderOwner interface {
+	OutboxRecorder() *runtime.Recorder
+}
+
+// AggregateTyper overrides the aggregate type of a model. By default the
+// aggregate type is the GORM schema name in snake_case ("OrderLine" →
+// "order_line").
+type AggregateTyper interface {
+	AggregateType() string
+}
+
+// AggregateIDer overrides the aggregate id of a model. By default it is the
+// model's primary key after the save (composite keys joined with ":").
+type AggregateIDer interface {
+	AggregateID() string
+}
+
+// source is one aggregate of a statement with pending events.
+type source struct {
+	rec   *runtime.Recorder
+	value reflect.Value // addressable struct
+}
+
+// sources returns the aggregates of the statement's models that have pending
+// events: the model itself, or each element of a slice or array of models.
+func sources(db *gorm.DB) []source {
+	var out []source
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer, reflect.Interface:
+			if !v.IsNil() {
+				walk(v.Elem())
+			}
+		case reflect.Slice, reflect.Array:
+			for i := 0; i < v.Len(); i++ {
+				walk(v.Index(i))
+			}
+		case reflect.Struct:
+			if !v.CanAddr() {
+				return
+			}
+			if ro, ok := v.Addr().Interface().(recorderOwner); ok {
+				if rec := ro.OutboxRecorder(); rec != nil && len(rec.Pending()) > 0 {
+					out = append(out, source{rec: rec, value: v})
+				}
+			}
+		}
+	}
+	if db.Statement.ReflectValue.IsValid() {
+		walk(db.Statement.ReflectValue)
+	}
+	return out
+}
+
+// begin starts a transaction when the statement has pending events but runs
+// without one (SkipDefaultTransaction), so the business rows and the outbox
+// rows still commit together; and it starts tracking transactions whose
+// commit the plugin will see.
+func (p *Plugin) begin(db *gorm.DB) {
+	if db.Error != nil || db.Statement.ConnPool == nil || db.Statement.SkipHooks {
+		return
+	}
+	if _, ok := db.InstanceGet(keyGormTx); ok {
+		db.InstanceSet(keyTxPool, db.Statement.ConnPool)
+		p.track(db.Statement.ConnPool)
+		return
+	}
+	if _, inTx := db.Statement.ConnPool.(gorm.TxCommitter); inTx {
+		return // the application's transaction: the rows join it
+	}
+	if len(sources(db)) == 0 {
+		return
+	}
+	var (
+		tx  gorm.ConnPool
+		err error
+	)
+	switch b := db.Statement.ConnPool.(type) {
+	case gorm.TxBeginner:
+		tx, err = b.BeginTx(db.Statement.Context, nil)
+	case gorm.ConnPoolBeginner:
+		tx, err = b.BeginTx(db.Statement.Context, nil)
+	default:
+		err = fmt.Errorf("hooks: connection %T cannot begin a transaction, so the outbox rows cannot be written atomically", db.Statement.ConnPool)
+	}
+	if err != nil {
+		_ = db.AddError(fmt.Errorf("hooks: begin transaction for outbox rows: %w", err))
+		return
+	}
+	db.Statement.ConnPool = tx
+	db.InstanceSet(keyStartedTx, tx)
+	p.track(tx)
+}
+
+func (p *Plugin) track(tx gorm.ConnPool) {
+	p.mu.Lock()
+	if _, ok := p.txs[tx]; !ok {
+		p.txs[tx] = &txWrites{}
+	}
+	p.mu.Unlock()
+}
+
+// commit finishes a transaction the plugin started and, when a transaction
+// the plugin tracks committed, confirms the events written in it.
+func (p *Plugin) commit(db *gorm.DB) {
+	var tx gorm.ConnPool
+	if v, ok := db.InstanceGet(keyStartedTx); ok {
+		tx = v.(gorm.ConnPool)
+		committer := tx.(gorm.TxCommitter)
+		if db.Error != nil {
+			_ = committer.Rollback()
+		} else if err := committer.Commit(); err != nil {
+			_ = db.AddError(fmt.Errorf("hooks: commit: %w", err))
+		}
+		db.Statement.ConnPool = db.ConnPool
+	} else if v, ok := db.InstanceGet(keyTxPool); ok {
+		tx = v.(gorm.ConnPool)
+	}
+	if tx == nil {
+		return
+	}
+	p.mu.Lock()
+	w := p.txs[tx]
+	delete(p.txs, tx)
+	p.mu.Unlock()
+	if w == nil || db.Error != nil || len(w.recs) == 0 {
+		return
+	}
+	for i, rec := range w.recs {
+		rec.Confirm(w.ids[i]...)
+	}
+	if p.cfg.AfterCommit != nil {
+		p.cfg.AfterCommit()
+	}
+}
+
+const keyTxPool = "outbox:tx"
+
+func (p *Plugin) writeCreate(db *gorm.DB) { p.write(db, false) }
+
+func (p *Plugin) writeChanged(db *gorm.DB) { p.write(db, true) }
+
+// write inserts the pending events of the statement's aggregates.
+func (p *Plugin) write(db *gorm.DB, needRows bool) {
+	if db.Error != nil || db.Statement.SkipHooks {
+		return
+	}
+	if needRows && db.Statement.RowsAffected == 0 {
+		// An update or delete that matched nothing changed no state; its
+		// events stay pending rather than describe a change that did not
+		// happen.
+		return
+	}
+	srcs := sources(db)
+	if len(srcs) == 0 {
+		return
+	}
+	ctx := db.Statement.Context
+	headers := p.headers(ctx)
+	var rows []pendingRow
+	for _, s := range srcs {
+		aggType, aggID, err := p.aggregate(db, s.value)
+		if err != nil {
+			_ = db.AddError(&WriteError{AggregateType: aggType, Err: err})
+			return
+		}
+		for _, r := range s.rec.Pending() {
+			env, err := runtime.NewEnvelope(ctx, r.ID, r.Event, aggType, aggID)
+			if err != nil {
+				_ = db.AddError(&WriteError{AggregateType: aggType, AggregateID: aggID, Err: err})
+				return
+			}
+			env.Headers = headers
+			rows = append(rows, pendingRow{rec: s.rec, env: env, topic: p.topic(env)})
+		}
+	}
+	conn := db.Statement.ConnPool
+	inserted, err := p.insert(ctx, conn, rows)
+	if err != nil {
+		_ = db.AddError(&WriteError{Err: err})
+		return
+	}
+	p.afterInsert(conn, rows, inserted)
+}
+
+// afterInsert updates the recorders after an insert in conn: events inserted
+// now are marked as written in conn; events that already had a row and were
+// last written in another transaction are confirmed, since that row can only
+// be visible because that transaction committed.
+func (p *Plugin) afterInsert(conn gorm.ConnPool, rows []pendingRow, inserted map[uuid.UUID]bool) {
+	p.mu.Lock()
+	w := p.txs[conn]
+	p.mu.Unlock()
+	byRec := map[*runtime.Recorder][]uuid.UUID{}
+	var order []*runtime.Recorder
+	for _, r := range rows {
+		if r.rec == nil {
+			continue
+		}
+		id := r.env.EventID
+		if inserted[id] {
+			r.rec.MarkWritten(conn, id)
+		} else if !writtenIn(r.rec, id, conn) {
+			r.rec.Confirm(id)
+			continue
+		}
+		if _, ok := byRec[r.rec]; !ok {
+			order = append(order, r.rec)
+		}
+		byRec[r.rec] = append(byRec[r.rec], id)
+	}
+	if w == nil {
+		return
+	}
+	p.mu.Lock()
+	for _, rec := range order {
+		w.recs = append(w.recs, rec)
+		w.ids = append(w.ids, byRec[rec])
+	}
+	p.mu.Unlock()
+}
+
+func writtenIn(rec *runtime.Recorder, id uuid.UUID, conn gorm.ConnPool) bool {
+	for _, r := range rec.Pending() {
+		if r.ID == id {
+			return r.WrittenIn == any(conn)
+		}
+	}
+	return false
+}
+
+func (p *Plugin) headers(ctx context.Context) map[string]string {
+	h := runtime.HeadersFromContext(ctx)
+	if p.cfg.Headers != nil {
+		if h == nil {
+			h = make(map[string]string)
+		}
+		p.cfg.Headers(ctx, h)
+		if len(h) == 0 {
+			h = nil
+		}
+	}
+	return h
+}
+
+func (p *Plugin) topic(env runtime.Envelope) string {
+	if p.cfg.Topic != nil {
+		if t := p.cfg.Topic(env); t != "" {
+			return t
+		}
+	}
+	return env.AggregateType
+}
+
+// aggregate derives the aggregate type and id of a model value.
+func (p *Plugin) aggregate(db *gorm.DB, v reflect.Value) (string, string, error) {
+	model := v.Addr().Interface()
+	sch, err := p.schemaOf(db, v)
+	if err != nil {
+		return "", "", err
+	}
+	aggType := ""
+	if t, ok := model.(AggregateTyper); ok {
+		aggType = t.AggregateType()
+	}
+	if aggType == "" && sch != nil {
+		aggType = schema.NamingStrategy{}.ColumnName("", sch.Name)
+	}
+	if aggType == "" {
+		aggType = schema.NamingStrategy{}.ColumnName("", v.Type().Name())
+	}
+	if i, ok := model.(AggregateIDer); ok {
+		if id := i.AggregateID(); id != "" {
+			return aggType, id, nil
+		}
+	}
+	if sch == nil || len(sch.PrimaryFields) == 0 {
+		return aggType, "", fmt.Errorf("%w: %s has no primary key; implement AggregateID", ErrNoAggregateID, v.Type())
+	}
+	parts := make([]string, 0, len(sch.PrimaryFields))
+	for _, f := range sch.PrimaryFields {
+		val, zero := f.ValueOf(db.Statement.Context, v)
+		if zero {
+			return aggType, "", fmt.Errorf("%w: %s.%s is zero", ErrNoAggregateID, v.Type(), f.Name)
+		}
+		parts = append(parts, fmt.Sprint(val))
+	}
+	return aggType, strings.Join(parts, ":"), nil
+}
+
+func (p *Plugin) schemaOf(db *gorm.DB, v reflect.Value) (*schema.Schema, error) {
+	if s := db.Statement.Schema; s != nil && s.ModelType == v.Type() {
+		return s, nil
+	}
+	if s, ok := p.schemas.Load(v.Type()); ok {
+		return s.(*schema.Schema), nil
+	}
+	s, err := schema.Parse(v.Addr().Interface(), &sync.Map{}, db.NamingStrategy)
+	if err != nil {
+		return nil, fmt.Errorf("hooks: parse model %s: %w", v.Type(), err)
+	}
+	p.schemas.Store(v.Type(), s)
+	return s, nil
+}
+
+// Enqueue writes events that are not recorded on a saved model (for example a
+// process-level event) to the outbox through tx, so they commit or roll back
+// with tx's transaction. Pass the *gorm.DB of db.Transaction or db.Begin; a
+// plain *gorm.DB writes them in one statement of their own. Each event gets
+// a new event id, which Enqueue returns in order.
+func (p *Plugin) Enqueue(tx *gorm.DB, aggregateType, aggregateID string, events ...runtime.Event) ([]uuid.UUID, error) {
+	ctx := tx.Statement.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	headers := p.headers(ctx)
+	rows := make([]pendingRow, 0, len(events))
+	ids := make([]uuid.UUID, 0, len(events))
+	for _, e := range events {
+		env, err := runtime.NewEnvelope(ctx, runtime.NewEventID(), e, aggregateType, aggregateID)
+		if err != nil {
+			return nil, &WriteError{AggregateType: aggregateType, AggregateID: aggregateID, Err: err}
+		}
+		env.Headers = headers
+		rows = append(rows, pendingRow{env: env, topic: p.topic(env)})
+		ids = append(ids, env.EventID)
+	}
+	conn := tx.Statement.ConnPool
+	if conn == nil {
+		conn = tx.ConnPool
+	}
+	if _, err := p.insert(ctx, conn, rows); err != nil {
+		return nil, &WriteError{AggregateType: aggregateType, AggregateID: aggregateID, Err: err}
+	}
+	return ids, nil
+}

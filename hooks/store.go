@@ -1,0 +1,309 @@
+package hooks
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/stdlib"
+	"gorm.io/gorm"
+
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// StoreConfig configures a [Store]. The zero value is a valid configuration.
+type StoreConfig struct {
+	// Table is the outbox table; it must match the plugin's. Default:
+	// [DefaultTable].
+	Table string
+}
+
+// Store is the outbox table as the relay (package runtime/relay) sees it: it
+// claims pending rows, marks them published, and on PostgreSQL wakes the
+// relay through LISTEN/NOTIFY. It satisfies relay.Store and relay.Notifier.
+//
+// On PostgreSQL several relays may share one Store's table: a claim locks its
+// rows with FOR UPDATE SKIP LOCKED inside a transaction that lasts until the
+// batch is marked. On SQLite, which has a single writer, claims are
+// serialised within the process; run one relay per SQLite database.
+//
+// A Store is safe for concurrent use.
+type Store struct {
+	db      *sql.DB
+	dialect dialect
+	table   string
+	mu      sync.Mutex // serialises SQLite claims
+}
+
+// NewStore returns a store on db's connection pool. It returns an error
+// wrapping [ErrInvalidTable] or [ErrUnsupportedDialect] for a bad table name
+// or dialect.
+func NewStore(db *gorm.DB, cfg StoreConfig) (*Store, error) {
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if err := validTable(cfg.Table); err != nil {
+		return nil, err
+	}
+	d, err := dialectOf(db.Dialector.Name())
+	if err != nil {
+		return nil, err
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, fmt.Errorf("hooks: store: %w", err)
+	}
+	return &Store{db: sqlDB, dialect: d, table: cfg.Table}, nil
+}
+
+const selectColumns = "id, event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at, created_at, attempts"
+
+// Claim claims up to limit pending rows in id order, calls publish with them,
+// marks the ids publish returns as published and records a failed attempt on
+// the others. See relay.Store for the full contract.
+func (s *Store) Claim(ctx context.Context, limit int, publish func(ctx context.Context, msgs []runtime.OutboxMessage) ([]int64, error)) (int, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("hooks: claim: limit %d must be positive", limit)
+	}
+	if s.dialect.name == "sqlite" {
+		return s.claimSQLite(ctx, limit, publish)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("hooks: claim: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }() // no-op after Commit
+	msgs, err := s.scan(ctx, tx, `SELECT `+selectColumns+` FROM `+s.table+
+		` WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+	if err != nil || len(msgs) == 0 {
+		return 0, err
+	}
+	published, perr := publish(ctx, msgs)
+	if err := s.mark(ctx, tx, msgs, published, perr); err != nil {
+		return len(msgs), err
+	}
+	if err := tx.Commit(); err != nil {
+		return len(msgs), fmt.Errorf("hooks: claim: commit marks: %w", err)
+	}
+	if perr != nil {
+		return len(msgs), fmt.Errorf("hooks: claim: publish: %w", perr)
+	}
+	return len(msgs), nil
+}
+
+func (s *Store) claimSQLite(ctx context.Context, limit int, publish func(ctx context.Context, msgs []runtime.OutboxMessage) ([]int64, error)) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	msgs, err := s.scan(ctx, s.db, `SELECT `+selectColumns+` FROM `+s.table+
+		` WHERE published_at IS NULL ORDER BY id LIMIT ?`, limit)
+	if err != nil || len(msgs) == 0 {
+		return 0, err
+	}
+	published, perr := publish(ctx, msgs)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return len(msgs), fmt.Errorf("hooks: claim: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := s.mark(ctx, tx, msgs, published, perr); err != nil {
+		return len(msgs), err
+	}
+	if err := tx.Commit(); err != nil {
+		return len(msgs), fmt.Errorf("hooks: claim: commit marks: %w", err)
+	}
+	if perr != nil {
+		return len(msgs), fmt.Errorf("hooks: claim: publish: %w", perr)
+	}
+	return len(msgs), nil
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func (s *Store) scan(ctx context.Context, q querier, query string, limit int) ([]runtime.OutboxMessage, error) {
+	rows, err := q.QueryContext(ctx, query, limit)
+	if err != nil {
+		return nil, fmt.Errorf("hooks: claim: select pending: %w", err)
+	}
+	defer rows.Close()
+	msgs := make([]runtime.OutboxMessage, 0, limit)
+	for rows.Next() {
+		var (
+			m        runtime.OutboxMessage
+			id       string
+			payload  []byte
+			headers  []byte
+			occurred time.Time
+			created  time.Time
+		)
+		if err := rows.Scan(&m.ID, &id, &m.EventType, &m.EventVersion, &m.AggregateType, &m.AggregateID,
+			&m.Topic, &payload, &headers, &occurred, &created, &m.Attempts); err != nil {
+			return nil, fmt.Errorf("hooks: claim: scan: %w", err)
+		}
+		if m.EventID, err = uuid.Parse(id); err != nil {
+			return nil, fmt.Errorf("hooks: claim: row %d: event id %q: %w", m.ID, id, err)
+		}
+		if len(headers) > 0 && string(headers) != "null" {
+			if err := json.Unmarshal(headers, &m.Headers); err != nil {
+				return nil, fmt.Errorf("hooks: claim: row %d: headers: %w", m.ID, err)
+			}
+		}
+		m.Payload = payload
+		m.OccurredAt = occurred.UTC()
+		m.CreatedAt = created.UTC()
+		msgs = append(msgs, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("hooks: claim: select pending: %w", err)
+	}
+	return msgs, nil
+}
+
+// mark marks published ids and records a failed attempt on the rest.
+func (s *Store) mark(ctx context.Context, tx *sql.Tx, msgs []runtime.OutboxMessage, published []int64, perr error) error {
+	ok := make(map[int64]bool, len(published))
+	for _, id := range published {
+		ok[id] = true
+	}
+	var done, failed []int64
+	for _, m := range msgs {
+		if ok[m.ID] {
+			done = append(done, m.ID)
+		} else {
+			failed = append(failed, m.ID)
+		}
+	}
+	now := time.Now().UTC()
+	if err := s.updateIDs(ctx, tx, "published_at = "+s.dialect.ph(1), []any{now}, done); err != nil {
+		return fmt.Errorf("hooks: claim: mark published: %w", err)
+	}
+	if len(failed) > 0 {
+		msg := "not published"
+		if perr != nil {
+			msg = perr.Error()
+		}
+		if err := s.updateIDs(ctx, tx, "attempts = attempts + 1, last_error = "+s.dialect.ph(1), []any{msg}, failed); err != nil {
+			return fmt.Errorf("hooks: claim: record failed attempt: %w", err)
+		}
+	}
+	return nil
+}
+
+// updateIDs runs "UPDATE table SET set WHERE id IN ids" in chunks.
+func (s *Store) updateIDs(ctx context.Context, tx *sql.Tx, set string, setArgs []any, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if s.dialect.name == "postgres" {
+		_, err := tx.ExecContext(ctx, `UPDATE `+s.table+` SET `+set+` WHERE id = ANY($2)`, append(setArgs, ids)...)
+		return err
+	}
+	const chunk = 500
+	for start := 0; start < len(ids); start += chunk {
+		part := ids[start:min(start+chunk, len(ids))]
+		args := append([]any(nil), setArgs...)
+		for _, id := range part {
+			args = append(args, id)
+		}
+		q := `UPDATE ` + s.table + ` SET ` + set + ` WHERE id IN (?` + strings.Repeat(", ?", len(part)-1) + `)`
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeletePublished deletes rows published before now minus olderThan, at most
+// batch rows per statement (default 1,000 when batch <= 0), and returns how
+// many it deleted. Run it periodically; keep olderThan longer than any
+// in-memory aggregate lives after its save, because the outbox row is what
+// deduplicates a second save of the same pending event (see the package
+// documentation).
+func (s *Store) DeletePublished(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	cutoff := time.Now().Add(-olderThan).UTC()
+	var q string
+	if s.dialect.name == "postgres" {
+		q = `DELETE FROM ` + s.table + ` WHERE id IN (SELECT id FROM ` + s.table +
+			` WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at LIMIT $2)`
+	} else {
+		q = `DELETE FROM ` + s.table + ` WHERE id IN (SELECT id FROM ` + s.table +
+			` WHERE published_at IS NOT NULL AND published_at < ? ORDER BY published_at LIMIT ?)`
+	}
+	var total int64
+	for {
+		res, err := s.db.ExecContext(ctx, q, cutoff, batch)
+		if err != nil {
+			return total, fmt.Errorf("hooks: delete published: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("hooks: delete published: %w", err)
+		}
+		total += n
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// Listen waits for PostgreSQL notifications on the outbox table's channel
+// (sent by the statement trigger that [Migrate] installs) and calls notify
+// for each, after one initial call once it is listening. It holds one pool
+// connection, which it discards when it returns. It returns ctx.Err() when
+// ctx is done and the connection's error when the connection fails. On
+// SQLite it returns an error wrapping errors.ErrUnsupported at once.
+func (s *Store) Listen(ctx context.Context, notify func()) error {
+	if s.dialect.name != "postgres" {
+		return fmt.Errorf("hooks: listen: %w: LISTEN/NOTIFY needs PostgreSQL", errors.ErrUnsupported)
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("hooks: listen: %w", err)
+	}
+	defer conn.Close()
+	var lerr error
+	err = conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			lerr = fmt.Errorf("hooks: listen: %w: the driver is %T, LISTEN needs pgx", errors.ErrUnsupported, dc)
+			return nil
+		}
+		pc := c.Conn()
+		if _, err := pc.Exec(ctx, `LISTEN "`+baseName(s.table)+`"`); err != nil {
+			lerr = fmt.Errorf("hooks: listen: %w", err)
+			return driver.ErrBadConn
+		}
+		notify()
+		for {
+			if _, err := pc.WaitForNotification(ctx); err != nil {
+				if ctx.Err() != nil {
+					lerr = ctx.Err()
+				} else {
+					lerr = fmt.Errorf("hooks: listen: %w", err)
+				}
+				// The connection is listening (or broken): never hand it back to the pool.
+				return driver.ErrBadConn
+			}
+			notify()
+		}
+	})
+	if lerr != nil {
+		return lerr
+	}
+	if err != nil {
+		return fmt.Errorf("hooks: listen: %w", err)
+	}
+	return nil
+}
