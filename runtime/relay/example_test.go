@@ -16,8 +16,9 @@ import (
 func ExampleNew() {
 	// The outbox: in production, hooks.Store on PostgreSQL or SQLite.
 	store := &runtimetest.MemoryStore{}
-	// The broker: any Watermill publisher (Kafka, AMQP, NATS, ...).
-	pubSub := gochannel.NewGoChannel(gochannel.Config{}, nil)
+	// The broker: any Watermill publisher (Kafka, AMQP, NATS, ...). This
+	// in-process one delivers in order only when Publish waits for acks.
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, nil)
 	defer pubSub.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())

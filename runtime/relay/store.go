@@ -6,11 +6,12 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 )
 
-// PublishFunc publishes a claimed batch. msgs are in outbox ID order. It
+// PublishFunc publishes a claimed batch. It is an alias, so stores in other
+// packages (hooks.Store) satisfy [Store] without importing this package. msgs are in outbox ID order. It
 // returns the IDs of the messages it published (a subset of msgs) and, when
 // some were not published, an error saying why. The store marks exactly the
 // returned IDs as published.
-type PublishFunc func(ctx context.Context, msgs []runtime.OutboxMessage) (published []int64, err error)
+type PublishFunc = func(ctx context.Context, msgs []runtime.OutboxMessage) (published []int64, err error)
 
 // Store is the outbox as the relay sees it. package hooks provides the GORM /
 // SQL implementation (hooks.Store); it satisfies Store structurally.
