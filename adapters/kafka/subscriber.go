@@ -259,7 +259,8 @@ func (s *Subscriber) readerConfig(topic string) kafka.ReaderConfig {
 // current one is acked or nacked. Ack commits the record's offset (kafka-go
 // CommitMessages) and cancels the message's context; Nack delivers the same
 // record again as a new message, after [SubscriberConfig.NackResendSleep].
-// A message's context carries the values of ctx.
+// A message's context carries the values of ctx, and the record's topic,
+// partition, offset, key and time ([RecordInfoFromContext]).
 //
 // The channel is closed when ctx is done or [Subscriber.Close] is called; an
 // unacked message is then neither committed nor lost, and the group delivers
@@ -337,7 +338,7 @@ func (s *Subscriber) deliver(ctx context.Context, reader *kafka.Reader, record k
 	}
 	for {
 		msg := fromRecord(record)
-		msgCtx, msgCancel := context.WithCancel(ctx)
+		msgCtx, msgCancel := context.WithCancel(withRecordInfo(ctx, record))
 		msg.SetContext(msgCtx)
 		fields["message_uuid"] = msg.UUID
 
@@ -480,4 +481,37 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// RecordInfo describes the Kafka record a received message was read from.
+type RecordInfo struct {
+	// Topic, Partition and Offset are the record's position.
+	Topic     string
+	Partition int
+	Offset    int64
+	// Key is the record's key; nil when it had none.
+	Key []byte
+	// Time is the record's timestamp (the producer's send time unless the
+	// topic uses log-append time).
+	Time time.Time
+}
+
+type recordInfoKey struct{}
+
+func withRecordInfo(ctx context.Context, r kafka.Message) context.Context {
+	return context.WithValue(ctx, recordInfoKey{}, RecordInfo{
+		Topic:     r.Topic,
+		Partition: r.Partition,
+		Offset:    r.Offset,
+		Key:       r.Key,
+		Time:      r.Time,
+	})
+}
+
+// RecordInfoFromContext returns the record a message delivered by a
+// [Subscriber] was read from; pass it msg.Context(). It reports false for
+// any other context.
+func RecordInfoFromContext(ctx context.Context) (RecordInfo, bool) {
+	ri, ok := ctx.Value(recordInfoKey{}).(RecordInfo)
+	return ri, ok
 }

@@ -41,7 +41,9 @@ type OrderPlaced struct {
 }
 
 // EventKey implements runtime.Event.
-func (OrderPlaced) EventKey() runtime.Key { return runtime.Key{Type: "orders.order_placed", Version: 1} }
+func (OrderPlaced) EventKey() runtime.Key {
+	return runtime.Key{Type: "orders.order_placed", Version: 1}
+}
 
 // EventTime implements runtime.Event.
 func (e OrderPlaced) EventTime() time.Time { return e.OccurredAt }
