@@ -178,8 +178,8 @@ func (r *Relay) Run(ctx context.Context) error {
 // the middle of a batch claims again right after it. Notifications are
 // coalesced, so Notify never blocks and is safe to call from any goroutine,
 // typically right after a transaction that wrote outbox rows commits, for
-// stores that cannot notify (SQLite). Calling Notify when Run is not running
-// makes the next Run claim at once after its first batch.
+// stores that cannot notify (SQLite). Calling Notify while no Run is running
+// is harmless.
 func (r *Relay) Notify() {
 	select {
 	case r.wake <- struct{}{}:

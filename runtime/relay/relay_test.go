@@ -84,12 +84,13 @@ func TestRunPublishesEachMessageOnceInOrder(t *testing.T) {
 
 func TestRunRetriesFailedPublish(t *testing.T) {
 	const failures = 3
+	errBroker := errors.New("broker unavailable")
 	store := &runtimetest.MemoryStore{}
 	store.Add(newMessage(1, "orders"), newMessage(2, "orders"), newMessage(3, "orders"))
 	var calls atomic.Int32
 	pub := &fakePublisher{fn: func(string, []*message.Message) error {
 		if calls.Add(1) <= failures {
-			return errors.New("broker unavailable")
+			return errBroker
 		}
 		return nil
 	}}
@@ -129,8 +130,8 @@ func TestRunRetriesFailedPublish(t *testing.T) {
 	}
 	for i, res := range results[:failures] {
 		var pe *relay.PublishError
-		if !errors.As(res.Err, &pe) {
-			t.Fatalf("batch %d: Err = %v, want a *relay.PublishError", i, res.Err)
+		if !errors.As(res.Err, &pe) || !errors.Is(res.Err, errBroker) {
+			t.Fatalf("batch %d: Err = %v, want a *relay.PublishError wrapping the publisher's error", i, res.Err)
 		}
 		if diff := cmp.Diff(&relay.PublishError{Topic: "orders", IDs: []int64{1, 2, 3}}, pe, cmp.FilterPath(func(p cmp.Path) bool {
 			return p.Last().String() == ".Err"

@@ -1,5 +1,13 @@
 // Package runtimetest holds test helpers for gooutbox: [MemoryStore], an
-// in-memory [relay.Store] for unit tests and examples that need no database.
+// in-memory [relay.Store] for unit tests and examples that need no database,
+// and [TestStore], the conformance suite every relay.Store must pass:
+//
+//	func TestStore(t *testing.T) {
+//		runtimetest.TestStore(t, func(t *testing.T) (relay.Store, func(...runtime.OutboxMessage) []int64) {
+//			s := newEmptyStore(t)
+//			return s, func(msgs ...runtime.OutboxMessage) []int64 { return insert(t, s, msgs) }
+//		})
+//	}
 //
 // Nothing here is meant for production: MemoryStore keeps every message in
 // memory forever and loses them all when the process exits.
