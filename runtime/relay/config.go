@@ -29,7 +29,8 @@ type Config struct {
 	// [Notifier] notification or a [Relay.Notify] call) before it claims
 	// anyway. It bounds the delay of a message whose notification was lost.
 	// Default: 1s ([DefaultNotifierPollInterval]) when the store implements
-	// [Notifier], 100ms ([DefaultPollInterval]) otherwise.
+	// [Notifier], 100ms ([DefaultPollInterval]) otherwise or once its
+	// Listen has reported errors.ErrUnsupported.
 	PollInterval time.Duration
 
 	// MinBackoff and MaxBackoff bound the exponential backoff after a

@@ -7,3 +7,6 @@ func ConfigOf(r *Relay) Config { return r.cfg }
 
 // Backoff exposes the backoff computation.
 func Backoff(r *Relay, attempt int) time.Duration { return r.backoff(attempt) }
+
+// PollIntervalOf returns the poll interval r currently uses.
+func PollIntervalOf(r *Relay) time.Duration { return time.Duration(r.poll.Load()) }

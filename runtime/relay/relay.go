@@ -44,6 +44,12 @@ type Relay struct {
 	cfg      Config
 	log      *slog.Logger
 
+	// poll is the poll interval in force, a time.Duration. It starts at
+	// cfg.PollInterval and drops to DefaultPollInterval when the store
+	// turns out unable to notify and PollInterval was left at its default.
+	poll          atomic.Int64
+	pollDefaulted bool
+
 	wake        chan struct{} // capacity 1: a pending wake-up
 	running     chan struct{} // closed by markRunning
 	runningOnce sync.Once
@@ -67,6 +73,7 @@ func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 		return nil, errors.New("relay: nil publisher")
 	}
 	notifier, _ := store.(Notifier)
+	pollDefaulted := cfg.PollInterval == 0
 	cfg.setDefaults(notifier != nil)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -75,15 +82,18 @@ func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Relay{
-		store:    store,
-		notifier: notifier,
-		pub:      pub,
-		cfg:      cfg,
-		log:      logger,
-		wake:     make(chan struct{}, 1),
-		running:  make(chan struct{}),
-	}, nil
+	r := &Relay{
+		store:         store,
+		notifier:      notifier,
+		pub:           pub,
+		cfg:           cfg,
+		log:           logger,
+		pollDefaulted: pollDefaulted,
+		wake:          make(chan struct{}, 1),
+		running:       make(chan struct{}),
+	}
+	r.poll.Store(int64(cfg.PollInterval))
+	return r, nil
 }
 
 // Run relays messages until ctx is cancelled. It blocks.
@@ -99,7 +109,9 @@ func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 //
 // If the store implements [Notifier], Run calls [Notifier.Listen] in a
 // goroutine and, when Listen fails, logs the error and calls it again after a
-// backoff; polling goes on meanwhile.
+// backoff; polling goes on meanwhile. When Listen reports
+// errors.ErrUnsupported, Run stops calling it and polls as for a store that
+// is not a Notifier (every 100ms unless PollInterval is set).
 //
 // When ctx is cancelled Run stops claiming, lets the batch in flight finish
 // (bounded by [Config.ShutdownTimeout]), stops listening, and returns nil. It
@@ -130,7 +142,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		attrNotifier, r.notifier != nil)
 	defer r.log.Info("relay: stopped")
 
-	poll := time.NewTimer(r.cfg.PollInterval)
+	poll := time.NewTimer(time.Duration(r.poll.Load()))
 	defer poll.Stop()
 	failures := 0 // consecutive failed claims
 	for ctx.Err() == nil {
@@ -164,7 +176,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if res.Claimed >= r.cfg.BatchSize {
 			continue
 		}
-		poll.Reset(r.cfg.PollInterval)
+		poll.Reset(time.Duration(r.poll.Load()))
 		select {
 		case <-ctx.Done():
 		case <-r.wake:
@@ -279,6 +291,17 @@ func (r *Relay) listen(ctx context.Context) {
 			r.Notify()
 		})
 		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errors.ErrUnsupported) {
+			if r.pollDefaulted {
+				r.poll.Store(int64(DefaultPollInterval))
+				r.Notify() // re-arm the poll timer with the shorter interval
+			}
+			r.markRunning()
+			r.log.Info("relay: store cannot notify, polling only",
+				attrError, err,
+				attrPollInterval, time.Duration(r.poll.Load()))
 			return
 		}
 		r.markRunning() // do not hold Running back: polling covers for Listen

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -308,6 +309,55 @@ func TestListenFailuresDoNotStopPolling(t *testing.T) {
 	line := `level=WARN msg="relay: listen failed" error="connection refused" attempt=3`
 	if !strings.Contains(logs.String(), line+"\n") {
 		t.Errorf("logs do not contain %q:\n%s", line, logs.String())
+	}
+}
+
+func TestListenUnsupported(t *testing.T) {
+	tests := []struct {
+		name         string
+		pollInterval time.Duration
+		want         time.Duration
+	}{
+		{"default poll interval", 0, relay.DefaultPollInterval},
+		{"poll interval set", never, never},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mem := &runtimetest.MemoryStore{}
+			var listens atomic.Int32
+			claims := make(chan int, 100)
+			store := &notifyingStore{
+				Store: &signallingStore{Store: mem, claims: claims},
+				listen: func(context.Context, func()) error {
+					listens.Add(1)
+					return fmt.Errorf("sqlite: listen: %w", errors.ErrUnsupported)
+				},
+			}
+			var logs logBuffer
+			r, err := relay.New(store, &fakePublisher{}, relay.Config{PollInterval: tt.pollInterval, MinBackoff: time.Millisecond, Logger: logs.logger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := relay.PollIntervalOf(r); got != tt.pollInterval && tt.pollInterval != 0 {
+				t.Fatalf("poll interval before Run = %v, want %v", got, tt.pollInterval)
+			}
+			start(t, context.Background(), r)
+			if got := relay.PollIntervalOf(r); got != tt.want {
+				t.Errorf("poll interval = %v, want %v", got, tt.want)
+			}
+			// Notify still works, and Listen is not called again.
+			receive(t, claims)
+			mem.Add(newMessage(1, "orders"))
+			r.Notify()
+			for receive(t, claims) == 0 {
+			}
+			if n := listens.Load(); n != 1 {
+				t.Errorf("Listen called %d times, want 1", n)
+			}
+			if strings.Contains(logs.String(), "listen failed") {
+				t.Errorf("ErrUnsupported logged as a failure:\n%s", logs.String())
+			}
+		})
 	}
 }
 

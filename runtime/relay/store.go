@@ -6,11 +6,13 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 )
 
-// PublishFunc publishes a claimed batch. It is an alias, so stores in other
-// packages (hooks.Store) satisfy [Store] without importing this package. msgs are in outbox ID order. It
+// PublishFunc publishes a claimed batch. msgs are in outbox ID order. It
 // returns the IDs of the messages it published (a subset of msgs) and, when
 // some were not published, an error saying why. The store marks exactly the
 // returned IDs as published.
+//
+// PublishFunc is an alias, so stores in other packages (hooks.Store) satisfy
+// [Store] without importing this package.
 type PublishFunc = func(ctx context.Context, msgs []runtime.OutboxMessage) (published []int64, err error)
 
 // Store is the outbox as the relay sees it. package hooks provides the GORM /
@@ -43,5 +45,10 @@ type Notifier interface {
 	// channel fails (it returns the error; the relay calls Listen again
 	// after a backoff). It calls notify once as soon as it is listening, so
 	// messages committed while it was not listening are not missed.
+	//
+	// A store that implements Listen but cannot notify in its current
+	// configuration (SQLite) returns an error wrapping
+	// errors.ErrUnsupported at once; the relay then stops calling Listen
+	// and polls as it does for a store that is not a Notifier.
 	Listen(ctx context.Context, notify func()) error
 }
