@@ -235,6 +235,11 @@ func writeContext(msgs []*message.Message) (context.Context, context.CancelFunc)
 			continue
 		}
 		seen[done] = true
+		if mctx.Err() != nil {
+			// Already done: cancel now rather than in AfterFunc's goroutine.
+			cancel(context.Cause(mctx))
+			break
+		}
 		stops = append(stops, context.AfterFunc(mctx, func() { cancel(context.Cause(mctx)) }))
 	}
 	return ctx, func() {

@@ -67,7 +67,8 @@ type SubscriberConfig struct {
 	SessionTimeout time.Duration
 
 	// RebalanceTimeout is how long the coordinator waits for members to
-	// rejoin during a rebalance.
+	// rejoin during a rebalance. Closing a subscription whose reader is
+	// joining the group can take this long.
 	//
 	// Default: 30s.
 	RebalanceTimeout time.Duration
@@ -289,15 +290,15 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	stop := context.AfterFunc(s.closing, cancel)
 	go func() {
 		defer s.wg.Done()
-		defer close(out)
-		defer func() {
-			stop()
-			cancel()
-			// Reader.Close leaves the group and always returns nil.
-			_ = reader.Close()
-			logger.Debug("subscription closed", nil)
-		}()
 		s.consume(ctx, reader, out, logger, rc.ReadBackoffMax)
+		stop()
+		cancel()
+		// Close the channel first: the reader can take a while to leave the
+		// group, and the consumer need not wait for that.
+		close(out)
+		// Reader.Close leaves the group and always returns nil.
+		_ = reader.Close()
+		logger.Debug("subscription closed", nil)
 	}()
 	logger.Debug("subscribed", nil)
 	return out, nil
@@ -457,10 +458,12 @@ func findController(ctx context.Context, dialer *kafka.Dialer, broker string) (k
 }
 
 // Close ends every subscription, closing their channels, and waits until
-// their readers have left the group (up to about MaxWait). Messages that
-// were delivered but not acked are not committed; their contexts are
-// cancelled. Close is safe to call more than once and concurrently; every
-// call returns nil once the subscriptions are gone.
+// their readers have left the group. That takes up to MaxWait, or up to
+// RebalanceTimeout when a reader is joining the group (kafka-go cannot
+// interrupt a join). Messages that were delivered but not acked are not
+// committed; their contexts are cancelled. Close is safe to call more than
+// once and concurrently; every call returns nil once the subscriptions are
+// gone.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	s.closed = true
