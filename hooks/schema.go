@@ -82,6 +82,7 @@ func DDL(dialect, table string) ([]string, error) {
 			`CREATE UNIQUE INDEX IF NOT EXISTS ` + base + `_event_id ON ` + table + ` (event_id)`,
 			`CREATE INDEX IF NOT EXISTS ` + base + `_pending ON ` + table + ` (id) WHERE published_at IS NULL`,
 			`CREATE INDEX IF NOT EXISTS ` + base + `_published_at ON ` + table + ` (published_at) WHERE published_at IS NOT NULL`,
+			`CREATE INDEX IF NOT EXISTS ` + base + `_pending_aggregate ON ` + table + ` (aggregate_type, aggregate_id, id) WHERE published_at IS NULL`,
 			`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	PERFORM pg_notify('` + base + `', '');

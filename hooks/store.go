@@ -31,15 +31,21 @@ type StoreConfig struct {
 //
 // On PostgreSQL several relays may share one Store's table: a claim locks its
 // rows with FOR UPDATE SKIP LOCKED inside a transaction that lasts until the
-// batch is marked. On SQLite, which has a single writer, claims are
-// serialised within the process; run one relay per SQLite database.
+// batch is marked, and a claim leaves out the messages of an aggregate whose
+// earlier message another claim holds, so one aggregate's messages are
+// published in order however many relays run. On SQLite, which has no row
+// locks, claims are exclusive within one process; run one relay process per
+// SQLite database.
 //
 // A Store is safe for concurrent use.
 type Store struct {
 	db      *sql.DB
 	dialect dialect
 	table   string
-	mu      sync.Mutex // serialises SQLite claims
+
+	mu          sync.Mutex // guards the SQLite claim sets
+	claimed     map[int64]bool
+	claimedAggs map[aggKey]int
 }
 
 // NewStore returns a store on db's connection pool. It returns an error
@@ -85,7 +91,13 @@ func (s *Store) Claim(ctx context.Context, limit int, publish func(ctx context.C
 	if err != nil || len(msgs) == 0 {
 		return 0, err
 	}
+	if msgs, err = s.dropBlocked(ctx, tx, msgs); err != nil || len(msgs) == 0 {
+		return 0, err
+	}
 	published, perr := publish(ctx, msgs)
+	if err := ctx.Err(); err != nil {
+		return len(msgs), fmt.Errorf("hooks: claim: %w", err)
+	}
 	if err := s.mark(ctx, tx, msgs, published, perr); err != nil {
 		return len(msgs), err
 	}
@@ -98,15 +110,106 @@ func (s *Store) Claim(ctx context.Context, limit int, publish func(ctx context.C
 	return len(msgs), nil
 }
 
+// dropBlocked keeps per-aggregate order across concurrent claims: it drops
+// the claimed messages of every aggregate that still has an earlier pending
+// message outside this claim — one that SKIP LOCKED passed over because
+// another relay holds it. Those messages stay locked until this claim ends
+// and are claimed again later, after the earlier ones were published.
+func (s *Store) dropBlocked(ctx context.Context, tx *sql.Tx, msgs []runtime.OutboxMessage) ([]runtime.OutboxMessage, error) {
+	type agg struct{ typ, id string }
+	first := make(map[agg]int64, len(msgs))
+	var types, ids []string
+	for _, m := range msgs {
+		a := agg{m.AggregateType, m.AggregateID}
+		if _, ok := first[a]; !ok {
+			first[a] = m.ID
+			types = append(types, a.typ)
+			ids = append(ids, a.id)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT o.aggregate_type, o.aggregate_id, min(o.id) FROM `+s.table+` o
+		JOIN unnest($1::text[], $2::text[]) AS c(aggregate_type, aggregate_id)
+		ON o.aggregate_type = c.aggregate_type AND o.aggregate_id = c.aggregate_id
+		WHERE o.published_at IS NULL GROUP BY o.aggregate_type, o.aggregate_id`, types, ids)
+	if err != nil {
+		return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
+	}
+	defer rows.Close()
+	blocked := map[agg]bool{}
+	for rows.Next() {
+		var a agg
+		var minID int64
+		if err := rows.Scan(&a.typ, &a.id, &minID); err != nil {
+			return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
+		}
+		if minID < first[a] {
+			blocked[a] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
+	}
+	if len(blocked) == 0 {
+		return msgs, nil
+	}
+	kept := msgs[:0]
+	for _, m := range msgs {
+		if !blocked[agg{m.AggregateType, m.AggregateID}] {
+			kept = append(kept, m)
+		}
+	}
+	return kept, nil
+}
+
 func (s *Store) claimSQLite(ctx context.Context, limit int, publish func(ctx context.Context, msgs []runtime.OutboxMessage) ([]int64, error)) (int, error) {
+	// SQLite has one writer and no row locks: claims are exclusive within
+	// this process through the set of claimed ids and aggregates.
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	msgs, err := s.scan(ctx, s.db, `SELECT `+selectColumns+` FROM `+s.table+
-		` WHERE published_at IS NULL ORDER BY id LIMIT ?`, limit)
-	if err != nil || len(msgs) == 0 {
+	candidates, err := s.scan(ctx, s.db, `SELECT `+selectColumns+` FROM `+s.table+
+		` WHERE published_at IS NULL ORDER BY id LIMIT ?`, limit+len(s.claimed))
+	if err != nil {
+		s.mu.Unlock()
 		return 0, err
 	}
+	var msgs []runtime.OutboxMessage
+	held := map[aggKey]bool{}
+	for _, m := range candidates {
+		a := aggKey{m.AggregateType, m.AggregateID}
+		if s.claimed[m.ID] || s.claimedAggs[a] > 0 && !held[a] {
+			continue
+		}
+		if len(msgs) == limit {
+			break
+		}
+		held[a] = true
+		msgs = append(msgs, m)
+	}
+	if s.claimed == nil {
+		s.claimed, s.claimedAggs = map[int64]bool{}, map[aggKey]int{}
+	}
+	for _, m := range msgs {
+		s.claimed[m.ID] = true
+		s.claimedAggs[aggKey{m.AggregateType, m.AggregateID}]++
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		for _, m := range msgs {
+			delete(s.claimed, m.ID)
+			a := aggKey{m.AggregateType, m.AggregateID}
+			if s.claimedAggs[a]--; s.claimedAggs[a] == 0 {
+				delete(s.claimedAggs, a)
+			}
+		}
+		s.mu.Unlock()
+	}()
+	if len(msgs) == 0 {
+		return 0, nil
+	}
 	published, perr := publish(ctx, msgs)
+	if err := ctx.Err(); err != nil {
+		return len(msgs), fmt.Errorf("hooks: claim: %w", err)
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return len(msgs), fmt.Errorf("hooks: claim: begin: %w", err)
@@ -123,6 +226,8 @@ func (s *Store) claimSQLite(ctx context.Context, limit int, publish func(ctx con
 	}
 	return len(msgs), nil
 }
+
+type aggKey struct{ typ, id string }
 
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)

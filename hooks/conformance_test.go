@@ -1,0 +1,63 @@
+package hooks_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/hooks/hookstest"
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
+)
+
+// TestStoreConformance runs the relay.Store conformance suite on both
+// dialects.
+func TestStoreConformance(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			runtimetest.TestStore(t, func(t *testing.T) (relay.Store, func(...runtime.OutboxMessage) []int64) {
+				var db *gorm.DB
+				if dialect == "sqlite" {
+					db = hookstest.SQLite(t, nil)
+				} else {
+					db = hookstest.Postgres(t, nil)
+				}
+				if err := hooks.Migrate(context.Background(), db, ""); err != nil {
+					t.Fatal(err)
+				}
+				store, err := hooks.NewStore(db, hooks.StoreConfig{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				add := func(msgs ...runtime.OutboxMessage) []int64 {
+					ids := make([]int64, 0, len(msgs))
+					for _, m := range msgs {
+						var headers any
+						if len(m.Headers) > 0 {
+							h, _ := json.Marshal(m.Headers)
+							headers = string(h)
+						}
+						payload := string(m.Payload)
+						if payload == "" {
+							payload = "{}"
+						}
+						var id int64
+						err := db.Raw(`INSERT INTO outbox_messages (event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at)
+							VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+							m.EventID.String(), m.EventType, m.EventVersion, m.AggregateType, m.AggregateID, m.Topic, payload, headers, m.OccurredAt).Scan(&id).Error
+						if err != nil {
+							t.Fatalf("insert %+v: %v", m, err)
+						}
+						ids = append(ids, id)
+					}
+					return ids
+				}
+				return store, add
+			})
+		})
+	}
+}

@@ -1,0 +1,573 @@
+package hooks_test
+
+// End-to-end tests of the pipeline: GORM plugin → outbox table (hooks.Store)
+// → relay → Kafka adapter (kafka-go) → in-process kfake (or the cluster named
+// by OUTBOX_TEST_KAFKA_BROKERS).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/go-cmp/cmp"
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/gooutbox/outbox/adapters/kafka"
+	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
+	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/hooks/hookstest"
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
+)
+
+// Account is the aggregate of the pipeline tests. Seq counts its committed
+// deposits; each Deposited event carries the Seq it produced.
+type Account struct {
+	ID  int64 `gorm:"primaryKey"`
+	Seq int
+	runtime.Recorder
+}
+
+type Deposited struct {
+	EventVersion int       `json:"event_version"`
+	OccurredAt   time.Time `json:"occurred_at"`
+	Seq          int       `json:"seq"`
+}
+
+func (Deposited) EventKey() runtime.Key  { return runtime.Key{Type: "bank.deposited", Version: 1} }
+func (e Deposited) EventTime() time.Time { return e.OccurredAt }
+func (Deposited) Validate() error        { return nil }
+
+func (a *Account) Deposit() {
+	a.Seq++
+	a.Record(Deposited{EventVersion: 1, OccurredAt: now(), Seq: a.Seq})
+}
+
+// pipeline is one test's database, plugin, store and Kafka topic.
+type pipeline struct {
+	db      *gorm.DB
+	dsn     string // PostgreSQL only
+	store   *hooks.Store
+	brokers []string
+	topic   string
+}
+
+func newPipeline(t *testing.T, dialect string, partitions int) *pipeline {
+	t.Helper()
+	p := &pipeline{brokers: kafkatest.NewCluster(t), topic: fmt.Sprintf("accounts-%d", rand.Int64())}
+	if dialect == "postgres" {
+		p.dsn = hookstest.PostgresDSN(t)
+		db, err := gorm.Open(postgres.Open(p.dsn), &gorm.Config{Logger: logger.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if s, err := db.DB(); err == nil {
+				s.Close()
+			}
+		})
+		p.db = db
+	} else {
+		p.db = hookstest.SQLite(t, nil)
+	}
+	if err := hooks.Migrate(context.Background(), p.db, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.db.AutoMigrate(&Account{}); err != nil {
+		t.Fatal(err)
+	}
+	plugin, err := hooks.New(hooks.Config{Topic: func(runtime.Envelope) string { return p.topic }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.db.Use(plugin); err != nil {
+		t.Fatal(err)
+	}
+	if p.store, err = hooks.NewStore(p.db, hooks.StoreConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: p.brokers, ConsumerGroup: "init", TopicPartitions: partitions}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.SubscribeInitialize(p.topic); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (p *pipeline) publisher(t *testing.T) *kafka.Publisher {
+	t.Helper()
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: p.brokers}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	return pub
+}
+
+// deposit commits one deposit on each of n new accounts and returns their
+// event ids.
+func (p *pipeline) openAccounts(t *testing.T, n int) []string {
+	t.Helper()
+	accts := make([]Account, n)
+	var ids []string
+	for i := range accts {
+		accts[i].Deposit()
+		ids = append(ids, accts[i].Pending()[0].ID.String())
+	}
+	if err := p.db.Create(&accts).Error; err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func (p *pipeline) pending(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	if err := p.db.Table("outbox_messages").Where("published_at IS NULL").Count(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// runRelay runs a relay until the test ends.
+func (p *pipeline) runRelay(t *testing.T, pub message.Publisher, cfg relay.Config) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(p.store, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+	select {
+	case <-r.Running():
+	case err := <-done:
+		t.Fatalf("Run returned early: %v", err)
+	}
+	return r
+}
+
+// waitDrained polls until the outbox has no pending row.
+func (p *pipeline) waitDrained(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for p.pending(t) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox still has %d pending rows after 60s", p.pending(t))
+		}
+		time.Sleep(20 * time.Millisecond) // polling a database, not synchronising goroutines
+	}
+}
+
+type record struct {
+	Partition int32
+	Offset    int64
+	Key       string
+	EventID   string
+	Type      string
+	Seq       int
+}
+
+// readTopic reads every record of the topic, up to the partitions' high
+// watermarks at the time of the call.
+func readTopic(t *testing.T, brokers []string, topic string) []record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := kafkago.DialContext(ctx, "tcp", brokers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := conn.ReadPartitions(topic)
+	conn.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, pt := range parts {
+		lc, err := kafkago.DialLeader(ctx, "tcp", brokers[0], topic, pt.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := lc.ReadLastOffset()
+		lc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += last
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []record
+	for int64(len(out)) < total {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("read %s: got %d of %d records: %v", topic, len(out), total, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			rec := record{Partition: r.Partition, Offset: r.Offset, Key: string(r.Key)}
+			for _, h := range r.Headers {
+				switch h.Key {
+				case runtime.MetadataEventID:
+					rec.EventID = string(h.Value)
+				case runtime.MetadataEventType:
+					rec.Type = string(h.Value)
+				}
+			}
+			var d Deposited
+			if err := json.Unmarshal(r.Value, &d); err == nil {
+				rec.Seq = d.Seq
+			}
+			out = append(out, rec)
+		})
+	}
+	return out
+}
+
+func eventIDs(recs []record) map[string]int {
+	m := map[string]int{}
+	for _, r := range recs {
+		m[r.EventID]++
+	}
+	return m
+}
+
+func setOf(ids []string) map[string]int {
+	m := map[string]int{}
+	for _, id := range ids {
+		m[id]++
+	}
+	return m
+}
+
+func TestRelayPublishesEveryCommittedEventOnce(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			p := newPipeline(t, dialect, 4)
+			want := p.openAccounts(t, 250)
+			p.runRelay(t, p.publisher(t), relay.Config{BatchSize: 64, PollInterval: 10 * time.Millisecond})
+			want = append(want, p.openAccounts(t, 250)...)
+			p.waitDrained(t)
+			recs := readTopic(t, p.brokers, p.topic)
+			if diff := cmp.Diff(setOf(want), eventIDs(recs)); diff != "" {
+				t.Fatalf("published event ids (-want +got):\n%s", diff)
+			}
+			for _, r := range recs {
+				if r.Type != "bank.deposited" || r.Key == "" {
+					t.Fatalf("record %+v lacks its type or key", r)
+				}
+			}
+		})
+	}
+}
+
+// flakyPublisher fails its first n Publish calls.
+type flakyPublisher struct {
+	message.Publisher
+	failures atomic.Int32
+}
+
+func (f *flakyPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if f.failures.Add(-1) >= 0 {
+		return errors.New("injected broker outage")
+	}
+	return f.Publisher.Publish(topic, msgs...)
+}
+
+func TestRelayRetriesFailedPublish(t *testing.T) {
+	p := newPipeline(t, "postgres", 4)
+	want := p.openAccounts(t, 100)
+	fp := &flakyPublisher{Publisher: p.publisher(t)}
+	fp.failures.Store(3)
+	var failed atomic.Int32
+	p.runRelay(t, fp, relay.Config{BatchSize: 30, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+		OnBatch: func(b relay.BatchResult) {
+			if b.Err != nil {
+				failed.Add(1)
+			}
+		}})
+	p.waitDrained(t)
+	if failed.Load() != 3 {
+		t.Errorf("failed batches = %d, want 3", failed.Load())
+	}
+	if diff := cmp.Diff(setOf(want), eventIDs(readTopic(t, p.brokers, p.topic))); diff != "" {
+		t.Fatalf("published event ids (-want +got):\n%s", diff)
+	}
+	var attempts int64
+	p.db.Raw(`SELECT count(*) FROM outbox_messages WHERE attempts > 0`).Scan(&attempts)
+	if attempts == 0 {
+		t.Errorf("no row recorded a failed attempt")
+	}
+}
+
+// killingPublisher publishes, then kills its own process before the relay
+// can mark the batch: the crash window between publish and mark.
+type killingPublisher struct{ message.Publisher }
+
+func (k killingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := k.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // never returns
+}
+
+// TestRelayCrashChild is the relay process of TestRelayKilledBetweenPublishAndMark.
+func TestRelayCrashChild(t *testing.T) {
+	dsn := os.Getenv("OUTBOX_TEST_CHILD_DSN")
+	if dsn == "" {
+		t.Skip("runs only as the child of TestRelayKilledBetweenPublishAndMark")
+	}
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: []string{os.Getenv("OUTBOX_TEST_CHILD_BROKER")}}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.New(store, killingPublisher{pub}, relay.Config{BatchSize: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Run(context.Background())
+	t.Fatal("the relay returned instead of being killed")
+}
+
+func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
+	p := newPipeline(t, "postgres", 4)
+	want := p.openAccounts(t, 100)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayCrashChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "OUTBOX_TEST_CHILD_DSN="+p.dsn, "OUTBOX_TEST_CHILD_BROKER="+p.brokers[0])
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child relay = %v, want killed by SIGKILL; output:\n%s", err, out)
+	}
+	// The child published its first batch of 40 but marked nothing.
+	if n := p.pending(t); n != 100 {
+		t.Fatalf("pending after the crash = %d, want 100 (nothing marked)", n)
+	}
+	before := eventIDs(readTopic(t, p.brokers, p.topic))
+	if len(before) != 40 {
+		t.Fatalf("records on the broker after the crash = %d, want the first batch of 40", len(before))
+	}
+	// A restarted relay publishes everything; only the crashed batch repeats.
+	p.runRelay(t, p.publisher(t), relay.Config{BatchSize: 40})
+	p.waitDrained(t)
+	got := eventIDs(readTopic(t, p.brokers, p.topic))
+	for _, id := range want {
+		switch n := got[id]; {
+		case n == 0:
+			t.Errorf("event %s lost", id)
+		case before[id] == 1 && n != 2, before[id] == 0 && n != 1:
+			t.Errorf("event %s published %d times (crashed batch: %v)", id, n, before[id] == 1)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("distinct events on the broker = %d, want %d", len(got), len(want))
+	}
+}
+
+// recordingPublisher remembers which event ids it published.
+type recordingPublisher struct {
+	message.Publisher
+	mu  sync.Mutex
+	ids []string
+}
+
+func (r *recordingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := r.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	for _, m := range msgs {
+		r.ids = append(r.ids, m.UUID)
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+func TestTwoRelaysShareOnePostgresOutbox(t *testing.T) {
+	p := newPipeline(t, "postgres", 4)
+	a := &recordingPublisher{Publisher: p.publisher(t)}
+	b := &recordingPublisher{Publisher: p.publisher(t)}
+	cfg := relay.Config{BatchSize: 25, PollInterval: 5 * time.Millisecond}
+	p.runRelay(t, a, cfg)
+	p.runRelay(t, b, cfg)
+	var want []string
+	for range 10 {
+		want = append(want, p.openAccounts(t, 100)...)
+	}
+	p.waitDrained(t)
+	a.mu.Lock()
+	b.mu.Lock()
+	defer a.mu.Unlock()
+	defer b.mu.Unlock()
+	both := setOf(a.ids)
+	for id, n := range setOf(b.ids) {
+		both[id] += n
+	}
+	if diff := cmp.Diff(setOf(want), both); diff != "" {
+		t.Fatalf("events published by the two relays (-want +got), a count of 2 means published by both:\n%s", diff)
+	}
+	t.Logf("relay A published %d, relay B %d", len(a.ids), len(b.ids))
+}
+
+func TestNotifyWakesRelayBeforePollInterval(t *testing.T) {
+	p := newPipeline(t, "postgres", 1)
+	rp := &recordingPublisher{Publisher: p.publisher(t)}
+	// With an hour-long poll interval, only NOTIFY can deliver within the
+	// test's deadline.
+	p.runRelay(t, rp, relay.Config{PollInterval: time.Hour})
+	want := p.openAccounts(t, 3)
+	p.waitDrained(t)
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if diff := cmp.Diff(setOf(want), setOf(rp.ids)); diff != "" {
+		t.Fatalf("published (-want +got):\n%s", diff)
+	}
+}
+
+// TestEndToEndOrderAndNoGhosts: 10,000 committed events over 100 aggregates
+// with 10% of the transactions rolled back; the published set equals the
+// committed set and each aggregate's partition holds its events in commit
+// order.
+func TestEndToEndOrderAndNoGhosts(t *testing.T) {
+	events, aggregates := 10_000, 100
+	if testing.Short() {
+		events = 1_000
+	}
+	p := newPipeline(t, "postgres", 8)
+	accts := make([]Account, aggregates)
+	if err := p.db.Session(&gorm.Session{SkipHooks: true}).Create(&accts).Error; err != nil {
+		t.Fatal(err)
+	}
+	p.runRelay(t, p.publisher(t), relay.Config{})
+
+	var (
+		mu        sync.Mutex
+		committed = map[string]int{} // event id → seq
+		aggOf     = map[string]int64{}
+		rolled    atomic.Int32
+		wg        sync.WaitGroup
+		errs      = make(chan error, 8)
+	)
+	perWorker := events / 8
+	for w := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 42))
+			for done := 0; done < perWorker; {
+				// Worker w owns the aggregates with index ≡ w (mod 8).
+				id := accts[(w+8*rng.IntN(aggregates/8))%aggregates].ID
+				rollback := rng.IntN(10) == 0
+				var evID string
+				var seq int
+				err := p.db.Transaction(func(tx *gorm.DB) error {
+					var a Account
+					if err := tx.First(&a, id).Error; err != nil {
+						return err
+					}
+					a.Deposit()
+					evID, seq = a.Pending()[0].ID.String(), a.Seq
+					if err := tx.Save(&a).Error; err != nil {
+						return err
+					}
+					if rollback {
+						return errRollback
+					}
+					return nil
+				})
+				switch {
+				case errors.Is(err, errRollback):
+					rolled.Add(1)
+				case err != nil:
+					errs <- err
+					return
+				default:
+					done++
+					mu.Lock()
+					committed[evID] = seq
+					aggOf[evID] = id
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	p.waitDrained(t)
+	recs := readTopic(t, p.brokers, p.topic)
+
+	got := eventIDs(recs)
+	want := map[string]int{}
+	for id := range committed {
+		want[id] = 1
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("published (-want +got); missing = lost, extra = ghost or duplicate:\n%s", diff)
+	}
+	// Per aggregate: one partition, seqs 1..n in offset order.
+	type pos struct {
+		partition int32
+		last      int
+	}
+	seen := map[string]*pos{}
+	for _, r := range recs { // records are in offset order within each partition
+		key := r.Key
+		ps, ok := seen[key]
+		if !ok {
+			ps = &pos{partition: r.Partition}
+			seen[key] = ps
+		}
+		if ps.partition != r.Partition {
+			t.Fatalf("aggregate %s in partitions %d and %d", key, ps.partition, r.Partition)
+		}
+		if r.Seq != ps.last+1 {
+			t.Fatalf("aggregate %s: seq %d follows %d at partition %d offset %d", key, r.Seq, ps.last, r.Partition, r.Offset)
+		}
+		ps.last = r.Seq
+	}
+	t.Logf("committed %d events over %d aggregates, rolled back %d transactions", len(committed), len(seen), rolled.Load())
+	if rolled.Load() == 0 {
+		t.Error("no transaction was rolled back")
+	}
+}
+
+var errRollback = errors.New("deliberate rollback")
