@@ -492,7 +492,7 @@ func TestEndToEndOrderAndNoGhosts(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(w), 42))
 			for done := 0; done < perWorker; {
 				// Worker w owns the aggregates with index ≡ w (mod 8).
-				id := accts[(w+8*rng.IntN(aggregates/8))%aggregates].ID
+				id := accts[w+8*rng.IntN((aggregates-w+7)/8)].ID
 				rollback := rng.IntN(10) == 0
 				var evID string
 				var seq int

@@ -17,7 +17,7 @@ import (
 // aggregate_id metadata ([runtime.MetadataAggregateID]), or a nil key when the
 // message has none or it is empty. kafka.Hash spreads nil-keyed records round
 // robin over the partitions, so such messages have no ordering guarantee.
-func AggregateIDKey(_ string, msg *message.Message) ([]byte, error) {
+func AggregateIDKey(topic string, msg *message.Message) ([]byte, error) {
 	if id := msg.Metadata.Get(runtime.MetadataAggregateID); id != "" {
 		return []byte(id), nil
 	}

@@ -458,9 +458,10 @@ func findController(ctx context.Context, dialer *kafka.Dialer, broker string) (k
 }
 
 // Close ends every subscription, closing their channels, and waits until
-// their readers have left the group. That takes up to MaxWait, or up to
+// their readers have left the group. That takes up to MaxWait, up to
 // RebalanceTimeout when a reader is joining the group (kafka-go cannot
-// interrupt a join). Messages that were delivered but not acked are not
+// interrupt a join), and up to SessionTimeout when the commit of an acked
+// message is in flight. Messages that were delivered but not acked are not
 // committed; their contexts are cancelled. Close is safe to call more than
 // once and concurrently; every call returns nil once the subscriptions are
 // gone.
