@@ -89,6 +89,14 @@ func newSuitePubSub(t *testing.T, brokers []string, group string) (message.Publi
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}
+	// The suite closes what it builds, except the subscribers of a
+	// multiplied subscriber (it calls Close before Subscribe), which would
+	// otherwise keep consuming until the cluster goes away. Close is
+	// idempotent, so closing everything again is harmless.
+	t.Cleanup(func() {
+		_ = pub.Close()
+		_ = sub.Close()
+	})
 	return pub, sub
 }
 
