@@ -135,4 +135,11 @@ func TestToRecord(t *testing.T) {
 	if back.UUID != msg.UUID {
 		t.Errorf("fromRecord UUID = %q, want %q", back.UUID, msg.UUID)
 	}
+
+	// An empty event_id in the metadata is replaced by the UUID, not sent
+	// next to it.
+	msg.Metadata.Set(runtime.MetadataEventID, "")
+	if back := fromRecord(toRecord("orders", msg, nil)); back.UUID != msg.UUID {
+		t.Errorf("with an empty event_id metadata: fromRecord UUID = %q, want %q", back.UUID, msg.UUID)
+	}
 }

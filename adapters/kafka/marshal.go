@@ -27,10 +27,13 @@ func AggregateIDKey(topic string, msg *message.Message) ([]byte, error) {
 // toRecord converts msg into a Kafka record: the payload is the value, every
 // metadata entry is a header (sorted by name, so records are deterministic),
 // and the message UUID is the event_id header unless the metadata already
-// carries one.
+// carries a non-empty one.
 func toRecord(topic string, msg *message.Message, key []byte) kafka.Message {
 	headers := make([]kafka.Header, 0, len(msg.Metadata)+1)
 	for k, v := range msg.Metadata {
+		if k == runtime.MetadataEventID && v == "" {
+			continue // replaced by the UUID below
+		}
 		headers = append(headers, kafka.Header{Key: k, Value: []byte(v)})
 	}
 	if msg.Metadata.Get(runtime.MetadataEventID) == "" && msg.UUID != "" {
