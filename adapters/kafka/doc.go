@@ -28,8 +28,9 @@
 // carries one, and the subscriber sets the received message's UUID from it.
 //
 // Errors from kafka-go are wrapped with %w, so callers can use errors.As with
-// kafka.WriteErrors (some partitions failed) and kafka.MessageTooLargeError
-// (a message exceeds [PublisherConfig.BatchBytes]; nothing was written).
+// kafka-go's WriteErrors (some partitions failed) and MessageTooLargeError
+// (a value type, not a pointer: a message exceeds
+// [PublisherConfig.BatchBytes] and nothing was written).
 //
 // # Subscribing
 //
