@@ -1,0 +1,148 @@
+package schema
+
+import (
+	"go/token"
+	"strings"
+	"unicode"
+)
+
+// commonInitialisms are written in upper case in Go names (golint's list).
+var commonInitialisms = map[string]bool{
+	"ACL": true, "API": true, "ASCII": true, "CPU": true, "CSS": true, "DNS": true,
+	"EOF": true, "GUID": true, "HTML": true, "HTTP": true, "HTTPS": true, "ID": true,
+	"IP": true, "JSON": true, "LHS": true, "QPS": true, "RAM": true, "RHS": true,
+	"RPC": true, "SKU": true, "SLA": true, "SMTP": true, "SQL": true, "SSH": true,
+	"TCP": true, "TLS": true, "TTL": true, "UDP": true, "UI": true, "UID": true,
+	"URI": true, "URL": true, "UTF8": true, "UUID": true, "VM": true, "XML": true,
+	"XMPP": true, "XSRF": true, "XSS": true,
+}
+
+// GoName turns a snake_case (or any non-alphanumeric separated) name into
+// an exported Go name with initialisms: order_id → OrderID.
+func GoName(s string) string {
+	var b strings.Builder
+	for _, w := range splitWords(s) {
+		if u := strings.ToUpper(w); commonInitialisms[u] {
+			b.WriteString(u)
+			continue
+		}
+		r := []rune(w)
+		r[0] = unicode.ToUpper(r[0])
+		b.WriteString(string(r))
+	}
+	out := b.String()
+	if out == "" || !unicode.IsLetter([]rune(out)[0]) {
+		out = "X" + out
+	}
+	return out
+}
+
+// LowerGoName is GoName with a lower-case first word, for parameters:
+// order_id → orderID, id → id, url_path → urlPath.
+func LowerGoName(s string) string {
+	words := splitWords(s)
+	if len(words) == 0 {
+		return "x"
+	}
+	first := strings.ToLower(words[0])
+	rest := GoName(strings.Join(words[1:], "_"))
+	if len(words) == 1 {
+		rest = ""
+	}
+	out := first + rest
+	if !unicode.IsLetter([]rune(out)[0]) {
+		out = "x" + out
+	}
+	if token.IsKeyword(out) || predeclared[out] {
+		out += "Value"
+	}
+	return out
+}
+
+// predeclared identifiers and the package names generated code imports;
+// parameters never shadow them.
+var predeclared = map[string]bool{
+	"any": true, "bool": true, "byte": true, "cap": true, "clear": true, "close": true,
+	"complex": true, "copy": true, "delete": true, "error": true, "false": true,
+	"float32": true, "float64": true, "imag": true, "int": true, "int32": true,
+	"int64": true, "iota": true, "len": true, "make": true, "max": true, "min": true,
+	"new": true, "nil": true, "panic": true, "print": true, "println": true,
+	"real": true, "recover": true, "rune": true, "string": true, "true": true,
+	"uint": true, "append": true, "comparable": true,
+	"clk": true, "fmt": true, "json": true, "regexp": true, "runtime": true,
+	"time": true, "uuid": true, "slices": true, "maps": true, "strconv": true,
+	"e": true, "v": true,
+}
+
+func splitWords(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
+	})
+}
+
+// SnakeName turns a Go name into snake_case: OrderPaid → order_paid,
+// HTTPRequest → http_request.
+func SnakeName(s string) string {
+	r := []rune(s)
+	var b strings.Builder
+	for i, c := range r {
+		if unicode.IsUpper(c) {
+			if i > 0 && (unicode.IsLower(r[i-1]) || unicode.IsDigit(r[i-1]) ||
+				i+1 < len(r) && unicode.IsLower(r[i+1]) && unicode.IsUpper(r[i-1])) {
+				b.WriteByte('_')
+			}
+			b.WriteRune(unicode.ToLower(c))
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// suggest returns the candidate closest to s by edit distance, or "" when
+// none is close enough to be a plausible typo.
+func suggest(s string, candidates []string) string {
+	best, bestD := "", 0
+	for _, c := range candidates {
+		d := levenshtein(strings.ToLower(s), strings.ToLower(c))
+		if best == "" || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	limit := max(1, min(len(s), len(best))/3)
+	if best == "" || bestD > limit {
+		return ""
+	}
+	return best
+}
+
+// didYouMean formats a suggestion suffix: `; did you mean "x"?`.
+func didYouMean(s string, candidates []string) string {
+	if c := suggest(s, candidates); c != "" {
+		return "; did you mean " + quote(c) + "?"
+	}
+	return ""
+}
+
+func quote(s string) string { return `"` + s + `"` }
+
+func levenshtein(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}
