@@ -81,7 +81,6 @@ func DDL(dialect, table string) ([]string, error) {
 )`,
 			`CREATE UNIQUE INDEX IF NOT EXISTS ` + base + `_event_id ON ` + table + ` (event_id)`,
 			`CREATE INDEX IF NOT EXISTS ` + base + `_pending ON ` + table + ` (id) WHERE published_at IS NULL`,
-			`CREATE INDEX IF NOT EXISTS ` + base + `_published_at ON ` + table + ` (published_at) WHERE published_at IS NOT NULL`,
 			`CREATE INDEX IF NOT EXISTS ` + base + `_pending_aggregate ON ` + table + ` (aggregate_type, aggregate_id, id) WHERE published_at IS NULL`,
 			`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -112,7 +111,6 @@ $$`,
 )`,
 			`CREATE UNIQUE INDEX IF NOT EXISTS ` + qualify(table, base+`_event_id`) + ` ON ` + base + ` (event_id)`,
 			`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_pending`) + ` ON ` + base + ` (id) WHERE published_at IS NULL`,
-			`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_published_at`) + ` ON ` + base + ` (published_at) WHERE published_at IS NOT NULL`,
 		}, nil
 	default:
 		return nil, fmt.Errorf("%w: %q (supported: postgres, sqlite)", ErrUnsupportedDialect, dialect)

@@ -86,13 +86,22 @@ func (s *Store) Claim(ctx context.Context, limit int, publish func(ctx context.C
 		return 0, fmt.Errorf("hooks: claim: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }() // no-op after Commit
-	msgs, err := s.scan(ctx, tx, `SELECT `+selectColumns+` FROM `+s.table+
-		` WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+	// One statement claims the batch, counts the pending rows up to the
+	// last claimed id (more than claimed means SKIP LOCKED passed over rows
+	// another relay holds), and turns synchronous_commit off for this
+	// transaction: a mark lost in a crash only republishes the batch
+	// (at-least-once), so the marking commit need not wait for the WAL flush.
+	msgs, pendingUpTo, err := s.scanClaim(ctx, tx, `WITH c AS (SELECT `+selectColumns+` FROM `+s.table+
+		` WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+		SELECT c.*, (SELECT count(*) FROM `+s.table+` o WHERE o.published_at IS NULL AND o.id <= (SELECT max(id) FROM c))
+		FROM c CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS sc ORDER BY c.id`, limit)
 	if err != nil || len(msgs) == 0 {
 		return 0, err
 	}
-	if msgs, err = s.dropBlocked(ctx, tx, msgs); err != nil || len(msgs) == 0 {
-		return 0, err
+	if pendingUpTo > int64(len(msgs)) {
+		if msgs, err = s.dropBlocked(ctx, tx, msgs); err != nil || len(msgs) == 0 {
+			return 0, err
+		}
 	}
 	published, perr := publish(ctx, msgs)
 	if err := ctx.Err(); err != nil {
@@ -113,14 +122,14 @@ func (s *Store) Claim(ctx context.Context, limit int, publish func(ctx context.C
 // dropBlocked keeps per-aggregate order across concurrent claims: it drops
 // the claimed messages of every aggregate that still has an earlier pending
 // message outside this claim — one that SKIP LOCKED passed over because
-// another relay holds it. Those messages stay locked until this claim ends
-// and are claimed again later, after the earlier ones were published.
+// another relay holds it. The dropped messages stay locked until this claim
+// ends and are claimed again later, after the earlier ones were published.
+// It runs only when the claim skipped rows, that is, while relays contend.
 func (s *Store) dropBlocked(ctx context.Context, tx *sql.Tx, msgs []runtime.OutboxMessage) ([]runtime.OutboxMessage, error) {
-	type agg struct{ typ, id string }
-	first := make(map[agg]int64, len(msgs))
+	first := make(map[aggKey]int64, len(msgs))
 	var types, ids []string
 	for _, m := range msgs {
-		a := agg{m.AggregateType, m.AggregateID}
+		a := aggKey{m.AggregateType, m.AggregateID}
 		if _, ok := first[a]; !ok {
 			first[a] = m.ID
 			types = append(types, a.typ)
@@ -135,9 +144,9 @@ func (s *Store) dropBlocked(ctx context.Context, tx *sql.Tx, msgs []runtime.Outb
 		return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
 	}
 	defer rows.Close()
-	blocked := map[agg]bool{}
+	blocked := map[aggKey]bool{}
 	for rows.Next() {
-		var a agg
+		var a aggKey
 		var minID int64
 		if err := rows.Scan(&a.typ, &a.id, &minID); err != nil {
 			return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
@@ -149,12 +158,9 @@ func (s *Store) dropBlocked(ctx context.Context, tx *sql.Tx, msgs []runtime.Outb
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
 	}
-	if len(blocked) == 0 {
-		return msgs, nil
-	}
 	kept := msgs[:0]
 	for _, m := range msgs {
-		if !blocked[agg{m.AggregateType, m.AggregateID}] {
+		if !blocked[aggKey{m.AggregateType, m.AggregateID}] {
 			kept = append(kept, m)
 		}
 	}
@@ -235,12 +241,28 @@ type querier interface {
 }
 
 func (s *Store) scan(ctx context.Context, q querier, query string, limit int) ([]runtime.OutboxMessage, error) {
+	msgs, _, err := s.scanRows(ctx, q, query, limit, false)
+	return msgs, err
+}
+
+func (s *Store) scanClaim(ctx context.Context, q querier, query string, limit int) ([]runtime.OutboxMessage, int64, error) {
+	msgs, extra, err := s.scanRows(ctx, q, query, limit, true)
+	if len(extra) == 0 {
+		return msgs, 0, err
+	}
+	return msgs, extra[0], err
+}
+
+// scanRows reads outbox rows (selectColumns, plus one int8 column when
+// withFirst is set).
+func (s *Store) scanRows(ctx context.Context, q querier, query string, limit int, withFirst bool) ([]runtime.OutboxMessage, []int64, error) {
 	rows, err := q.QueryContext(ctx, query, limit)
 	if err != nil {
-		return nil, fmt.Errorf("hooks: claim: select pending: %w", err)
+		return nil, nil, fmt.Errorf("hooks: claim: select pending: %w", err)
 	}
 	defer rows.Close()
 	msgs := make([]runtime.OutboxMessage, 0, limit)
+	var firsts []int64
 	for rows.Next() {
 		var (
 			m        runtime.OutboxMessage
@@ -249,28 +271,36 @@ func (s *Store) scan(ctx context.Context, q querier, query string, limit int) ([
 			headers  []byte
 			occurred time.Time
 			created  time.Time
+			first    sql.NullInt64
 		)
-		if err := rows.Scan(&m.ID, &id, &m.EventType, &m.EventVersion, &m.AggregateType, &m.AggregateID,
-			&m.Topic, &payload, &headers, &occurred, &created, &m.Attempts); err != nil {
-			return nil, fmt.Errorf("hooks: claim: scan: %w", err)
+		dest := []any{&m.ID, &id, &m.EventType, &m.EventVersion, &m.AggregateType, &m.AggregateID,
+			&m.Topic, &payload, &headers, &occurred, &created, &m.Attempts}
+		if withFirst {
+			dest = append(dest, &first)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, fmt.Errorf("hooks: claim: scan: %w", err)
 		}
 		if m.EventID, err = uuid.Parse(id); err != nil {
-			return nil, fmt.Errorf("hooks: claim: row %d: event id %q: %w", m.ID, id, err)
+			return nil, nil, fmt.Errorf("hooks: claim: row %d: event id %q: %w", m.ID, id, err)
 		}
 		if len(headers) > 0 && string(headers) != "null" {
 			if err := json.Unmarshal(headers, &m.Headers); err != nil {
-				return nil, fmt.Errorf("hooks: claim: row %d: headers: %w", m.ID, err)
+				return nil, nil, fmt.Errorf("hooks: claim: row %d: headers: %w", m.ID, err)
 			}
 		}
 		m.Payload = payload
 		m.OccurredAt = occurred.UTC()
 		m.CreatedAt = created.UTC()
 		msgs = append(msgs, m)
+		if withFirst {
+			firsts = append(firsts, first.Int64)
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("hooks: claim: select pending: %w", err)
+		return nil, nil, fmt.Errorf("hooks: claim: select pending: %w", err)
 	}
-	return msgs, nil
+	return msgs, firsts, nil
 }
 
 // mark marks published ids and records a failed attempt on the rest.
@@ -338,14 +368,11 @@ func (s *Store) DeletePublished(ctx context.Context, olderThan time.Duration, ba
 		batch = 1000
 	}
 	cutoff := time.Now().Add(-olderThan).UTC()
-	var q string
-	if s.dialect.name == "postgres" {
-		q = `DELETE FROM ` + s.table + ` WHERE id IN (SELECT id FROM ` + s.table +
-			` WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at LIMIT $2)`
-	} else {
-		q = `DELETE FROM ` + s.table + ` WHERE id IN (SELECT id FROM ` + s.table +
-			` WHERE published_at IS NOT NULL AND published_at < ? ORDER BY published_at LIMIT ?)`
-	}
+	// Published rows are mostly the oldest: walk the primary key from the
+	// start rather than keep an index on published_at, which would cost
+	// every mark an index insertion.
+	q := `DELETE FROM ` + s.table + ` WHERE id IN (SELECT id FROM ` + s.table +
+		` WHERE published_at IS NOT NULL AND published_at < ` + s.dialect.ph(1) + ` ORDER BY id LIMIT ` + s.dialect.ph(2) + `)`
 	var total int64
 	for {
 		res, err := s.db.ExecContext(ctx, q, cutoff, batch)

@@ -8,7 +8,7 @@ import (
 
 // Default values of the [Config] fields. A zero field means its default.
 const (
-	DefaultBatchSize            = 100
+	DefaultBatchSize            = 1000
 	DefaultPollInterval         = 100 * time.Millisecond
 	DefaultNotifierPollInterval = time.Second
 	DefaultMinBackoff           = 100 * time.Millisecond
@@ -22,7 +22,8 @@ type Config struct {
 	// BatchSize is the most messages claimed (and published) at once. When a
 	// batch comes back full the relay claims again at once instead of
 	// waiting for a wake-up.
-	// Default: 100 ([DefaultBatchSize]).
+	// Default: 1000 ([DefaultBatchSize]). Keep it near the publisher's own batch
+	// size (adapters/kafka: 1000).
 	BatchSize int
 
 	// PollInterval is how long the relay waits for a wake-up (a

@@ -58,12 +58,12 @@ func TestNewDefaults(t *testing.T) {
 	}{
 		{
 			name: "zero",
-			want: relay.Config{BatchSize: 100, PollInterval: 100 * time.Millisecond, MinBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second, ShutdownTimeout: 10 * time.Second},
+			want: relay.Config{BatchSize: 1000, PollInterval: 100 * time.Millisecond, MinBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second, ShutdownTimeout: 10 * time.Second},
 		},
 		{
 			name:     "zero with a Notifier",
 			notifier: true,
-			want:     relay.Config{BatchSize: 100, PollInterval: time.Second, MinBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second, ShutdownTimeout: 10 * time.Second},
+			want:     relay.Config{BatchSize: 1000, PollInterval: time.Second, MinBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second, ShutdownTimeout: 10 * time.Second},
 		},
 		{
 			name:     "set fields are kept",
@@ -74,12 +74,12 @@ func TestNewDefaults(t *testing.T) {
 		{
 			name: "small MaxBackoff lowers MinBackoff",
 			cfg:  relay.Config{MaxBackoff: 20 * time.Millisecond},
-			want: relay.Config{BatchSize: 100, PollInterval: 100 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, ShutdownTimeout: 10 * time.Second},
+			want: relay.Config{BatchSize: 1000, PollInterval: 100 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, ShutdownTimeout: 10 * time.Second},
 		},
 		{
 			name: "large MinBackoff raises MaxBackoff",
 			cfg:  relay.Config{MinBackoff: time.Minute},
-			want: relay.Config{BatchSize: 100, PollInterval: 100 * time.Millisecond, MinBackoff: time.Minute, MaxBackoff: time.Minute, ShutdownTimeout: 10 * time.Second},
+			want: relay.Config{BatchSize: 1000, PollInterval: 100 * time.Millisecond, MinBackoff: time.Minute, MaxBackoff: time.Minute, ShutdownTimeout: 10 * time.Second},
 		},
 	}
 	for _, tt := range tests {

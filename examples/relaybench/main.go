@@ -1,0 +1,518 @@
+// Command relaybench measures the relay against PostgreSQL and an in-process
+// Kafka-protocol broker (kfake), and compares it in the same process with the
+// naive relay of the classic outbox article: claim rows, publish and mark
+// them one at a time.
+//
+//	go run ./examples/relaybench                       # local PostgreSQL, database test
+//	go run ./examples/relaybench -events 100000 -rate 1000 -duration 10s
+//
+// It prints events/s draining a pre-filled outbox for both relays and their
+// ratio, then the commit → broker-ack latency (p50, p99) of the relay at a
+// steady offered rate with default settings (LISTEN/NOTIFY wake-ups).
+//
+// It creates and drops its own schema; nothing else in the database is
+// touched.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	kafkago "github.com/segmentio/kafka-go"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/gooutbox/outbox/adapters/kafka"
+	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
+	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "relaybench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	dsn        string
+	events     int
+	naive      int
+	rate       int
+	duration   time.Duration
+	batch      int
+	aggregates int
+}
+
+// Account is the benchmark's aggregate.
+type Account struct {
+	ID      int64 `gorm:"primaryKey"`
+	Balance int64
+	runtime.Recorder
+}
+
+// Deposited is the benchmark's event (about 200 bytes of JSON).
+type Deposited struct {
+	EventVersion int       `json:"event_version"`
+	OccurredAt   time.Time `json:"occurred_at"`
+	Amount       int64     `json:"amount"`
+	Reference    string    `json:"reference"`
+	Note         string    `json:"note"`
+}
+
+// EventKey implements runtime.Event.
+func (Deposited) EventKey() runtime.Key { return runtime.Key{Type: "bank.deposited", Version: 1} }
+
+// EventTime implements runtime.Event.
+func (e Deposited) EventTime() time.Time { return e.OccurredAt }
+
+// Validate implements runtime.Event.
+func (Deposited) Validate() error { return nil }
+
+func newEvent(i int) Deposited {
+	return Deposited{EventVersion: 1, OccurredAt: runtime.OccurredAt(time.Now()), Amount: int64(i),
+		Reference: fmt.Sprintf("ref-%012d", i), Note: strings.Repeat("x", 80)}
+}
+
+const topic = "bench.account"
+
+var batchTimeout, _ = time.ParseDuration(envOr("RELAYBENCH_BT", "0s"))
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("relaybench", flag.ContinueOnError)
+	var o options
+	fs.StringVar(&o.dsn, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL")
+	fs.IntVar(&o.events, "events", 100_000, "rows pre-filled for the throughput runs")
+	fs.IntVar(&o.naive, "naive-events", 0, "rows for the naive relay's run (default: -events)")
+	fs.IntVar(&o.rate, "rate", 1000, "offered events/s for the latency run")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of the latency run")
+	fs.IntVar(&o.batch, "batch", 0, "relay BatchSize (default: the relay's default)")
+	fs.IntVar(&o.aggregates, "aggregates", 1000, "distinct aggregates")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.naive == 0 {
+		o.naive = o.events
+	}
+
+	cluster, err := kafkatest.Start(kafkatest.Config{Brokers: 1, Partitions: 8})
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	brokers := cluster.Addrs()
+
+	db, cleanup, err := openSchema(o.dsn)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if err := hooks.Migrate(ctx, db, ""); err != nil {
+		return err
+	}
+	if err := db.AutoMigrate(&Account{}); err != nil {
+		return err
+	}
+	plugin, err := hooks.New(hooks.Config{Topic: func(runtime.Envelope) string { return topic }})
+	if err != nil {
+		return err
+	}
+	if err := db.Use(plugin); err != nil {
+		return err
+	}
+	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	if err != nil {
+		return err
+	}
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers, AllowAutoTopicCreation: true, BatchTimeout: batchTimeout}, nil)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	// Create the topic and warm the writer up.
+	warm := message.NewMessage("warm-up", []byte("{}"))
+	warm.Metadata.Set(runtime.MetadataAggregateID, "warm")
+	if err := pub.Publish(topic, warm); err != nil {
+		return fmt.Errorf("warm up: %w", err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(out, "relaybench: PostgreSQL %s, kfake 1 broker, topic %s with 8 partitions, %d aggregates\n",
+		redact(o.dsn), topic, o.aggregates)
+
+	// 1. Throughput of the relay with its defaults.
+	if err := prefill(ctx, db, plugin, o.events, o.aggregates); err != nil {
+		return err
+	}
+	if path := os.Getenv("RELAYBENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer f.Close()
+	}
+	ours, err := drainRelay(ctx, store, pub, o)
+	pprof.StopCPUProfile()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "drain %7d rows  gooutbox relay (BatchSize %d)  %9.0f events/s\n", o.events, effectiveBatch(o.batch), ours)
+
+	// 2. Throughput of the naive relay.
+	if err := prefill(ctx, db, plugin, o.naive, o.aggregates); err != nil {
+		return err
+	}
+	naive, err := drainNaive(ctx, sqlDB, brokers)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "drain %7d rows  naive relay (one row at a time)  %9.0f events/s\n", o.naive, float64(o.naive)/naive.Seconds())
+	fmt.Fprintf(out, "ratio gooutbox / naive: %.1fx\n", ours/(float64(o.naive)/naive.Seconds()))
+
+	// 3. Latency at a steady rate.
+	p50, p99, n, err := latency(ctx, db, store, pub, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "latency commit → broker ack at %d events/s for %s (%d events, defaults, NOTIFY): p50 %.2f ms, p99 %.2f ms\n",
+		o.rate, o.duration, n, ms(p50), ms(p99))
+	return nil
+}
+
+func effectiveBatch(b int) int {
+	if b == 0 {
+		return relay.DefaultBatchSize
+	}
+	return b
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// prefill writes n events in transactions of 1,000 through the plugin's
+// Enqueue, then VACUUM ANALYZE so the relay does not pay for hint bits.
+func prefill(ctx context.Context, db *gorm.DB, p *hooks.Plugin, n, aggregates int) error {
+	if err := db.Exec(`TRUNCATE outbox_messages`).Error; err != nil {
+		return err
+	}
+	for start := 0; start < n; start += 1000 {
+		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			for i := start; i < min(start+1000, n); i++ {
+				if _, err := p.Enqueue(tx, "account", fmt.Sprint(i%aggregates), newEvent(i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+	}
+	return db.Exec(`VACUUM ANALYZE outbox_messages`).Error
+}
+
+func drainRelay(ctx context.Context, store *hooks.Store, pub message.Publisher, o options) (float64, error) {
+	var published atomic.Int64
+	done := make(chan struct{})
+	var claimDur atomic.Int64
+	tp := &timingPublisher{Publisher: pub}
+	defer func() {
+		if os.Getenv("RELAYBENCH_DEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "drain: claim total %v, publish total %v\n", time.Duration(claimDur.Load()), time.Duration(tp.total.Load()))
+		}
+	}()
+	r, err := relay.New(store, tp, relay.Config{BatchSize: o.batch, OnBatch: func(b relay.BatchResult) {
+		claimDur.Add(int64(b.Duration))
+		if published.Add(int64(b.Published)) >= int64(o.events) {
+			select {
+			case <-done:
+			default:
+				close(done)
+			}
+		}
+	}})
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Minute):
+		return 0, errors.New("relay drain timed out")
+	}
+	elapsed := time.Since(start)
+	cancel()
+	if err := <-errc; err != nil {
+		return 0, err
+	}
+	return float64(o.events) / elapsed.Seconds(), nil
+}
+
+// drainNaive is the classic loop: claim 100 rows, then for each row a
+// synchronous one-message produce and an UPDATE, then commit.
+func drainNaive(ctx context.Context, db *sql.DB, brokers []string) (time.Duration, error) {
+	w := &kafkago.Writer{Addr: kafkago.TCP(brokers...), Topic: topic, Balancer: &kafkago.Hash{},
+		RequiredAcks: kafkago.RequireAll, BatchSize: 1, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	start := time.Now()
+	for {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return 0, err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT id, event_id, aggregate_id, payload FROM outbox_messages
+			WHERE published_at IS NULL ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED`)
+		if err != nil {
+			tx.Rollback()
+			return 0, err
+		}
+		type row struct {
+			id      int64
+			eventID string
+			key     string
+			payload []byte
+		}
+		var batch []row
+		for rows.Next() {
+			var r row
+			if err := rows.Scan(&r.id, &r.eventID, &r.key, &r.payload); err != nil {
+				rows.Close()
+				tx.Rollback()
+				return 0, err
+			}
+			batch = append(batch, r)
+		}
+		rows.Close()
+		if len(batch) == 0 {
+			tx.Rollback()
+			return time.Since(start), nil
+		}
+		for _, r := range batch {
+			if err := w.WriteMessages(ctx, kafkago.Message{Key: []byte(r.key), Value: r.payload,
+				Headers: []kafkago.Header{{Key: runtime.MetadataEventID, Value: []byte(r.eventID)}}}); err != nil {
+				tx.Rollback()
+				return 0, err
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE outbox_messages SET published_at = now() WHERE id = $1`, r.id); err != nil {
+				tx.Rollback()
+				return 0, err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// timingPublisher adds up the time spent in Publish.
+type timingPublisher struct {
+	message.Publisher
+	total atomic.Int64
+}
+
+func (t *timingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	start := time.Now()
+	err := t.Publisher.Publish(topic, msgs...)
+	t.total.Add(int64(time.Since(start)))
+	return err
+}
+
+// ackRecorder records when the broker acknowledged each message.
+type ackRecorder struct {
+	message.Publisher
+	mu     sync.Mutex
+	acks   map[string]time.Time
+	pubDur []time.Duration
+}
+
+func (a *ackRecorder) Publish(topic string, msgs ...*message.Message) error {
+	t0 := time.Now()
+	if err := a.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	now := time.Now()
+	a.mu.Lock()
+	a.pubDur = append(a.pubDur, now.Sub(t0))
+	for _, m := range msgs {
+		a.acks[m.UUID] = now
+	}
+	a.mu.Unlock()
+	return nil
+}
+
+// latency runs the relay with defaults while 8 producers commit one event per
+// transaction at the offered rate; latency is from the producer's commit
+// returning to the broker's ack of that event.
+func latency(ctx context.Context, db *gorm.DB, store *hooks.Store, pub message.Publisher, o options) (p50, p99 time.Duration, n int, err error) {
+	if err := db.Exec(`TRUNCATE outbox_messages`).Error; err != nil {
+		return 0, 0, 0, err
+	}
+	accts := make([]Account, o.aggregates)
+	if err := db.Create(&accts).Error; err != nil {
+		return 0, 0, 0, err
+	}
+	rec := &ackRecorder{Publisher: pub, acks: map[string]time.Time{}}
+	var bmu sync.Mutex
+	var batches []relay.BatchResult
+	r, err := relay.New(store, rec, relay.Config{OnBatch: func(b relay.BatchResult) {
+		bmu.Lock()
+		batches = append(batches, b)
+		bmu.Unlock()
+	}})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(rctx) }()
+	<-r.Running()
+
+	total := int(float64(o.rate) * o.duration.Seconds())
+	commits := make([]time.Time, total)
+	ids := make([]string, total)
+	jobs := make(chan int, 1024)
+	var wg sync.WaitGroup
+	var perr atomic.Pointer[error]
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range jobs {
+				a := Account{ID: accts[(i*8+w)%len(accts)].ID}
+				a.Balance = int64(i)
+				a.Record(newEvent(i))
+				ids[i] = a.Pending()[0].ID.String()
+				if err := db.Model(&a).Updates(map[string]any{"balance": a.Balance}).Error; err != nil {
+					perr.CompareAndSwap(nil, &err)
+				}
+				commits[i] = time.Now()
+			}
+		})
+	}
+	start := time.Now()
+	interval := time.Second / time.Duration(o.rate)
+	for i := range total {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d) // pacing the offered load
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if e := perr.Load(); e != nil {
+		return 0, 0, 0, *e
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rec.mu.Lock()
+		got := len(rec.acks)
+		rec.mu.Unlock()
+		if got >= total {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, 0, fmt.Errorf("latency run: %d of %d events acknowledged", got, total)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		return 0, 0, 0, err
+	}
+	lat := make([]time.Duration, 0, total)
+	rec.mu.Lock()
+	for i, id := range ids {
+		d := rec.acks[id].Sub(commits[i])
+		if d < 0 {
+			d = 0 // the relay saw the row before Commit returned to the producer
+		}
+		lat = append(lat, d)
+	}
+	rec.mu.Unlock()
+	slices.Sort(lat)
+	if os.Getenv("RELAYBENCH_DEBUG") != "" {
+		var durs []time.Duration
+		sizes := 0
+		for _, b := range batches {
+			durs = append(durs, b.Duration)
+			sizes += b.Claimed
+		}
+		slices.Sort(durs)
+		slices.Sort(rec.pubDur)
+		fmt.Fprintf(os.Stderr, "publish p50 %v p99 %v\n", rec.pubDur[len(rec.pubDur)/2], rec.pubDur[len(rec.pubDur)*99/100])
+		fmt.Fprintf(os.Stderr, "batches %d, mean size %.1f, claim duration p50 %v p99 %v max %v\n", len(durs), float64(sizes)/float64(len(durs)),
+			durs[len(durs)/2], durs[len(durs)*99/100], durs[len(durs)-1])
+	}
+	return lat[len(lat)/2], lat[len(lat)*99/100], total, nil
+}
+
+func openSchema(dsn string) (*gorm.DB, func(), error) {
+	admin, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return nil, nil, err
+	}
+	schema := fmt.Sprintf("relaybench_%d", time.Now().UnixNano())
+	if err := admin.Exec(`CREATE SCHEMA ` + schema).Error; err != nil {
+		return nil, nil, fmt.Errorf("create schema: %w", err)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	db, err := gorm.Open(postgres.Open(u.String()), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return nil, nil, err
+	}
+	return db, func() {
+		if s, err := db.DB(); err == nil {
+			s.Close()
+		}
+		admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
+		if s, err := admin.DB(); err == nil {
+			s.Close()
+		}
+	}, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.RawQuery = ""
+	return u.Redacted()
+}
