@@ -123,9 +123,9 @@ func (b *builder) valueChecks(x, path string, f *schema.Field, t *schema.Type, r
 		}
 	case schema.List:
 		i, el := fmt.Sprintf("i%d", depth), fmt.Sprintf("x%d", depth)
-		b.use("fmt")
 		inner := b.valueChecks(el, fmt.Sprintf(`fmt.Sprintf("%%s[%%d]", %s, %s)`, path, i), f, t.Elem, false, depth+1)
 		if len(inner) > 0 {
+			b.use("fmt")
 			out = append(out, fmt.Sprintf("for %s, %s := range %s {\n%s\n}", i, el, x, strings.Join(inner, "\n")))
 		}
 	case schema.Map:

@@ -141,6 +141,7 @@ func (p *parser) parse(data []byte) {
 	for i, en := range objectBodies {
 		p.object(p.file.Types[i], en)
 	}
+	p.checkCycles()
 	if e, ok := top["events"]; ok {
 		evs := p.entries(e.val, "events")
 		if len(evs) == 0 && e.val.Kind == yaml.MappingNode {
@@ -802,5 +803,34 @@ func (p *parser) checkNames() {
 			add(fmt.Sprintf("%sV%d", ev.Name, v.Number), what, ev.Pos)
 			add(fmt.Sprintf("%sV%dMinReader", ev.Name, v.Number), what, ev.Pos)
 		}
+	}
+}
+
+// checkCycles rejects object types that contain themselves through
+// required object fields: a Go struct cannot contain itself. Optional
+// fields (pointers), lists and maps break a cycle.
+func (p *parser) checkCycles() {
+	state := map[*Object]int{} // 1 visiting, 2 done
+	var visit func(o *Object, path []string) bool
+	visit = func(o *Object, path []string) bool {
+		switch state[o] {
+		case 1:
+			p.errorf(o.Pos, "type %s contains itself through required fields (%s); make one of them optional, a list or a map", o.Name, strings.Join(append(path, o.Name), " → "))
+			return true
+		case 2:
+			return false
+		}
+		state[o] = 1
+		for _, f := range o.Fields {
+			if f.Type.Kind == ObjectKind && !f.Optional && visit(f.Type.Object, append(path, o.Name+"."+f.Name)) {
+				state[o] = 2
+				return true
+			}
+		}
+		state[o] = 2
+		return false
+	}
+	for _, o := range p.file.Types {
+		visit(o, nil)
 	}
 }
