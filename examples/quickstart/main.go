@@ -152,6 +152,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := register(reg); err != nil {
 		return err
 	}
+	// The decoders are generated per version: a payload stored as v1 comes
+	// out as the latest version (see order.go).
+	if err := printUpcast(stdout, reg); err != nil {
+		return err
+	}
 	msgs, err := sub.Subscribe(runCtx, topic)
 	if err != nil {
 		return err

@@ -1,16 +1,16 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"time"
+	"io"
 
 	"github.com/gooutbox/outbox/runtime"
 )
 
+//go:generate go tool outboxgen events.yaml
+
 // Order is the aggregate: a GORM model that records domain events on the
-// embedded runtime.Recorder.
+// embedded runtime.Recorder. The events are generated from events.yaml.
 type Order struct {
 	ID       int64 `gorm:"primaryKey"`
 	Customer string
@@ -22,76 +22,42 @@ type Order struct {
 // Place records OrderPlaced.
 func (o *Order) Place(clk runtime.Clock, customer, total string) {
 	o.Customer, o.Total, o.Status = customer, total, "placed"
-	o.Record(OrderPlaced{EventVersion: 1, OccurredAt: runtime.OccurredAt(clk.Now()), Customer: customer, Total: total})
+	o.Record(NewOrderPlaced(clk, customer, total))
 }
 
-// Pay records OrderPaid.
+// Pay records OrderPaid (its latest version, v2).
 func (o *Order) Pay(clk runtime.Clock, method string) {
 	o.Status = "paid"
-	o.Record(OrderPaid{EventVersion: 1, OccurredAt: runtime.OccurredAt(clk.Now()), Method: method})
+	e := NewOrderPaid(clk, method)
+	total := o.Total
+	e.Amount = &total
+	o.Record(e)
 }
 
-// OrderPlaced is written by hand here; outboxgen generates events of this
-// shape from a schema.
-type OrderPlaced struct {
-	EventVersion int       `json:"event_version"`
-	OccurredAt   time.Time `json:"occurred_at"`
-	Customer     string    `json:"customer"`
-	Total        string    `json:"total"`
-}
-
-// EventKey implements runtime.Event.
-func (OrderPlaced) EventKey() runtime.Key {
-	return runtime.Key{Type: "orders.order_placed", Version: 1}
-}
-
-// EventTime implements runtime.Event.
-func (e OrderPlaced) EventTime() time.Time { return e.OccurredAt }
-
-// Validate implements runtime.Event.
-func (e OrderPlaced) Validate() error {
-	if e.Customer == "" || e.Total == "" {
-		return errors.New("customer and total are required")
-	}
-	return nil
-}
-
-// OrderPaid is recorded when an order is paid.
-type OrderPaid struct {
-	EventVersion int       `json:"event_version"`
-	OccurredAt   time.Time `json:"occurred_at"`
-	Method       string    `json:"method"`
-}
-
-// EventKey implements runtime.Event.
-func (OrderPaid) EventKey() runtime.Key { return runtime.Key{Type: "orders.order_paid", Version: 1} }
-
-// EventTime implements runtime.Event.
-func (e OrderPaid) EventTime() time.Time { return e.OccurredAt }
-
-// Validate implements runtime.Event.
-func (e OrderPaid) Validate() error {
-	if e.Method == "" {
-		return errors.New("method is required")
-	}
-	return nil
-}
-
-// register adds the decoders the consumer needs.
+// register adds the decoders the consumer needs: every version of every
+// event generated from events.yaml.
 func register(r *runtime.Registry) error {
-	return errors.Join(
-		r.Register(OrderPlaced{}.EventKey(), 1, decodeAs[OrderPlaced]),
-		r.Register(OrderPaid{}.EventKey(), 1, decodeAs[OrderPaid]),
-	)
+	return Register(r)
 }
 
-func decodeAs[E runtime.Event](payload []byte) (runtime.Event, error) {
-	var e E
-	if err := json.Unmarshal(payload, &e); err != nil {
-		return nil, &runtime.DecodeError{Key: e.EventKey(), Err: err}
+// storedOrderPaidV1 is an orders.order_paid payload as a producer that
+// predates v2 wrote it.
+const storedOrderPaidV1 = `{"event_version":1,"occurred_at":"2026-01-02T03:04:05.123456Z","method":"card"}`
+
+// printUpcast shows a consumer built with v2 reading a payload stored as
+// v1: the registry's generated decoder validates it and upcasts it to the
+// latest version.
+func printUpcast(w io.Writer, reg *runtime.Registry) error {
+	evt, err := reg.Decode(OrderPaidType, 1, []byte(storedOrderPaidV1))
+	if err != nil {
+		return fmt.Errorf("decode stored v1 payload: %w", err)
 	}
-	if err := e.Validate(); err != nil {
-		return nil, &runtime.DecodeError{Key: e.EventKey(), Err: fmt.Errorf("validate: %w", err)}
+	e := evt.(OrderPaid)
+	amount := "none"
+	if e.Amount != nil {
+		amount = *e.Amount
 	}
-	return e, nil
+	fmt.Fprintf(w, "upcast: stored %s v1 %s -> v%d method=%s amount=%s channel=%s\n",
+		OrderPaidType, storedOrderPaidV1, e.EventKey().Version, e.Method, amount, e.Channel)
+	return nil
 }
