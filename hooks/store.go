@@ -43,6 +43,9 @@ type Store struct {
 	dialect dialect
 	table   string
 
+	pinMu  sync.Mutex // held while a claim uses pinned
+	pinned *sql.Conn  // the connection claims reuse, so a relay never waits for the pool
+
 	mu          sync.Mutex // guards the SQLite claim sets
 	claimed     map[int64]bool
 	claimedAggs map[aggKey]int
@@ -69,6 +72,53 @@ func NewStore(db *gorm.DB, cfg StoreConfig) (*Store, error) {
 	return &Store{db: sqlDB, dialect: d, table: cfg.Table}, nil
 }
 
+// begin starts a claim's transaction on the store's pinned connection when
+// no other claim of this process uses it, and on a pool connection otherwise.
+// A relay claims in a loop; reusing one connection keeps it from paying for
+// a new PostgreSQL backend whenever the pool (database/sql keeps only 2 idle
+// connections by default) has just closed one.
+func (s *Store) begin(ctx context.Context) (*sql.Tx, func(), error) {
+	if s.pinMu.TryLock() {
+		for attempt := 0; ; attempt++ {
+			if s.pinned == nil {
+				c, err := s.db.Conn(ctx)
+				if err != nil {
+					s.pinMu.Unlock()
+					return nil, nil, err
+				}
+				s.pinned = c
+			}
+			tx, err := s.pinned.BeginTx(ctx, nil)
+			if err == nil {
+				return tx, s.pinMu.Unlock, nil
+			}
+			// The connection is broken (a cancelled transaction discards
+			// it, as does a lost server): drop it and pin a new one once.
+			_ = s.pinned.Close()
+			s.pinned = nil
+			if attempt == 1 || ctx.Err() != nil {
+				s.pinMu.Unlock()
+				return nil, nil, err
+			}
+		}
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	return tx, func() {}, err
+}
+
+// Close releases the connection the store keeps for claims. The store stays
+// usable; a later claim takes a connection again. It does not close db.
+func (s *Store) Close() error {
+	s.pinMu.Lock()
+	defer s.pinMu.Unlock()
+	if s.pinned == nil {
+		return nil
+	}
+	err := s.pinned.Close()
+	s.pinned = nil
+	return err
+}
+
 const selectColumns = "id, event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at, created_at, attempts"
 
 // Claim claims up to limit pending rows in id order, calls publish with them,
@@ -81,10 +131,11 @@ func (s *Store) Claim(ctx context.Context, limit int, publish func(ctx context.C
 	if s.dialect.name == "sqlite" {
 		return s.claimSQLite(ctx, limit, publish)
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, release, err := s.begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("hooks: claim: begin: %w", err)
 	}
+	defer release()
 	defer func() { _ = tx.Rollback() }() // no-op after Commit
 	// One statement claims the batch, counts the pending rows up to the
 	// last claimed id (more than claimed means SKIP LOCKED passed over rows

@@ -33,8 +33,8 @@ func TestNewPublisherWriter(t *testing.T) {
 	if w.Topic != "" {
 		t.Errorf("Topic = %q, want empty (set per message)", w.Topic)
 	}
-	if w.BatchSize != 1000 || w.BatchTimeout != time.Millisecond || w.BatchBytes != 1<<20 {
-		t.Errorf("BatchSize, BatchTimeout, BatchBytes = %d, %s, %d; want 1000, 1ms, %d", w.BatchSize, w.BatchTimeout, w.BatchBytes, 1<<20)
+	if w.BatchSize != 1000 || w.BatchTimeout != 200*time.Microsecond || w.BatchBytes != 1<<20 {
+		t.Errorf("BatchSize, BatchTimeout, BatchBytes = %d, %s, %d; want 1000, 200µs, %d", w.BatchSize, w.BatchTimeout, w.BatchBytes, 1<<20)
 	}
 	if w.AllowAutoTopicCreation {
 		t.Error("AllowAutoTopicCreation = true, want false by default")

@@ -58,6 +58,8 @@ type options struct {
 	duration   time.Duration
 	batch      int
 	aggregates int
+	verbose    bool
+	cpuprofile string
 }
 
 // Account is the benchmark's aggregate.
@@ -92,7 +94,6 @@ func newEvent(i int) Deposited {
 
 const topic = "bench.account"
 
-var batchTimeout, _ = time.ParseDuration(envOr("RELAYBENCH_BT", "0s"))
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("relaybench", flag.ContinueOnError)
@@ -104,6 +105,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of the latency run")
 	fs.IntVar(&o.batch, "batch", 0, "relay BatchSize (default: the relay's default)")
 	fs.IntVar(&o.aggregates, "aggregates", 1000, "distinct aggregates")
+	fs.BoolVar(&o.verbose, "v", false, "print batch and publish timings to stderr")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the relay's drain run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -140,7 +143,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers, AllowAutoTopicCreation: true, BatchTimeout: batchTimeout}, nil)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers, AllowAutoTopicCreation: true}, nil)
 	if err != nil {
 		return err
 	}
@@ -155,6 +158,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The producers run 8 transactions at a time: keep their connections
+	// (database/sql keeps only 2 idle ones by default, and a new
+	// PostgreSQL connection costs a process fork).
+	sqlDB.SetMaxIdleConns(16)
 
 	fmt.Fprintf(out, "relaybench: PostgreSQL %s, kfake 1 broker, topic %s with 8 partitions, %d aggregates\n",
 		redact(o.dsn), topic, o.aggregates)
@@ -163,7 +170,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := prefill(ctx, db, plugin, o.events, o.aggregates); err != nil {
 		return err
 	}
-	if path := os.Getenv("RELAYBENCH_CPUPROFILE"); path != "" {
+	if path := o.cpuprofile; path != "" {
 		f, err := os.Create(path)
 		if err != nil {
 			return err
@@ -238,7 +245,7 @@ func drainRelay(ctx context.Context, store *hooks.Store, pub message.Publisher, 
 	var claimDur atomic.Int64
 	tp := &timingPublisher{Publisher: pub}
 	defer func() {
-		if os.Getenv("RELAYBENCH_DEBUG") != "" {
+		if o.verbose {
 			fmt.Fprintf(os.Stderr, "drain: claim total %v, publish total %v\n", time.Duration(claimDur.Load()), time.Duration(tp.total.Load()))
 		}
 	}()
@@ -454,7 +461,7 @@ func latency(ctx context.Context, db *gorm.DB, store *hooks.Store, pub message.P
 	}
 	rec.mu.Unlock()
 	slices.Sort(lat)
-	if os.Getenv("RELAYBENCH_DEBUG") != "" {
+	if o.verbose {
 		var durs []time.Duration
 		sizes := 0
 		for _, b := range batches {
@@ -463,7 +470,7 @@ func latency(ctx context.Context, db *gorm.DB, store *hooks.Store, pub message.P
 		}
 		slices.Sort(durs)
 		slices.Sort(rec.pubDur)
-		fmt.Fprintf(os.Stderr, "publish p50 %v p99 %v\n", rec.pubDur[len(rec.pubDur)/2], rec.pubDur[len(rec.pubDur)*99/100])
+		fmt.Fprintf(os.Stderr, "publish p50 %v p99 %v max %v\n", rec.pubDur[len(rec.pubDur)/2], rec.pubDur[len(rec.pubDur)*99/100], rec.pubDur[len(rec.pubDur)-1])
 		fmt.Fprintf(os.Stderr, "batches %d, mean size %.1f, claim duration p50 %v p99 %v max %v\n", len(durs), float64(sizes)/float64(len(durs)),
 			durs[len(durs)/2], durs[len(durs)*99/100], durs[len(durs)-1])
 	}
