@@ -94,7 +94,6 @@ func newEvent(i int) Deposited {
 
 const topic = "bench.account"
 
-
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("relaybench", flag.ContinueOnError)
 	var o options
