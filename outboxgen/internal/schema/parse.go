@@ -92,7 +92,7 @@ func (p *parser) parse(data []byte) {
 		p.errorf(Pos{Line: 1, Col: 1}, "empty schema file; expected a mapping starting with \"outboxgen: %d\"", FormatVersion)
 		return
 	}
-	top := p.mapping(doc.Content[0], "schema file", topKeys, []string{"outboxgen", "events"})
+	top := p.mapping(doc.Content[0], "schema file", topKeys, []string{"outboxgen", "events"}, nil)
 	if top == nil {
 		return
 	}
@@ -144,7 +144,7 @@ func (p *parser) parse(data []byte) {
 	p.checkCycles()
 	if e, ok := top["events"]; ok {
 		evs := p.entries(e.val, "events")
-		if len(evs) == 0 && e.val.Kind == yaml.MappingNode {
+		if len(evs) == 0 && (e.val.Kind == yaml.MappingNode || e.val.Tag == "!!null") {
 			p.errorf(pos(e.val), "events: at least one event is required")
 		}
 		for _, en := range evs {
@@ -157,7 +157,7 @@ func (p *parser) parse(data []byte) {
 // mapping checks that n is a mapping with known, unique scalar keys and the
 // required ones present. It returns nil after reporting when n is not a
 // mapping.
-func (p *parser) mapping(n *yaml.Node, what string, known, required []string) map[string]entry {
+func (p *parser) mapping(n *yaml.Node, what string, known, required []string, owner *yaml.Node) map[string]entry {
 	n = deref(n)
 	if n.Kind != yaml.MappingNode {
 		p.errorf(pos(n), "%s must be a mapping, got %s", what, describe(n))
@@ -180,9 +180,13 @@ func (p *parser) mapping(n *yaml.Node, what string, known, required []string) ma
 		}
 		out[k.Value] = entry{key: k, val: v}
 	}
+	at := pos(n)
+	if owner != nil {
+		at = pos(owner)
+	}
 	for _, r := range required {
 		if _, ok := out[r]; !ok {
-			p.errorf(pos(n), "%s: missing required key %q", what, r)
+			p.errorf(at, "%s: missing required key %q", what, r)
 		}
 	}
 	return out
@@ -346,7 +350,7 @@ func (p *parser) enum(en entry) {
 	e := &Enum{Name: name, Pos: pos(en.key)}
 	valuesNode := en.val
 	if en.val.Kind == yaml.MappingNode {
-		m := p.mapping(en.val, "enum "+name, enumKeys, []string{"values"})
+		m := p.mapping(en.val, "enum "+name, enumKeys, []string{"values"}, en.key)
 		if d, ok := m["doc"]; ok {
 			e.Doc, _ = p.str(d, "doc")
 		}
@@ -379,7 +383,7 @@ func (p *parser) enum(en entry) {
 }
 
 func (p *parser) object(o *Object, en entry) {
-	m := p.mapping(en.val, "type "+o.Name, objectKeys, []string{"fields"})
+	m := p.mapping(en.val, "type "+o.Name, objectKeys, []string{"fields"}, en.key)
 	if d, ok := m["doc"]; ok {
 		o.Doc, _ = p.str(d, "doc")
 	}
@@ -398,7 +402,7 @@ func (p *parser) event(en entry) {
 	}
 	ev := &Event{Name: name, Pos: pos(en.key), Compatibility: p.file.Compatibility}
 	what := "event " + name
-	m := p.mapping(en.val, what, eventKeys, []string{"type", "aggregate", "versions"})
+	m := p.mapping(en.val, what, eventKeys, []string{"type", "aggregate", "versions"}, en.key)
 	if m == nil {
 		return
 	}
@@ -431,7 +435,7 @@ func (p *parser) event(en entry) {
 	}
 	if e, ok := m["versions"]; ok {
 		vs := p.entries(e.val, what+": versions")
-		if len(vs) == 0 && e.val.Kind == yaml.MappingNode || e.val.Tag == "!!null" {
+		if len(vs) == 0 && (e.val.Kind == yaml.MappingNode || e.val.Tag == "!!null") {
 			p.errorf(pos(e.val), "%s: at least one version is required", what)
 		}
 		for _, v := range vs {
@@ -457,7 +461,7 @@ func (p *parser) version(ev *Event, en entry) *Version {
 	}
 	v := &Version{Number: n, Pos: pos(en.key)}
 	what := fmt.Sprintf("%s v%d", ev.Name, n)
-	m := p.mapping(en.val, what, versionKeys, nil)
+	m := p.mapping(en.val, what, versionKeys, nil, en.key)
 	if m == nil {
 		return v
 	}
@@ -524,7 +528,7 @@ func (p *parser) field(en entry, what string) *Field {
 	if en.val.Kind == yaml.ScalarNode && en.val.Tag == "!!str" {
 		m = map[string]entry{"type": {key: en.key, val: en.val}} // shorthand: name: type
 	} else {
-		m = p.mapping(en.val, what, fieldKeys, []string{"type"})
+		m = p.mapping(en.val, what, fieldKeys, []string{"type"}, en.key)
 		if m == nil {
 			return nil
 		}

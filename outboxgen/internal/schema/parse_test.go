@@ -1,0 +1,166 @@
+package schema
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParse(t *testing.T) {
+	src := `outboxgen: 1
+package: orders
+compatibility: backward
+enums:
+  PaymentMethod: [card, wallet]
+types:
+  Money:
+    doc: An amount.
+    fields:
+      value: decimal
+      currency: {type: string, pattern: "^[A-Z]{3}$"}
+events:
+  OrderPaid:
+    type: orders.order_paid
+    aggregate: Order
+    compatibility: full
+    versions:
+      2:
+        breaking: true
+        fields:
+          amount: Money
+          method: {type: PaymentMethod, values: [card]}
+          lines: "list<map<string, Money>>"
+          note: {type: string, optional: true}
+          count: {type: int32, min: 1, max: 9, default: 3}
+        removed: [cents]
+      1:
+        fields:
+          cents: int64
+`
+	f, err := Parse("events.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Package != "orders" || f.Compatibility != ModeBackward {
+		t.Errorf("package, mode = %q, %q", f.Package, f.Compatibility)
+	}
+	ev := f.Events[0]
+	if ev.Compatibility != ModeFull || ev.Type != "orders.order_paid" || ev.Aggregate != "Order" {
+		t.Errorf("event = %+v", ev)
+	}
+	if got := []int{ev.Versions[0].Number, ev.Versions[1].Number}; !cmp.Equal(got, []int{1, 2}) {
+		t.Errorf("versions sorted = %v", got)
+	}
+	v2 := ev.Versions[1]
+	if !v2.Breaking || v2.Removed[0].Name != "cents" || v2.Removed[0].Pos != (Pos{Line: 26, Col: 19}) {
+		t.Errorf("v2 = %+v", v2)
+	}
+	var types []string
+	for _, fl := range v2.Fields {
+		types = append(types, fl.Type.String())
+	}
+	if diff := cmp.Diff([]string{"Money", "PaymentMethod", "list<map<string,Money>>", "string", "int32"}, types); diff != "" {
+		t.Errorf("field types (-want +got):\n%s", diff)
+	}
+	if got := v2.Field("method").EnumValues(); !cmp.Equal(got, []string{"card"}) {
+		t.Errorf("EnumValues = %v", got)
+	}
+	if d := v2.Field("count").Default; d == nil || d.Value != int64(3) {
+		t.Errorf("default = %+v", d)
+	}
+	if p := v2.Field("amount").Pos; p != (Pos{Line: 21, Col: 11}) {
+		t.Errorf("amount pos = %+v", p)
+	}
+}
+
+func TestParseErrorList(t *testing.T) {
+	_, err := Parse("x.yaml", []byte("outboxgen: 1\nevents:\n  A:\n    typo: 1\n"))
+	var list ErrorList
+	if !errors.As(err, &list) {
+		t.Fatalf("Parse error %T, want ErrorList", err)
+	}
+	want := []string{
+		`x.yaml:3:3: event A: missing required key "aggregate"`,
+		`x.yaml:3:3: event A: missing required key "type"`,
+		`x.yaml:3:3: event A: missing required key "versions"`,
+		`x.yaml:4:5: event A: unknown key "typo"; did you mean "type"? (known keys: type, aggregate, doc, deprecated, compatibility, versions)`,
+	}
+	if diff := cmp.Diff(want, strings.Split(err.Error(), "\n")); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
+	}
+}
+
+func TestNames(t *testing.T) {
+	for in, want := range map[string]string{"order_id": "OrderID", "url_path": "URLPath", "http_status_code": "HTTPStatusCode", "point-of-sale": "PointOfSale", "3d": "X3d", "sku": "SKU", "a1_b2": "A1B2"} {
+		if got := GoName(in); got != want {
+			t.Errorf("GoName(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{"order_id": "orderID", "type": "typeValue", "id": "id", "url_path": "urlPath", "time": "timeValue", "e": "eValue"} {
+		if got := LowerGoName(in); got != want {
+			t.Errorf("LowerGoName(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{"OrderPaid": "order_paid", "HTTPRequest": "http_request", "Order": "order", "OrderV2Paid": "order_v2_paid"} {
+		if got := SnakeName(in); got != want {
+			t.Errorf("SnakeName(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for _, tt := range []struct{ in, want string }{{"packge", "package"}, {"uid", "uuid"}, {"zzzzzz", ""}, {"Mony", "Money"}} {
+		if got := suggest(tt.in, []string{"package", "uuid", "Money", "events"}); got != tt.want {
+			t.Errorf("suggest(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestModes(t *testing.T) {
+	tests := []struct {
+		m                              Mode
+		backward, forward, transitive bool
+	}{
+		{ModeNone, false, false, false},
+		{ModeBackward, true, false, false},
+		{ModeBackwardTransitive, true, false, true},
+		{ModeForward, false, true, false},
+		{ModeForwardTransitive, false, true, true},
+		{ModeFull, true, true, false},
+		{ModeFullTransitive, true, true, true},
+	}
+	for _, tt := range tests {
+		if tt.m.Backward() != tt.backward || tt.m.Forward() != tt.forward || tt.m.Transitive() != tt.transitive {
+			t.Errorf("%s: backward %v forward %v transitive %v", tt.m, tt.m.Backward(), tt.m.Forward(), tt.m.Transitive())
+		}
+	}
+}
+
+// FuzzParse feeds arbitrary bytes to the parser: it must never panic, and
+// it either returns a file or a non-empty, sorted error list.
+func FuzzParse(f *testing.F) {
+	seeds, _ := filepath.Glob("../../testdata/*/events.yaml")
+	for _, s := range seeds {
+		data, err := os.ReadFile(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("outboxgen: 1\nevents: {A: {type: a, aggregate: A, versions: {1: {fields: {x: \"list<map<string,list<A>>>\"}}}}}"))
+	f.Add([]byte("&a [*a]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse("f.yaml", data)
+		if err == nil {
+			if file == nil || len(file.Events) == 0 {
+				t.Fatalf("Parse succeeded without events: %+v", file)
+			}
+			return
+		}
+		var list ErrorList
+		if !errors.As(err, &list) || len(list) == 0 {
+			t.Fatalf("Parse error %T %v, want a non-empty ErrorList", err, err)
+		}
+	})
+}
