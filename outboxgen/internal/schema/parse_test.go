@@ -119,7 +119,7 @@ func TestNames(t *testing.T) {
 
 func TestModes(t *testing.T) {
 	tests := []struct {
-		m                              Mode
+		m                             Mode
 		backward, forward, transitive bool
 	}{
 		{ModeNone, false, false, false},
