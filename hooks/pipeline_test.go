@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"sync"
@@ -571,3 +572,71 @@ func TestEndToEndOrderAndNoGhosts(t *testing.T) {
 }
 
 var errRollback = errors.New("deliberate rollback")
+
+// TestRelaySurvivesTerminatedConnections kills every database connection of
+// the relay (its LISTEN connection and its claim connection) while it runs:
+// it must reconnect, listen again, and publish what is committed afterwards
+// without waiting for its (hour-long) poll interval.
+func TestRelaySurvivesTerminatedConnections(t *testing.T) {
+	p := newPipeline(t, "postgres", 2)
+	appName := fmt.Sprintf("outbox_relay_%d", rand.Int64N(1<<40))
+	u, err := url.Parse(p.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", appName)
+	u.RawQuery = q.Encode()
+	relayDB, err := gorm.Open(postgres.Open(u.String()), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if s, err := relayDB.DB(); err == nil {
+			s.Close()
+		}
+	})
+	store, err := hooks.NewStore(relayDB, hooks.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.store = store
+	rp := &recordingPublisher{Publisher: p.publisher(t)}
+	p.runRelay(t, rp, relay.Config{PollInterval: time.Hour, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+
+	want := p.openAccounts(t, 5)
+	p.waitDrained(t)
+	for round := range 3 {
+		var killed int64
+		if err := p.db.Raw(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = ?`, appName).Scan(&killed).Error; err != nil {
+			t.Fatal(err)
+		}
+		if killed == 0 {
+			t.Fatalf("round %d: no relay connection to terminate", round)
+		}
+		// Wait until the relay listens again (a new connection appears),
+		// then commit more events: only NOTIFY can deliver them in time.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var listening int64
+			p.db.Raw(`SELECT count(*) FROM pg_stat_activity WHERE application_name = ? AND query LIKE 'LISTEN%'`, appName).Scan(&listening)
+			if listening > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the relay did not listen again within 30s", round)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the database
+		}
+		want = append(want, p.openAccounts(t, 5)...)
+		p.waitDrained(t)
+	}
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	got := setOf(rp.ids)
+	for _, id := range want {
+		if got[id] == 0 {
+			t.Errorf("event %s never published", id)
+		}
+	}
+}
