@@ -332,3 +332,23 @@ func TestGeneratedCodeCompiles(t *testing.T) {
 		}
 	}
 }
+
+// TestRepoSchemasUpToDate runs outboxgen -check on every schema of the
+// repository outside testdata, so go test fails when someone edits a
+// schema or a generated file without regenerating (the CI freshness
+// check).
+func TestRepoSchemasUpToDate(t *testing.T) {
+	t.Parallel()
+	schemas, err := filepath.Glob("../examples/*/events.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(schemas) == 0 {
+		t.Fatal("no schemas under examples/")
+	}
+	for _, p := range schemas {
+		if code, _, stderr := runT(t, map[string]string{"GOPACKAGE": "main"}, "-check", p); code != 0 {
+			t.Errorf("outboxgen -check %s: exit %d (run go generate ./...):\n%s", p, code, stderr)
+		}
+	}
+}

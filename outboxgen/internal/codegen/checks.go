@@ -129,13 +129,15 @@ func (b *builder) valueChecks(x, path string, f *schema.Field, t *schema.Type, r
 			out = append(out, fmt.Sprintf("for %s, %s := range %s {\n%s\n}", i, el, x, strings.Join(inner, "\n")))
 		}
 	case schema.Map:
-		k, el := fmt.Sprintf("k%d", depth), fmt.Sprintf("x%d", depth)
+		// Map order is random: check every entry and report the error of
+		// the smallest key, so the result is deterministic without
+		// sorting (which would allocate on every Validate).
+		k, el, fe, fk := fmt.Sprintf("k%d", depth), fmt.Sprintf("x%d", depth), fmt.Sprintf("err%d", depth), fmt.Sprintf("errKey%d", depth)
 		inner := b.valueChecks(el, fmt.Sprintf(`fmt.Sprintf("%%s[%%q]", %s, %s)`, path, k), f, t.Elem, false, depth+1)
 		if len(inner) > 0 {
 			b.use("fmt")
-			b.use("maps")
-			b.use("slices")
-			out = append(out, fmt.Sprintf("for _, %s := range slices.Sorted(maps.Keys(%s)) {\n%s := %s[%s]\n%s\n}", k, x, el, x, k, strings.Join(inner, "\n")))
+			out = append(out, fmt.Sprintf("{\nvar %s error\nvar %s string\nfor %s, %s := range %s {\nerr := func() error {\n%s\nreturn nil\n}()\nif err != nil && (%s == nil || %s < %s) {\n%s, %s = err, %s\n}\n}\nif %s != nil {\nreturn %s\n}\n}",
+				fe, fk, k, el, x, strings.Join(inner, "\n"), fe, k, fk, fe, fk, k, fe, fe))
 		}
 	}
 	return out

@@ -6,8 +6,6 @@ package orders
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -178,10 +176,22 @@ func (e OrderPaidV2) Validate() error {
 			return &runtime.FieldError{Field: "provider_ref", Problem: "must be at most 64 characters long"}
 		}
 	}
-	for _, k1 := range slices.Sorted(maps.Keys(e.Lines)) {
-		x1 := e.Lines[k1]
-		if err := x1.validate(fmt.Sprintf("%s[%q]", "lines", k1)); err != nil {
-			return err
+	{
+		var err1 error
+		var errKey1 string
+		for k1, x1 := range e.Lines {
+			err := func() error {
+				if err := x1.validate(fmt.Sprintf("%s[%q]", "lines", k1)); err != nil {
+					return err
+				}
+				return nil
+			}()
+			if err != nil && (err1 == nil || k1 < errKey1) {
+				err1, errKey1 = err, k1
+			}
+		}
+		if err1 != nil {
+			return err1
 		}
 	}
 	return nil
@@ -277,10 +287,22 @@ func (e OrderPaidV3) Validate() error {
 			return &runtime.FieldError{Field: "provider_ref", Problem: "must be at most 64 characters long"}
 		}
 	}
-	for _, k1 := range slices.Sorted(maps.Keys(e.Lines)) {
-		x1 := e.Lines[k1]
-		if err := x1.validate(fmt.Sprintf("%s[%q]", "lines", k1)); err != nil {
-			return err
+	{
+		var err1 error
+		var errKey1 string
+		for k1, x1 := range e.Lines {
+			err := func() error {
+				if err := x1.validate(fmt.Sprintf("%s[%q]", "lines", k1)); err != nil {
+					return err
+				}
+				return nil
+			}()
+			if err != nil && (err1 == nil || k1 < errKey1) {
+				err1, errKey1 = err, k1
+			}
+		}
+		if err1 != nil {
+			return err1
 		}
 	}
 	return nil
