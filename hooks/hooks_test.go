@@ -584,3 +584,25 @@ func TestConfigValidation(t *testing.T) {
 		t.Errorf("New(schema-qualified) = %v", err)
 	}
 }
+
+func TestPrepareStmtSessions(t *testing.T) {
+	cfg := func() *gorm.Config { return &gorm.Config{PrepareStmt: true} }
+	eachDB(t, cfg, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		o := &Order{}
+		o.Place(1)
+		if err := db.Create(o).Error; err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		err := db.Transaction(func(tx *gorm.DB) error {
+			o.Pay("card")
+			return tx.Save(o).Error
+		})
+		if err != nil {
+			t.Fatalf("Transaction: %v", err)
+		}
+		want := []summary{{"orders.order_placed", "order/1"}, {"orders.order_paid", "order/1"}}
+		if diff := cmp.Diff(want, summarize(rows(t, db))); diff != "" {
+			t.Errorf("rows (-want +got):\n%s", diff)
+		}
+	})
+}

@@ -305,7 +305,7 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 		}
 	}
 	conn := db.Statement.ConnPool
-	inserted, err := p.insert(ctx, conn, rows)
+	inserted, err := p.insert(ctx, p.dialect, conn, rows)
 	if err != nil {
 		_ = db.AddError(&WriteError{Err: err})
 		return
@@ -437,7 +437,8 @@ func (p *Plugin) schemaOf(db *gorm.DB, v reflect.Value) (*schema.Schema, error) 
 // process-level event) to the outbox through tx, so they commit or roll back
 // with tx's transaction. Pass the *gorm.DB of db.Transaction or db.Begin; a
 // plain *gorm.DB writes them in one statement of their own. Each event gets
-// a new event id, which Enqueue returns in order.
+// a new event id, which Enqueue returns in order. The plugin need not be
+// registered with tx's database for Enqueue to work.
 func (p *Plugin) Enqueue(tx *gorm.DB, aggregateType, aggregateID string, events ...runtime.Event) ([]uuid.UUID, error) {
 	ctx := tx.Statement.Context
 	if ctx == nil {
@@ -455,11 +456,15 @@ func (p *Plugin) Enqueue(tx *gorm.DB, aggregateType, aggregateID string, events 
 		rows = append(rows, pendingRow{env: env, topic: p.topic(env)})
 		ids = append(ids, env.EventID)
 	}
+	d, err := dialectOf(tx.Dialector.Name())
+	if err != nil {
+		return nil, err
+	}
 	conn := tx.Statement.ConnPool
 	if conn == nil {
 		conn = tx.ConnPool
 	}
-	if _, err := p.insert(ctx, conn, rows); err != nil {
+	if _, err := p.insert(ctx, d, conn, rows); err != nil {
 		return nil, &WriteError{AggregateType: aggregateType, AggregateID: aggregateID, Err: err}
 	}
 	return ids, nil

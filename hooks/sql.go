@@ -51,7 +51,7 @@ const maxRowsPerInsert = 1000
 // insert writes rows through conn with one multi-row INSERT per chunk,
 // skipping event ids that already have a row, and reports which ids it
 // inserted.
-func (p *Plugin) insert(ctx context.Context, conn gorm.ConnPool, rows []pendingRow) (map[uuid.UUID]bool, error) {
+func (p *Plugin) insert(ctx context.Context, d dialect, conn gorm.ConnPool, rows []pendingRow) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
 		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
@@ -69,7 +69,7 @@ func (p *Plugin) insert(ctx context.Context, conn gorm.ConnPool, rows []pendingR
 				if j > 1 {
 					b.WriteString(", ")
 				}
-				b.WriteString(p.dialect.ph(len(args) + j))
+				b.WriteString(d.ph(len(args) + j))
 			}
 			b.WriteByte(')')
 			var headers any

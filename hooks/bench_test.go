@@ -1,0 +1,100 @@
+package hooks_test
+
+import (
+	"context"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/hooks/hookstest"
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// BenchmarkCreate measures what the plugin adds to a GORM Create on
+// PostgreSQL: the same Create of one order, without events and without the
+// plugin ("plain"), and with one recorded event written to the outbox in the
+// same transaction ("outbox").
+//
+//	go test -run '^$' -bench Create -benchmem ./hooks/
+func BenchmarkCreate(b *testing.B) {
+	for _, withPlugin := range []bool{false, true} {
+		name := "plain"
+		if withPlugin {
+			name = "outbox"
+		}
+		b.Run(name, func(b *testing.B) {
+			db := hookstest.Postgres(b, nil)
+			if err := hooks.Migrate(context.Background(), db, ""); err != nil {
+				b.Fatal(err)
+			}
+			if err := db.AutoMigrate(&Order{}); err != nil {
+				b.Fatal(err)
+			}
+			if withPlugin {
+				p, err := hooks.New(hooks.Config{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := db.Use(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				o := &Order{Status: "placed"}
+				if withPlugin {
+					o.Record(OrderPlaced{EventVersion: 1, OccurredAt: now(), Amount: 9.5})
+				}
+				if err := db.Create(o).Error; err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkClaim measures a store claim of 1,000 rows on PostgreSQL with a
+// publish function that accepts everything: the relay's database cost per
+// batch.
+//
+//	go test -run '^$' -bench Claim -benchmem ./hooks/
+func BenchmarkClaim(b *testing.B) {
+	db := hookstest.Postgres(b, nil)
+	if err := hooks.Migrate(context.Background(), db, ""); err != nil {
+		b.Fatal(err)
+	}
+	p, err := hooks.New(hooks.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	fill := func() {
+		err := db.Transaction(func(tx *gorm.DB) error {
+			for i := range 1000 {
+				if _, err := p.Enqueue(tx, "order", string(rune('a'+i%26)), OrderPlaced{EventVersion: 1, OccurredAt: now(), Amount: float64(i)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	publishAll := func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) { return ids(msgs), nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		fill()
+		b.StartTimer()
+		if n, err := store.Claim(context.Background(), 1000, publishAll); err != nil || n != 1000 {
+			b.Fatalf("Claim = %d, %v", n, err)
+		}
+	}
+}
