@@ -143,3 +143,10 @@ func TestIsDecimal(t *testing.T) {
 		}
 	}
 }
+
+func ExampleMissingKeys() {
+	missing, err := MissingKeys([]byte(`{"event_version":1,"order_id":"x","nested":{"occurred_at":1}}`),
+		"event_version", "occurred_at", "order_id")
+	fmt.Println(missing, err)
+	// Output: [occurred_at] <nil>
+}
