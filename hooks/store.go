@@ -154,10 +154,25 @@ func (s *Store) Claim(ctx context.Context, limit int, publish func(ctx context.C
 			return 0, err
 		}
 	}
+	return s.publishAndMark(ctx, func() (*sql.Tx, error) { return tx, nil }, msgs, publish)
+}
+
+// publishAndMark publishes a claimed batch, then marks it in the
+// transaction that markTx returns and commits that transaction. It returns
+// the batch size and publish's error, or the error that kept the marks from
+// committing (then nothing is marked). A context cancelled while publishing
+// marks nothing.
+func (s *Store) publishAndMark(ctx context.Context, markTx func() (*sql.Tx, error), msgs []runtime.OutboxMessage,
+	publish func(ctx context.Context, msgs []runtime.OutboxMessage) ([]int64, error)) (int, error) {
 	published, perr := publish(ctx, msgs)
 	if err := ctx.Err(); err != nil {
 		return len(msgs), fmt.Errorf("hooks: claim: %w", err)
 	}
+	tx, err := markTx()
+	if err != nil {
+		return len(msgs), fmt.Errorf("hooks: claim: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }() // no-op after Commit
 	if err := s.mark(ctx, tx, msgs, published, perr); err != nil {
 		return len(msgs), err
 	}
@@ -263,25 +278,7 @@ func (s *Store) claimSQLite(ctx context.Context, limit int, publish func(ctx con
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	published, perr := publish(ctx, msgs)
-	if err := ctx.Err(); err != nil {
-		return len(msgs), fmt.Errorf("hooks: claim: %w", err)
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return len(msgs), fmt.Errorf("hooks: claim: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if err := s.mark(ctx, tx, msgs, published, perr); err != nil {
-		return len(msgs), err
-	}
-	if err := tx.Commit(); err != nil {
-		return len(msgs), fmt.Errorf("hooks: claim: commit marks: %w", err)
-	}
-	if perr != nil {
-		return len(msgs), fmt.Errorf("hooks: claim: publish: %w", perr)
-	}
-	return len(msgs), nil
+	return s.publishAndMark(ctx, func() (*sql.Tx, error) { return s.db.BeginTx(ctx, nil) }, msgs, publish)
 }
 
 type aggKey struct{ typ, id string }
