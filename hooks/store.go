@@ -72,40 +72,6 @@ func NewStore(db *gorm.DB, cfg StoreConfig) (*Store, error) {
 	return &Store{db: sqlDB, dialect: d, table: cfg.Table}, nil
 }
 
-// begin starts a claim's transaction on the store's pinned connection when
-// no other claim of this process uses it, and on a pool connection otherwise.
-// A relay claims in a loop; reusing one connection keeps it from paying for
-// a new PostgreSQL backend whenever the pool (database/sql keeps only 2 idle
-// connections by default) has just closed one.
-func (s *Store) begin(ctx context.Context) (*sql.Tx, func(), error) {
-	if s.pinMu.TryLock() {
-		for attempt := 0; ; attempt++ {
-			if s.pinned == nil {
-				c, err := s.db.Conn(ctx)
-				if err != nil {
-					s.pinMu.Unlock()
-					return nil, nil, err
-				}
-				s.pinned = c
-			}
-			tx, err := s.pinned.BeginTx(ctx, nil)
-			if err == nil {
-				return tx, s.pinMu.Unlock, nil
-			}
-			// The connection is broken (a cancelled transaction discards
-			// it, as does a lost server): drop it and pin a new one once.
-			_ = s.pinned.Close()
-			s.pinned = nil
-			if attempt == 1 || ctx.Err() != nil {
-				s.pinMu.Unlock()
-				return nil, nil, err
-			}
-		}
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	return tx, func() {}, err
-}
-
 // Close releases the connection the store keeps for claims. The store stays
 // usable; a later claim takes a connection again. It does not close db.
 func (s *Store) Close() error {
@@ -131,21 +97,21 @@ func (s *Store) Claim(ctx context.Context, limit int, publish func(ctx context.C
 	if s.dialect.name == "sqlite" {
 		return s.claimSQLite(ctx, limit, publish)
 	}
-	tx, release, err := s.begin(ctx)
+	if s.pinMu.TryLock() {
+		n, err := s.claimPinned(ctx, limit, publish)
+		s.pinMu.Unlock()
+		if !errors.Is(err, errNotPgx) {
+			return n, err
+		}
+	}
+	// Another claim of this process holds the pinned connection (or the
+	// driver is not pgx): claim through database/sql on a pool connection.
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("hooks: claim: begin: %w", err)
 	}
-	defer release()
 	defer func() { _ = tx.Rollback() }() // no-op after Commit
-	// One statement claims the batch, counts the pending rows up to the
-	// last claimed id (more than claimed means SKIP LOCKED passed over rows
-	// another relay holds), and turns synchronous_commit off for this
-	// transaction: a mark lost in a crash only republishes the batch
-	// (at-least-once), so the marking commit need not wait for the WAL flush.
-	msgs, pendingUpTo, err := s.scanClaim(ctx, tx, `WITH c AS (SELECT `+selectColumns+` FROM `+s.table+
-		` WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
-		SELECT c.*, (SELECT count(*) FROM `+s.table+` o WHERE o.published_at IS NULL AND o.id <= (SELECT max(id) FROM c))
-		FROM c CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS sc ORDER BY c.id`, limit)
+	msgs, pendingUpTo, err := s.scanClaim(ctx, tx, s.claimSQL(), limit)
 	if err != nil || len(msgs) == 0 {
 		return 0, err
 	}
@@ -192,45 +158,68 @@ func (s *Store) publishAndMark(ctx context.Context, markTx func() (*sql.Tx, erro
 // ends and are claimed again later, after the earlier ones were published.
 // It runs only when the claim skipped rows, that is, while relays contend.
 func (s *Store) dropBlocked(ctx context.Context, tx *sql.Tx, msgs []runtime.OutboxMessage) ([]runtime.OutboxMessage, error) {
-	first := make(map[aggKey]int64, len(msgs))
-	var types, ids []string
-	for _, m := range msgs {
-		a := aggKey{m.AggregateType, m.AggregateID}
-		if _, ok := first[a]; !ok {
-			first[a] = m.ID
-			types = append(types, a.typ)
-			ids = append(ids, a.id)
-		}
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT o.aggregate_type, o.aggregate_id, min(o.id) FROM `+s.table+` o
-		JOIN unnest($1::text[], $2::text[]) AS c(aggregate_type, aggregate_id)
-		ON o.aggregate_type = c.aggregate_type AND o.aggregate_id = c.aggregate_id
-		WHERE o.published_at IS NULL GROUP BY o.aggregate_type, o.aggregate_id`, types, ids)
+	types, ids := claimedAggregates(msgs)
+	rows, err := tx.QueryContext(ctx, s.firstPendingSQL(), types, ids)
 	if err != nil {
 		return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
 	}
 	defer rows.Close()
-	blocked := map[aggKey]bool{}
+	firsts := map[aggKey]int64{}
 	for rows.Next() {
 		var a aggKey
-		var minID int64
-		if err := rows.Scan(&a.typ, &a.id, &minID); err != nil {
+		var first int64
+		if err := rows.Scan(&a.typ, &a.id, &first); err != nil {
 			return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
 		}
-		if minID < first[a] {
-			blocked[a] = true
-		}
+		firsts[a] = first
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
 	}
+	return keepUnblocked(msgs, firsts), nil
+}
+
+// firstPendingSQL finds the first pending id of each aggregate given as two
+// arrays (types, ids).
+func (s *Store) firstPendingSQL() string {
+	return `SELECT o.aggregate_type, o.aggregate_id, min(o.id) FROM ` + s.table + ` o
+		JOIN unnest($1::text[], $2::text[]) AS c(aggregate_type, aggregate_id)
+		ON o.aggregate_type = c.aggregate_type AND o.aggregate_id = c.aggregate_id
+		WHERE o.published_at IS NULL GROUP BY o.aggregate_type, o.aggregate_id`
+}
+
+// claimedAggregates lists the distinct aggregates of msgs as two arrays.
+func claimedAggregates(msgs []runtime.OutboxMessage) (types, ids []string) {
+	seen := make(map[aggKey]bool, len(msgs))
+	for _, m := range msgs {
+		a := aggKey{m.AggregateType, m.AggregateID}
+		if !seen[a] {
+			seen[a] = true
+			types = append(types, a.typ)
+			ids = append(ids, a.id)
+		}
+	}
+	return types, ids
+}
+
+// keepUnblocked drops the messages of every aggregate whose first pending
+// message (firsts) comes before its first claimed one.
+func keepUnblocked(msgs []runtime.OutboxMessage, firsts map[aggKey]int64) []runtime.OutboxMessage {
+	firstClaimed := make(map[aggKey]int64, len(firsts))
+	for _, m := range msgs {
+		a := aggKey{m.AggregateType, m.AggregateID}
+		if _, ok := firstClaimed[a]; !ok {
+			firstClaimed[a] = m.ID
+		}
+	}
 	kept := msgs[:0]
 	for _, m := range msgs {
-		if !blocked[aggKey{m.AggregateType, m.AggregateID}] {
+		a := aggKey{m.AggregateType, m.AggregateID}
+		if first, ok := firsts[a]; !ok || first >= firstClaimed[a] {
 			kept = append(kept, m)
 		}
 	}
-	return kept, nil
+	return kept
 }
 
 func (s *Store) claimSQLite(ctx context.Context, limit int, publish func(ctx context.Context, msgs []runtime.OutboxMessage) ([]int64, error)) (int, error) {
@@ -332,10 +321,8 @@ func (s *Store) scanRows(ctx context.Context, q querier, query string, limit int
 		if m.EventID, err = uuid.Parse(id); err != nil {
 			return nil, nil, fmt.Errorf("hooks: claim: row %d: event id %q: %w", m.ID, id, err)
 		}
-		if len(headers) > 0 && string(headers) != "null" {
-			if err := json.Unmarshal(headers, &m.Headers); err != nil {
-				return nil, nil, fmt.Errorf("hooks: claim: row %d: headers: %w", m.ID, err)
-			}
+		if err := decodeHeaders(headers, &m); err != nil {
+			return nil, nil, err
 		}
 		m.Payload = payload
 		m.OccurredAt = occurred.UTC()
@@ -353,11 +340,24 @@ func (s *Store) scanRows(ctx context.Context, q querier, query string, limit int
 
 // mark marks published ids and records a failed attempt on the rest.
 func (s *Store) mark(ctx context.Context, tx *sql.Tx, msgs []runtime.OutboxMessage, published []int64, perr error) error {
+	done, failed := splitPublished(msgs, published)
+	now := time.Now().UTC()
+	if err := s.updateIDs(ctx, tx, "published_at = "+s.dialect.ph(1), []any{now}, done); err != nil {
+		return fmt.Errorf("hooks: claim: mark published: %w", err)
+	}
+	if err := s.updateIDs(ctx, tx, "attempts = attempts + 1, last_error = "+s.dialect.ph(1), []any{failureText(perr)}, failed); err != nil {
+		return fmt.Errorf("hooks: claim: record failed attempt: %w", err)
+	}
+	return nil
+}
+
+// splitPublished splits the claimed ids into the published ones and the
+// rest, in claim order.
+func splitPublished(msgs []runtime.OutboxMessage, published []int64) (done, failed []int64) {
 	ok := make(map[int64]bool, len(published))
 	for _, id := range published {
 		ok[id] = true
 	}
-	var done, failed []int64
 	for _, m := range msgs {
 		if ok[m.ID] {
 			done = append(done, m.ID)
@@ -365,18 +365,24 @@ func (s *Store) mark(ctx context.Context, tx *sql.Tx, msgs []runtime.OutboxMessa
 			failed = append(failed, m.ID)
 		}
 	}
-	now := time.Now().UTC()
-	if err := s.updateIDs(ctx, tx, "published_at = "+s.dialect.ph(1), []any{now}, done); err != nil {
-		return fmt.Errorf("hooks: claim: mark published: %w", err)
+	return done, failed
+}
+
+// failureText is the last_error recorded on messages that were not published.
+func failureText(perr error) string {
+	if perr == nil {
+		return "not published"
 	}
-	if len(failed) > 0 {
-		msg := "not published"
-		if perr != nil {
-			msg = perr.Error()
-		}
-		if err := s.updateIDs(ctx, tx, "attempts = attempts + 1, last_error = "+s.dialect.ph(1), []any{msg}, failed); err != nil {
-			return fmt.Errorf("hooks: claim: record failed attempt: %w", err)
-		}
+	return perr.Error()
+}
+
+// decodeHeaders sets m.Headers from a headers column value.
+func decodeHeaders(headers []byte, m *runtime.OutboxMessage) error {
+	if len(headers) == 0 || string(headers) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(headers, &m.Headers); err != nil {
+		return fmt.Errorf("hooks: claim: row %d: headers: %w", m.ID, err)
 	}
 	return nil
 }
