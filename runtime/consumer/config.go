@@ -1,0 +1,265 @@
+package consumer
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// Default values of the [Config] fields. A zero field means its default.
+const (
+	DefaultTable          = "outbox_inbox"
+	DefaultMaxRetries     = 3
+	DefaultMinBackoff     = 100 * time.Millisecond
+	DefaultMaxBackoff     = 5 * time.Second
+	DefaultNackDelay      = time.Second
+	DefaultInboxRetention = 7 * 24 * time.Hour
+	DefaultPruneBatchSize = 1000
+)
+
+// Action is what a consumer does with a message it has no way to apply: an
+// unknown event type or an unknown event version.
+type Action int
+
+const (
+	// ActionDefault means the field's documented default.
+	ActionDefault Action = iota
+	// ActionNack leaves the message unacked: it is nacked after
+	// [Config.NackDelay] and delivered again, so it is neither lost nor
+	// applied until a deployment that knows it runs. It blocks the messages
+	// behind it on the same partition.
+	ActionNack
+	// ActionSkip acks the message without applying it.
+	ActionSkip
+	// ActionDeadLetter publishes the message to [Config.DeadLetterTopic]
+	// with the reason, then acks it. It needs [Config.DeadLetterPublisher].
+	ActionDeadLetter
+)
+
+// String returns "default", "nack", "skip" or "dead_letter".
+func (a Action) String() string {
+	switch a {
+	case ActionDefault:
+		return "default"
+	case ActionNack:
+		return "nack"
+	case ActionSkip:
+		return "skip"
+	case ActionDeadLetter:
+		return "dead_letter"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// Config configures a [Consumer]. Name is required; every other field's zero
+// value means its documented default. Negative durations and counts other
+// than MaxRetries are rejected by [Config.Validate].
+type Config struct {
+	// Name identifies the consumer in the inbox: each (Name, event id) is
+	// applied once. Two consumers of the same events with different effects
+	// need different names; instances of one service share one. It is also
+	// the value of [MetadataDeadLetterConsumer]. Required.
+	Name string
+
+	// DB is the database of the inbox and of the handlers' transactions.
+	// It is required by [Handle]; a consumer with only
+	// [HandleWithoutInbox] handlers may leave it nil. PostgreSQL and
+	// SQLite are supported; create the table with [Migrate] or [DDL].
+	// Default: nil.
+	DB *gorm.DB
+
+	// Table is the inbox table, optionally schema-qualified. It must be a
+	// plain SQL identifier.
+	// Default: "outbox_inbox" ([DefaultTable]).
+	Table string
+
+	// MaxRetries is how many times a failing handler (or inbox
+	// transaction) is run again within one delivery, with exponential
+	// backoff between runs, before the consumer gives up on the delivery:
+	// it dead-letters the message (handler errors, when a dead-letter
+	// publisher is configured) or nacks it. A negative value means no
+	// retry.
+	// Default: 3 ([DefaultMaxRetries]).
+	MaxRetries int
+
+	// MinBackoff and MaxBackoff bound the wait between retries: the n-th
+	// retry waits a random duration between half and all of
+	// min(MinBackoff * 2^(n-1), MaxBackoff). The wait ends early, failing
+	// the delivery, when the message's context is cancelled.
+	// Default: MinBackoff 100ms ([DefaultMinBackoff]) but at most
+	// MaxBackoff; MaxBackoff 5s ([DefaultMaxBackoff]) but at least
+	// MinBackoff.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+
+	// NackDelay is how long the consumer holds a message it is about to
+	// nack (outcomes nacked and failed) before it returns, so that a
+	// subscriber that redelivers a nacked message at once does not spin.
+	// The wait ends early when the message's context is cancelled.
+	// Default: 1s ([DefaultNackDelay]).
+	NackDelay time.Duration
+
+	// UnknownType is what happens to a message whose event type the
+	// registry does not know: [ActionSkip] (ack; reported as
+	// [OutcomeSkipped]), [ActionDeadLetter] or [ActionNack].
+	// Default: ActionSkip.
+	UnknownType Action
+
+	// UnknownVersion is what happens to a message whose version of a known
+	// type the registry does not know, typically a version written by a
+	// newer deployment of the producer: [ActionNack] (retry later; reported
+	// as [OutcomeNacked]) or [ActionDeadLetter]. ActionSkip is rejected:
+	// it would lose the event.
+	// Default: ActionNack.
+	UnknownVersion Action
+
+	// DeadLetterPublisher publishes the messages the consumer gives up on
+	// to DeadLetterTopic: handler errors after the retries, undecodable
+	// and malformed messages, and unknown types or versions whose policy
+	// is [ActionDeadLetter]. Without it those messages are nacked and
+	// retried forever, which loses nothing but stalls their partition.
+	// Default: nil.
+	DeadLetterPublisher message.Publisher
+
+	// DeadLetterTopic is the topic of dead-lettered messages.
+	// Default: Name + ".dlq".
+	DeadLetterTopic string
+
+	// InboxRetention is how long inbox entries are kept: [Consumer.PruneInbox]
+	// deletes older ones. A redelivery of an event whose entry is gone is
+	// applied again, so keep it longer than any redelivery horizon: the
+	// topic's retention (an offset reset replays everything retained), and
+	// how far back the outbox could be republished.
+	// Default: 7 days ([DefaultInboxRetention], Kafka's default retention).
+	InboxRetention time.Duration
+
+	// PruneBatchSize is the most entries one DELETE of
+	// [Consumer.PruneInbox] removes, so pruning never holds long locks.
+	// Default: 1000 ([DefaultPruneBatchSize]).
+	PruneBatchSize int
+
+	// Clock stamps inbox entries (processed_at) and computes the pruning
+	// cutoff.
+	// Default: [runtime.SystemClock].
+	Clock runtime.Clock
+
+	// Logger receives the consumer's logs: Warn for what it handles
+	// itself (a retry, a dead-lettered, skipped or nacked message), Debug
+	// per message. Errors it returns (and the router logs) are not logged
+	// again.
+	// Default: nil, which discards everything.
+	Logger *slog.Logger
+
+	// OnOutcome, when set, is called once per delivery with its [Result],
+	// from the goroutine that handled the message, before the handler
+	// function returns (so before the ack). Use it for metrics; it must not
+	// block.
+	// Default: nil.
+	OnOutcome func(Result)
+}
+
+func (c *Config) setDefaults() {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = DefaultMaxRetries
+	} else if c.MaxRetries < 0 {
+		c.MaxRetries = 0
+	}
+	if c.MinBackoff == 0 {
+		c.MinBackoff = DefaultMinBackoff
+		if c.MaxBackoff > 0 {
+			c.MinBackoff = min(c.MinBackoff, c.MaxBackoff)
+		}
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = max(DefaultMaxBackoff, c.MinBackoff)
+	}
+	if c.NackDelay == 0 {
+		c.NackDelay = DefaultNackDelay
+	}
+	if c.UnknownType == ActionDefault {
+		c.UnknownType = ActionSkip
+	}
+	if c.UnknownVersion == ActionDefault {
+		c.UnknownVersion = ActionNack
+	}
+	if c.DeadLetterTopic == "" {
+		c.DeadLetterTopic = c.Name + ".dlq"
+	}
+	if c.InboxRetention == 0 {
+		c.InboxRetention = DefaultInboxRetention
+	}
+	if c.PruneBatchSize == 0 {
+		c.PruneBatchSize = DefaultPruneBatchSize
+	}
+	if c.Clock == nil {
+		c.Clock = runtime.SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports whether c is usable. Zero fields other than Name are
+// valid, since they mean their defaults. The error wraps [ErrInvalidConfig]
+// (or [ErrInvalidTable]) and names the field.
+func (c Config) Validate() error {
+	if c.Name == "" {
+		return fmt.Errorf("%w: Name is required", ErrInvalidConfig)
+	}
+	if c.Table != "" {
+		if err := validTable(c.Table); err != nil {
+			return err
+		}
+	}
+	for _, f := range []struct {
+		name  string
+		value int64
+	}{
+		{"MinBackoff", int64(c.MinBackoff)},
+		{"MaxBackoff", int64(c.MaxBackoff)},
+		{"NackDelay", int64(c.NackDelay)},
+		{"InboxRetention", int64(c.InboxRetention)},
+		{"PruneBatchSize", int64(c.PruneBatchSize)},
+	} {
+		if f.value < 0 {
+			return fmt.Errorf("%w: %s is negative", ErrInvalidConfig, f.name)
+		}
+	}
+	if c.MinBackoff > 0 && c.MaxBackoff > 0 && c.MinBackoff > c.MaxBackoff {
+		return fmt.Errorf("%w: MinBackoff %v is greater than MaxBackoff %v", ErrInvalidConfig, c.MinBackoff, c.MaxBackoff)
+	}
+	switch c.UnknownType {
+	case ActionDefault, ActionNack, ActionSkip, ActionDeadLetter:
+	default:
+		return fmt.Errorf("%w: UnknownType is %v", ErrInvalidConfig, c.UnknownType)
+	}
+	switch c.UnknownVersion {
+	case ActionDefault, ActionNack, ActionDeadLetter:
+	case ActionSkip:
+		return fmt.Errorf("%w: UnknownVersion cannot be ActionSkip (it would lose events; use ActionNack or ActionDeadLetter)", ErrInvalidConfig)
+	default:
+		return fmt.Errorf("%w: UnknownVersion is %v", ErrInvalidConfig, c.UnknownVersion)
+	}
+	if c.DeadLetterPublisher == nil {
+		if c.UnknownType == ActionDeadLetter {
+			return fmt.Errorf("%w: UnknownType is ActionDeadLetter but DeadLetterPublisher is nil", ErrInvalidConfig)
+		}
+		if c.UnknownVersion == ActionDeadLetter {
+			return fmt.Errorf("%w: UnknownVersion is ActionDeadLetter but DeadLetterPublisher is nil", ErrInvalidConfig)
+		}
+	}
+	if c.DB != nil && c.DB.Dialector != nil {
+		if _, err := dialectOf(c.DB.Dialector.Name()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,477 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// Consumer applies the events of a topic through typed handlers: it decodes
+// each message with a [runtime.Registry] (any registered version, upcast to
+// the latest), runs the event type's handler, and with the inbox does so
+// exactly once per event id. Register handlers with [Handle] and
+// [HandleWithoutInbox], then consume with [Consumer.HandlerFunc].
+//
+// A Consumer is safe for concurrent use: several subscriptions (partitions,
+// router handlers) may share one. Register every handler before the first
+// message arrives.
+type Consumer struct {
+	reg *runtime.Registry
+	cfg Config
+	db  *gorm.DB
+	sql inboxSQL
+	log *slog.Logger
+
+	mu     sync.RWMutex
+	routes map[string]*route // by event type
+}
+
+// route is the handler of one event type.
+type route struct {
+	inbox bool
+	// call runs the handler; tx is nil for handlers without the inbox.
+	call func(ctx context.Context, tx *gorm.DB, evt runtime.Event, m Meta) error
+}
+
+// New returns a consumer that decodes with reg, configured by cfg. It
+// returns an error wrapping [ErrInvalidConfig] (or [ErrInvalidTable],
+// [ErrUnsupportedDialect]) for an invalid cfg. It does not touch the
+// database; create the inbox table with [Migrate].
+func New(reg *runtime.Registry, cfg Config) (*Consumer, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: nil registry", ErrInvalidConfig)
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Consumer{
+		reg:    reg,
+		cfg:    cfg,
+		db:     cfg.DB,
+		sql:    newInboxSQL(cfg.Table),
+		log:    cfg.Logger.With(slog.String("consumer", cfg.Name)),
+		routes: make(map[string]*route),
+	}
+	return c, nil
+}
+
+// Name returns the consumer's [Config.Name].
+func (c *Consumer) Name() string { return c.cfg.Name }
+
+// Handle registers fn as the handler of event type E, which must be the
+// latest registered version of its event: the consumer decodes every
+// version it knows and upcasts it to E before calling fn.
+//
+// fn runs inside a transaction of [Config.DB] whose first statement inserts
+// (consumer name, event id) into the inbox; fn must make its database
+// writes through tx, and neither commit nor roll it back. When fn returns
+// nil the transaction commits, its writes and the inbox marker together,
+// and the message is acked. When the marker already exists (a redelivery,
+// or a concurrent duplicate that committed first) fn does not run, nothing
+// commits, and the message is acked. When fn returns an error or panics,
+// the transaction rolls back and fn is retried (see [Config.MaxRetries]).
+// fn may run more than once for one event, but only one run commits.
+//
+// Handle returns an error wrapping [ErrInvalidHandler] when the consumer has
+// no DB, E is not the latest registered version of its type, or the type
+// already has a handler.
+func Handle[E runtime.Event](c *Consumer, fn func(ctx context.Context, tx *gorm.DB, e E, m Meta) error) error {
+	if c.db == nil {
+		var zero E
+		return fmt.Errorf("%w: %T: the inbox needs Config.DB (use HandleWithoutInbox for handlers without a database)", ErrInvalidHandler, zero)
+	}
+	return register(c, true, func(ctx context.Context, tx *gorm.DB, e E, m Meta) error { return fn(ctx, tx, e, m) })
+}
+
+// HandleWithoutInbox registers fn as the handler of event type E (the latest
+// registered version of its event, as for [Handle]) without the inbox: fn
+// runs for every delivery, duplicates included, with no transaction. Use it
+// for effects outside the database that are idempotent on their own or can
+// tolerate duplicates (a cache refresh, an idempotent API call keyed by
+// [Meta].EventID). Errors are retried and dead-lettered as with Handle.
+func HandleWithoutInbox[E runtime.Event](c *Consumer, fn func(ctx context.Context, e E, m Meta) error) error {
+	return register(c, false, func(ctx context.Context, _ *gorm.DB, e E, m Meta) error { return fn(ctx, e, m) })
+}
+
+func register[E runtime.Event](c *Consumer, inbox bool, fn func(ctx context.Context, tx *gorm.DB, e E, m Meta) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil handler", ErrInvalidHandler)
+	}
+	key, err := keyOf[E]()
+	if err != nil {
+		return err
+	}
+	latest, ok := c.reg.Latest(key.Type)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %s (%s) is not registered in the registry", ErrInvalidHandler, key, reflect.TypeFor[E]())
+	case latest != key.Version:
+		return fmt.Errorf("%w: %s (%s) is not the latest version %d: handlers take the latest version, older ones are upcast to it",
+			ErrInvalidHandler, key, reflect.TypeFor[E](), latest)
+	}
+	r := &route{
+		inbox: inbox,
+		call: func(ctx context.Context, tx *gorm.DB, evt runtime.Event, m Meta) error {
+			e, err := convert[E](evt)
+			if err != nil {
+				return err
+			}
+			return fn(ctx, tx, e, m)
+		},
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, dup := c.routes[key.Type]; dup {
+		return fmt.Errorf("%w: %s already has a handler", ErrInvalidHandler, key.Type)
+	}
+	c.routes[key.Type] = r
+	return nil
+}
+
+// keyOf returns the key of event type E, using a zero value (a pointer to
+// one when E is a pointer type).
+func keyOf[E runtime.Event]() (k runtime.Key, err error) {
+	var zero E
+	t := reflect.TypeFor[E]()
+	if t.Kind() == reflect.Pointer {
+		zero = reflect.New(t.Elem()).Interface().(E)
+	} else if t.Kind() == reflect.Interface {
+		return k, fmt.Errorf("%w: %s is an interface type; handlers take a concrete event type", ErrInvalidHandler, t)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %s.EventKey panicked on a zero value: %v", ErrInvalidHandler, t, p)
+		}
+	}()
+	return zero.EventKey(), nil
+}
+
+// convert returns evt as an E, dereferencing or taking the address of a
+// copy when the decoder returns T and E is *T or the other way round.
+func convert[E runtime.Event](evt runtime.Event) (E, error) {
+	if e, ok := evt.(E); ok {
+		return e, nil
+	}
+	var zero E
+	want := reflect.TypeFor[E]()
+	v := reflect.ValueOf(evt)
+	switch {
+	case !v.IsValid():
+	case v.Kind() == reflect.Pointer && v.Type().Elem() == want && !v.IsNil():
+		return v.Elem().Interface().(E), nil
+	case want.Kind() == reflect.Pointer && want.Elem() == v.Type():
+		p := reflect.New(v.Type())
+		p.Elem().Set(v)
+		return p.Interface().(E), nil
+	}
+	return zero, fmt.Errorf("%w: the registry returned %T, the handler takes %s", ErrTypeMismatch, evt, want)
+}
+
+// HandlerFunc returns the consumer as a Watermill handler, for
+// message.Router.AddConsumerHandler or any loop that acks a message when the
+// function returns nil and nacks it otherwise:
+//
+//	router.AddConsumerHandler("billing", "orders", subscriber, c.HandlerFunc())
+//
+// The function blocks until the message is applied, or given up on:
+// retries with backoff, dead-lettering and [Config.NackDelay] all happen
+// inside it, so no Retry or PoisonQueue middleware is needed (adding them
+// would retry and dead-letter on top of the consumer's own policy). It
+// returns nil for the outcomes that ack ([Outcome.Acked]) and an error for
+// the others: the [*runtime.UnknownVersionError] or
+// [*runtime.UnknownEventTypeError] of a nacked message, or the error of a
+// failed one ([*HandlerError], [*InboxError], ...), wrapped.
+//
+// Messages are applied in the order they are delivered; the consumer adds no
+// parallelism. Subscribers that deliver a partition's next message only after
+// the current one is acked (adapters/kafka, Watermill's Kafka, SQL and
+// JetStream subscribers) therefore keep each aggregate's order.
+func (c *Consumer) HandlerFunc() message.NoPublishHandlerFunc { return c.process }
+
+// process handles one delivery.
+func (c *Consumer) process(msg *message.Message) error {
+	start := time.Now()
+	ctx := msg.Context()
+	res := Result{MessageUUID: msg.UUID, Meta: Meta{Topic: message.SubscribeTopicFromCtx(ctx)}}
+	c.handle(ctx, msg, &res)
+	res.Duration = time.Since(start)
+	if c.cfg.OnOutcome != nil {
+		c.cfg.OnOutcome(res)
+	}
+	if res.Outcome.Acked() {
+		return nil
+	}
+	return fmt.Errorf("consumer %s: event %s (%s v%d): %s: %w", c.cfg.Name, res.Meta.EventID,
+		res.Meta.EventType, res.Meta.EventVersion, res.Outcome, res.Err)
+}
+
+// handle fills res with the outcome of one delivery.
+func (c *Consumer) handle(ctx context.Context, msg *message.Message, res *Result) {
+	env, err := runtime.EnvelopeFromMetadata(msg.UUID, msg.Metadata, msg.Payload)
+	if err != nil {
+		c.giveUp(ctx, msg, res, ReasonMalformed, err)
+		return
+	}
+	res.Meta.Envelope = env
+
+	c.mu.RLock()
+	r := c.routes[env.EventType]
+	c.mu.RUnlock()
+	if r == nil {
+		if _, known := c.reg.Latest(env.EventType); known {
+			res.Outcome = OutcomeIgnored
+			c.log.Debug("consumer: no handler, message ignored", c.attrs(res)...)
+			return
+		}
+		c.act(ctx, msg, res, c.cfg.UnknownType, ReasonUnknownType, &runtime.UnknownEventTypeError{Type: env.EventType})
+		return
+	}
+
+	evt, err := c.reg.DecodeEnvelope(env)
+	if err != nil {
+		var uv *runtime.UnknownVersionError
+		var ut *runtime.UnknownEventTypeError
+		switch {
+		case errors.As(err, &uv):
+			c.act(ctx, msg, res, c.cfg.UnknownVersion, ReasonUnknownVersion, err)
+		case errors.As(err, &ut): // a registry changed behind our back
+			c.act(ctx, msg, res, c.cfg.UnknownType, ReasonUnknownType, err)
+		default:
+			c.giveUp(ctx, msg, res, ReasonDecode, err)
+		}
+		return
+	}
+	c.apply(ctx, msg, res, r, evt)
+}
+
+// act carries out a policy for a message that cannot be applied.
+func (c *Consumer) act(ctx context.Context, msg *message.Message, res *Result, a Action, reason Reason, err error) {
+	switch a {
+	case ActionSkip:
+		res.Outcome, res.Reason, res.Err = OutcomeSkipped, reason, err
+		c.log.Warn("consumer: message skipped", c.attrs(res)...)
+	case ActionDeadLetter:
+		c.deadLetter(ctx, msg, res, reason, err)
+	default:
+		res.Outcome, res.Reason, res.Err = OutcomeNacked, reason, err
+		c.log.Warn("consumer: message nacked", c.attrs(res)...)
+		c.nackDelay(ctx)
+	}
+}
+
+// giveUp dead-letters a message when a dead-letter publisher is configured
+// and fails it (nack) otherwise.
+func (c *Consumer) giveUp(ctx context.Context, msg *message.Message, res *Result, reason Reason, err error) {
+	if c.cfg.DeadLetterPublisher != nil {
+		c.deadLetter(ctx, msg, res, reason, err)
+		return
+	}
+	c.fail(ctx, res, reason, err)
+}
+
+// fail records a failed delivery and holds the message for NackDelay.
+func (c *Consumer) fail(ctx context.Context, res *Result, reason Reason, err error) {
+	res.Outcome, res.Reason, res.Err = OutcomeFailed, reason, err
+	if ctx.Err() == nil {
+		c.nackDelay(ctx)
+	}
+}
+
+// deadLetter publishes a copy of msg (same UUID, payload and metadata, plus
+// the reason) to the dead-letter topic.
+func (c *Consumer) deadLetter(ctx context.Context, msg *message.Message, res *Result, reason Reason, cause error) {
+	dl := message.NewMessage(msg.UUID, msg.Payload)
+	dl.Metadata = make(message.Metadata, len(msg.Metadata)+6)
+	maps.Copy(dl.Metadata, msg.Metadata)
+	dl.Metadata.Set(MetadataDeadLetterReason, string(reason))
+	dl.Metadata.Set(MetadataDeadLetterError, cause.Error())
+	dl.Metadata.Set(MetadataDeadLetterTopic, res.Meta.Topic)
+	dl.Metadata.Set(MetadataDeadLetterConsumer, c.cfg.Name)
+	dl.Metadata.Set(MetadataDeadLetterAttempts, strconv.Itoa(res.Meta.Attempt))
+	dl.Metadata.Set(MetadataDeadLetterAt, time.Now().UTC().Format(time.RFC3339Nano))
+	dl.SetContext(ctx)
+	if err := c.cfg.DeadLetterPublisher.Publish(c.cfg.DeadLetterTopic, dl); err != nil {
+		c.fail(ctx, res, reason, fmt.Errorf("publish to dead-letter topic %q: %w", c.cfg.DeadLetterTopic, errors.Join(err, cause)))
+		return
+	}
+	res.Outcome, res.Reason, res.Err = OutcomeDeadLettered, reason, cause
+	c.log.Warn("consumer: message dead-lettered", append(c.attrs(res), slog.String("dead_letter_topic", c.cfg.DeadLetterTopic))...)
+}
+
+// errDuplicate rolls back the inbox transaction of a redelivered event.
+var errDuplicate = errors.New("consumer: duplicate")
+
+// apply runs the handler, retrying, and records the outcome.
+func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result, r *route, evt runtime.Event) {
+	var err error
+	for attempt := 1; ; attempt++ {
+		res.Meta.Attempt = attempt
+		err = c.attempt(ctx, r, evt, res.Meta)
+		switch {
+		case err == nil:
+			res.Outcome = OutcomeApplied
+			c.log.Debug("consumer: event applied", c.attrs(res)...)
+			return
+		case errors.Is(err, errDuplicate):
+			res.Outcome = OutcomeDuplicate
+			c.log.Debug("consumer: duplicate event", c.attrs(res)...)
+			return
+		case errors.Is(err, ErrTypeMismatch):
+			c.fail(ctx, res, ReasonMismatch, err)
+			return
+		}
+		if ctx.Err() != nil {
+			c.fail(ctx, res, ReasonCanceled, errors.Join(err, context.Cause(ctx)))
+			return
+		}
+		if attempt > c.cfg.MaxRetries || IsPermanent(err) {
+			break
+		}
+		wait := c.backoff(attempt)
+		c.log.Warn("consumer: attempt failed, retrying", append(c.attrs(res),
+			slog.Duration("backoff", wait), slog.Any("error", err))...)
+		if !sleep(ctx, wait) {
+			c.fail(ctx, res, ReasonCanceled, errors.Join(err, context.Cause(ctx)))
+			return
+		}
+	}
+	var ie *InboxError
+	if errors.As(err, &ie) {
+		c.fail(ctx, res, ReasonInbox, err)
+		return
+	}
+	herr := &HandlerError{EventType: res.Meta.EventType, Attempts: res.Meta.Attempt, Err: err}
+	// A handler error while the database is down is not the message's
+	// fault: nack it rather than dead-letter it.
+	if r.inbox && c.cfg.DeadLetterPublisher != nil {
+		if perr := c.ping(ctx); perr != nil {
+			c.fail(ctx, res, ReasonInbox, errors.Join(herr, &InboxError{Err: perr}))
+			return
+		}
+	}
+	c.giveUp(ctx, msg, res, ReasonHandler, herr)
+}
+
+// attempt runs the handler once. It returns nil when the handler's effects
+// committed, errDuplicate for a redelivery, an *InboxError for a failure of
+// the inbox transaction, and otherwise the handler's error.
+func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m Meta) error {
+	if !r.inbox {
+		return call(ctx, r, nil, evt, m)
+	}
+	var handlerErr error
+	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		ins := tx.Exec(c.sql.insert, c.cfg.Name, m.EventID.String(), m.EventType, c.cfg.Clock.Now().UTC())
+		if ins.Error != nil {
+			return &InboxError{Err: fmt.Errorf("insert marker: %w", ins.Error)}
+		}
+		if ins.RowsAffected == 0 {
+			return errDuplicate
+		}
+		if err := call(ctx, r, tx, evt, m); err != nil {
+			handlerErr = err
+			return err
+		}
+		return nil
+	})
+	switch {
+	case handlerErr != nil:
+		// The transaction rolled back (a failed rollback only ends it
+		// sooner: the server discards what it did not commit).
+		return handlerErr
+	case err == nil, errors.Is(err, errDuplicate):
+		return err
+	}
+	var ie *InboxError
+	if errors.As(err, &ie) {
+		return err
+	}
+	// Begin or commit failed.
+	return &InboxError{Err: err}
+}
+
+// call runs a handler, turning a panic into a *PanicError.
+func call(ctx context.Context, r *route, tx *gorm.DB, evt runtime.Event, m Meta) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: p}
+		}
+	}()
+	return r.call(ctx, tx, evt, m)
+}
+
+// ping checks that the inbox database answers.
+func (c *Consumer) ping(ctx context.Context) error {
+	sqlDB, err := c.db.DB()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return sqlDB.PingContext(ctx)
+}
+
+// backoff returns the wait before the given retry (1-based): a random
+// duration between half and all of min(MinBackoff*2^(retry-1), MaxBackoff).
+func (c *Consumer) backoff(retry int) time.Duration {
+	d := c.cfg.MaxBackoff
+	if retry < 32 {
+		d = min(c.cfg.MinBackoff<<(retry-1), c.cfg.MaxBackoff)
+	}
+	if d <= 1 {
+		return d
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+func (c *Consumer) nackDelay(ctx context.Context) { sleep(ctx, c.cfg.NackDelay) }
+
+// sleep waits for d or until ctx is done, and reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// attrs returns the log attributes of a delivery.
+func (c *Consumer) attrs(res *Result) []any {
+	a := []any{
+		slog.String("message_uuid", res.MessageUUID),
+		slog.String("event_type", res.Meta.EventType),
+		slog.Int("event_version", res.Meta.EventVersion),
+		slog.String("event_id", res.Meta.EventID.String()),
+		slog.String("topic", res.Meta.Topic),
+	}
+	if res.Meta.Attempt > 0 {
+		a = append(a, slog.Int("attempt", res.Meta.Attempt))
+	}
+	if res.Reason != "" {
+		a = append(a, slog.String("reason", string(res.Reason)))
+	}
+	if res.Err != nil {
+		a = append(a, slog.Any("error", res.Err))
+	}
+	return a
+}

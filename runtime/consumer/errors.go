@@ -1,0 +1,100 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalidConfig is wrapped by the errors [Config.Validate] and [New]
+// return for a configuration they reject. The error text names the field.
+var ErrInvalidConfig = errors.New("consumer: invalid config")
+
+// ErrInvalidHandler is wrapped by the errors [Handle] and
+// [HandleWithoutInbox] return for a handler they cannot register: a second
+// handler for the same event type, an event type the registry does not know,
+// a type that is not the latest version of its event, or (for [Handle]) a
+// consumer without a database.
+var ErrInvalidHandler = errors.New("consumer: invalid handler")
+
+// ErrInvalidTable is wrapped by [New], [Migrate] and [DDL] when the inbox
+// table name is not a plain SQL identifier (optionally schema-qualified).
+var ErrInvalidTable = errors.New("consumer: invalid inbox table name")
+
+// ErrUnsupportedDialect is wrapped by [New], [Migrate] and [DDL] for a GORM
+// dialect the inbox has no SQL for (supported: postgres, sqlite).
+var ErrUnsupportedDialect = errors.New("consumer: unsupported database dialect")
+
+// ErrTypeMismatch is wrapped by the error a consumer returns (and nacks
+// with) when the registry decodes an event into a Go type other than the
+// one its handler takes: the registered decoder and the handler disagree,
+// which only a new deployment can fix.
+var ErrTypeMismatch = errors.New("consumer: decoded event type does not match the handler")
+
+// HandlerError reports that a handler returned an error (or panicked) for an
+// event, on its last attempt. The consumer dead-letters the message when a
+// dead-letter publisher is configured; otherwise it nacks it.
+type HandlerError struct {
+	// EventType is the event's wire type.
+	EventType string
+	// Attempts is how many times the handler ran for this delivery.
+	Attempts int
+	// Err is what the handler returned on its last attempt, or a
+	// [*PanicError].
+	Err error
+}
+
+func (e *HandlerError) Error() string {
+	return fmt.Sprintf("consumer: handler for %s failed after %d attempt(s): %v", e.EventType, e.Attempts, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *HandlerError) Unwrap() error { return e.Err }
+
+// PanicError reports a handler that panicked. The panic is recovered, the
+// handler's transaction is rolled back, and the attempt counts as failed.
+type PanicError struct {
+	// Value is the value passed to panic.
+	Value any
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("consumer: handler panicked: %v", e.Value) }
+
+// InboxError reports a failure of the inbox transaction itself: beginning
+// it, inserting the inbox marker, or committing. It is never the message's
+// fault, so the consumer never dead-letters a message for it; it nacks the
+// message, which is delivered again. A commit error is ambiguous (the
+// transaction may have committed); the redelivery finds the marker then.
+type InboxError struct {
+	// Err is the database error.
+	Err error
+}
+
+func (e *InboxError) Error() string { return fmt.Sprintf("consumer: inbox: %v", e.Err) }
+
+// Unwrap returns Err.
+func (e *InboxError) Unwrap() error { return e.Err }
+
+// permanentError marks a handler error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent wraps a handler error that retrying cannot fix (a business rule
+// rejects the event): the consumer skips its remaining retries and
+// dead-letters the message at once (or nacks it when no dead-letter
+// publisher is configured). errors.Is and errors.As see through the wrapper.
+// Permanent(nil) returns nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was marked with
+// [Permanent].
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
