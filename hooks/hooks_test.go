@@ -606,3 +606,65 @@ func TestPrepareStmtSessions(t *testing.T) {
 		}
 	})
 }
+
+// Shop owns Tickets: saving a shop saves its tickets through GORM's
+// association statements, and each ticket, an aggregate of its own, writes
+// its events in the same transaction.
+type Shop struct {
+	ID      int64 `gorm:"primaryKey"`
+	Name    string
+	Tickets []Ticket
+	runtime.Recorder
+}
+
+type Ticket struct {
+	ID     int64 `gorm:"primaryKey"`
+	ShopID int64
+	runtime.Recorder
+}
+
+type ShopOpened struct {
+	EventVersion int       `json:"event_version"`
+	OccurredAt   time.Time `json:"occurred_at"`
+}
+
+func (ShopOpened) EventKey() runtime.Key  { return runtime.Key{Type: "shops.shop_opened", Version: 1} }
+func (e ShopOpened) EventTime() time.Time { return e.OccurredAt }
+func (ShopOpened) Validate() error        { return nil }
+
+func TestAssociationsThatAreAggregates(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		if err := db.AutoMigrate(&Shop{}, &Ticket{}); err != nil {
+			t.Fatal(err)
+		}
+		shop := &Shop{Name: "corner", Tickets: make([]Ticket, 2)}
+		shop.Record(ShopOpened{EventVersion: 1, OccurredAt: now()})
+		for i := range shop.Tickets {
+			shop.Tickets[i].Record(OrderPlaced{EventVersion: 1, OccurredAt: now(), Amount: float64(i)})
+		}
+		if err := db.Create(shop).Error; err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		want := []summary{{"orders.order_placed", "ticket/1"}, {"orders.order_placed", "ticket/2"}, {"shops.shop_opened", "shop/1"}}
+		if diff := cmp.Diff(want, summarize(rows(t, db))); diff != "" {
+			t.Errorf("rows (-want +got):\n%s", diff)
+		}
+		if n := len(shop.Events()) + len(shop.Tickets[0].Events()) + len(shop.Tickets[1].Events()); n != 0 {
+			t.Errorf("pending after the committed save = %d, want 0", n)
+		}
+		// A failing save of the same graph rolls back the association's
+		// events too and keeps them pending.
+		shop.Tickets = append(shop.Tickets, Ticket{})
+		shop.Tickets[2].Record(OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "card"})
+		shop.Record(OrderPaid{EventVersion: 2, OccurredAt: now()}) // invalid: no method
+		if err := db.Save(shop).Error; err == nil {
+			t.Fatal("Save with an invalid event succeeded")
+		}
+		if n := count(t, db, "outbox_messages"); n != 3 {
+			t.Errorf("outbox rows after the failed save = %d, want 3", n)
+		}
+		if n := len(shop.Tickets[2].Events()); n != 1 {
+			t.Errorf("association pending after rollback = %d, want 1", n)
+		}
+	})
+}
