@@ -603,7 +603,9 @@ func TestPoisonMessages(t *testing.T) {
 		{"missing type", func(m *message.Message) { delete(m.Metadata, runtime.MetadataEventType) }, consumer.ReasonMalformed, runtime.ErrInvalidEnvelope},
 		{"bad version", func(m *message.Message) { m.Metadata.Set(runtime.MetadataEventVersion, "two") }, consumer.ReasonMalformed, runtime.ErrInvalidEnvelope},
 		{"bad event id", func(m *message.Message) { m.Metadata.Set(runtime.MetadataEventID, "nope") }, consumer.ReasonMalformed, runtime.ErrInvalidEnvelope},
-		{"missing field", func(m *message.Message) { m.Payload = []byte(`{"event_version":2,"occurred_at":"2026-03-01T12:00:00Z","seq":1}`) }, consumer.ReasonDecode, nil},
+		{"missing field", func(m *message.Message) {
+			m.Payload = []byte(`{"event_version":2,"occurred_at":"2026-03-01T12:00:00Z","seq":1}`)
+		}, consumer.ReasonDecode, nil},
 		{"not json", func(m *message.Message) { m.Payload = []byte(`not json`) }, consumer.ReasonDecode, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

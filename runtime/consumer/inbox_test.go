@@ -1,0 +1,133 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/consumer"
+)
+
+func TestPruneInbox(t *testing.T) {
+	for name, open := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := open(t)
+			var now atomic.Int64
+			now.Store(t0.UnixNano())
+			clock := runtime.ClockFunc(func() time.Time { return time.Unix(0, now.Load()).UTC() })
+			cfg := consumer.Config{Name: "billing", DB: db, Clock: clock, InboxRetention: time.Hour, PruneBatchSize: 10}
+			c := newConsumer(t, newRegistry(t, 2), cfg)
+			must(t, consumer.Handle(c, writeEffect("billing")))
+			cfg.Name = "stats"
+			other := newConsumer(t, newRegistry(t, 2), cfg)
+			must(t, consumer.Handle(other, writeEffect("stats")))
+
+			var old, recent []string
+			for i := range 25 { // processed at t0
+				msg := paidMessage(t, 2, orderName(i), 1)
+				must(t, c.HandlerFunc()(msg))
+				must(t, other.HandlerFunc()(redeliver(msg)))
+				old = append(old, msg.UUID)
+			}
+			now.Store(t0.Add(50 * time.Minute).UnixNano())
+			for i := range 5 { // processed 50 minutes later
+				msg := paidMessage(t, 2, orderName(i), 2)
+				must(t, c.HandlerFunc()(msg))
+				recent = append(recent, msg.UUID)
+			}
+			now.Store(t0.Add(70 * time.Minute).UnixNano()) // the t0 entries are past the hour
+			n, err := c.PruneInbox(context.Background())
+			if err != nil || n != 25 {
+				t.Fatalf("PruneInbox = %d, %v; want 25 (three batches of at most 10)", n, err)
+			}
+			var left []string
+			must(t, db.Table(consumer.DefaultTable).Where("consumer = ?", "billing").Order("event_id").Pluck("event_id", &left).Error)
+			if diff := cmp.Diff(sorted(recent), left); diff != "" {
+				t.Errorf("billing inbox after pruning (-want +got):\n%s", diff)
+			}
+			if n := count(t, db.Where("consumer = ?", "stats"), consumer.DefaultTable); n != 25 {
+				t.Errorf("stats inbox = %d entries, want 25 (pruning is per consumer)", n)
+			}
+			// A pruned event is applied again if it comes back: retention must
+			// outlast every redelivery horizon.
+			n, err = c.PruneInbox(context.Background())
+			if err != nil || n != 0 {
+				t.Errorf("second PruneInbox = %d, %v; want 0", n, err)
+			}
+
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if _, err := other.PruneInbox(ctx); !errors.Is(err, context.Canceled) {
+				t.Errorf("PruneInbox(cancelled) = %v", err)
+			}
+		})
+	}
+}
+
+func sorted(ids []string) []string {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return out
+}
+
+func TestPruneInboxWithoutDB(t *testing.T) {
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c"})
+	if _, err := c.PruneInbox(context.Background()); !errors.Is(err, consumer.ErrInvalidConfig) {
+		t.Errorf("PruneInbox without DB = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	for name, open := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := open(t) // migrated once already
+			for range 2 {
+				if err := consumer.Migrate(context.Background(), db, ""); err != nil {
+					t.Fatalf("Migrate again = %v", err)
+				}
+			}
+			must(t, consumer.Migrate(context.Background(), db, "custom_inbox"))
+			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, Table: "custom_inbox"})
+			must(t, consumer.Handle(c, writeEffect("c")))
+			must(t, c.HandlerFunc()(paidMessage(t, 2, "o-1", 1)))
+			if n := count(t, db, "custom_inbox"); n != 1 {
+				t.Errorf("custom_inbox = %d entries, want 1", n)
+			}
+		})
+	}
+}
+
+func TestDDL(t *testing.T) {
+	for _, tc := range []struct {
+		dialect, table string
+		want           error
+		contains       string
+	}{
+		{"postgres", "", nil, "CREATE TABLE IF NOT EXISTS outbox_inbox"},
+		{"postgres", "billing.inbox", nil, "CREATE INDEX IF NOT EXISTS inbox_processed_at ON billing.inbox"},
+		{"sqlite", "main.inbox", nil, "CREATE INDEX IF NOT EXISTS main.inbox_processed_at ON inbox"},
+		{"sqlite", "", nil, "PRIMARY KEY (consumer, event_id)"},
+		{"mysql", "", consumer.ErrUnsupportedDialect, ""},
+		{"postgres", "in box", consumer.ErrInvalidTable, ""},
+		{"postgres", "a.b.c", consumer.ErrInvalidTable, ""},
+		{"postgres", strings.Repeat("x", 64), consumer.ErrInvalidTable, ""},
+	} {
+		stmts, err := consumer.DDL(tc.dialect, tc.table)
+		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+			t.Errorf("DDL(%q, %q) = %v, want %v", tc.dialect, tc.table, err, tc.want)
+			continue
+		}
+		if tc.contains != "" && !strings.Contains(strings.Join(stmts, "\n"), tc.contains) {
+			t.Errorf("DDL(%q, %q) = %q, want it to contain %q", tc.dialect, tc.table, stmts, tc.contains)
+		}
+	}
+}
