@@ -27,12 +27,21 @@
 // which is the Watermill message UUID and survives every retry). Each such
 // failure repeats at most the batch in flight.
 //
-// When a claim fails, the relay logs it at Warn and backs off exponentially
-// ([Config.MinBackoff] to [Config.MaxBackoff]) before claiming again. Store
-// and publisher errors never make Run return. The store records a failed
-// attempt on each message that was not published; parking messages that keep
-// failing, and delaying retries per message so one failing topic does not
-// slow the others, are the store's business.
+// When a claim fails and nothing was published, the relay logs it at Warn and
+// backs off exponentially ([Config.MinBackoff] to [Config.MaxBackoff]) before
+// claiming again. Store and publisher errors never make Run return.
+//
+// # Poison messages
+//
+// A message the broker will never take (too large, say) must not stall the
+// others. When a topic's Publish fails, the relay probes: it publishes the
+// last aggregate's messages on their own, then the first's. If both fail,
+// the publisher is down and the whole topic fails. If one succeeds, a message
+// is at fault: the relay publishes the other aggregates one at a time, so
+// only the bad message's aggregate fails, and goes on without a backoff. The store records a failed attempt
+// on each message that was not published; delaying a failed message's retry
+// while its aggregate waits behind it, and parking it after too many
+// attempts, are the store's business (hooks.Store does both).
 //
 // # Ordering
 //

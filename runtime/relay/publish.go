@@ -15,13 +15,28 @@ import (
 type topicBatch struct {
 	topic string
 	ids   []int64
+	aggs  []aggregateKey // per message
 	msgs  []*message.Message
 }
+
+type aggregateKey struct{ typ, id string }
 
 // publish is the relay's [PublishFunc], minus the error joining: it publishes
 // msgs with one Publish call per topic, topics in the order of their first
 // message and messages in ID order within a topic. It returns the IDs of the
-// messages published, in ID order, and one error per topic that failed.
+// messages published, in ID order, and one error per topic (or aggregate)
+// that failed.
+//
+// When a topic's Publish fails and the topic's messages belong to several
+// aggregates, the relay probes whether the failure is the publisher's or a
+// message's: it publishes the last aggregate's messages on their own, then
+// the first's. If both fail, the publisher is down and the whole topic
+// fails (two extra calls per failed attempt during an outage). If one
+// succeeds, a message is at fault (too large, say): the relay publishes the
+// other aggregates one at a time, so the bad message fails only its own
+// aggregate, whose messages stay pending, in order, while the others are
+// published and marked. Messages a failed call did write may be written
+// twice; that is the at-least-once contract.
 func (r *Relay) publish(ctx context.Context, msgs []runtime.OutboxMessage) (published []int64, failed []*PublishError) {
 	var batches []*topicBatch
 	byTopic := make(map[string]*topicBatch)
@@ -33,19 +48,70 @@ func (r *Relay) publish(ctx context.Context, msgs []runtime.OutboxMessage) (publ
 			batches = append(batches, b)
 		}
 		b.ids = append(b.ids, m.ID)
+		b.aggs = append(b.aggs, aggregateKey{m.AggregateType, m.AggregateID})
 		b.msgs = append(b.msgs, toMessage(ctx, m))
 	}
 
 	published = make([]int64, 0, len(msgs))
 	for _, b := range batches {
-		if err := r.publishTopic(ctx, b.topic, b.msgs); err != nil {
+		err := r.publishTopic(ctx, b.topic, b.msgs)
+		if err == nil {
+			published = append(published, b.ids...)
+			continue
+		}
+		groups := b.byAggregate()
+		probe := r.probe(ctx, b.topic, groups)
+		if probe < 0 {
 			failed = append(failed, &PublishError{Topic: b.topic, IDs: b.ids, Err: err})
 			continue
 		}
-		published = append(published, b.ids...)
+		for i, g := range groups {
+			if i != probe {
+				if err := r.publishTopic(ctx, b.topic, g.msgs); err != nil {
+					failed = append(failed, &PublishError{Topic: b.topic, IDs: g.ids, Err: err})
+					continue
+				}
+			}
+			published = append(published, g.ids...)
+		}
 	}
 	slices.Sort(published)
 	return published, failed
+}
+
+// probe publishes the last group of a failed topic batch on its own, then
+// the first, and returns the index of the first that succeeds, or -1.
+func (r *Relay) probe(ctx context.Context, topic string, groups []*topicBatch) int {
+	if len(groups) < 2 {
+		return -1
+	}
+	for _, i := range []int{len(groups) - 1, 0} {
+		if ctx.Err() != nil {
+			return -1
+		}
+		if r.publishTopic(ctx, topic, groups[i].msgs) == nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// byAggregate splits a topic's batch into one batch per aggregate, in the
+// order of each aggregate's first message.
+func (b *topicBatch) byAggregate() []*topicBatch {
+	var groups []*topicBatch
+	index := make(map[aggregateKey]*topicBatch)
+	for i, a := range b.aggs {
+		g := index[a]
+		if g == nil {
+			g = &topicBatch{topic: b.topic}
+			index[a] = g
+			groups = append(groups, g)
+		}
+		g.ids = append(g.ids, b.ids[i])
+		g.msgs = append(g.msgs, b.msgs[i])
+	}
+	return groups
 }
 
 // toMessage converts an outbox message to a Watermill message following the

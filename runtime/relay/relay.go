@@ -147,7 +147,14 @@ func (r *Relay) Run(ctx context.Context) error {
 	failures := 0 // consecutive failed claims
 	for ctx.Err() == nil {
 		res, failed, timedOut := r.claim(ctx)
-		if res.Err != nil {
+		partial := res.Err != nil && res.Published > 0 && !timedOut && ctx.Err() == nil
+		if partial {
+			// Some messages went out, so the publisher works: the failed
+			// ones stay pending in the store (which may delay their retry)
+			// and the relay goes on without backing off.
+			r.logFailure(res, failed, 1, 0)
+		}
+		if res.Err != nil && !partial {
 			if timedOut {
 				r.log.Warn("relay: shutdown timeout exceeded, batch released",
 					attrClaimed, res.Claimed,

@@ -88,9 +88,17 @@ func TestRunRetriesFailedPublish(t *testing.T) {
 	errBroker := errors.New("broker unavailable")
 	store := &runtimetest.MemoryStore{}
 	store.Add(newMessage(1, "orders"), newMessage(2, "orders"), newMessage(3, "orders"))
-	var calls atomic.Int32
-	pub := &fakePublisher{fn: func(string, []*message.Message) error {
-		if calls.Add(1) <= failures {
+	// The broker is down for the first three attempts: the whole batch
+	// fails, and so do the relay's probes of single aggregates.
+	var attempts atomic.Int32
+	pub := &fakePublisher{fn: func(_ string, msgs []*message.Message) error {
+		if len(msgs) == 3 {
+			if attempts.Add(1) <= failures {
+				return errBroker
+			}
+			return nil
+		}
+		if attempts.Load() <= failures {
 			return errBroker
 		}
 		return nil
@@ -113,8 +121,12 @@ func TestRunRetriesFailedPublish(t *testing.T) {
 		t.Errorf("Run() = %v, want nil", err)
 	}
 
-	failed := publishCall{Topic: "orders", UUIDs: uuids(1, 2, 3), Err: true}
-	want := []publishCall{failed, failed, failed, {Topic: "orders", UUIDs: uuids(1, 2, 3)}}
+	failed := []publishCall{
+		{Topic: "orders", UUIDs: uuids(1, 2, 3), Err: true},
+		{Topic: "orders", UUIDs: uuids(3), Err: true}, // probe: the last aggregate alone
+		{Topic: "orders", UUIDs: uuids(1), Err: true}, // probe: the first aggregate alone
+	}
+	want := append(append(append(failed, failed...), failed...), publishCall{Topic: "orders", UUIDs: uuids(1, 2, 3)})
 	if diff := cmp.Diff(want, pub.Calls()); diff != "" {
 		t.Errorf("Publish calls (-want +got):\n%s", diff)
 	}
@@ -492,5 +504,48 @@ func receive[T any](t *testing.T, c <-chan T) T {
 		t.Fatal("timed out")
 		var zero T
 		return zero
+	}
+}
+
+// TestRunIsolatesPoisonMessage: a message the broker rejects fails only its
+// own aggregate; the other aggregates of the same topic are published.
+func TestRunIsolatesPoisonMessage(t *testing.T) {
+	store := &runtimetest.MemoryStore{}
+	store.Add(newMessage(1, "orders"), newMessage(2, "orders"), newMessage(3, "orders"), newMessage(4, "orders"))
+	poison := eventID(2).String()
+	pub := &fakePublisher{fn: func(_ string, msgs []*message.Message) error {
+		for _, m := range msgs {
+			if m.UUID == poison {
+				return errors.New("message too large")
+			}
+		}
+		return nil
+	}}
+	batches := newBatchRecorder()
+	r, err := relay.New(store, pub, relay.Config{PollInterval: never, MinBackoff: never, OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	res := batches.untilCount(t, 1)[0]
+	if res.Claimed != 4 || res.Published != 3 {
+		t.Errorf("batch claimed %d, published %d; want 4, 3", res.Claimed, res.Published)
+	}
+	var pe *relay.PublishError
+	if !errors.As(res.Err, &pe) || !cmp.Equal(pe.IDs, []int64{2}) {
+		t.Errorf("batch Err = %v, want a *relay.PublishError for ID 2 only", res.Err)
+	}
+	if diff := cmp.Diff([]int64{1, 3, 4}, store.Published()); diff != "" {
+		t.Errorf("published IDs (-want +got):\n%s", diff)
+	}
+	want := []publishCall{
+		{Topic: "orders", UUIDs: uuids(1, 2, 3, 4), Err: true},
+		{Topic: "orders", UUIDs: uuids(4)}, // the probe succeeds: a message is at fault
+		{Topic: "orders", UUIDs: uuids(1)},
+		{Topic: "orders", UUIDs: uuids(2), Err: true},
+		{Topic: "orders", UUIDs: uuids(3)},
+	}
+	if diff := cmp.Diff(want, pub.Calls()[:5]); diff != "" {
+		t.Errorf("Publish calls (-want +got):\n%s", diff)
 	}
 }
