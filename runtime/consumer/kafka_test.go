@@ -184,7 +184,6 @@ func TestKafkaCrashAfterCommitBeforeAck(t *testing.T) {
 	}
 }
 
-
 // TestKafkaPoisonMessageDoesNotStallItsPartition: on a single partition, a
 // message whose handler always fails is retried, dead-lettered with its
 // reason, and the messages behind it are applied in order.
