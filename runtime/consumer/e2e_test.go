@@ -8,7 +8,6 @@ package consumer_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -346,5 +345,3 @@ func slicesMax(s []int64) int64 {
 	}
 	return m
 }
-
-var _ = fmt.Sprint

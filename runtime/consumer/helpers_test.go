@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"maps"
 	"strconv"
 	"sync"
@@ -308,5 +307,3 @@ func must(t testing.TB, err error) {
 var errBoom = errors.New("boom")
 
 func orderName(i int) string { return "order-" + strconv.Itoa(i) }
-
-var _ = fmt.Sprint
