@@ -69,7 +69,9 @@ func TestConsumerChild(t *testing.T) {
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db})
 	must(t, consumer.Handle(c, writeEffect("billing")))
 	b := &broker{addrs: strings.Split(os.Getenv(envChildBrokers), ","), topic: os.Getenv(envChildTopic)}
-	runRouter(t, c, b.subscriber(t, "billing"), b.topic)
+	// Four group members share the eight partitions; each applies its
+	// partitions' messages one at a time, in order.
+	runRouter(t, c, b.subscriber(t, "billing"), b.topic, 4)
 	select {} // until SIGKILL
 }
 
@@ -260,6 +262,12 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 		})
 	}
 
+	writersDone := make(chan time.Duration, 1)
+	go func() {
+		wg.Wait()
+		writersDone <- time.Since(start)
+	}()
+
 	applied := func() int64 { return count(t, db, "effects") }
 	client := &kafkago.Client{Addr: kafkago.TCP(b.addrs...), Timeout: 10 * time.Second}
 
@@ -267,14 +275,14 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 	c1 := startChild(t, dsn, b)
 	waitFor(t, c1, "a third of the events applied", 2*time.Minute, func() bool { return applied() >= int64(events/3) })
 	c1.kill(t)
-	t.Logf("killed consumer 1 at %d applied", applied())
+	t.Logf("%v: killed consumer 1 at %d applied", time.Since(start).Round(time.Millisecond), applied())
 
 	// Consumer process 2, killed after two thirds.
 	c2 := startChild(t, dsn, b)
 	waitFor(t, c2, "two thirds of the events applied", 2*time.Minute, func() bool { return applied() >= int64(2*events/3) })
 	c2.kill(t)
 	atKill := applied()
-	t.Logf("killed consumer 2 at %d applied", atKill)
+	t.Logf("%v: killed consumer 2 at %d applied", time.Since(start).Round(time.Millisecond), atKill)
 
 	// Reset the group to the start: everything is delivered again.
 	resetToEarliest(t, client, b.topic, partitions)
@@ -282,11 +290,12 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 		t.Fatalf("committed offsets after the reset = %v, want all 0", got)
 	}
 
-	wg.Wait()
+	writeTime := <-writersDone
 	close(writeErrs)
 	for err := range writeErrs {
 		t.Fatal(err)
 	}
+	t.Logf("%v: offsets reset; the writers committed every event after %v", time.Since(start).Round(time.Millisecond), writeTime.Round(time.Millisecond))
 
 	// Consumer process 3 replays the whole topic and catches up.
 	c3 := startChild(t, dsn, b)

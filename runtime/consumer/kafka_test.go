@@ -76,13 +76,21 @@ func (b *broker) subscriber(t testing.TB, group string) *kafka.Subscriber {
 
 // runRouter runs c on topic in a Watermill router until the test ends or
 // the returned stop function is called.
-func runRouter(t *testing.T, c *consumer.Consumer, sub message.Subscriber, topic string) (stop func()) {
+// With members > 1 the router subscribes that many times: with
+// adapters/kafka, that many group members share the topic's partitions.
+func runRouter(t *testing.T, c *consumer.Consumer, sub message.Subscriber, topic string, members ...int) (stop func()) {
 	t.Helper()
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	router.AddConsumerHandler(c.Name(), topic, sub, c.HandlerFunc())
+	n := 1
+	if len(members) > 0 {
+		n = members[0]
+	}
+	for i := range n {
+		router.AddConsumerHandler(fmt.Sprintf("%s-%d", c.Name(), i), topic, sub, c.HandlerFunc())
+	}
 	done := make(chan error, 1)
 	go func() { done <- router.Run(context.Background()) }()
 	select {
