@@ -214,7 +214,7 @@ func (c *Consumer) process(msg *message.Message) error {
 	if res.Outcome.Acked() {
 		return nil
 	}
-	return fmt.Errorf("consumer %s: event %s (%s v%d): %s: %w", c.cfg.Name, res.Meta.EventID,
+	return fmt.Errorf("consumer: %s: event %s (%s v%d): %s: %w", c.cfg.Name, res.Meta.EventID,
 		res.Meta.EventType, res.Meta.EventVersion, res.Outcome, res.Err)
 }
 
@@ -301,7 +301,7 @@ func (c *Consumer) deadLetter(ctx context.Context, msg *message.Message, res *Re
 	dl.Metadata.Set(MetadataDeadLetterTopic, res.Meta.Topic)
 	dl.Metadata.Set(MetadataDeadLetterConsumer, c.cfg.Name)
 	dl.Metadata.Set(MetadataDeadLetterAttempts, strconv.Itoa(res.Meta.Attempt))
-	dl.Metadata.Set(MetadataDeadLetterAt, time.Now().UTC().Format(time.RFC3339Nano))
+	dl.Metadata.Set(MetadataDeadLetterAt, c.cfg.Clock.Now().UTC().Format(time.RFC3339Nano))
 	dl.SetContext(ctx)
 	if err := c.cfg.DeadLetterPublisher.Publish(c.cfg.DeadLetterTopic, dl); err != nil {
 		c.fail(ctx, res, reason, fmt.Errorf("publish to dead-letter topic %q: %w", c.cfg.DeadLetterTopic, errors.Join(err, cause)))

@@ -43,6 +43,7 @@ type HandlerError struct {
 	Err error
 }
 
+// Error returns the event type, the attempts and the handler's error.
 func (e *HandlerError) Error() string {
 	return fmt.Sprintf("consumer: handler for %s failed after %d attempt(s): %v", e.EventType, e.Attempts, e.Err)
 }
@@ -57,6 +58,7 @@ type PanicError struct {
 	Value any
 }
 
+// Error returns the panic value.
 func (e *PanicError) Error() string { return fmt.Sprintf("consumer: handler panicked: %v", e.Value) }
 
 // InboxError reports a failure of the inbox transaction itself: beginning
@@ -69,6 +71,7 @@ type InboxError struct {
 	Err error
 }
 
+// Error returns the database error with the package prefix.
 func (e *InboxError) Error() string { return fmt.Sprintf("consumer: inbox: %v", e.Err) }
 
 // Unwrap returns Err.
@@ -77,7 +80,10 @@ func (e *InboxError) Unwrap() error { return e.Err }
 // permanentError marks a handler error that retrying cannot fix.
 type permanentError struct{ err error }
 
+// Error returns the wrapped error's text unchanged.
 func (e *permanentError) Error() string { return e.err.Error() }
+
+// Unwrap returns the wrapped error.
 func (e *permanentError) Unwrap() error { return e.err }
 
 // Permanent wraps a handler error that retrying cannot fix (a business rule
