@@ -1,0 +1,46 @@
+package consumer_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestDependencies guards the package's promise: it builds on runtime,
+// Watermill and GORM only, so a consumer works with any Watermill subscriber
+// and any GORM dialector without pulling in a broker client or a driver.
+func TestDependencies(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is not on PATH")
+	}
+	out, err := exec.Command(goCmd, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	forbidden := []string{
+		"github.com/gooutbox/outbox/adapters",
+		"github.com/gooutbox/outbox/hooks",
+		"github.com/gooutbox/outbox/runtime/relay",
+		"github.com/segmentio/kafka-go",
+		"github.com/twmb/franz-go",
+		"gorm.io/driver",
+		"github.com/jackc",
+		"github.com/glebarez",
+		"modernc.org",
+	}
+	var direct []string
+	for _, dep := range strings.Fields(string(out)) {
+		for _, f := range forbidden {
+			if strings.HasPrefix(dep, f) {
+				t.Errorf("runtime/consumer depends on %s", dep)
+			}
+		}
+		direct = append(direct, dep)
+	}
+	for _, want := range []string{"github.com/gooutbox/outbox/runtime", "github.com/ThreeDotsLabs/watermill/message", "gorm.io/gorm"} {
+		if !strings.Contains(" "+strings.Join(direct, " ")+" ", " "+want+" ") {
+			t.Errorf("runtime/consumer does not depend on %s (go list output changed?)", want)
+		}
+	}
+}
