@@ -15,16 +15,20 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 )
 
-// claimSQL claims a batch (see [Store.Claim]). Besides the rows it returns,
-// per row, the number of pending rows up to the last claimed id: more than
-// claimed means SKIP LOCKED passed over rows another relay holds. It also
+// claimSQL claims a batch (see [Store.Claim]): pending rows that are not
+// parked and not waiting for a retry. Besides the rows it returns, per row,
+// the number of pending rows up to the last claimed id: more than claimed
+// means rows were passed over (held by another relay, or waiting for their
+// retry), and their aggregates must then be left out. It also
 // turns synchronous_commit off for the claim's transaction: a mark lost in a
 // crash only republishes the batch (at-least-once), so the marking commit
 // need not wait for the WAL flush.
 func (s *Store) claimSQL() string {
 	return `WITH c AS (SELECT ` + selectColumns + ` FROM ` + s.table +
-		` WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
-		SELECT c.*, (SELECT count(*) FROM ` + s.table + ` o WHERE o.published_at IS NULL AND o.id <= (SELECT max(id) FROM c))
+		` WHERE published_at IS NULL AND parked_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+		SELECT c.*, (SELECT count(*) FROM ` + s.table + ` o
+			WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.id <= (SELECT max(id) FROM c))
 		FROM c CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS sc ORDER BY c.id`
 }
 
@@ -129,8 +133,12 @@ func (s *Store) claimPgx(ctx context.Context, pc *pgx.Conn, limit int, publish f
 	if len(done) > 0 {
 		b.Queue(`UPDATE `+s.table+` SET published_at = now() WHERE id = ANY($1)`, done)
 	}
-	if len(failed) > 0 {
-		b.Queue(`UPDATE `+s.table+` SET attempts = attempts + 1, last_error = $1 WHERE id = ANY($2)`, failureText(perr), failed)
+	retry, park := failureHeads(msgs, failed, perr)
+	for i, heads := range [][]int64{retry, park} {
+		if len(heads) > 0 {
+			set, args := s.failureSet(perr, len(done) > 0, i == 1)
+			b.Queue(`UPDATE `+s.table+` SET `+set+` WHERE id = ANY($`+fmt.Sprint(len(args)+1)+`)`, append(args, heads)...)
+		}
 	}
 	b.Queue("COMMIT")
 	if err := pc.SendBatch(ctx, b).Close(); err != nil {

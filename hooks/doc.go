@@ -64,6 +64,19 @@
 //     than an in-memory aggregate lives. Even past it, a re-sent event
 //     carries its original id, which consumers deduplicate on.
 //
+// # Failed and poison messages
+//
+// A message the publisher did not take gets a failed attempt (attempts,
+// last_error) and waits before it is claimed again ([StoreConfig.RetryDelay],
+// doubling up to [StoreConfig.MaxRetryDelay], on the database's clock). Its
+// aggregate's later messages wait behind it, so the aggregate's order holds;
+// every other aggregate goes on. A message the broker will never take (the
+// publisher says so with a [runtime.PermanentError], as adapters/kafka does
+// for a message too large) is parked at once: it keeps parked_at and
+// last_error, stops holding its aggregate back, and [Store.Unpark] puts it
+// back once the cause is fixed. [StoreConfig.MaxAttempts] parks transient
+// failures too, after that many attempts.
+//
 // # Schema
 //
 // [Migrate] creates the table, a unique index on event_id, a partial index on

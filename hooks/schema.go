@@ -77,11 +77,13 @@ func DDL(dialect, table string) ([]string, error) {
 	created_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
 	published_at   TIMESTAMPTZ,
 	attempts       INTEGER     NOT NULL DEFAULT 0,
-	last_error     TEXT
+	last_error     TEXT,
+	next_attempt_at TIMESTAMPTZ,
+	parked_at      TIMESTAMPTZ
 )`,
 			`CREATE UNIQUE INDEX IF NOT EXISTS ` + base + `_event_id ON ` + table + ` (event_id)`,
-			`CREATE INDEX IF NOT EXISTS ` + base + `_pending ON ` + table + ` (id) WHERE published_at IS NULL`,
-			`CREATE INDEX IF NOT EXISTS ` + base + `_pending_aggregate ON ` + table + ` (aggregate_type, aggregate_id, id) WHERE published_at IS NULL`,
+			`CREATE INDEX IF NOT EXISTS ` + base + `_pending ON ` + table + ` (id) WHERE published_at IS NULL AND parked_at IS NULL`,
+			`CREATE INDEX IF NOT EXISTS ` + base + `_pending_aggregate ON ` + table + ` (aggregate_type, aggregate_id, id) WHERE published_at IS NULL AND parked_at IS NULL`,
 			`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	PERFORM pg_notify('` + base + `', '');
@@ -107,10 +109,12 @@ $$`,
 	created_at     DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
 	published_at   DATETIME,
 	attempts       INTEGER  NOT NULL DEFAULT 0,
-	last_error     TEXT
+	last_error     TEXT,
+	next_attempt_at INTEGER, -- unix microseconds
+	parked_at      DATETIME
 )`,
 			`CREATE UNIQUE INDEX IF NOT EXISTS ` + qualify(table, base+`_event_id`) + ` ON ` + base + ` (event_id)`,
-			`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_pending`) + ` ON ` + base + ` (id) WHERE published_at IS NULL`,
+			`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_pending`) + ` ON ` + base + ` (id) WHERE published_at IS NULL AND parked_at IS NULL`,
 		}, nil
 	default:
 		return nil, fmt.Errorf("%w: %q (supported: postgres, sqlite)", ErrUnsupportedDialect, dialect)

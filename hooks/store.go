@@ -23,6 +23,50 @@ type StoreConfig struct {
 	// Table is the outbox table; it must match the plugin's. Default:
 	// [DefaultTable].
 	Table string
+
+	// RetryDelay is how long a message that failed to publish waits before
+	// it is claimed again; the delay doubles with each failed attempt, up
+	// to MaxRetryDelay. Its aggregate's later messages wait behind it, so
+	// the aggregate's order holds; other aggregates go on. The schedule is
+	// computed with the database's clock. Default: 1s.
+	RetryDelay time.Duration
+
+	// MaxRetryDelay caps RetryDelay's doubling. Default: 5m.
+	MaxRetryDelay time.Duration
+
+	// MaxAttempts parks a message that has failed to publish this many
+	// times, if it fails again while other messages of its claim were
+	// published (so a broker outage, which fails everything, parks
+	// nothing). A message whose failure the publisher marks permanent
+	// ([runtime.PermanentError]: too large for the broker, say) is parked
+	// at its first failure whatever MaxAttempts says. A parked message is
+	// no longer claimed and no longer holds its aggregate back; it keeps
+	// last_error and parked_at for an operator, and [Store.Unpark] puts it
+	// back. Default: 0, never park for transient failures.
+	MaxAttempts int
+}
+
+func (c *StoreConfig) setDefaults() {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = time.Second
+	}
+	if c.MaxRetryDelay == 0 {
+		c.MaxRetryDelay = 5 * time.Minute
+	}
+}
+
+// Validate reports whether the configuration is usable.
+func (c StoreConfig) Validate() error {
+	switch {
+	case c.RetryDelay < 0 || c.MaxRetryDelay < 0 || c.MaxAttempts < 0:
+		return fmt.Errorf("hooks: store config: RetryDelay, MaxRetryDelay and MaxAttempts must not be negative")
+	case c.Table != "":
+		return validTable(c.Table)
+	}
+	return nil
 }
 
 // Store is the outbox table as the relay (package runtime/relay) sees it: it
@@ -42,6 +86,7 @@ type Store struct {
 	db      *sql.DB
 	dialect dialect
 	table   string
+	cfg     StoreConfig
 
 	pinMu  sync.Mutex // held while a claim uses pinned
 	pinned *sql.Conn  // the connection claims reuse, so a relay never waits for the pool
@@ -55,10 +100,8 @@ type Store struct {
 // wrapping [ErrInvalidTable] or [ErrUnsupportedDialect] for a bad table name
 // or dialect.
 func NewStore(db *gorm.DB, cfg StoreConfig) (*Store, error) {
-	if cfg.Table == "" {
-		cfg.Table = DefaultTable
-	}
-	if err := validTable(cfg.Table); err != nil {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	d, err := dialectOf(db.Dialector.Name())
@@ -69,7 +112,7 @@ func NewStore(db *gorm.DB, cfg StoreConfig) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hooks: store: %w", err)
 	}
-	return &Store{db: sqlDB, dialect: d, table: cfg.Table}, nil
+	return &Store{db: sqlDB, dialect: d, table: cfg.Table, cfg: cfg}, nil
 }
 
 // Close releases the connection the store keeps for claims. The store stays
@@ -185,7 +228,7 @@ func (s *Store) firstPendingSQL() string {
 	return `SELECT o.aggregate_type, o.aggregate_id, min(o.id) FROM ` + s.table + ` o
 		JOIN unnest($1::text[], $2::text[]) AS c(aggregate_type, aggregate_id)
 		ON o.aggregate_type = c.aggregate_type AND o.aggregate_id = c.aggregate_id
-		WHERE o.published_at IS NULL GROUP BY o.aggregate_type, o.aggregate_id`
+		WHERE o.published_at IS NULL AND o.parked_at IS NULL GROUP BY o.aggregate_type, o.aggregate_id`
 }
 
 // claimedAggregates lists the distinct aggregates of msgs as two arrays.
@@ -226,17 +269,22 @@ func (s *Store) claimSQLite(ctx context.Context, limit int, publish func(ctx con
 	// SQLite has one writer and no row locks: claims are exclusive within
 	// this process through the set of claimed ids and aggregates.
 	s.mu.Lock()
-	candidates, err := s.scan(ctx, s.db, `SELECT `+selectColumns+` FROM `+s.table+
-		` WHERE published_at IS NULL ORDER BY id LIMIT ?`, limit+len(s.claimed))
+	candidates, retryAt, err := s.scanRows(ctx, s.db, `SELECT `+selectColumns+`, next_attempt_at FROM `+s.table+
+		` WHERE published_at IS NULL AND parked_at IS NULL ORDER BY id LIMIT ?`, limit+len(s.claimed), true)
 	if err != nil {
 		s.mu.Unlock()
 		return 0, err
 	}
 	var msgs []runtime.OutboxMessage
-	held := map[aggKey]bool{}
-	for _, m := range candidates {
+	held := map[aggKey]bool{}    // aggregates in this claim
+	waiting := map[aggKey]bool{} // aggregates behind a message waiting for its retry
+	now := time.Now().UnixMicro()
+	for i, m := range candidates {
 		a := aggKey{m.AggregateType, m.AggregateID}
-		if s.claimed[m.ID] || s.claimedAggs[a] > 0 && !held[a] {
+		if retryAt[i] > now {
+			waiting[a] = true
+		}
+		if waiting[a] || s.claimed[m.ID] || s.claimedAggs[a] > 0 && !held[a] {
 			continue
 		}
 		if len(msgs) == limit {
@@ -345,10 +393,63 @@ func (s *Store) mark(ctx context.Context, tx *sql.Tx, msgs []runtime.OutboxMessa
 	if err := s.updateIDs(ctx, tx, "published_at = "+s.dialect.ph(1), []any{now}, done); err != nil {
 		return fmt.Errorf("hooks: claim: mark published: %w", err)
 	}
-	if err := s.updateIDs(ctx, tx, "attempts = attempts + 1, last_error = "+s.dialect.ph(1), []any{failureText(perr)}, failed); err != nil {
+	retry, park := failureHeads(msgs, failed, perr)
+	set, args := s.failureSet(perr, len(done) > 0, false)
+	if err := s.updateIDs(ctx, tx, set, args, retry); err != nil {
 		return fmt.Errorf("hooks: claim: record failed attempt: %w", err)
 	}
+	set, args = s.failureSet(perr, len(done) > 0, true)
+	if err := s.updateIDs(ctx, tx, set, args, park); err != nil {
+		return fmt.Errorf("hooks: claim: park: %w", err)
+	}
 	return nil
+}
+
+// failureSet returns the SET clause (and its arguments, numbered from 1)
+// that records a failed publish attempt: the error, the next attempt's time
+// (RetryDelay doubling per attempt, capped at MaxRetryDelay, on the
+// database's clock) and the parking: at once for a permanent failure
+// (parkNow), or past MaxAttempts when others were published.
+func (s *Store) failureSet(perr error, othersPublished, parkNow bool) (string, []any) {
+	delay, maxDelay := s.cfg.RetryDelay.Microseconds(), s.cfg.MaxRetryDelay.Microseconds()
+	if s.dialect.name == "postgres" {
+		return `attempts = attempts + 1, last_error = $1,
+			next_attempt_at = now() + least($2::float8 * power(2, least(attempts, 30)), $3::float8) * interval '1 microsecond',
+			parked_at = CASE WHEN $6::bool OR ($4::int > 0 AND $5::bool AND attempts + 1 >= $4::int) THEN now() END`,
+			[]any{failureText(perr), delay, maxDelay, s.cfg.MaxAttempts, othersPublished, parkNow}
+	}
+	now := time.Now()
+	return `attempts = attempts + 1, last_error = ?,
+			next_attempt_at = ? + min(? * (1 << min(attempts, 30)), ?),
+			parked_at = CASE WHEN ? OR (? > 0 AND ? AND attempts + 1 >= ?) THEN ? END`,
+		[]any{failureText(perr), now.UnixMicro(), delay, maxDelay, parkNow, s.cfg.MaxAttempts, othersPublished, s.cfg.MaxAttempts, now.UTC()}
+}
+
+// Unpark puts parked messages back in the queue with their attempts reset,
+// for an operator who fixed what made them fail. It returns how many it
+// unparked.
+func (s *Store) Unpark(ctx context.Context, ids ...int64) (int64, error) {
+	var total int64
+	for start := 0; start < len(ids); start += 500 {
+		part := ids[start:min(start+500, len(ids))]
+		args := make([]any, len(part))
+		phs := make([]string, len(part))
+		for i, id := range part {
+			args[i] = id
+			phs[i] = s.dialect.ph(i + 1)
+		}
+		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
+			WHERE parked_at IS NOT NULL AND id IN (`+strings.Join(phs, ", ")+`)`, args...)
+		if err != nil {
+			return total, fmt.Errorf("hooks: unpark: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("hooks: unpark: %w", err)
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // splitPublished splits the claimed ids into the published ones and the
@@ -366,6 +467,72 @@ func splitPublished(msgs []runtime.OutboxMessage, published []int64) (done, fail
 		}
 	}
 	return done, failed
+}
+
+// failureHeads returns, of the failed ids, the first of each aggregate:
+// the message that failed. The aggregate's later messages were not
+// published because it failed; they wait behind it (the claim's order
+// check) without an attempt of their own, so parking the failed message
+// parks none of them. Heads that the publisher reported as failing
+// permanently (see failedPublish) come back in park, the others in retry.
+func failureHeads(msgs []runtime.OutboxMessage, failed []int64, perr error) (retry, park []int64) {
+	if len(failed) == 0 {
+		return nil, nil
+	}
+	isFailed := make(map[int64]bool, len(failed))
+	for _, id := range failed {
+		isFailed[id] = true
+	}
+	permanent := permanentIDs(perr)
+	seen := make(map[aggKey]bool)
+	for _, m := range msgs {
+		a := aggKey{m.AggregateType, m.AggregateID}
+		if isFailed[m.ID] && !seen[a] {
+			seen[a] = true
+			if permanent[m.ID] {
+				park = append(park, m.ID)
+			} else {
+				retry = append(retry, m.ID)
+			}
+		}
+	}
+	return retry, park
+}
+
+// failedPublish is implemented by the publish errors of package
+// runtime/relay (relay.PublishError): which messages failed, and whether
+// retrying cannot help.
+type failedPublish interface {
+	error
+	FailedIDs() []int64
+	Permanent() bool
+}
+
+// permanentIDs collects the ids of every permanent failure in err's tree.
+func permanentIDs(err error) map[int64]bool {
+	out := map[int64]bool{}
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+			return
+		case failedPublish:
+			if e.Permanent() {
+				for _, id := range e.FailedIDs() {
+					out[id] = true
+				}
+			}
+			return
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return out
 }
 
 // failureText is the last_error recorded on messages that were not published.
@@ -393,7 +560,7 @@ func (s *Store) updateIDs(ctx context.Context, tx *sql.Tx, set string, setArgs [
 		return nil
 	}
 	if s.dialect.name == "postgres" {
-		_, err := tx.ExecContext(ctx, `UPDATE `+s.table+` SET `+set+` WHERE id = ANY($2)`, append(setArgs, ids)...)
+		_, err := tx.ExecContext(ctx, `UPDATE `+s.table+` SET `+set+` WHERE id = ANY(`+s.dialect.ph(len(setArgs)+1)+`)`, append(setArgs, ids)...)
 		return err
 	}
 	const chunk = 500

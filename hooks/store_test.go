@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/hooks"
@@ -26,11 +28,34 @@ func placeOrders(t *testing.T, db *gorm.DB, n int) {
 
 func newStore(t *testing.T, db *gorm.DB) *hooks.Store {
 	t.Helper()
-	s, err := hooks.NewStore(db, hooks.StoreConfig{})
+	s, err := hooks.NewStore(db, hooks.StoreConfig{RetryDelay: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("NewStore: %v", err)
 	}
 	return s
+}
+
+// claimUntil claims (publishing everything) until a claim returns want
+// messages, and returns them.
+func claimUntil(t *testing.T, s *hooks.Store, want int) []runtime.OutboxMessage {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got []runtime.OutboxMessage
+		if _, err := s.Claim(context.Background(), 100, func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
+			got = msgs
+			return ids(msgs), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == want {
+			return got
+		}
+		if len(got) != 0 || time.Now().After(deadline) {
+			t.Fatalf("claim returned %v, want %d messages", ids(got), want)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the store until a retry is due
+	}
 }
 
 func ids(msgs []runtime.OutboxMessage) []int64 {
@@ -68,17 +93,19 @@ func TestStoreClaimMarksAndRetries(t *testing.T) {
 			m.OccurredAt.IsZero() || m.CreatedAt.IsZero() || len(m.Payload) == 0 {
 			t.Errorf("claimed message = %+v", m)
 		}
-		// Next claim starts with the failed one, which now has one attempt.
+		// The failed one waits for its retry; the others go on.
 		var again []runtime.OutboxMessage
 		n, err = s.Claim(context.Background(), 10, func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
 			again = msgs
 			return ids(msgs), nil
 		})
-		if err != nil || n != 3 {
-			t.Fatalf("Claim = %d, %v; want 3, nil", n, err)
+		if err != nil || n != 2 || again[0].ID != seen[2].ID+1 {
+			t.Fatalf("Claim = %d (%v), %v; want the 2 rows after the failed one", n, ids(again), err)
 		}
-		if again[0].ID != seen[2].ID || again[0].Attempts != 1 || again[1].Attempts != 0 {
-			t.Errorf("second claim = %v (attempts %d, %d), want it to start at %d with 1 attempt", ids(again), again[0].Attempts, again[1].Attempts, seen[2].ID)
+		// After the retry delay it is claimed again, with one attempt.
+		again = claimUntil(t, s, 1)
+		if again[0].ID != seen[2].ID || again[0].Attempts != 1 {
+			t.Errorf("retry claim = %v (attempts %d), want %d with 1 attempt", ids(again), again[0].Attempts, seen[2].ID)
 		}
 		var lastErr string
 		db.Raw(`SELECT last_error FROM outbox_messages WHERE id = ?`, seen[2].ID).Scan(&lastErr)
@@ -193,4 +220,78 @@ func TestStoreListen(t *testing.T) {
 	if err := lite.Listen(context.Background(), func() {}); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("SQLite Listen = %v, want errors.ErrUnsupported", err)
 	}
+}
+
+// TestStoreRetryBlocksOnlyItsAggregateAndParks: a message that failed waits
+// for its retry and holds back its aggregate only; past MaxAttempts it is
+// parked, its aggregate goes on, and Unpark puts it back.
+func TestStoreRetryBlocksOnlyItsAggregateAndParks(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
+		enqueue := func(agg string) int64 {
+			t.Helper()
+			if _, err := p.Enqueue(db, "order", agg, OrderPaid{EventVersion: 2, OccurredAt: now(), Method: agg}); err != nil {
+				t.Fatal(err)
+			}
+			var id int64
+			db.Raw(`SELECT max(id) FROM outbox_messages`).Scan(&id)
+			return id
+		}
+		aggOf := map[int64]string{}
+		for _, agg := range []string{"a", "b", "a"} {
+			aggOf[enqueue(agg)] = agg
+		}
+		// Publish everything but aggregate a, as the relay does when one of
+		// a's messages is rejected.
+		failA := func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
+			var ok []int64
+			for _, m := range msgs {
+				if m.AggregateID != "a" {
+					ok = append(ok, m.ID)
+				}
+			}
+			return ok, errors.New("message too large")
+		}
+		long, err := hooks.NewStore(db, hooks.StoreConfig{RetryDelay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := long.Claim(context.Background(), 10, failA); n != 3 || err == nil {
+			t.Fatalf("Claim = %d, %v; want 3 and an error", n, err)
+		}
+		a3, b2 := enqueue("a"), enqueue("b")
+		got := claimUntil(t, long, 1)
+		if got[0].ID != b2 {
+			t.Errorf("claim while a's messages wait = %v, want only %d (b); a3 = %d must wait behind them", ids(got), b2, a3)
+		}
+
+		// With MaxAttempts 2 and no delay, the failing message (a's first)
+		// is parked on its second failure while b's are published; a's
+		// later messages, which only waited behind it, are not.
+		park, err := hooks.NewStore(db, hooks.StoreConfig{RetryDelay: time.Microsecond, MaxAttempts: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		enqueue("b")
+		db.Exec(`UPDATE outbox_messages SET next_attempt_at = NULL`)
+		if n, err := park.Claim(context.Background(), 10, failA); n != 4 || err == nil {
+			t.Fatalf("Claim = %d, %v; want a1, a2, a3 and b3", n, err)
+		}
+		var parkedIDs []int64
+		db.Raw(`SELECT id FROM outbox_messages WHERE parked_at IS NOT NULL ORDER BY id`).Scan(&parkedIDs)
+		if diff := cmp.Diff([]int64{1}, parkedIDs); diff != "" {
+			t.Errorf("parked ids (-want +got):\n%s", diff)
+		}
+		// The parked message no longer holds its aggregate back.
+		got = claimUntil(t, park, 2)
+		if diff := cmp.Diff([]int64{3, a3}, ids(got)); diff != "" {
+			t.Errorf("claim after parking (-want +got):\n%s", diff)
+		}
+		if n, err := park.Unpark(context.Background(), parkedIDs...); err != nil || n != 1 {
+			t.Fatalf("Unpark = %d, %v", n, err)
+		}
+		got = claimUntil(t, park, 1)
+		if diff := cmp.Diff(parkedIDs, ids(got)); diff != "" {
+			t.Errorf("claim after Unpark (-want +got):\n%s", diff)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -133,5 +134,16 @@ func TestRegistryErrors(t *testing.T) {
 	}
 	if diff := cmp.Diff([]runtime.Key{k}, reg.Keys()); diff != "" {
 		t.Errorf("Keys (-want +got):\n%s", diff)
+	}
+}
+
+func TestIsPermanent(t *testing.T) {
+	base := errors.New("message too large")
+	wrapped := fmt.Errorf("publish: %w", &runtime.PermanentError{Err: base})
+	if !runtime.IsPermanent(wrapped) || !errors.Is(wrapped, base) {
+		t.Errorf("IsPermanent(%v) = false or base lost", wrapped)
+	}
+	if runtime.IsPermanent(base) || runtime.IsPermanent(nil) {
+		t.Error("a plain error is permanent")
 	}
 }

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/gooutbox/outbox/runtime"
 )
 
 // PublisherConfig configures a [Publisher]. Only Brokers is required; every
@@ -212,7 +215,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	defer cancel()
 	start := time.Now()
 	if err := p.writer.WriteMessages(ctx, records...); err != nil {
-		return fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, err)
+		err = fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, err)
+		if permanent(err) {
+			return &runtime.PermanentError{Err: err}
+		}
+		return err
 	}
 	p.logger.Debug("published messages", watermill.LogFields{
 		"topic":    topic,
@@ -266,4 +273,25 @@ func (p *Publisher) Close() error {
 		return fmt.Errorf("kafka: close writer: %w", err)
 	}
 	return nil
+}
+
+// permanent reports whether a write error is one that retrying cannot fix:
+// a message larger than the writer's BatchBytes or the broker's limit, or an
+// invalid topic name.
+func permanent(err error) bool {
+	var tooLarge kafka.MessageTooLargeError
+	if errors.As(err, &tooLarge) {
+		return true
+	}
+	var werrs kafka.WriteErrors
+	if errors.As(err, &werrs) {
+		for _, e := range werrs {
+			if e != nil && permanent(e) {
+				return true
+			}
+		}
+		return false
+	}
+	return errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kafka.InvalidTopic) ||
+		errors.Is(err, kafka.RecordListTooLarge)
 }

@@ -303,6 +303,9 @@ func TestPublishMessageTooLarge(t *testing.T) {
 	if !errors.Is(err, kafkago.MessageSizeTooLarge) {
 		t.Errorf("errors.Is(%v, kafka.MessageSizeTooLarge) = false, want true", err)
 	}
+	if !runtime.IsPermanent(err) {
+		t.Errorf("runtime.IsPermanent(%v) = false: the relay would retry a message that can never be written", err)
+	}
 	if requests, _, _ := counter.counts(); requests != 0 {
 		t.Errorf("%d produce requests after a rejected Publish, want 0", requests)
 	}

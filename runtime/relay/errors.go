@@ -3,6 +3,8 @@ package relay
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gooutbox/outbox/runtime"
 )
 
 // ErrRunning is returned by [Relay.Run] when another call to Run on the same
@@ -39,3 +41,12 @@ func (e *PublishError) Error() string {
 
 // Unwrap returns Err.
 func (e *PublishError) Unwrap() error { return e.Err }
+
+// FailedIDs returns IDs. Stores find which messages failed, and how, through
+// this method and [PublishError.Permanent] without importing this package.
+func (e *PublishError) FailedIDs() []int64 { return e.IDs }
+
+// Permanent reports whether the publisher said retrying cannot help
+// ([runtime.IsPermanent]): the first of IDs (the message that failed; the
+// others of its aggregate only wait behind it) should be parked at once.
+func (e *PublishError) Permanent() bool { return runtime.IsPermanent(e.Err) }

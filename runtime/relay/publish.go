@@ -30,12 +30,14 @@ type aggregateKey struct{ typ, id string }
 // When a topic's Publish fails and the topic's messages belong to several
 // aggregates, the relay probes whether the failure is the publisher's or a
 // message's: it publishes the last aggregate's messages on their own, then
-// the first's. If both fail, the publisher is down and the whole topic
-// fails (two extra calls per failed attempt during an outage). If one
-// succeeds, a message is at fault (too large, say): the relay publishes the
-// other aggregates one at a time, so the bad message fails only its own
-// aggregate, whose messages stay pending, in order, while the others are
-// published and marked. Messages a failed call did write may be written
+// the first's. If both fail, and the publisher did not mark the error
+// permanent ([runtime.PermanentError]), the publisher is down and the whole
+// topic fails (two extra calls per failed attempt during an outage). If one
+// succeeds, or the error is permanent, a message is at fault (too large, say): the relay publishes the
+// other aggregates one at a time (and, within a failing aggregate, message
+// by message until the bad one), so the bad message fails only its own
+// aggregate, whose messages from it on stay pending, in order, while the
+// others are published and marked. Messages a failed call did write may be written
 // twice; that is the at-least-once contract.
 func (r *Relay) publish(ctx context.Context, msgs []runtime.OutboxMessage) (published []int64, failed []*PublishError) {
 	var batches []*topicBatch
@@ -61,18 +63,22 @@ func (r *Relay) publish(ctx context.Context, msgs []runtime.OutboxMessage) (publ
 		}
 		groups := b.byAggregate()
 		probe := r.probe(ctx, b.topic, groups)
-		if probe < 0 {
+		if probe < 0 && !runtime.IsPermanent(err) {
 			failed = append(failed, &PublishError{Topic: b.topic, IDs: b.ids, Err: err})
 			continue
 		}
+		// A message is at fault (the probe went through, or the publisher
+		// said so): find it.
 		for i, g := range groups {
-			if i != probe {
-				if err := r.publishTopic(ctx, b.topic, g.msgs); err != nil {
-					failed = append(failed, &PublishError{Topic: b.topic, IDs: g.ids, Err: err})
-					continue
-				}
+			if i == probe {
+				published = append(published, g.ids...)
+				continue
 			}
-			published = append(published, g.ids...)
+			n, err := r.publishGroup(ctx, b.topic, g)
+			published = append(published, g.ids[:n]...)
+			if err != nil {
+				failed = append(failed, &PublishError{Topic: b.topic, IDs: g.ids[n:], Err: err})
+			}
 		}
 	}
 	slices.Sort(published)
@@ -94,6 +100,26 @@ func (r *Relay) probe(ctx context.Context, topic string, groups []*topicBatch) i
 		}
 	}
 	return -1
+}
+
+// publishGroup publishes one aggregate's messages, all at once and, if that
+// fails, one at a time in order until one fails, so the message at fault is
+// found. It returns how many of the group's messages (a prefix) were
+// published and the error of the first that was not.
+func (r *Relay) publishGroup(ctx context.Context, topic string, g *topicBatch) (int, error) {
+	err := r.publishTopic(ctx, topic, g.msgs)
+	if err == nil {
+		return len(g.msgs), nil
+	}
+	if len(g.msgs) == 1 {
+		return 0, err
+	}
+	for n := range g.msgs {
+		if err := r.publishTopic(ctx, topic, g.msgs[n:n+1]); err != nil {
+			return n, err
+		}
+	}
+	return len(g.msgs), nil
 }
 
 // byAggregate splits a topic's batch into one batch per aggregate, in the

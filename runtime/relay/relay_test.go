@@ -549,3 +549,38 @@ func TestRunIsolatesPoisonMessage(t *testing.T) {
 		t.Errorf("Publish calls (-want +got):\n%s", diff)
 	}
 }
+
+// TestRunFindsPoisonWithinAggregate: within the failing aggregate the relay
+// publishes message by message, so the messages before the bad one go out
+// and the bad one and those after it stay pending.
+func TestRunFindsPoisonWithinAggregate(t *testing.T) {
+	store := &runtimetest.MemoryStore{}
+	msgs := []runtime.OutboxMessage{newMessage(1, "orders"), newMessage(2, "orders"), newMessage(3, "orders"), newMessage(4, "orders")}
+	for i := range 3 {
+		msgs[i].AggregateID = "a" // 1, 2, 3: one aggregate; 4: another
+	}
+	store.Add(msgs...)
+	poison := eventID(2).String()
+	pub := &fakePublisher{fn: func(_ string, msgs []*message.Message) error {
+		for _, m := range msgs {
+			if m.UUID == poison {
+				return errors.New("message too large")
+			}
+		}
+		return nil
+	}}
+	batches := newBatchRecorder()
+	r, err := relay.New(store, pub, relay.Config{PollInterval: never, MinBackoff: never, OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	res := batches.untilCount(t, 1)[0]
+	var pe *relay.PublishError
+	if !errors.As(res.Err, &pe) || !cmp.Equal(pe.IDs, []int64{2, 3}) {
+		t.Errorf("batch Err = %v, want a *relay.PublishError for IDs [2 3]", res.Err)
+	}
+	if diff := cmp.Diff([]int64{1, 4}, store.Published()); diff != "" {
+		t.Errorf("published IDs (-want +got):\n%s", diff)
+	}
+}
