@@ -337,7 +337,7 @@ func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result,
 			c.fail(ctx, res, ReasonCanceled, errors.Join(err, context.Cause(ctx)))
 			return
 		}
-		if attempt > c.cfg.MaxRetries || IsPermanent(err) {
+		if attempt > c.cfg.MaxRetries || runtime.IsPermanent(err) {
 			break
 		}
 		wait := c.backoff(attempt)

@@ -436,11 +436,11 @@ func TestHandlerErrorWithoutDeadLetterIsNacked(t *testing.T) {
 	var runs int
 	must(t, consumer.HandleWithoutInbox(c, func(context.Context, PaidV2, consumer.Meta) error {
 		runs++
-		return consumer.Permanent(errBoom)
+		return runtime.Permanent(errBoom)
 	}))
 	err := c.HandlerFunc()(paidMessage(t, 2, "o-1", 1))
 	var herr *consumer.HandlerError
-	if !errors.As(err, &herr) || !errors.Is(err, errBoom) || !consumer.IsPermanent(err) {
+	if !errors.As(err, &herr) || !errors.Is(err, errBoom) || !runtime.IsPermanent(err) {
 		t.Errorf("handler = %v, want a HandlerError wrapping errBoom", err)
 	}
 	if r := o.last(); r.Outcome != consumer.OutcomeFailed || r.Reason != consumer.ReasonHandler || runs != 1 {
@@ -454,7 +454,7 @@ func TestPermanentErrorSkipsRetries(t *testing.T) {
 	var runs int
 	must(t, consumer.HandleWithoutInbox(c, func(context.Context, PaidV2, consumer.Meta) error {
 		runs++
-		return consumer.Permanent(errBoom)
+		return runtime.Permanent(errBoom)
 	}))
 	if err := c.HandlerFunc()(paidMessage(t, 2, "o-1", 1)); err != nil {
 		t.Fatal(err)
@@ -462,7 +462,7 @@ func TestPermanentErrorSkipsRetries(t *testing.T) {
 	if runs != 1 || len(dlq.topic("c.dlq")) != 1 {
 		t.Errorf("runs = %d, dead letters on c.dlq = %d; want 1 and 1", runs, len(dlq.topic("c.dlq")))
 	}
-	if consumer.Permanent(nil) != nil || consumer.IsPermanent(errBoom) {
+	if runtime.Permanent(nil) != nil || runtime.IsPermanent(errBoom) {
 		t.Error("Permanent(nil) != nil or IsPermanent(plain error)")
 	}
 }

@@ -56,7 +56,7 @@
 //     the error wraps a [*runtime.UnknownVersionError];
 //   - a handler error or panic is retried [Config.MaxRetries] times with
 //     exponential backoff, then the message is dead-lettered; errors marked
-//     with [Permanent] skip the retries;
+//     with [runtime.Permanent] skip the retries;
 //   - a malformed message or an undecodable payload is dead-lettered at once;
 //   - a failure of the inbox transaction itself (the database is down) is
 //     never the message's fault: it is retried, then nacked, never

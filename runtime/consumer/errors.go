@@ -77,30 +77,4 @@ func (e *InboxError) Error() string { return fmt.Sprintf("consumer: inbox: %v", 
 // Unwrap returns Err.
 func (e *InboxError) Unwrap() error { return e.Err }
 
-// permanentError marks a handler error that retrying cannot fix.
-type permanentError struct{ err error }
 
-// Error returns the wrapped error's text unchanged.
-func (e *permanentError) Error() string { return e.err.Error() }
-
-// Unwrap returns the wrapped error.
-func (e *permanentError) Unwrap() error { return e.err }
-
-// Permanent wraps a handler error that retrying cannot fix (a business rule
-// rejects the event): the consumer skips its remaining retries and
-// dead-letters the message at once (or nacks it when no dead-letter
-// publisher is configured). errors.Is and errors.As see through the wrapper.
-// Permanent(nil) returns nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err: err}
-}
-
-// IsPermanent reports whether err, or an error it wraps, was marked with
-// [Permanent].
-func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
-}
