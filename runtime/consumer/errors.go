@@ -76,5 +76,3 @@ func (e *InboxError) Error() string { return fmt.Sprintf("consumer: inbox: %v", 
 
 // Unwrap returns Err.
 func (e *InboxError) Unwrap() error { return e.Err }
-
-
