@@ -189,17 +189,5 @@ func (s *Store) dropBlockedPgx(ctx context.Context, pc *pgx.Conn, msgs []runtime
 		return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
 	}
 	defer rows.Close()
-	firsts := map[aggKey]int64{}
-	for rows.Next() {
-		var a aggKey
-		var first int64
-		if err := rows.Scan(&a.typ, &a.id, &first); err != nil {
-			return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
-		}
-		firsts[a] = first
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
-	}
-	return keepUnblocked(msgs, firsts), nil
+	return keepUnblocked(msgs, rows)
 }

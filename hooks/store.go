@@ -207,19 +207,14 @@ func (s *Store) dropBlocked(ctx context.Context, tx *sql.Tx, msgs []runtime.Outb
 		return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
 	}
 	defer rows.Close()
-	firsts := map[aggKey]int64{}
-	for rows.Next() {
-		var a aggKey
-		var first int64
-		if err := rows.Scan(&a.typ, &a.id, &first); err != nil {
-			return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
-		}
-		firsts[a] = first
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
-	}
-	return keepUnblocked(msgs, firsts), nil
+	return keepUnblocked(msgs, rows)
+}
+
+// rowScanner is what keepUnblocked reads: *sql.Rows or pgx.Rows.
+type rowScanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
 }
 
 // firstPendingSQL finds the first pending id of each aggregate given as two
@@ -246,8 +241,21 @@ func claimedAggregates(msgs []runtime.OutboxMessage) (types, ids []string) {
 }
 
 // keepUnblocked drops the messages of every aggregate whose first pending
-// message (firsts) comes before its first claimed one.
-func keepUnblocked(msgs []runtime.OutboxMessage, firsts map[aggKey]int64) []runtime.OutboxMessage {
+// message (read from the rows of firstPendingSQL) comes before its first
+// claimed one.
+func keepUnblocked(msgs []runtime.OutboxMessage, rows rowScanner) ([]runtime.OutboxMessage, error) {
+	firsts := map[aggKey]int64{}
+	for rows.Next() {
+		var a aggKey
+		var first int64
+		if err := rows.Scan(&a.typ, &a.id, &first); err != nil {
+			return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
+		}
+		firsts[a] = first
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("hooks: claim: check aggregate order: %w", err)
+	}
 	firstClaimed := make(map[aggKey]int64, len(firsts))
 	for _, m := range msgs {
 		a := aggKey{m.AggregateType, m.AggregateID}
@@ -262,7 +270,7 @@ func keepUnblocked(msgs []runtime.OutboxMessage, firsts map[aggKey]int64) []runt
 			kept = append(kept, m)
 		}
 	}
-	return kept
+	return kept, nil
 }
 
 func (s *Store) claimSQLite(ctx context.Context, limit int, publish func(ctx context.Context, msgs []runtime.OutboxMessage) ([]int64, error)) (int, error) {
