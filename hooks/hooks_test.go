@@ -668,3 +668,26 @@ func TestAssociationsThatAreAggregates(t *testing.T) {
 		}
 	})
 }
+
+// TestSaveNewRecordWithPresetKey: db.Save of a record whose primary key is
+// set but not yet in the table runs an UPDATE that matches nothing, then a
+// Create with SkipHooks; the events must be written by that Create.
+func TestSaveNewRecordWithPresetKey(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		c := &Customer{Email: "new@example.com", Name: "New"}
+		c.Record(OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "card"})
+		if err := db.Save(c).Error; err != nil {
+			t.Fatalf("Save: %v", err)
+		}
+		if n := count(t, db, "customers"); n != 1 {
+			t.Fatalf("customers = %d, want 1", n)
+		}
+		got := rows(t, db)
+		if len(got) != 1 || got[0].AggregateID != "new@example.com" {
+			t.Fatalf("outbox rows = %+v, want the customer's event", got)
+		}
+		if n := len(c.Events()); n != 0 {
+			t.Errorf("pending after the committed Save = %d, want 0", n)
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
 
 	"github.com/gooutbox/outbox/runtime"
@@ -182,12 +183,29 @@ func sources(db *gorm.DB) []source {
 	return out
 }
 
+// skipsHooks reports whether the statement runs with SkipHooks, which writes
+// no events — except the Create that db.Save falls back to when its UPDATE
+// matched no row (a new record with a preset primary key): GORM runs that
+// one with SkipHooks and ON CONFLICT DO UPDATE ALL, and it is the save that
+// the events describe.
+func skipsHooks(db *gorm.DB) bool {
+	if !db.Statement.SkipHooks {
+		return false
+	}
+	if c, ok := db.Statement.Clauses["ON CONFLICT"]; ok {
+		if oc, ok := c.Expression.(clause.OnConflict); ok && oc.UpdateAll {
+			return false
+		}
+	}
+	return true
+}
+
 // begin starts a transaction when the statement has pending events but runs
 // without one (SkipDefaultTransaction), so the business rows and the outbox
 // rows still commit together; and it starts tracking transactions whose
 // commit the plugin will see.
 func (p *Plugin) begin(db *gorm.DB) {
-	if db.Error != nil || db.Statement.ConnPool == nil || db.Statement.SkipHooks {
+	if db.Error != nil || db.Statement.ConnPool == nil || skipsHooks(db) {
 		return
 	}
 	if _, ok := db.InstanceGet(keyGormTx); ok {
@@ -272,7 +290,7 @@ func (p *Plugin) writeChanged(db *gorm.DB) { p.write(db, true) }
 
 // write inserts the pending events of the statement's aggregates.
 func (p *Plugin) write(db *gorm.DB, needRows bool) {
-	if db.Error != nil || db.Statement.SkipHooks {
+	if db.Error != nil || skipsHooks(db) {
 		return
 	}
 	if needRows && db.Statement.RowsAffected == 0 {
