@@ -147,11 +147,14 @@ func (r *Relay) Run(ctx context.Context) error {
 	failures := 0 // consecutive failed claims
 	for ctx.Err() == nil {
 		res, failed, timedOut := r.claim(ctx)
-		partial := res.Err != nil && res.Published > 0 && !timedOut && ctx.Err() == nil
+		// Partial: the publisher took some messages and refused others,
+		// and the store marked what went out (failed is nil when the store
+		// itself failed, the marking say, which calls for a backoff).
+		partial := res.Err != nil && len(failed) > 0 && res.Published > 0 && !timedOut && ctx.Err() == nil
 		if partial {
-			// Some messages went out, so the publisher works: the failed
-			// ones stay pending in the store (which may delay their retry)
-			// and the relay goes on without backing off.
+			// The publisher works: the failed messages stay pending in the
+			// store (which may delay their retry) and the relay goes on
+			// without backing off.
 			r.logFailure(res, failed, 1, 0)
 		}
 		if res.Err != nil && !partial {

@@ -584,3 +584,31 @@ func TestRunFindsPoisonWithinAggregate(t *testing.T) {
 		t.Errorf("published IDs (-want +got):\n%s", diff)
 	}
 }
+
+// TestRunBacksOffWhenMarkingFails: a store that publishes but then fails to
+// mark (the database refuses the UPDATE) must not make the relay republish
+// the batch in a tight loop.
+func TestRunBacksOffWhenMarkingFails(t *testing.T) {
+	var claims atomic.Int32
+	store := claimFunc(func(ctx context.Context, limit int, publish relay.PublishFunc) (int, error) {
+		claims.Add(1)
+		msgs := []runtime.OutboxMessage{newMessage(1, "orders")}
+		if _, err := publish(ctx, msgs); err != nil {
+			return 1, err
+		}
+		return 1, errors.New("mark: database is read-only")
+	})
+	batches := newBatchRecorder()
+	r, err := relay.New(store, &fakePublisher{}, relay.Config{BatchSize: 1, MinBackoff: time.Hour, PollInterval: never, OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, context.Background(), r)
+	batches.untilCount(t, 1)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := claims.Load(); n != 1 {
+		t.Errorf("claims = %d, want 1: a failed mark must back off (MinBackoff is an hour)", n)
+	}
+}
