@@ -15,21 +15,34 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 )
 
-// claimSQL claims a batch (see [Store.Claim]): pending rows that are not
-// parked and not waiting for a retry. Besides the rows it returns, per row,
-// the number of pending rows up to the last claimed id: more than claimed
-// means rows were passed over (held by another relay, or waiting for their
-// retry), and their aggregates must then be left out. It also
-// turns synchronous_commit off for the claim's transaction: a mark lost in a
-// crash only republishes the batch (at-least-once), so the marking commit
-// need not wait for the WAL flush.
+// claimSQL claims a batch (see [Store.Claim]): the first pending rows by id
+// that are not parked and whose aggregate has no message waiting for its
+// retry (waitingSQL) — so a failing aggregate holds back only itself, however
+// many rows it has. Besides the rows it returns, per row, the number of
+// such eligible rows up to the last claimed id: more than claimed means
+// SKIP LOCKED passed over rows another relay holds, and their aggregates
+// must then be left out (dropBlocked). It also turns synchronous_commit off
+// for the claim's transaction: a mark lost in a crash only republishes the
+// batch (at-least-once), so the marking commit need not wait for the WAL
+// flush.
 func (s *Store) claimSQL() string {
-	return `WITH c AS (SELECT ` + selectColumns + ` FROM ` + s.table +
-		` WHERE published_at IS NULL AND parked_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now())
-		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+	return `WITH w AS MATERIALIZED (` + s.waitingSQL("now()") + `),
+		c AS (SELECT ` + selectColumns + ` FROM ` + s.table + ` o
+			WHERE o.published_at IS NULL AND o.parked_at IS NULL
+			AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM w)
+			ORDER BY o.id LIMIT $1 FOR UPDATE SKIP LOCKED)
 		SELECT c.*, (SELECT count(*) FROM ` + s.table + ` o
-			WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.id <= (SELECT max(id) FROM c))
+			WHERE o.published_at IS NULL AND o.parked_at IS NULL
+			AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM w)
+			AND o.id <= (SELECT max(id) FROM c))
 		FROM c CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS sc ORDER BY c.id`
+}
+
+// waitingSQL selects the aggregates that have a pending message waiting for
+// its retry at time now (an SQL expression).
+func (s *Store) waitingSQL(now string) string {
+	return `SELECT DISTINCT aggregate_type, aggregate_id FROM ` + s.table +
+		` WHERE next_attempt_at > ` + now + ` AND published_at IS NULL AND parked_at IS NULL`
 }
 
 // errNotPgx reports a pinned connection whose driver is not pgx.
@@ -66,7 +79,7 @@ func (s *Store) claimPinned(ctx context.Context, limit int, publish func(ctx con
 			}
 			return nil
 		})
-		if errors.Is(rawErr, driver.ErrBadConn) || rawErr != nil {
+		if rawErr != nil {
 			_ = s.pinned.Close()
 			s.pinned = nil
 			if rawErr != nil && !errors.Is(rawErr, driver.ErrBadConn) && cerr == nil {
@@ -112,16 +125,20 @@ func (s *Store) claimPgx(ctx context.Context, pc *pgx.Conn, limit int, publish f
 		return 0, started, fmt.Errorf("hooks: claim: select pending: %w", err)
 	}
 	if len(msgs) == 0 {
-		_, err := pc.Exec(ctx, "COMMIT")
-		return 0, started, err
+		if _, err := pc.Exec(ctx, "COMMIT"); err != nil {
+			return 0, started, fmt.Errorf("hooks: claim: commit: %w", err)
+		}
+		return 0, started, nil
 	}
 	if pendingUpTo > int64(len(msgs)) {
 		if msgs, err = s.dropBlockedPgx(ctx, pc, msgs); err != nil {
 			return 0, started, err
 		}
 		if len(msgs) == 0 {
-			_, err := pc.Exec(ctx, "COMMIT")
-			return 0, started, err
+			if _, err := pc.Exec(ctx, "COMMIT"); err != nil {
+				return 0, started, fmt.Errorf("hooks: claim: commit: %w", err)
+			}
+			return 0, started, nil
 		}
 	}
 	published, perr := publish(ctx, msgs)

@@ -84,6 +84,7 @@ func DDL(dialect, table string) ([]string, error) {
 			`CREATE UNIQUE INDEX IF NOT EXISTS ` + base + `_event_id ON ` + table + ` (event_id)`,
 			`CREATE INDEX IF NOT EXISTS ` + base + `_pending ON ` + table + ` (id) WHERE published_at IS NULL AND parked_at IS NULL`,
 			`CREATE INDEX IF NOT EXISTS ` + base + `_pending_aggregate ON ` + table + ` (aggregate_type, aggregate_id, id) WHERE published_at IS NULL AND parked_at IS NULL`,
+			`CREATE INDEX IF NOT EXISTS ` + base + `_waiting ON ` + table + ` (next_attempt_at) WHERE next_attempt_at IS NOT NULL AND published_at IS NULL AND parked_at IS NULL`,
 			`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	PERFORM pg_notify('` + base + `', '');
@@ -115,6 +116,7 @@ $$`,
 )`,
 			`CREATE UNIQUE INDEX IF NOT EXISTS ` + qualify(table, base+`_event_id`) + ` ON ` + base + ` (event_id)`,
 			`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_pending`) + ` ON ` + base + ` (id) WHERE published_at IS NULL AND parked_at IS NULL`,
+			`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_waiting`) + ` ON ` + base + ` (next_attempt_at) WHERE next_attempt_at IS NOT NULL AND published_at IS NULL AND parked_at IS NULL`,
 		}, nil
 	default:
 		return nil, fmt.Errorf("%w: %q (supported: postgres, sqlite)", ErrUnsupportedDialect, dialect)

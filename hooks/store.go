@@ -277,22 +277,20 @@ func (s *Store) claimSQLite(ctx context.Context, limit int, publish func(ctx con
 	// SQLite has one writer and no row locks: claims are exclusive within
 	// this process through the set of claimed ids and aggregates.
 	s.mu.Lock()
-	candidates, retryAt, err := s.scanRows(ctx, s.db, `SELECT `+selectColumns+`, next_attempt_at FROM `+s.table+
-		` WHERE published_at IS NULL AND parked_at IS NULL ORDER BY id LIMIT ?`, limit+len(s.claimed), true)
+	now := time.Now().UnixMicro()
+	candidates, _, err := s.scanRows(ctx, s.db, `SELECT `+selectColumns+` FROM `+s.table+
+		` WHERE published_at IS NULL AND parked_at IS NULL
+		AND (aggregate_type, aggregate_id) NOT IN (`+s.waitingSQL(fmt.Sprint(now))+`)
+		ORDER BY id LIMIT ?`, limit+len(s.claimed), false)
 	if err != nil {
 		s.mu.Unlock()
 		return 0, err
 	}
 	var msgs []runtime.OutboxMessage
-	held := map[aggKey]bool{}    // aggregates in this claim
-	waiting := map[aggKey]bool{} // aggregates behind a message waiting for its retry
-	now := time.Now().UnixMicro()
-	for i, m := range candidates {
+	held := map[aggKey]bool{} // aggregates in this claim
+	for _, m := range candidates {
 		a := aggKey{m.AggregateType, m.AggregateID}
-		if retryAt[i] > now {
-			waiting[a] = true
-		}
-		if waiting[a] || s.claimed[m.ID] || s.claimedAggs[a] > 0 && !held[a] {
+		if s.claimed[m.ID] || s.claimedAggs[a] > 0 && !held[a] {
 			continue
 		}
 		if len(msgs) == limit {

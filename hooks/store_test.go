@@ -3,6 +3,7 @@ package hooks_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -292,6 +293,36 @@ func TestStoreRetryBlocksOnlyItsAggregateAndParks(t *testing.T) {
 		got = claimUntil(t, park, 1)
 		if diff := cmp.Diff(parkedIDs, ids(got)); diff != "" {
 			t.Errorf("claim after Unpark (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// TestStoreFailingAggregateDoesNotStarveOthers: an aggregate with more
+// pending messages than a claim's limit, behind a message waiting for its
+// retry, must not keep other aggregates' later messages from being claimed.
+func TestStoreFailingAggregateDoesNotStarveOthers(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
+		for i := range 11 {
+			if _, err := p.Enqueue(db, "order", "1", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: fmt.Sprint(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := p.Enqueue(db, "order", "2", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "other"}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := hooks.NewStore(db, hooks.StoreConfig{RetryDelay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Order 1's first message fails; the rest of order 1 waits behind it.
+		if _, err := s.Claim(context.Background(), 5, func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
+			return nil, errors.New("rejected")
+		}); err == nil {
+			t.Fatal("Claim with a failing publish returned no error")
+		}
+		got := claimUntil(t, s, 1)
+		if got[0].AggregateID != "2" {
+			t.Errorf("claim = %+v, want order 2's message", got)
 		}
 	})
 }
