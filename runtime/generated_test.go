@@ -20,7 +20,9 @@ func TestMissingKeys(t *testing.T) {
 		{payload: `{}`, keys: []string{"a"}, want: []string{"a"}},
 		{payload: ` {"a":1, "b" : "x"} `, keys: []string{"a", "b"}, want: nil},
 		{payload: `{"a":{"b":1,"c":[1,{"d":2}]},"e":"}{\"]"}`, keys: []string{"a", "b", "c", "d", "e"}, want: []string{"b", "c", "d"}},
-		{payload: `{"a\u0062":true,"c":null}`, keys: []string{"ab", "c"}, want: nil},
+		{payload: `{"a\u0062":true,"c":null}`, keys: []string{"ab", "c"}, want: []string{"c"}}, // null counts as missing
+		{payload: `{"a":1,"a":null,"b":null,"b":2}`, keys: []string{"a", "b"}, want: []string{"a"}}, // the last duplicate wins
+		{payload: `{"a":null, "b":2}`, keys: []string{"a", "b"}, want: []string{"a"}},
 		{payload: `{"A":1}`, keys: []string{"a"}, want: []string{"a"}},
 		{payload: `{"a":[],"b":{},"c":-1.5e3}`, keys: []string{"c", "x", "a"}, want: []string{"x"}},
 		{payload: `[]`, keys: []string{"a"}, wantErr: true},
@@ -99,7 +101,8 @@ func TestFieldErrors(t *testing.T) {
 }
 
 // FuzzMissingKeys checks MissingKeys against encoding/json on every input
-// that encoding/json accepts as an object: same keys found, never a panic.
+// that encoding/json accepts as an object: same keys found with a non-null
+// value, never a panic.
 func FuzzMissingKeys(f *testing.F) {
 	for _, s := range []string{`{}`, `{"a":1}`, `{"a":{"b":[1,"]"]},"c":"\"}"}`, `[1]`, `{"a\n":true}`, `{"é":null}`} {
 		f.Add([]byte(s))
@@ -117,8 +120,8 @@ func FuzzMissingKeys(f *testing.F) {
 		var want []string
 		for _, k := range keys {
 			found := false
-			for ok := range obj {
-				if ok == k {
+			for ok, v := range obj {
+				if ok == k && string(v) != "null" {
 					found = true
 				}
 			}

@@ -307,7 +307,12 @@ func (b *builder) version(ev *schema.Event, v *schema.Version) (Version, error) 
 		if f.Optional {
 			continue
 		}
-		keys = append(keys, strconv.Quote(f.Name))
+		// A required list or map may be absent or null on the wire (a nil
+		// slice or map marshals as null): it decodes as empty. Every other
+		// required key must be present with a non-null value.
+		if f.Type.Kind != schema.List && f.Type.Kind != schema.Map {
+			keys = append(keys, strconv.Quote(f.Name))
+		}
 		if f.Default != nil {
 			vc.Defaults = append(vc.Defaults, Assign{Key: strconv.Quote(f.Name), Field: schema.GoName(f.Name), Expr: b.defaultExpr(f)})
 		}

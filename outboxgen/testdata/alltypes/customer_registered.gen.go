@@ -192,7 +192,7 @@ func (e CustomerRegisteredV1) Validate() error {
 func decodeCustomerRegisteredV1(payload []byte) (CustomerRegisteredV1, error) {
 	var e CustomerRegisteredV1
 	key := runtime.Key{Type: CustomerRegisteredType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "lines", "attributes", "scores", "nested", "status")
+	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "status")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -374,7 +374,7 @@ func (e CustomerRegisteredV2) Validate() error {
 func decodeCustomerRegisteredV2(payload []byte) (CustomerRegisteredV2, error) {
 	var e CustomerRegisteredV2
 	key := runtime.Key{Type: CustomerRegisteredType, Version: 2}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "lines", "scores", "nested", "lucky_number", "status", "locale", "premium", "since", "partner", "fee", "preferred_channel", "labels", "counters")
+	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "lucky_number", "status", "locale", "premium", "since", "partner", "fee", "preferred_channel")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

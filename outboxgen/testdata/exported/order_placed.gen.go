@@ -92,7 +92,7 @@ func (e OrderPlacedV1) Validate() error {
 func decodeOrderPlacedV1(payload []byte) (OrderPlacedV1, error) {
 	var e OrderPlacedV1
 	key := runtime.Key{Type: OrderPlacedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "customer", "total", "lines")
+	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "customer", "total")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

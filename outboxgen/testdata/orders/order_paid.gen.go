@@ -202,7 +202,7 @@ func (e OrderPaidV2) Validate() error {
 func decodeOrderPaidV2(payload []byte) (OrderPaidV2, error) {
 	var e OrderPaidV2
 	key := runtime.Key{Type: OrderPaidType, Version: 2}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount", "payment_method", "lines")
+	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount", "payment_method")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -313,7 +313,7 @@ func (e OrderPaidV3) Validate() error {
 func decodeOrderPaidV3(payload []byte) (OrderPaidV3, error) {
 	var e OrderPaidV3
 	key := runtime.Key{Type: OrderPaidType, Version: 3}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount", "payment_method", "lines", "refund_window_days")
+	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount", "payment_method", "refund_window_days")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
