@@ -20,7 +20,7 @@ func TestMissingKeys(t *testing.T) {
 		{payload: `{}`, keys: []string{"a"}, want: []string{"a"}},
 		{payload: ` {"a":1, "b" : "x"} `, keys: []string{"a", "b"}, want: nil},
 		{payload: `{"a":{"b":1,"c":[1,{"d":2}]},"e":"}{\"]"}`, keys: []string{"a", "b", "c", "d", "e"}, want: []string{"b", "c", "d"}},
-		{payload: `{"a\u0062":true,"c":null}`, keys: []string{"ab", "c"}, want: []string{"c"}}, // null counts as missing
+		{payload: `{"a\u0062":true,"c":null}`, keys: []string{"ab", "c"}, want: []string{"c"}},      // null counts as missing
 		{payload: `{"a":1,"a":null,"b":null,"b":2}`, keys: []string{"a", "b"}, want: []string{"a"}}, // the last duplicate wins
 		{payload: `{"a":null, "b":2}`, keys: []string{"a", "b"}, want: []string{"a"}},
 		{payload: `{"A":1}`, keys: []string{"a"}, want: []string{"a"}},
