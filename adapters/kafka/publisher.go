@@ -190,6 +190,10 @@ func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publish
 // kafka.WriteErrors holds one error per message (nil for the ones written)
 // when some partitions failed and others succeeded. After [Publisher.Close],
 // Publish returns [ErrPublisherClosed].
+//
+// When the broker will never take a message (too large, an invalid topic),
+// the error is a [*runtime.PermanentError], for the whole call: one such
+// message makes the relay look for it aggregate by aggregate, and park it.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()

@@ -257,7 +257,10 @@ func (s *Subscriber) readerConfig(topic string) kafka.ReaderConfig {
 // messages. It does not block: the group join happens in the background.
 //
 // Messages are delivered one at a time: the next is sent only after the
-// current one is acked or nacked. Ack commits the record's offset (kafka-go
+// current one is acked or nacked, across all the partitions the group gives
+// this subscription, so a message nacked again and again holds all of them
+// back; subscribe several times (several group members) for parallelism.
+// Ack commits the record's offset (kafka-go
 // CommitMessages) and cancels the message's context; Nack delivers the same
 // record again as a new message, after [SubscriberConfig.NackResendSleep].
 // A message's context carries the values of ctx, and the record's topic,
@@ -266,6 +269,12 @@ func (s *Subscriber) readerConfig(topic string) kafka.ReaderConfig {
 // The channel is closed when ctx is done or [Subscriber.Close] is called; an
 // unacked message is then neither committed nor lost, and the group delivers
 // it again later. Subscribe returns [ErrSubscriberClosed] after Close.
+//
+// Delivery is at least once. A message still being handled when its
+// partition moves to another member is delivered there too, and its late
+// ack can move the group's offset back, so later records are delivered
+// again; consumers deduplicate on the message UUID (runtime/consumer's inbox
+// does).
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if topic == "" {
 		return nil, errors.New("kafka: subscribe: empty topic")

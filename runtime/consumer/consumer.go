@@ -427,10 +427,11 @@ func (c *Consumer) ping(ctx context.Context) error {
 // backoff returns the wait before the given retry (1-based): a random
 // duration between half and all of min(MinBackoff*2^(retry-1), MaxBackoff).
 func (c *Consumer) backoff(retry int) time.Duration {
-	d := c.cfg.MaxBackoff
-	if retry < 32 {
-		d = min(c.cfg.MinBackoff<<(retry-1), c.cfg.MaxBackoff)
+	d := c.cfg.MinBackoff
+	for i := 1; i < retry && d < c.cfg.MaxBackoff; i++ {
+		d *= 2 // stops doubling at MaxBackoff, so it cannot overflow
 	}
+	d = min(d, c.cfg.MaxBackoff)
 	if d <= 1 {
 		return d
 	}

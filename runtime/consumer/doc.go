@@ -94,7 +94,19 @@
 // only after the current one is acked or nacked (adapters/kafka, and
 // Watermill's Kafka, SQL and JetStream subscribers) therefore keeps each
 // aggregate's order, since an aggregate's events share a partition. A nacked
-// message holds back the rest of its partition until it is applied or
-// dead-lettered; a dead-lettered one is skipped, so its aggregate's later
-// events are applied without it.
+// message holds back what comes after it in its subscription until it is
+// applied or dead-lettered. With adapters/kafka a subscription is one group
+// member that delivers one message at a time across all the partitions
+// assigned to it, so a nacked message holds back those partitions too; run
+// several members (handlers or processes) for parallelism and isolation. A
+// dead-lettered message is skipped, so its aggregate's later events are
+// applied without it.
+//
+// # Handler errors
+//
+// A handler must return the errors of its writes. On PostgreSQL a failed
+// statement aborts the transaction; a handler that swallows the error and
+// returns nil makes the commit fail, which the consumer cannot tell from a
+// database outage: it is reported as an inbox failure and retried and
+// nacked, never dead-lettered.
 package consumer
