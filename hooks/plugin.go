@@ -35,7 +35,8 @@ type Config struct {
 	// AfterCommit is called after a transaction that wrote outbox rows is
 	// seen to commit: a transaction GORM started for a single Create, Save,
 	// Update or Delete, or one the plugin started itself. Transactions the
-	// application controls (db.Transaction, db.Begin) are not seen. Wire
+	// application controls (db.Transaction, db.Begin) are not seen, nor is
+	// the one CreateInBatches opens around its batches. Wire
 	// the relay's Notify here to publish at once without waiting for a
 	// poll (useful with SQLite, which has no LISTEN/NOTIFY). It must not
 	// block. Default: nothing.

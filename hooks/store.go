@@ -96,7 +96,10 @@ type Store struct {
 	claimedAggs map[aggKey]int
 }
 
-// NewStore returns a store on db's connection pool. It returns an error
+// NewStore returns a store on db's connection pool. A store keeps one
+// connection of the pool for its claims, and [Store.Listen] another for as
+// long as it listens; size the pool (SetMaxOpenConns) for them, and call
+// [Store.Close] to give the claim connection back. It returns an error
 // wrapping [ErrInvalidTable] or [ErrUnsupportedDialect] for a bad table name
 // or dialect.
 func NewStore(db *gorm.DB, cfg StoreConfig) (*Store, error) {
@@ -395,12 +398,15 @@ func (s *Store) scanRows(ctx context.Context, q querier, query string, limit int
 // mark marks published ids and records a failed attempt on the rest.
 func (s *Store) mark(ctx context.Context, tx *sql.Tx, msgs []runtime.OutboxMessage, published []int64, perr error) error {
 	done, failed := splitPublished(msgs, published)
-	now := time.Now().UTC()
-	if err := s.updateIDs(ctx, tx, "published_at = "+s.dialect.ph(1), []any{now}, done); err != nil {
+	set, args := "published_at = now()", []any(nil) // the database's clock, as DeletePublished compares it
+	if s.dialect.name == "sqlite" {
+		set, args = "published_at = ?", []any{time.Now().UTC()}
+	}
+	if err := s.updateIDs(ctx, tx, set, args, done); err != nil {
 		return fmt.Errorf("hooks: claim: mark published: %w", err)
 	}
 	retry, park := failureHeads(msgs, failed, perr)
-	set, args := s.failureSet(perr, len(done) > 0, false)
+	set, args = s.failureSet(perr, len(done) > 0, false)
 	if err := s.updateIDs(ctx, tx, set, args, retry); err != nil {
 		return fmt.Errorf("hooks: claim: record failed attempt: %w", err)
 	}
@@ -433,7 +439,9 @@ func (s *Store) failureSet(perr error, othersPublished, parkNow bool) (string, [
 
 // Unpark puts parked messages back in the queue with their attempts reset,
 // for an operator who fixed what made them fail. It returns how many it
-// unparked.
+// unparked. The later messages of a parked message's aggregate went out
+// while it was parked, so consumers see an unparked message after them, out
+// of its aggregate's order.
 func (s *Store) Unpark(ctx context.Context, ids ...int64) (int64, error) {
 	var total int64
 	for start := 0; start < len(ids); start += 500 {
@@ -594,12 +602,18 @@ func (s *Store) DeletePublished(ctx context.Context, olderThan time.Duration, ba
 	if batch <= 0 {
 		batch = 1000
 	}
-	cutoff := time.Now().Add(-olderThan).UTC()
+	// The cutoff uses the clock that wrote published_at: the database's on
+	// PostgreSQL, the process's on SQLite.
+	var cutoff any = time.Now().Add(-olderThan).UTC()
+	cutoffSQL := s.dialect.ph(1)
+	if s.dialect.name == "postgres" {
+		cutoff, cutoffSQL = olderThan.Microseconds(), `now() - $1 * interval '1 microsecond'`
+	}
 	// Published rows are mostly the oldest: walk the primary key from the
 	// start rather than keep an index on published_at, which would cost
 	// every mark an index insertion.
 	q := `DELETE FROM ` + s.table + ` WHERE id IN (SELECT id FROM ` + s.table +
-		` WHERE published_at IS NOT NULL AND published_at < ` + s.dialect.ph(1) + ` ORDER BY id LIMIT ` + s.dialect.ph(2) + `)`
+		` WHERE published_at IS NOT NULL AND published_at < ` + cutoffSQL + ` ORDER BY id LIMIT ` + s.dialect.ph(2) + `)`
 	var total int64
 	for {
 		res, err := s.db.ExecContext(ctx, q, cutoff, batch)

@@ -51,7 +51,8 @@
 // reach their partition in commit order. Topics are published one after the
 // other; when one topic fails, the others' messages are still marked, and
 // the failed ones are retried in a later batch. There is no order across
-// topics.
+// topics: an aggregate whose events go to several topics (a custom topic
+// function) is ordered per topic only.
 //
 // # One relay, several relays
 //
