@@ -75,10 +75,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
 
 	// 1. The database: the business table and the outbox table.
-	db, dbName, err := openDB(opt.databaseURL)
+	db, dbName, cleanup, err := openDB(opt.databaseURL)
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 	if sqlDB, err := db.DB(); err == nil {
 		defer sqlDB.Close()
 	}
@@ -294,25 +295,29 @@ func placeAndPay(ctx context.Context, db *gorm.DB, n int) (map[string]bool, int,
 	return committed, rolledBack, nil
 }
 
-func openDB(url string) (*gorm.DB, string, error) {
+// openDB opens PostgreSQL at url, or SQLite in a new temporary directory
+// that cleanup removes.
+func openDB(url string) (db *gorm.DB, name string, cleanup func(), err error) {
 	cfg := &gorm.Config{Logger: logger.Discard}
 	if url != "" {
 		db, err := gorm.Open(postgres.Open(url), cfg)
 		if err != nil {
-			return nil, "", fmt.Errorf("open PostgreSQL: %w", err)
+			return nil, "", nil, fmt.Errorf("open PostgreSQL: %w", err)
 		}
-		return db, "PostgreSQL", nil
+		return db, "PostgreSQL", func() {}, nil
 	}
 	dir, err := os.MkdirTemp("", "gooutbox-quickstart-")
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
+	cleanup = func() { os.RemoveAll(dir) }
 	path := filepath.Join(dir, "quickstart.db")
-	db, err := gorm.Open(sqlite.Open("file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"), cfg)
+	db, err = gorm.Open(sqlite.Open("file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"), cfg)
 	if err != nil {
-		return nil, "", fmt.Errorf("open SQLite: %w", err)
+		cleanup()
+		return nil, "", nil, fmt.Errorf("open SQLite: %w", err)
 	}
-	return db, "SQLite " + path, nil
+	return db, "SQLite " + path, cleanup, nil
 }
 
 func splitBrokers(s string) []string {
