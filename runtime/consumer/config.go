@@ -18,6 +18,7 @@ const (
 	DefaultMinBackoff     = 100 * time.Millisecond
 	DefaultMaxBackoff     = 5 * time.Second
 	DefaultNackDelay      = time.Second
+	DefaultMaxNackDelay   = time.Minute
 	DefaultInboxRetention = 7 * 24 * time.Hour
 	DefaultPruneBatchSize = 1000
 )
@@ -101,8 +102,17 @@ type Config struct {
 	// nack (outcomes nacked and failed) before it returns, so that a
 	// subscriber that redelivers a nacked message at once does not spin.
 	// The wait ends early when the message's context is cancelled.
+	// Each time the same message (by UUID) is nacked again, the wait
+	// doubles, up to MaxNackDelay; it starts over once the message is
+	// acked.
 	// Default: 1s ([DefaultNackDelay]).
 	NackDelay time.Duration
+
+	// MaxNackDelay caps the doubling of NackDelay for a message nacked
+	// again and again (a newer version no deployment handles yet, a
+	// database outage).
+	// Default: 1m ([DefaultMaxNackDelay]), but at least NackDelay.
+	MaxNackDelay time.Duration
 
 	// UnknownType is what happens to a message whose event type the
 	// registry does not know: [ActionSkip] (ack; reported as
@@ -181,6 +191,9 @@ func (c *Config) setDefaults() {
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = max(DefaultMaxBackoff, c.MinBackoff)
 	}
+	if c.MaxNackDelay == 0 {
+		c.MaxNackDelay = DefaultMaxNackDelay
+	}
 	if c.NackDelay == 0 {
 		c.NackDelay = DefaultNackDelay
 	}
@@ -226,6 +239,7 @@ func (c Config) Validate() error {
 		{"MinBackoff", int64(c.MinBackoff)},
 		{"MaxBackoff", int64(c.MaxBackoff)},
 		{"NackDelay", int64(c.NackDelay)},
+		{"MaxNackDelay", int64(c.MaxNackDelay)},
 		{"InboxRetention", int64(c.InboxRetention)},
 		{"PruneBatchSize", int64(c.PruneBatchSize)},
 	} {

@@ -36,7 +36,15 @@ type Consumer struct {
 
 	mu     sync.RWMutex
 	routes map[string]*route // by event type
+
+	nackMu sync.Mutex
+	nacks  map[string]int // message UUID → times nacked in a row
 }
+
+// maxTrackedNacks bounds the nack counts a consumer remembers; past it the
+// counts start over (a message whose partition moved elsewhere is never
+// acked here).
+const maxTrackedNacks = 10_000
 
 // route is the handler of one event type.
 type route struct {
@@ -212,6 +220,7 @@ func (c *Consumer) process(msg *message.Message) error {
 		c.cfg.OnOutcome(res)
 	}
 	if res.Outcome.Acked() {
+		c.forgetNacks(msg.UUID)
 		return nil
 	}
 	return fmt.Errorf("consumer: %s: event %s (%s v%d): %s: %w", c.cfg.Name, res.Meta.EventID,
@@ -268,7 +277,7 @@ func (c *Consumer) act(ctx context.Context, msg *message.Message, res *Result, a
 	default:
 		res.Outcome, res.Reason, res.Err = OutcomeNacked, reason, err
 		c.log.Warn("consumer: message nacked", c.attrs(res)...)
-		c.nackDelay(ctx)
+		c.nackDelay(ctx, msg.UUID)
 	}
 }
 
@@ -286,7 +295,7 @@ func (c *Consumer) giveUp(ctx context.Context, msg *message.Message, res *Result
 func (c *Consumer) fail(ctx context.Context, res *Result, reason Reason, err error) {
 	res.Outcome, res.Reason, res.Err = OutcomeFailed, reason, err
 	if ctx.Err() == nil {
-		c.nackDelay(ctx)
+		c.nackDelay(ctx, res.MessageUUID)
 	}
 }
 
@@ -439,7 +448,32 @@ func (c *Consumer) backoff(retry int) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
-func (c *Consumer) nackDelay(ctx context.Context) { sleep(ctx, c.cfg.NackDelay) }
+// nackDelay holds a message about to be nacked for its next nack delay.
+func (c *Consumer) nackDelay(ctx context.Context, uuid string) { sleep(ctx, c.nextNackDelay(uuid)) }
+
+// nextNackDelay returns NackDelay doubled for each time the message was
+// nacked before in a row, capped at MaxNackDelay, and counts this nack.
+func (c *Consumer) nextNackDelay(uuid string) time.Duration {
+	c.nackMu.Lock()
+	if c.nacks == nil || len(c.nacks) >= maxTrackedNacks {
+		c.nacks = make(map[string]int)
+	}
+	n := c.nacks[uuid]
+	c.nacks[uuid] = n + 1
+	c.nackMu.Unlock()
+	d, ceiling := c.cfg.NackDelay, max(c.cfg.MaxNackDelay, c.cfg.NackDelay)
+	for i := 0; i < n && d < ceiling; i++ {
+		d *= 2
+	}
+	return min(d, ceiling)
+}
+
+// forgetNacks drops a message's nack count once it is acked.
+func (c *Consumer) forgetNacks(uuid string) {
+	c.nackMu.Lock()
+	delete(c.nacks, uuid)
+	c.nackMu.Unlock()
+}
 
 // sleep waits for d or until ctx is done, and reports whether d elapsed.
 func sleep(ctx context.Context, d time.Duration) bool {
