@@ -41,13 +41,21 @@ func PostgresBaseDSN() string {
 	return DefaultPostgresDSN
 }
 
-// unavailable skips or fails t for a service that does not answer.
+// unavailable skips or fails t for a PostgreSQL that does not answer.
 func unavailable(t testing.TB, what, addr string, err error) {
+	t.Helper()
+	Unavailable(t, what, addr, "OUTBOX_TEST_POSTGRES_DSN", err)
+}
+
+// Unavailable ends t for a service (what, at addr) that does not answer: it
+// skips, naming the address and the environment variable that selects
+// another, or, when OUTBOX_TEST_REQUIRE_INTEGRATION=1, fails.
+func Unavailable(t testing.TB, what, addr, envVar string, err error) {
 	t.Helper()
 	if RequireIntegration() {
 		t.Fatalf("%s at %s is required (OUTBOX_TEST_REQUIRE_INTEGRATION=1) but unreachable: %v", what, addr, err)
 	}
-	t.Skipf("%s at %s unreachable (set OUTBOX_TEST_POSTGRES_DSN to use another): %v", what, addr, err)
+	t.Skipf("%s at %s unreachable (set %s to use another): %v", what, addr, envVar, err)
 }
 
 // PostgresDSN creates a new schema in the test database and returns a DSN
