@@ -14,6 +14,8 @@
 // touched.
 package main
 
+//go:generate go tool outboxgen events.yaml
+
 import (
 	"context"
 	"database/sql"
@@ -70,27 +72,9 @@ type Account struct {
 	runtime.Recorder
 }
 
-// Deposited is the benchmark's event (about 200 bytes of JSON).
-type Deposited struct {
-	EventVersion int       `json:"event_version"`
-	OccurredAt   time.Time `json:"occurred_at"`
-	Amount       int64     `json:"amount"`
-	Reference    string    `json:"reference"`
-	Note         string    `json:"note"`
-}
-
-// EventKey implements runtime.Event.
-func (Deposited) EventKey() runtime.Key { return runtime.Key{Type: "bank.deposited", Version: 1} }
-
-// EventTime implements runtime.Event.
-func (e Deposited) EventTime() time.Time { return e.OccurredAt }
-
-// Validate implements runtime.Event.
-func (Deposited) Validate() error { return nil }
-
+// newEvent returns the i-th benchmark event (about 200 bytes of JSON).
 func newEvent(i int) Deposited {
-	return Deposited{EventVersion: 1, OccurredAt: runtime.OccurredAt(time.Now()), Amount: int64(i),
-		Reference: fmt.Sprintf("ref-%012d", i), Note: strings.Repeat("x", 80)}
+	return NewDeposited(runtime.SystemClock{}, int64(i), fmt.Sprintf("ref-%012d", i), strings.Repeat("x", 80))
 }
 
 const topic = "bench.account"
