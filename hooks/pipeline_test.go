@@ -71,7 +71,13 @@ type pipeline struct {
 
 func newPipeline(t *testing.T, dialect string, partitions int) *pipeline {
 	t.Helper()
-	p := &pipeline{brokers: kafkatest.NewCluster(t), topic: fmt.Sprintf("accounts-%d", rand.Int64())}
+	return newPipelineOn(t, dialect, partitions, kafkatest.NewCluster(t))
+}
+
+// newPipelineOn is newPipeline on the given Kafka brokers.
+func newPipelineOn(t *testing.T, dialect string, partitions int, brokers []string) *pipeline {
+	t.Helper()
+	p := &pipeline{brokers: brokers, topic: fmt.Sprintf("accounts-%d", rand.Int64())}
 	if dialect == "postgres" {
 		p.dsn = hookstest.PostgresDSN(t)
 		db, err := gorm.Open(postgres.Open(p.dsn), &gorm.Config{Logger: logger.Discard})
