@@ -60,6 +60,7 @@ type options struct {
 	duration   time.Duration
 	batch      int
 	aggregates int
+	producers  int
 	verbose    bool
 	cpuprofile string
 	skipDrain  bool
@@ -89,6 +90,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of the latency run")
 	fs.IntVar(&o.batch, "batch", 0, "relay BatchSize (default: the relay's default)")
 	fs.IntVar(&o.aggregates, "aggregates", 1000, "distinct aggregates")
+	fs.IntVar(&o.producers, "producers", 8, "goroutines committing events in the latency run")
 	fs.BoolVar(&o.skipDrain, "latency-only", false, "skip the throughput runs")
 	fs.BoolVar(&o.verbose, "v", false, "print batch and publish timings to stderr")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the relay's drain run to this file")
@@ -407,10 +409,10 @@ func latency(ctx context.Context, db *gorm.DB, store *hooks.Store, pub message.P
 	jobs := make(chan int, 1024)
 	var wg sync.WaitGroup
 	var perr atomic.Pointer[error]
-	for w := range 8 {
+	for w := range o.producers {
 		wg.Go(func() {
 			for i := range jobs {
-				a := Account{ID: accts[(i*8+w)%len(accts)].ID}
+				a := Account{ID: accts[(i*o.producers+w)%len(accts)].ID}
 				a.Balance = int64(i)
 				a.Record(newEvent(i))
 				ids[i] = a.Pending()[0].ID.String()
