@@ -31,6 +31,7 @@ type WriteError struct {
 	Err error
 }
 
+// Error returns the message, naming the aggregate when known.
 func (e *WriteError) Error() string {
 	if e.AggregateType == "" {
 		return fmt.Sprintf("hooks: write outbox rows: %v", e.Err)

@@ -28,6 +28,7 @@ type UnknownEventTypeError struct {
 	Type string
 }
 
+// Error returns the message, naming the type.
 func (e *UnknownEventTypeError) Error() string {
 	return fmt.Sprintf("outbox: unknown event type %q", e.Type)
 }
@@ -44,6 +45,7 @@ type UnknownVersionError struct {
 	Latest int
 }
 
+// Error returns the message, naming the type and both versions.
 func (e *UnknownVersionError) Error() string {
 	if e.Newer() {
 		return fmt.Sprintf("outbox: %s is newer than the latest known version %d", e.Key, e.Latest)
@@ -69,6 +71,7 @@ type EncodeError struct {
 	Err error
 }
 
+// Error returns the message, naming the event type and version.
 func (e *EncodeError) Error() string {
 	return fmt.Sprintf("outbox: encode event %s: %v", e.Key, e.Err)
 }
@@ -84,6 +87,7 @@ type DecodeError struct {
 	Err error
 }
 
+// Error returns the message, naming the event type and version.
 func (e *DecodeError) Error() string {
 	return fmt.Sprintf("outbox: decode event %s: %v", e.Key, e.Err)
 }

@@ -19,6 +19,7 @@ type FieldError struct {
 	Problem string
 }
 
+// Error returns the message, naming the field.
 func (e *FieldError) Error() string {
 	return fmt.Sprintf("field %s: %s", e.Field, e.Problem)
 }
@@ -31,6 +32,7 @@ type MissingFieldsError struct {
 	Fields []string
 }
 
+// Error returns the message, naming the missing fields.
 func (e *MissingFieldsError) Error() string {
 	return "missing required field(s) " + strings.Join(e.Fields, ", ")
 }

@@ -12,6 +12,7 @@ type PermanentError struct {
 	Err error
 }
 
+// Error returns Err's message, marked permanent.
 func (e *PermanentError) Error() string { return "outbox: permanent failure: " + e.Err.Error() }
 
 // Unwrap returns Err.

@@ -340,6 +340,7 @@ type timingPublisher struct {
 	total atomic.Int64
 }
 
+// Publish publishes through the wrapped publisher and adds up its time.
 func (t *timingPublisher) Publish(topic string, msgs ...*message.Message) error {
 	start := time.Now()
 	err := t.Publisher.Publish(topic, msgs...)
@@ -355,6 +356,7 @@ type ackRecorder struct {
 	pubDur []time.Duration
 }
 
+// Publish publishes through the wrapped publisher and records the ack time of each message.
 func (a *ackRecorder) Publish(topic string, msgs ...*message.Message) error {
 	t0 := time.Now()
 	if err := a.Publisher.Publish(topic, msgs...); err != nil {

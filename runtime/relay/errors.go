@@ -35,6 +35,7 @@ type PublishError struct {
 	Err error
 }
 
+// Error returns the message, naming the topic.
 func (e *PublishError) Error() string {
 	return fmt.Sprintf("relay: publish %d messages to topic %q: %v", len(e.IDs), e.Topic, e.Err)
 }

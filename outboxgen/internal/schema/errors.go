@@ -22,6 +22,7 @@ type Error struct {
 	Msg string
 }
 
+// Error returns "file:line:col: message".
 func (e Error) Error() string {
 	if e.Pos.Line == 0 {
 		return fmt.Sprintf("%s: %s", e.Path, e.Msg)
