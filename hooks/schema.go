@@ -85,6 +85,7 @@ func DDL(dialect, table string) ([]string, error) {
 			`CREATE INDEX IF NOT EXISTS ` + base + `_pending ON ` + table + ` (id) WHERE published_at IS NULL AND parked_at IS NULL`,
 			`CREATE INDEX IF NOT EXISTS ` + base + `_pending_aggregate ON ` + table + ` (aggregate_type, aggregate_id, id) WHERE published_at IS NULL AND parked_at IS NULL`,
 			`CREATE INDEX IF NOT EXISTS ` + base + `_waiting ON ` + table + ` (next_attempt_at) WHERE next_attempt_at IS NOT NULL AND published_at IS NULL AND parked_at IS NULL`,
+			`CREATE INDEX IF NOT EXISTS ` + base + `_parked ON ` + table + ` (id) WHERE parked_at IS NOT NULL AND published_at IS NULL`,
 			`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	PERFORM pg_notify('` + base + `', '');
@@ -117,6 +118,7 @@ $$`,
 			`CREATE UNIQUE INDEX IF NOT EXISTS ` + qualify(table, base+`_event_id`) + ` ON ` + base + ` (event_id)`,
 			`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_pending`) + ` ON ` + base + ` (id) WHERE published_at IS NULL AND parked_at IS NULL`,
 			`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_waiting`) + ` ON ` + base + ` (next_attempt_at) WHERE next_attempt_at IS NOT NULL AND published_at IS NULL AND parked_at IS NULL`,
+			`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_parked`) + ` ON ` + base + ` (id) WHERE parked_at IS NOT NULL AND published_at IS NULL`,
 		}, nil
 	default:
 		return nil, fmt.Errorf("%w: %q (supported: postgres, sqlite)", ErrUnsupportedDialect, dialect)

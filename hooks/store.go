@@ -680,3 +680,45 @@ func (s *Store) Listen(ctx context.Context, notify func()) error {
 	}
 	return nil
 }
+
+// Stats is the state of the outbox table, for monitoring: the three figures
+// to watch are how many messages are pending, how long the oldest has been
+// waiting, and how many failed or were parked.
+type Stats struct {
+	// Pending counts messages not yet published and not parked.
+	Pending int64
+	// Retrying counts pending messages that failed at least once.
+	Retrying int64
+	// Parked counts messages set aside after a permanent failure or too
+	// many attempts (see [Store.Unpark]).
+	Parked int64
+	// OldestPending is the age of the oldest pending message (zero when
+	// none), measured on the database's clock on PostgreSQL.
+	OldestPending time.Duration
+}
+
+// Stats reads the outbox's [Stats] with one query over the pending and
+// parked rows' partial indexes; published rows are not read. On a large
+// backlog it counts every pending row: call it at scrape intervals, not per
+// message.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	pending := `FROM ` + s.table + ` WHERE published_at IS NULL AND parked_at IS NULL`
+	age := `COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) ` + pending + `)), 0)`
+	if s.dialect.name == "sqlite" {
+		age = `COALESCE((julianday('now') - julianday((SELECT min(created_at) ` + pending + `))) * 86400, 0)`
+	}
+	// Each figure reads a partial index: pending rows, parked rows.
+	q := `SELECT (SELECT count(*) ` + pending + `),
+		(SELECT count(*) ` + pending + ` AND attempts > 0),
+		(SELECT count(*) FROM ` + s.table + ` WHERE parked_at IS NOT NULL AND published_at IS NULL),
+		` + age
+	var st Stats
+	var seconds float64
+	if err := s.db.QueryRowContext(ctx, q).Scan(&st.Pending, &st.Retrying, &st.Parked, &seconds); err != nil {
+		return Stats{}, fmt.Errorf("hooks: stats: %w", err)
+	}
+	if seconds > 0 {
+		st.OldestPending = time.Duration(seconds * float64(time.Second))
+	}
+	return st, nil
+}

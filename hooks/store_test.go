@@ -326,3 +326,29 @@ func TestStoreFailingAggregateDoesNotStarveOthers(t *testing.T) {
 		}
 	})
 }
+
+func TestStoreStats(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
+		s := newStore(t, db)
+		st, err := s.Stats(context.Background())
+		if err != nil || st != (hooks.Stats{}) {
+			t.Fatalf("Stats of an empty outbox = %+v, %v", st, err)
+		}
+		for _, agg := range []string{"a", "b", "c"} {
+			if _, err := p.Enqueue(db, "order", agg, OrderPaid{EventVersion: 2, OccurredAt: now(), Method: agg}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Make the oldest message an hour old, then fail b and park c.
+		db.Exec(`UPDATE outbox_messages SET created_at = ? WHERE aggregate_id = 'a'`, time.Now().Add(-time.Hour).UTC())
+		db.Exec(`UPDATE outbox_messages SET attempts = 2 WHERE aggregate_id = 'b'`)
+		db.Exec(`UPDATE outbox_messages SET parked_at = ? WHERE aggregate_id = 'c'`, time.Now().UTC())
+		st, err = s.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Pending != 2 || st.Retrying != 1 || st.Parked != 1 || st.OldestPending < 59*time.Minute || st.OldestPending > 2*time.Hour {
+			t.Errorf("Stats = %+v, want 2 pending (1 retrying), 1 parked, oldest about 1h", st)
+		}
+	})
+}
