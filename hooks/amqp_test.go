@@ -81,19 +81,7 @@ func TestRelayToRabbitMQ(t *testing.T) {
 	}
 	t.Cleanup(func() { pub.Close() })
 
-	r, err := relay.New(store, pub, relay.Config{PollInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	})
+	(&pipeline{db: db, store: store}).runRelay(t, pub, relay.Config{PollInterval: 20 * time.Millisecond})
 
 	// 10 accounts, 5 deposits each, committed one transaction at a time.
 	accts := make([]Account, 10)

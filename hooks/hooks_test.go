@@ -691,3 +691,22 @@ func TestSaveNewRecordWithPresetKey(t *testing.T) {
 		}
 	})
 }
+
+func TestHeadersHook(t *testing.T) {
+	pcfg := hooks.Config{Headers: func(_ context.Context, h map[string]string) { h["tenant"] = "t-1" }}
+	eachDB(t, nil, pcfg, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		o := &Order{}
+		o.Place(1)
+		if err := db.WithContext(runtime.WithCorrelationID(context.Background(), "c-1")).Create(o).Error; err != nil {
+			t.Fatal(err)
+		}
+		got := rows(t, db)
+		var h map[string]string
+		if len(got) != 1 || got[0].Headers == nil || json.Unmarshal([]byte(*got[0].Headers), &h) != nil {
+			t.Fatalf("rows = %+v", got)
+		}
+		if diff := cmp.Diff(map[string]string{"tenant": "t-1", runtime.MetadataCorrelationID: "c-1"}, h); diff != "" {
+			t.Errorf("headers (-want +got):\n%s", diff)
+		}
+	})
+}

@@ -305,7 +305,7 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 		return
 	}
 	ctx := db.Statement.Context
-	headers := p.headers(ctx)
+	headers, custom := p.headers(ctx)
 	var rows []pendingRow
 	for _, s := range srcs {
 		aggType, aggID, err := p.aggregate(db, s.value)
@@ -319,7 +319,9 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 				_ = db.AddError(&WriteError{AggregateType: aggType, AggregateID: aggID, Err: err})
 				return
 			}
-			env.Headers = headers
+			if custom {
+				env.Headers = headers
+			}
 			rows = append(rows, pendingRow{rec: s.rec, env: env, topic: p.topic(env)})
 		}
 	}
@@ -378,18 +380,22 @@ func writtenIn(rec *runtime.Recorder, id uuid.UUID, conn gorm.ConnPool) bool {
 	return false
 }
 
-func (p *Plugin) headers(ctx context.Context) map[string]string {
-	h := runtime.HeadersFromContext(ctx)
-	if p.cfg.Headers != nil {
-		if h == nil {
-			h = make(map[string]string)
-		}
-		p.cfg.Headers(ctx, h)
-		if len(h) == 0 {
-			h = nil
-		}
+// headers returns the headers of the events written under ctx when
+// Config.Headers is set, computed once per statement, and false otherwise:
+// then runtime.NewEnvelope's own headers (the context's) are the headers.
+func (p *Plugin) headers(ctx context.Context) (map[string]string, bool) {
+	if p.cfg.Headers == nil {
+		return nil, false
 	}
-	return h
+	h := runtime.HeadersFromContext(ctx)
+	if h == nil {
+		h = make(map[string]string)
+	}
+	p.cfg.Headers(ctx, h)
+	if len(h) == 0 {
+		h = nil
+	}
+	return h, true
 }
 
 func (p *Plugin) topic(env runtime.Envelope) string {
@@ -463,7 +469,7 @@ func (p *Plugin) Enqueue(tx *gorm.DB, aggregateType, aggregateID string, events 
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	headers := p.headers(ctx)
+	headers, custom := p.headers(ctx)
 	rows := make([]pendingRow, 0, len(events))
 	ids := make([]uuid.UUID, 0, len(events))
 	for _, e := range events {
@@ -471,7 +477,9 @@ func (p *Plugin) Enqueue(tx *gorm.DB, aggregateType, aggregateID string, events 
 		if err != nil {
 			return nil, &WriteError{AggregateType: aggregateType, AggregateID: aggregateID, Err: err}
 		}
-		env.Headers = headers
+		if custom {
+			env.Headers = headers
+		}
 		rows = append(rows, pendingRow{env: env, topic: p.topic(env)})
 		ids = append(ids, env.EventID)
 	}

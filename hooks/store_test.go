@@ -131,7 +131,10 @@ func TestStoreClaimMarksAndRetries(t *testing.T) {
 	})
 }
 
-func TestStorePostgresClaimsAreExclusive(t *testing.T) {
+// postgresWithPlugin returns a fresh PostgreSQL schema with the outbox and
+// orders tables and the plugin registered.
+func postgresWithPlugin(t *testing.T) *gorm.DB {
+	t.Helper()
 	db := hookstest.Postgres(t, nil)
 	if err := hooks.Migrate(context.Background(), db, ""); err != nil {
 		t.Fatal(err)
@@ -139,10 +142,18 @@ func TestStorePostgresClaimsAreExclusive(t *testing.T) {
 	if err := db.AutoMigrate(&Order{}); err != nil {
 		t.Fatal(err)
 	}
-	p, _ := hooks.New(hooks.Config{})
+	p, err := hooks.New(hooks.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := db.Use(p); err != nil {
 		t.Fatal(err)
 	}
+	return db
+}
+
+func TestStorePostgresClaimsAreExclusive(t *testing.T) {
+	db := postgresWithPlugin(t)
 	placeOrders(t, db, 6)
 	s := newStore(t, db)
 
@@ -182,17 +193,7 @@ func TestStorePostgresClaimsAreExclusive(t *testing.T) {
 }
 
 func TestStoreListen(t *testing.T) {
-	db := hookstest.Postgres(t, nil)
-	if err := hooks.Migrate(context.Background(), db, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.AutoMigrate(&Order{}); err != nil {
-		t.Fatal(err)
-	}
-	p, _ := hooks.New(hooks.Config{})
-	if err := db.Use(p); err != nil {
-		t.Fatal(err)
-	}
+	db := postgresWithPlugin(t)
 	s := newStore(t, db)
 	ctx, cancel := context.WithCancel(context.Background())
 	notes := make(chan struct{}, 16)
