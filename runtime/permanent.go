@@ -1,6 +1,9 @@
 package runtime
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // PermanentError marks a failure that retrying cannot fix, so the message is
 // set aside at once instead of retried: a message the broker will never take
@@ -31,4 +34,30 @@ func Permanent(err error) error {
 func IsPermanent(err error) bool {
 	var p *PermanentError
 	return errors.As(err, &p)
+}
+
+// PublishErrors reports a Publish call that failed for some of its messages
+// only: element i is the error of the i-th message passed to Publish, nil
+// for a message the broker acknowledged. Broker adapters return it (wrapped
+// or not) when they know per message what happened, as adapters/kafka does
+// for a write that failed on some partitions; the relay then marks exactly
+// the acknowledged messages and retries only the others. An element may be
+// a [*PermanentError].
+type PublishErrors []error
+
+// Error summarises the failures: how many messages failed and the first error.
+func (e PublishErrors) Error() string {
+	n, first := 0, error(nil)
+	for _, err := range e {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	if first == nil {
+		return "outbox: publish: no message failed"
+	}
+	return fmt.Sprintf("outbox: publish: %d of %d messages failed: %v", n, len(e), first)
 }

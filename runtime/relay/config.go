@@ -12,8 +12,12 @@ const (
 	DefaultPollInterval         = 100 * time.Millisecond
 	DefaultNotifierPollInterval = time.Second
 	DefaultMinBackoff           = 100 * time.Millisecond
-	DefaultMaxBackoff           = 10 * time.Second
+	DefaultMaxBackoff           = 5 * time.Second
 	DefaultShutdownTimeout      = 10 * time.Second
+	DefaultMaxBatchBytes        = 8 << 20
+	DefaultStoreTimeout         = 10 * time.Second
+	DefaultPublishTimeout       = 30 * time.Second
+	DefaultPublishConcurrency   = 4
 )
 
 // Config tunes a [Relay]. The zero value is valid: every zero field means its
@@ -25,6 +29,31 @@ type Config struct {
 	// Default: 1000 ([DefaultBatchSize]). Keep it near the publisher's own batch
 	// size (adapters/kafka: 1000).
 	BatchSize int
+
+	// MaxBatchBytes caps the payload bytes of one batch, so a backlog of
+	// large events cannot take the relay's memory to BatchSize times their
+	// size; a single message larger than the cap is still claimed, alone.
+	// Default: 8 MiB ([DefaultMaxBatchBytes]).
+	MaxBatchBytes int64
+
+	// StoreTimeout bounds each call to the store ([Store.Claim],
+	// [Store.Mark], [Releaser.Release]), so a database that stopped
+	// answering (a half-open connection, say) fails the call instead of
+	// stalling the relay; the relay backs off and tries again on another
+	// connection. Default: 10s ([DefaultStoreTimeout]).
+	StoreTimeout time.Duration
+
+	// PublishTimeout bounds the publishing of one batch; a batch whose
+	// lease ([Batch.Deadline]) ends sooner stops at the lease's end. When
+	// it expires, the relay stops waiting for the publisher (and cancels
+	// the messages' contexts), and the messages not acknowledged by then
+	// are published again later. Default: 30s ([DefaultPublishTimeout]).
+	PublishTimeout time.Duration
+
+	// PublishConcurrency is how many topics of one batch are published at
+	// the same time: a slow or failing topic then holds back only itself.
+	// Default: 4 ([DefaultPublishConcurrency]).
+	PublishConcurrency int
 
 	// PollInterval is how long the relay waits for a wake-up (a
 	// [Notifier] notification or a [Relay.Notify] call) before it claims
@@ -41,7 +70,7 @@ type Config struct {
 	// min(MinBackoff * 2^(n-1), MaxBackoff). The backoff resets after a
 	// successful claim.
 	// Default: MinBackoff 100ms ([DefaultMinBackoff]) but at most
-	// MaxBackoff; MaxBackoff 10s ([DefaultMaxBackoff]) but at least
+	// MaxBackoff; MaxBackoff 5s ([DefaultMaxBackoff]) but at least
 	// MinBackoff.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
@@ -60,7 +89,9 @@ type Config struct {
 	// Logger receives the relay's logs: Warn for failures the relay
 	// handles itself (a failed claim or publish it retries, a lost
 	// LISTEN connection), Info for start and stop, Debug per batch.
-	// Default: nil, which discards everything.
+	// Default: nil, which means slog.Default(), so failures are visible
+	// unless told otherwise. Pass slog.New(slog.DiscardHandler) to silence
+	// it.
 	Logger *slog.Logger
 
 	// OnBatch, when set, is called after every claim that claimed a message
@@ -78,10 +109,17 @@ type BatchResult struct {
 	// They are marked as published unless Err says the store failed to
 	// mark them (or the shutdown timeout expired).
 	Published int
+	// Failed is the number of claimed messages that were not published;
+	// Failures says which and why.
+	Failed   int
+	Failures []Failure
+	// Full reports a batch that hit [Config.BatchSize] or
+	// [Config.MaxBatchBytes]: the relay claims again at once.
+	Full bool
 	// Duration is how long the claim took, publishing included.
 	Duration time.Duration
-	// Err is the error the store returned, nil when every claimed message
-	// was published and marked.
+	// Err is the error the store returned (claiming or marking), nil when
+	// the store did its part. Publishing failures are in Failures.
 	Err error
 }
 
@@ -109,6 +147,18 @@ func (c *Config) setDefaults(notifier bool) {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.PublishConcurrency == 0 {
+		c.PublishConcurrency = DefaultPublishConcurrency
+	}
 }
 
 // Validate reports whether c is usable: no field is negative and MinBackoff is
@@ -125,6 +175,10 @@ func (c Config) Validate() error {
 		{"MinBackoff", int64(c.MinBackoff)},
 		{"MaxBackoff", int64(c.MaxBackoff)},
 		{"ShutdownTimeout", int64(c.ShutdownTimeout)},
+		{"MaxBatchBytes", c.MaxBatchBytes},
+		{"StoreTimeout", int64(c.StoreTimeout)},
+		{"PublishTimeout", int64(c.PublishTimeout)},
+		{"PublishConcurrency", int64(c.PublishConcurrency)},
 	} {
 		if f.value < 0 {
 			return fmt.Errorf("%w: %s is negative", ErrInvalidConfig, f.name)

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/gooutbox/outbox/runtime"
 )
+
+// errEarlierFailed is the reason given for a message that was not tried
+// because an earlier message of its aggregate failed in the same batch.
+var errEarlierFailed = errors.New("relay: not published: an earlier message of its aggregate failed")
 
 // topicBatch is the part of a claimed batch bound for one topic.
 type topicBatch struct {
@@ -21,25 +25,32 @@ type topicBatch struct {
 
 type aggregateKey struct{ typ, id string }
 
-// publish is the relay's [PublishFunc], minus the error joining: it publishes
-// msgs with one Publish call per topic, topics in the order of their first
-// message and messages in ID order within a topic. It returns the IDs of the
-// messages published, in ID order, and one error per topic (or aggregate)
-// that failed.
+// topicResult is what publishing one topicBatch gave.
+type topicResult struct {
+	published []int64
+	failed    []Failure
+	attempted int // Publish calls made
+}
+
+// publish publishes msgs with one Publish call per topic (topics
+// concurrently, at most Config.PublishConcurrency at a time; messages in ID
+// order within a topic) and returns the [Outcome]: every message is in
+// Published or Failed.
 //
-// When a topic's Publish fails and the topic's messages belong to several
-// aggregates, the relay probes whether the failure is the publisher's or a
-// message's: it publishes the last aggregate's messages on their own, then
-// the first's. If both fail, and the publisher did not mark the error
-// permanent ([runtime.PermanentError]), the publisher is down and the whole
-// topic fails (two extra calls per failed attempt during an outage). If one
-// succeeds, or the error is permanent, a message is at fault (too large, say): the relay publishes the
-// other aggregates one at a time (and, within a failing aggregate, message
-// by message until the bad one), so the bad message fails only its own
-// aggregate, whose messages from it on stay pending, in order, while the
-// others are published and marked. Messages a failed call did write may be written
+// When a topic's Publish fails and the publisher says which messages failed
+// ([runtime.PublishErrors], as adapters/kafka does), exactly the acknowledged
+// messages count as published, and nothing is published again.
+//
+// When the publisher returns one error for the whole call, the relay probes
+// whether the failure is the publisher's or a message's: it publishes the
+// last aggregate's messages on their own, then the first's. If both fail and
+// the error is not permanent, the publisher is down and the whole topic
+// fails. Otherwise a message is at fault (too large, say): the relay
+// publishes the other aggregates one at a time (and, within a failing
+// aggregate, message by message until the bad one), so the bad message fails
+// only its own aggregate. Messages a failed call did write may be written
 // twice; that is the at-least-once contract.
-func (r *Relay) publish(ctx context.Context, msgs []runtime.OutboxMessage) (published []int64, failed []*PublishError) {
+func (r *Relay) publish(ctx context.Context, msgs []runtime.OutboxMessage) Outcome {
 	var batches []*topicBatch
 	byTopic := make(map[string]*topicBatch)
 	for _, m := range msgs {
@@ -54,35 +65,93 @@ func (r *Relay) publish(ctx context.Context, msgs []runtime.OutboxMessage) (publ
 		b.msgs = append(b.msgs, toMessage(ctx, m))
 	}
 
-	published = make([]int64, 0, len(msgs))
-	for _, b := range batches {
-		err := r.publishTopic(ctx, b.topic, b.msgs)
-		if err == nil {
-			published = append(published, b.ids...)
+	results := make([]topicResult, len(batches))
+	if len(batches) == 1 {
+		results[0] = r.publishBatch(ctx, batches[0])
+	} else {
+		sem := make(chan struct{}, r.cfg.PublishConcurrency)
+		var wg sync.WaitGroup
+		for i, b := range batches {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				results[i] = r.publishBatch(ctx, b)
+			})
+		}
+		wg.Wait()
+	}
+	var out Outcome
+	out.Published = make([]int64, 0, len(msgs))
+	for _, res := range results {
+		out.Published = append(out.Published, res.published...)
+		out.Failed = append(out.Failed, res.failed...)
+	}
+	return out
+}
+
+// publishBatch publishes one topic's messages (see publish).
+func (r *Relay) publishBatch(ctx context.Context, b *topicBatch) topicResult {
+	err := r.publishTopic(ctx, b.topic, b.msgs)
+	if err == nil {
+		return topicResult{published: b.ids, attempted: 1}
+	}
+	var perMessage runtime.PublishErrors
+	if errors.As(err, &perMessage) && len(perMessage) == len(b.msgs) {
+		return b.perMessage(perMessage)
+	}
+	groups := b.byAggregate()
+	probe := -1
+	if ctx.Err() == nil {
+		probe = r.probe(ctx, b.topic, groups)
+	}
+	if probe < 0 && !runtime.IsPermanent(err) {
+		return topicResult{failed: failAll(b.ids, err)}
+	}
+	// A message is at fault (the probe went through, or the publisher said
+	// so): find it.
+	var res topicResult
+	for i, g := range groups {
+		if i == probe {
+			res.published = append(res.published, g.ids...)
 			continue
 		}
-		groups := b.byAggregate()
-		probe := r.probe(ctx, b.topic, groups)
-		if probe < 0 && !runtime.IsPermanent(err) {
-			failed = append(failed, &PublishError{Topic: b.topic, IDs: b.ids, Err: err})
-			continue
-		}
-		// A message is at fault (the probe went through, or the publisher
-		// said so): find it.
-		for i, g := range groups {
-			if i == probe {
-				published = append(published, g.ids...)
-				continue
-			}
-			n, err := r.publishGroup(ctx, b.topic, g)
-			published = append(published, g.ids[:n]...)
-			if err != nil {
-				failed = append(failed, &PublishError{Topic: b.topic, IDs: g.ids[n:], Err: err})
-			}
+		n, err := r.publishGroup(ctx, b.topic, g)
+		res.published = append(res.published, g.ids[:n]...)
+		if err != nil {
+			res.failed = append(res.failed, Failure{ID: g.ids[n], Err: err, Permanent: runtime.IsPermanent(err)})
+			res.failed = append(res.failed, failAll(g.ids[n+1:], errEarlierFailed)...)
 		}
 	}
-	slices.Sort(published)
-	return published, failed
+	return res
+}
+
+// perMessage turns per-message publish errors into a result: exactly the
+// acknowledged messages count as published. (One aggregate's messages share
+// a key, so a broker that orders by key, as Kafka does by partition, takes
+// or refuses them together; a later message acknowledged after an earlier
+// one failed is on the broker already, and republishing it would only add a
+// duplicate.)
+func (b *topicBatch) perMessage(errs runtime.PublishErrors) topicResult {
+	var res topicResult
+	res.attempted = 1
+	for i, id := range b.ids {
+		if errs[i] != nil {
+			res.failed = append(res.failed, Failure{ID: id, Err: errs[i], Permanent: runtime.IsPermanent(errs[i])})
+		} else {
+			res.published = append(res.published, id)
+		}
+	}
+	return res
+}
+
+// failAll returns a Failure for each of ids with err.
+func failAll(ids []int64, err error) []Failure {
+	out := make([]Failure, len(ids))
+	permanent := runtime.IsPermanent(err)
+	for i, id := range ids {
+		out[i] = Failure{ID: id, Err: err, Permanent: permanent}
+	}
+	return out
 }
 
 // probe publishes the last group of a failed topic batch on its own, then
@@ -111,7 +180,7 @@ func (r *Relay) publishGroup(ctx context.Context, topic string, g *topicBatch) (
 	if err == nil {
 		return len(g.msgs), nil
 	}
-	if len(g.msgs) == 1 {
+	if len(g.msgs) == 1 || ctx.Err() != nil {
 		return 0, err
 	}
 	for n := range g.msgs {
@@ -135,6 +204,7 @@ func (b *topicBatch) byAggregate() []*topicBatch {
 			groups = append(groups, g)
 		}
 		g.ids = append(g.ids, b.ids[i])
+		g.aggs = append(g.aggs, a)
 		g.msgs = append(g.msgs, b.msgs[i])
 	}
 	return groups
@@ -152,12 +222,12 @@ func toMessage(ctx context.Context, m runtime.OutboxMessage) *message.Message {
 
 // publishTopic publishes msgs to topic. It stops waiting, and reports
 // ctx's cause, when ctx is done before Publish returns: a publisher that
-// ignores message contexts cannot hold the relay past its shutdown timeout.
-// The abandoned Publish call may still deliver the messages; they stay
-// unmarked and are published again later (at-least-once).
+// ignores message contexts cannot hold the relay past its deadline. The
+// abandoned Publish call may still deliver the messages; they stay unmarked
+// and are published again later (at-least-once).
 func (r *Relay) publishTopic(ctx context.Context, topic string, msgs []*message.Message) error {
 	if topic == "" {
-		return errors.New("empty topic")
+		return runtime.Permanent(errors.New("relay: empty topic"))
 	}
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
@@ -168,18 +238,6 @@ func (r *Relay) publishTopic(ctx context.Context, topic string, msgs []*message.
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("publish abandoned: %w", context.Cause(ctx))
+		return fmt.Errorf("relay: publish abandoned: %w", context.Cause(ctx))
 	}
-}
-
-// joinPublishErrors joins failed into one error, or returns nil.
-func joinPublishErrors(failed []*PublishError) error {
-	if len(failed) == 0 {
-		return nil
-	}
-	errs := make([]error, len(failed))
-	for i, f := range failed {
-		errs[i] = f
-	}
-	return errors.Join(errs...)
 }

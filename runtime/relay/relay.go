@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 
 	"github.com/gooutbox/outbox/runtime"
 )
@@ -29,6 +31,7 @@ const (
 	attrPollInterval    = "poll_interval"
 	attrNotifier        = "notifier"
 	attrShutdownTimeout = "shutdown_timeout"
+	attrPermanent       = "permanent"
 )
 
 // Relay moves messages from a [Store] to a Watermill message.Publisher:
@@ -80,7 +83,7 @@ func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slog.Default()
 	}
 	r := &Relay{
 		store:         store,
@@ -142,39 +145,47 @@ func (r *Relay) Run(ctx context.Context) error {
 		attrNotifier, r.notifier != nil)
 	defer r.log.Info("relay: stopped")
 
+	owner := uuid.NewString()
+	if rel, ok := r.store.(Releaser); ok {
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StoreTimeout)
+			defer cancel()
+			if err := rel.Release(rctx, owner); err != nil {
+				r.log.Warn("relay: release failed", attrError, err)
+			}
+		}()
+	}
+
 	poll := time.NewTimer(time.Duration(r.poll.Load()))
 	defer poll.Stop()
-	failures := 0 // consecutive failed claims
+	failures := 0 // consecutive failed batches
 	for ctx.Err() == nil {
-		res, failed, timedOut := r.claim(ctx)
-		// Partial: the publisher took some messages and refused others,
-		// and the store marked what went out (failed is nil when the store
-		// itself failed, the marking say, which calls for a backoff).
-		partial := res.Err != nil && len(failed) > 0 && res.Published > 0 && !timedOut && ctx.Err() == nil
-		if partial {
-			// The publisher works: the failed messages stay pending in the
-			// store (which may delay their retry) and the relay goes on
-			// without backing off.
-			r.logFailure(res, failed, 1, 0)
+		res, timedOut := r.batch(ctx, owner)
+		if timedOut {
+			r.log.Warn("relay: shutdown timeout exceeded, batch released",
+				attrClaimed, res.Claimed,
+				attrShutdownTimeout, r.cfg.ShutdownTimeout,
+				attrError, res.Err)
+			break
 		}
-		if res.Err != nil && !partial {
-			if timedOut {
-				r.log.Warn("relay: shutdown timeout exceeded, batch released",
-					attrClaimed, res.Claimed,
-					attrShutdownTimeout, r.cfg.ShutdownTimeout,
-					attrError, res.Err)
-				break
-			}
+		switch {
+		case res.Err != nil || (res.Failed > 0 && res.Published == 0):
+			// The store failed, or nothing could be published: the broker
+			// or the database is down. Back off.
 			failures++
 			var wait time.Duration
 			if ctx.Err() == nil {
 				wait = r.backoff(failures)
 			}
-			r.logFailure(res, failed, failures, wait)
+			r.logFailure(res, failures, wait)
 			if wait == 0 || !sleep(ctx, wait) {
-				break
+				return nil
 			}
 			continue
+		case res.Failed > 0:
+			// Partial: the publisher works; the failed messages wait in the
+			// store for their retry, and the relay goes on.
+			r.logFailure(res, 1, 0)
 		}
 		failures = 0
 		if res.Claimed > 0 {
@@ -183,7 +194,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				attrPublished, res.Published,
 				attrDuration, res.Duration)
 		}
-		if res.Claimed >= r.cfg.BatchSize {
+		if res.Full {
 			continue
 		}
 		poll.Reset(time.Duration(r.poll.Load()))
@@ -221,34 +232,58 @@ func (r *Relay) markRunning() {
 	r.runningOnce.Do(func() { close(r.running) })
 }
 
-// claim runs one claim. It returns what happened, the topics the publisher
-// failed, and whether the batch was cut short by [Config.ShutdownTimeout].
-func (r *Relay) claim(ctx context.Context) (res BatchResult, failed []*PublishError, timedOut bool) {
+// batch claims, publishes and marks one batch. It reports what happened,
+// and whether the batch was cut short by [Config.ShutdownTimeout].
+func (r *Relay) batch(ctx context.Context, owner string) (res BatchResult, timedOut bool) {
 	batchCtx, done := r.batchContext(ctx)
 	defer done()
-
-	var publishErr error
 	start := time.Now()
-	n, err := r.store.Claim(batchCtx, r.cfg.BatchSize, func(ctx context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
-		var ids []int64
-		ids, failed = r.publish(ctx, msgs)
-		res.Published = len(ids)
-		publishErr = joinPublishErrors(failed)
-		return ids, publishErr
-	})
-	res.Claimed, res.Duration, res.Err = n, time.Since(start), err
-	if err == nil {
-		failed = nil
-	} else if publishErr != nil && !errors.Is(err, publishErr) {
-		// The store failed on its own (the marking, say) after publish
-		// failed: report its error rather than the publish failures.
-		failed = nil
+	defer func() {
+		res.Duration = time.Since(start)
+		timedOut = res.Err != nil && errors.Is(context.Cause(batchCtx), errShutdownTimeout)
+		if r.cfg.OnBatch != nil && (res.Claimed > 0 || res.Err != nil) {
+			r.cfg.OnBatch(res)
+		}
+	}()
+
+	claimCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
+	b, err := r.store.Claim(claimCtx, ClaimRequest{Owner: owner, Limit: r.cfg.BatchSize, MaxBytes: r.cfg.MaxBatchBytes})
+	cancel()
+	if err != nil {
+		res.Err = fmt.Errorf("relay: claim: %w", err)
+		return res, false
 	}
-	timedOut = err != nil && errors.Is(context.Cause(batchCtx), errShutdownTimeout)
-	if r.cfg.OnBatch != nil && (n > 0 || err != nil) {
-		r.cfg.OnBatch(res)
+	res.Claimed = len(b.Messages)
+	res.Full = len(b.Messages) >= r.cfg.BatchSize || r.cfg.MaxBatchBytes > 0 && payloadBytes(b.Messages) >= r.cfg.MaxBatchBytes
+	if len(b.Messages) == 0 {
+		return res, false
 	}
-	return res, failed, timedOut
+
+	deadline := time.Now().Add(r.cfg.PublishTimeout)
+	if !b.Deadline.IsZero() && b.Deadline.Before(deadline) {
+		deadline = b.Deadline
+	}
+	pubCtx, cancel := context.WithDeadlineCause(batchCtx, deadline, errPublishDeadline)
+	out := r.publish(pubCtx, b.Messages)
+	cancel()
+	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
+
+	markCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
+	err = r.store.Mark(markCtx, b, out)
+	cancel()
+	if err != nil {
+		res.Err = fmt.Errorf("relay: mark: %w", err)
+	}
+	return res, false
+}
+
+// payloadBytes sums the payload sizes of msgs.
+func payloadBytes(msgs []runtime.OutboxMessage) int64 {
+	var n int64
+	for _, m := range msgs {
+		n += int64(len(m.Payload))
+	}
+	return n
 }
 
 // batchContext returns the context a batch runs with: ctx's values without its
@@ -267,26 +302,40 @@ func (r *Relay) batchContext(ctx context.Context) (context.Context, func()) {
 	}
 }
 
-// logFailure logs a failed claim once: one line per topic the publisher
-// failed, or one line with the store's error.
-func (r *Relay) logFailure(res BatchResult, failed []*PublishError, attempt int, wait time.Duration) {
+// logFailure logs a failed batch: the store's error, or one line per
+// failed topic and error with the first failed message.
+func (r *Relay) logFailure(res BatchResult, attempt int, wait time.Duration) {
 	attrs := []any{attrAttempt, attempt}
 	if wait > 0 {
 		attrs = append(attrs, attrBackoff, wait)
 	}
-	if len(failed) == 0 {
-		r.log.Warn("relay: claim failed",
-			append([]any{attrError, res.Err, attrClaimed, res.Claimed}, attrs...)...)
+	if res.Err != nil {
+		r.log.Warn("relay: batch failed",
+			append([]any{attrError, res.Err, attrClaimed, res.Claimed, attrPublished, res.Published}, attrs...)...)
 		return
 	}
-	for _, f := range failed {
+	type key struct{ err string }
+	seen := map[key]bool{}
+	for _, f := range res.Failures {
+		if errors.Is(f.Err, errEarlierFailed) {
+			continue
+		}
+		k := key{f.Err.Error()}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
 		r.log.Warn("relay: publish failed",
 			append([]any{
-				attrTopic, f.Topic,
-				attrOutboxID, f.IDs[0],
-				attrMessages, len(f.IDs),
+				attrOutboxID, f.ID,
+				attrMessages, res.Failed,
+				attrPublished, res.Published,
+				attrPermanent, f.Permanent,
 				attrError, f.Err,
 			}, attrs...)...)
+		if len(seen) >= 5 {
+			break
+		}
 	}
 }
 

@@ -2,37 +2,97 @@ package relay
 
 import (
 	"context"
+	"time"
 
 	"github.com/gooutbox/outbox/runtime"
 )
 
-// PublishFunc publishes a claimed batch. msgs are in outbox ID order. It
-// returns the IDs of the messages it published (a subset of msgs) and, when
-// some were not published, an error saying why. The store marks exactly the
-// returned IDs as published.
-//
-// PublishFunc is an alias, so stores in other packages (hooks.Store) satisfy
-// [Store] without importing this package.
-type PublishFunc = func(ctx context.Context, msgs []runtime.OutboxMessage) (published []int64, err error)
+// ClaimRequest is what a relay asks of [Store.Claim].
+type ClaimRequest struct {
+	// Owner identifies the relay instance that claims: [Relay.Run] draws a
+	// new random one each time it starts. Stores that share the outbox
+	// between relays (hooks.Store) hold their leases under it.
+	Owner string
 
-// Store is the outbox as the relay sees it. package hooks provides the GORM /
-// SQL implementation (hooks.Store); it satisfies Store structurally.
+	// Limit is the most messages to return. It is positive.
+	Limit int
+
+	// MaxBytes is the most payload bytes to return, counted in ID order; the
+	// first message is returned whatever its size, so one large message
+	// cannot block the outbox. Zero means no byte limit.
+	MaxBytes int64
+}
+
+// Batch is what [Store.Claim] returns: messages the caller may publish now.
+type Batch struct {
+	// Messages are in outbox ID order. For each aggregate they are the
+	// aggregate's oldest pending messages, without gaps (a prefix of what
+	// it has pending), so publishing them in order keeps its order.
+	Messages []runtime.OutboxMessage
+
+	// Deadline, when not zero, is when the caller's right to publish
+	// Messages ends (its lease). The relay stops publishing at Deadline;
+	// after it another relay may publish the same messages.
+	Deadline time.Time
+
+	// Token is the store's own data about the claim (a fencing token, say),
+	// handed back to [Store.Mark] untouched.
+	Token any
+}
+
+// Outcome is the result of publishing a [Batch], reported to [Store.Mark].
+// Every message of the batch is in Published or in Failed.
+type Outcome struct {
+	// Published lists the IDs of the messages the broker acknowledged.
+	Published []int64
+
+	// Failed lists the messages that were not published, in ID order. A
+	// message that was not even tried, because an earlier message of its
+	// aggregate failed, is listed with that reason; the store records the
+	// failed attempt on each aggregate's first failed message only.
+	Failed []Failure
+}
+
+// Failure is one message that was not published.
+type Failure struct {
+	// ID is the message's outbox ID.
+	ID int64
+	// Err says why; never nil.
+	Err error
+	// Permanent reports that retrying cannot help (the publisher said so
+	// with a [runtime.PermanentError]): the store parks the message.
+	Permanent bool
+}
+
+// Store is the outbox as the relay sees it. Package hooks provides the SQL
+// implementation (hooks.Store); runtimetest provides an in-memory one and the
+// conformance suite every implementation must pass (runtimetest.TestStore).
 //
-// Implementations must be safe for concurrent use by several relays.
+// The relay calls Claim, publishes the batch with no database transaction
+// open, then calls Mark. Implementations must be safe for concurrent use by
+// several relays, in one process or many.
 type Store interface {
-	// Claim claims up to limit pending messages in ID order, exclusively
-	// for the caller until Claim returns (PostgreSQL: FOR UPDATE SKIP
-	// LOCKED inside a transaction), and calls publish with them unless
-	// there are none. It then marks the IDs publish returned as published,
-	// records a failed attempt (with publish's error text) on the other
-	// claimed messages, and releases the claim.
-	//
-	// Claim returns the number of messages claimed. It returns publish's
-	// error (wrapped) after marking what was published, and an error when
-	// the claim or the marking fails; in that case nothing is marked and
-	// the messages are claimed again later (at-least-once). If ctx is
-	// cancelled, Claim releases the claim and returns ctx's error.
-	Claim(ctx context.Context, limit int, publish PublishFunc) (claimed int, err error)
+	// Claim returns pending messages that the caller may publish now (see
+	// [Batch]): never a message of an aggregate whose earlier message is
+	// still pending and not in the batch, nor one that another owner may be
+	// publishing, nor one waiting for its retry time or parked. An empty
+	// batch with a nil error means there is nothing to do now.
+	Claim(ctx context.Context, req ClaimRequest) (Batch, error)
+
+	// Mark records o: it marks the published messages as such and records
+	// a failed attempt on each aggregate's first failed message, delaying
+	// its retry (and its aggregate's later messages with it) or parking it.
+	// A message whose claim the caller no longer holds (its lease passed to
+	// another relay) is left as it is. When Mark fails, nothing need be
+	// marked: the messages are published again later (at-least-once).
+	Mark(ctx context.Context, b Batch, o Outcome) error
+}
+
+// Releaser is implemented by stores whose claims are leases held by an
+// owner. [Relay.Run] calls Release when it stops, so that another relay takes
+// its share of the outbox over at once instead of after the lease expires.
+type Releaser interface {
+	Release(ctx context.Context, owner string) error
 }
 
 // Notifier is implemented by stores that can wake the relay when new messages

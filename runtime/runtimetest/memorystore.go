@@ -13,34 +13,56 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 )
 
-var _ relay.Store = (*MemoryStore)(nil)
+var (
+	_ relay.Store    = (*MemoryStore)(nil)
+	_ relay.Releaser = (*MemoryStore)(nil)
+)
 
-// MemoryStore is an in-memory outbox that implements [relay.Store] the way the
-// SQL stores do, for tests and examples:
+// MemoryStore is an in-memory outbox that implements [relay.Store] with the
+// same policy as the SQL store (hooks.Store), for tests and examples:
 //
-//   - [MemoryStore.Claim] claims pending messages in ID order, exclusively:
-//     concurrent claims never get the same message;
-//   - it skips a message while an earlier message of the same aggregate
-//     (same AggregateType and AggregateID) is claimed by another call, so
-//     several relays keep each aggregate's order;
-//   - it marks exactly the IDs publish returns, records a failed attempt
-//     with publish's error on the others, and marks nothing when ctx is
-//     cancelled (a rollback).
+//   - [MemoryStore.Claim] returns pending messages in ID order, for each
+//     aggregate a prefix of what it has pending: an aggregate that has a
+//     message claimed by another owner, waiting for its retry, or parked
+//     is left out whole;
+//   - a claim is held until it is marked or until LeaseTTL passes; after
+//     that another owner may claim the same messages, and the first
+//     owner's [MemoryStore.Mark] is ignored (it is fenced);
+//   - [MemoryStore.Mark] marks the published messages and records a failed
+//     attempt on each aggregate's first failed message: a permanent
+//     failure parks it; a failure while other messages of the batch were
+//     published delays its retry (RetryDelay doubling per attempt up to
+//     MaxRetryDelay) and parks it after MaxAttempts; a batch in which
+//     nothing was published (the broker is down for everyone) delays the
+//     retry by RetryDelay without counting an attempt.
 //
 // It does not implement [relay.Notifier]; call [relay.Relay.Notify] after
-// [MemoryStore.Add], as hooks do for SQLite.
+// [MemoryStore.Add].
 //
 // The zero value is an empty store ready to use. A MemoryStore is safe for
 // concurrent use.
 type MemoryStore struct {
-	mu     sync.Mutex
-	rows   []*memoryRow // in ID order
-	lastID int64
+	// RetryDelay is the first retry delay of a failed message. Default: 1s.
+	RetryDelay time.Duration
+	// MaxRetryDelay caps the doubling retry delay. Default: 30s.
+	MaxRetryDelay time.Duration
+	// MaxAttempts parks a message after that many failed attempts counted
+	// while other messages were published. Default: 0, never.
+	MaxAttempts int
+	// LeaseTTL is how long a claim stays exclusive. Default: 15s.
+	LeaseTTL time.Duration
+
+	mu      sync.Mutex
+	rows    []*memoryRow // in ID order
+	lastID  int64
+	claimNo int64
 }
 
 type memoryRow struct {
 	StoredMessage
-	claimed bool
+	claim      int64 // the claim holding the row, 0 when none
+	claimOwner string
+	claimUntil time.Time
 }
 
 // StoredMessage is a message held by a [MemoryStore] with its delivery state.
@@ -51,10 +73,20 @@ type StoredMessage struct {
 	PublishedAt time.Time
 	// LastError is the error text of the last failed publish attempt, or "".
 	LastError string
+	// NextAttemptAt is when a failed message may be claimed again.
+	NextAttemptAt time.Time
+	// ParkedAt is when the message was parked, or the zero time.
+	ParkedAt time.Time
 }
 
 // Published reports whether the message has been marked as published.
 func (m StoredMessage) Published() bool { return !m.PublishedAt.IsZero() }
+
+// memoryClaim is the Token of a MemoryStore batch.
+type memoryClaim struct {
+	no    int64
+	owner string
+}
 
 // Add appends msgs to the outbox as pending messages and returns the IDs it
 // gave them, increasing from 1. It ignores the messages' ID and sets a zero
@@ -66,6 +98,7 @@ func (s *MemoryStore) Add(msgs ...runtime.OutboxMessage) []int64 {
 	for i, m := range msgs {
 		s.lastID++
 		m.ID = s.lastID
+		m.Attempts = 0
 		if m.CreatedAt.IsZero() {
 			m.CreatedAt = time.Now()
 		}
@@ -77,105 +110,193 @@ func (s *MemoryStore) Add(msgs ...runtime.OutboxMessage) []int64 {
 	return ids
 }
 
-// Claim implements [relay.Store]. It returns an error, and marks nothing,
-// when limit is not positive or when publish returns an ID it was not given.
-// When publish reports no error but leaves messages unpublished, Claim
-// records a failed attempt on them and returns an error.
-func (s *MemoryStore) Claim(ctx context.Context, limit int, publish relay.PublishFunc) (claimed int, err error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
+func (s *MemoryStore) leaseTTL() time.Duration {
+	if s.LeaseTTL > 0 {
+		return s.LeaseTTL
 	}
-	if limit <= 0 {
-		return 0, fmt.Errorf("runtimetest: claim limit %d is not positive", limit)
-	}
-
-	s.mu.Lock()
-	batch := s.claimLocked(limit)
-	s.mu.Unlock()
-	if len(batch) == 0 {
-		return 0, nil
-	}
-	defer func() { // release the claim, also when publish panics
-		s.mu.Lock()
-		for _, r := range batch {
-			r.claimed = false
-		}
-		s.mu.Unlock()
-	}()
-
-	msgs := make([]runtime.OutboxMessage, len(batch))
-	for i, r := range batch {
-		msgs[i] = r.OutboxMessage
-		msgs[i].Payload = bytes.Clone(r.Payload)
-		msgs[i].Headers = maps.Clone(r.Headers)
-	}
-	ids, pubErr := publish(ctx, msgs)
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := ctx.Err(); err != nil {
-		return len(batch), err // rolled back
-	}
-	byID := make(map[int64]*memoryRow, len(batch))
-	for _, r := range batch {
-		byID[r.ID] = r
-	}
-	done := make(map[int64]bool, len(ids))
-	for _, id := range ids {
-		if byID[id] == nil || done[id] {
-			return len(batch), fmt.Errorf("runtimetest: publish returned id %d, which is not in the claimed batch or is repeated", id)
-		}
-		done[id] = true
-	}
-	now := time.Now()
-	lastErr := "not published"
-	if pubErr != nil {
-		lastErr = pubErr.Error()
-	}
-	for _, r := range batch {
-		if done[r.ID] {
-			r.PublishedAt = now
-			continue
-		}
-		r.Attempts++
-		r.LastError = lastErr
-	}
-	switch {
-	case pubErr != nil:
-		return len(batch), fmt.Errorf("runtimetest: publish: %w", pubErr)
-	case len(ids) < len(batch):
-		return len(batch), fmt.Errorf("runtimetest: publish left %d of %d messages unpublished without an error", len(batch)-len(ids), len(batch))
-	}
-	return len(batch), nil
+	return 15 * time.Second
 }
 
-// claimLocked claims up to limit pending rows in ID order, skipping rows whose
-// aggregate has an earlier row claimed by another call.
-func (s *MemoryStore) claimLocked(limit int) []*memoryRow {
-	var batch []*memoryRow
-	busy := make(map[[2]string]bool) // aggregates with a row claimed elsewhere
+// Claim implements [relay.Store].
+func (s *MemoryStore) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch, error) {
+	if err := ctx.Err(); err != nil {
+		return relay.Batch{}, err
+	}
+	if req.Limit <= 0 {
+		return relay.Batch{}, fmt.Errorf("runtimetest: claim limit %d is not positive", req.Limit)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.claimNo++
+	tok := memoryClaim{no: s.claimNo, owner: req.Owner}
+	until := now.Add(s.leaseTTL())
+	var (
+		msgs  []runtime.OutboxMessage
+		bytes int64
+	)
+	held := map[[2]string]bool{} // aggregates left out of this claim
 	for _, r := range s.rows {
-		if len(batch) == limit {
+		if len(msgs) == req.Limit {
 			break
 		}
 		if r.Published() {
 			continue
 		}
-		// A row without an aggregate id has no order to keep.
 		agg := [2]string{r.AggregateType, r.AggregateID}
-		if r.claimed {
-			if r.AggregateID != "" {
-				busy[agg] = true
-			}
+		if held[agg] {
 			continue
 		}
-		if busy[agg] {
+		if !r.ParkedAt.IsZero() || r.NextAttemptAt.After(now) || r.claim != 0 && r.claimUntil.After(now) {
+			held[agg] = true
 			continue
 		}
-		r.claimed = true
-		batch = append(batch, r)
+		if req.MaxBytes > 0 && len(msgs) > 0 && bytes+int64(len(r.Payload)) > req.MaxBytes {
+			break
+		}
+		bytes += int64(len(r.Payload))
+		r.claim, r.claimOwner, r.claimUntil = tok.no, req.Owner, until
+		m := r.OutboxMessage
+		m.Payload = slices.Clone(r.Payload)
+		m.Headers = maps.Clone(r.Headers)
+		msgs = append(msgs, m)
 	}
-	return batch
+	if len(msgs) == 0 {
+		return relay.Batch{}, nil
+	}
+	return relay.Batch{Messages: msgs, Deadline: until, Token: tok}, nil
+}
+
+// Mark implements [relay.Store]. It ignores messages whose claim is no longer
+// the batch's (the lease passed), and returns an error for an ID that is not
+// in the batch.
+func (s *MemoryStore) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tok, ok := b.Token.(memoryClaim)
+	if !ok {
+		return fmt.Errorf("runtimetest: mark: batch token %T is not this store's", b.Token)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	byID := make(map[int64]*memoryRow, len(b.Messages))
+	for _, m := range b.Messages {
+		byID[m.ID] = s.rows[m.ID-1]
+	}
+	held := func(id int64) (*memoryRow, error) {
+		r := byID[id]
+		if r == nil {
+			return nil, fmt.Errorf("runtimetest: mark: id %d is not in the batch", id)
+		}
+		if r.claim != tok.no {
+			return nil, nil // fenced: another claim holds it now
+		}
+		return r, nil
+	}
+	for _, id := range o.Published {
+		if byID[id] == nil {
+			return fmt.Errorf("runtimetest: mark: id %d is not in the batch", id)
+		}
+	}
+	for _, f := range o.Failed {
+		if byID[f.ID] == nil {
+			return fmt.Errorf("runtimetest: mark: id %d is not in the batch", f.ID)
+		}
+	}
+	for _, id := range o.Published {
+		r, err := held(id)
+		if err != nil {
+			return err
+		}
+		if r != nil {
+			r.PublishedAt = now
+		}
+	}
+	seen := map[[2]string]bool{}
+	for _, f := range o.Failed {
+		r, err := held(f.ID)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			continue
+		}
+		agg := [2]string{r.AggregateType, r.AggregateID}
+		if seen[agg] {
+			continue
+		}
+		seen[agg] = true
+		r.LastError = f.Err.Error()
+		switch {
+		case f.Permanent:
+			r.Attempts++
+			r.ParkedAt = now
+		case len(o.Published) > 0:
+			r.Attempts++
+			r.NextAttemptAt = now.Add(s.retryDelay(r.Attempts))
+			if s.MaxAttempts > 0 && r.Attempts >= s.MaxAttempts {
+				r.ParkedAt = now
+			}
+		default:
+			r.NextAttemptAt = now.Add(s.retryDelay(1))
+		}
+	}
+	for _, m := range b.Messages {
+		if r := byID[m.ID]; r.claim == tok.no {
+			r.claim, r.claimOwner = 0, ""
+		}
+	}
+	return nil
+}
+
+// retryDelay is the delay after the attempts-th failed attempt.
+func (s *MemoryStore) retryDelay(attempts int) time.Duration {
+	d, maxD := s.RetryDelay, s.MaxRetryDelay
+	if d <= 0 {
+		d = time.Second
+	}
+	if maxD <= 0 {
+		maxD = 30 * time.Second
+	}
+	for i := 1; i < attempts && d < maxD; i++ {
+		d *= 2
+	}
+	return min(d, maxD)
+}
+
+// Release implements [relay.Releaser]: it drops every claim owner holds.
+func (s *MemoryStore) Release(ctx context.Context, owner string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.rows {
+		if r.claim != 0 && r.claimOwner == owner {
+			r.claim, r.claimOwner = 0, ""
+		}
+	}
+	return nil
+}
+
+// Unpark puts parked messages back in the queue with their attempts reset,
+// and returns how many it unparked.
+func (s *MemoryStore) Unpark(ctx context.Context, ids ...int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, id := range ids {
+		if id < 1 || id > int64(len(s.rows)) {
+			continue
+		}
+		if r := s.rows[id-1]; !r.ParkedAt.IsZero() && !r.Published() {
+			r.ParkedAt, r.NextAttemptAt, r.Attempts = time.Time{}, time.Time{}, 0
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Messages returns a copy of every message, published or not, in ID order.
@@ -192,7 +313,7 @@ func (s *MemoryStore) Messages() []StoredMessage {
 }
 
 // Pending returns the IDs of the messages not yet marked as published
-// (claimed ones included), in ID order.
+// (claimed and parked ones included), in ID order.
 func (s *MemoryStore) Pending() []int64 {
 	return s.ids(false)
 }

@@ -2,6 +2,7 @@ package runtimetest_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -13,38 +14,45 @@ import (
 
 func TestMemoryStore(t *testing.T) {
 	runtimetest.TestStore(t, func(*testing.T) (relay.Store, func(...runtime.OutboxMessage) []int64) {
-		s := &runtimetest.MemoryStore{}
+		tm := runtimetest.StoreTimings
+		s := &runtimetest.MemoryStore{RetryDelay: tm.RetryDelay, MaxRetryDelay: tm.MaxRetryDelay, MaxAttempts: tm.MaxAttempts, LeaseTTL: tm.LeaseTTL}
 		return s, s.Add
 	})
 }
 
 func TestMemoryStoreRejectsUnclaimedIDs(t *testing.T) {
+	ctx := context.Background()
 	s := &runtimetest.MemoryStore{}
-	s.Add(runtime.OutboxMessage{Topic: "a"}, runtime.OutboxMessage{Topic: "a"})
-	n, err := s.Claim(context.Background(), 1, func(context.Context, []runtime.OutboxMessage) ([]int64, error) {
-		return []int64{1, 2}, nil
-	})
-	if n != 1 || err == nil {
-		t.Errorf("Claim() = %d, %v; want 1 and an error for id 2", n, err)
+	s.Add(runtime.OutboxMessage{Topic: "a"}, runtime.OutboxMessage{Topic: "a", Envelope: runtime.Envelope{AggregateID: "b"}})
+	b, err := s.Claim(ctx, relay.ClaimRequest{Owner: "x", Limit: 1})
+	if err != nil || len(b.Messages) != 1 {
+		t.Fatalf("Claim() = %v, %v; want one message", b.Messages, err)
+	}
+	if err := s.Mark(ctx, b, relay.Outcome{Published: []int64{1, 2}}); err == nil {
+		t.Error("Mark() of id 2, which is not in the batch, = nil; want an error")
 	}
 	if diff := cmp.Diff([]int64{1, 2}, s.Pending()); diff != "" {
 		t.Errorf("Pending() (-want +got):\n%s", diff)
 	}
 }
 
-func TestMemoryStoreUnpublishedWithoutError(t *testing.T) {
+func TestMemoryStoreRecordsFailedAttempt(t *testing.T) {
+	ctx := context.Background()
 	s := &runtimetest.MemoryStore{}
-	s.Add(runtime.OutboxMessage{Topic: "a"}, runtime.OutboxMessage{Topic: "a"})
-	n, err := s.Claim(context.Background(), 10, func(context.Context, []runtime.OutboxMessage) ([]int64, error) {
-		return []int64{2}, nil
-	})
-	if n != 2 || err == nil {
-		t.Errorf("Claim() = %d, %v; want 2 and an error", n, err)
+	s.Add(runtime.OutboxMessage{Topic: "a", Envelope: runtime.Envelope{AggregateID: "1"}},
+		runtime.OutboxMessage{Topic: "a", Envelope: runtime.Envelope{AggregateID: "2"}})
+	b, err := s.Claim(ctx, relay.ClaimRequest{Owner: "x", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Mark(ctx, b, relay.Outcome{Published: []int64{2}, Failed: []relay.Failure{{ID: 1, Err: errors.New("nope")}}})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]int64{2}, s.Published()); diff != "" {
 		t.Errorf("Published() (-want +got):\n%s", diff)
 	}
-	if m := s.Messages()[0]; m.Attempts != 1 || m.LastError == "" || m.Published() {
-		t.Errorf("message 1 = attempts %d, last error %q, published %v; want a recorded failed attempt", m.Attempts, m.LastError, m.Published())
+	if m := s.Messages()[0]; m.Attempts != 1 || m.LastError != "nope" || m.Published() || m.NextAttemptAt.IsZero() {
+		t.Errorf("message 1 = attempts %d, last error %q, published %v, next attempt %v; want a recorded failed attempt", m.Attempts, m.LastError, m.Published(), m.NextAttemptAt)
 	}
 }
