@@ -8,7 +8,7 @@ import (
 
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/hooks/hookstest"
-	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
 )
 
 // BenchmarkCreate measures what the plugin adds to a GORM Create on
@@ -87,14 +87,18 @@ func BenchmarkClaim(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	publishAll := func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) { return ids(msgs), nil }
+	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
 		fill()
 		b.StartTimer()
-		if n, err := store.Claim(context.Background(), 1000, publishAll); err != nil || n != 1000 {
-			b.Fatalf("Claim = %d, %v", n, err)
+		batch, err := store.Claim(ctx, relay.ClaimRequest{Owner: "bench", Limit: 1000})
+		if err != nil || len(batch.Messages) != 1000 {
+			b.Fatalf("Claim = %d messages, %v", len(batch.Messages), err)
+		}
+		if err := store.Mark(ctx, batch, relay.Outcome{Published: ids(batch.Messages)}); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

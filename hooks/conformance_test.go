@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-	"time"
 
 	"gorm.io/gorm"
 
@@ -30,9 +29,10 @@ func TestStoreConformance(t *testing.T) {
 				if err := hooks.Migrate(context.Background(), db, ""); err != nil {
 					t.Fatal(err)
 				}
-				// The suite expects a failed message to be claimable again
-				// at once: no retry delay to speak of.
-				store, err := hooks.NewStore(db, hooks.StoreConfig{RetryDelay: time.Microsecond})
+				tm := runtimetest.StoreTimings
+				store, err := hooks.NewStore(db, hooks.StoreConfig{
+					RetryDelay: tm.RetryDelay, MaxRetryDelay: tm.MaxRetryDelay, MaxAttempts: tm.MaxAttempts, LeaseTTL: tm.LeaseTTL,
+				})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -49,9 +49,10 @@ func TestStoreConformance(t *testing.T) {
 							payload = "{}"
 						}
 						var id int64
-						err := db.Raw(`INSERT INTO outbox_messages (event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at)
-							VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
-							m.EventID.String(), m.EventType, m.EventVersion, m.AggregateType, m.AggregateID, m.Topic, payload, headers, m.OccurredAt).Scan(&id).Error
+						err := db.Raw(`INSERT INTO outbox_messages (event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at, shard)
+							VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+							m.EventID.String(), m.EventType, m.EventVersion, m.AggregateType, m.AggregateID, m.Topic, payload, headers, m.OccurredAt,
+							hooks.ShardOf(m.AggregateType, m.AggregateID)).Scan(&id).Error
 						if err != nil {
 							t.Fatalf("insert %+v: %v", m, err)
 						}

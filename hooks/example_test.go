@@ -11,7 +11,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/gooutbox/outbox/hooks"
-	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
 )
 
 func ExampleNew() {
@@ -48,12 +48,15 @@ func ExampleNew() {
 
 	// The relay reads the table through a Store; here we just look.
 	store, _ := hooks.NewStore(db, hooks.StoreConfig{})
-	_, _ = store.Claim(ctx, 10, func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
-		for _, m := range msgs {
-			fmt.Println(m.Topic, m.EventType, m.AggregateType, m.AggregateID, string(m.Payload) != "")
-		}
-		return nil, nil // publish nothing: the rows stay pending
-	})
+	batch, err := store.Claim(ctx, relay.ClaimRequest{Owner: "example", Limit: 10})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, m := range batch.Messages {
+		fmt.Println(m.Topic, m.EventType, m.AggregateType, m.AggregateID, string(m.Payload) != "")
+	}
+	_ = store.Release(ctx, "example") // publish nothing: the rows stay pending
 	fmt.Println("pending on the aggregate:", len(order.Events()))
 	// Output:
 	// order orders.order_placed order 1 true

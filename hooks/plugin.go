@@ -41,11 +41,26 @@ type Config struct {
 	// poll (useful with SQLite, which has no LISTEN/NOTIFY). It must not
 	// block. Default: nothing.
 	AfterCommit func()
+
+	// MaxEventBytes is the largest event payload (its JSON) a save may
+	// write; a larger one fails the save with an [*EventTooLargeError] and
+	// rolls it back, rather than be refused later by the broker. Keep it
+	// below the broker's message limit (Kafka's default message.max.bytes
+	// is about 1 MB; SQS allows 256 KiB). Negative means no limit.
+	// Default: 1,000,000 ([DefaultMaxEventBytes]).
+	MaxEventBytes int
 }
+
+// DefaultMaxEventBytes is the default of [Config.MaxEventBytes]: under
+// Kafka's default message limit with room for the headers.
+const DefaultMaxEventBytes = 1_000_000
 
 func (c *Config) setDefaults() {
 	if c.Table == "" {
 		c.Table = DefaultTable
+	}
+	if c.MaxEventBytes == 0 {
+		c.MaxEventBytes = DefaultMaxEventBytes
 	}
 }
 

@@ -2,8 +2,11 @@ package hooks_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
 )
 
 func placeOrders(t *testing.T, db *gorm.DB, n int) {
@@ -36,19 +40,13 @@ func newStore(t *testing.T, db *gorm.DB) *hooks.Store {
 	return s
 }
 
-// claimUntil claims (publishing everything) until a claim returns want
-// messages, and returns them.
-func claimUntil(t *testing.T, s *hooks.Store, want int) []runtime.OutboxMessage {
+// claimUntil claims as owner (publishing everything) until a claim returns
+// want messages, and returns them.
+func claimUntil(t *testing.T, s *hooks.Store, owner string, want int) []runtime.OutboxMessage {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		var got []runtime.OutboxMessage
-		if _, err := s.Claim(context.Background(), 100, func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
-			got = msgs
-			return ids(msgs), nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		got := publishBatch(t, s, owner, 100, nil)
 		if len(got) == want {
 			return got
 		}
@@ -59,6 +57,34 @@ func claimUntil(t *testing.T, s *hooks.Store, want int) []runtime.OutboxMessage 
 	}
 }
 
+// publishBatch claims up to limit messages as owner and marks them: the ones
+// for which fail returns an error as failed, the others as published.
+func publishBatch(t *testing.T, s *hooks.Store, owner string, limit int, fail func(runtime.OutboxMessage) error) []runtime.OutboxMessage {
+	t.Helper()
+	ctx := context.Background()
+	b, err := s.Claim(ctx, relay.ClaimRequest{Owner: owner, Limit: limit})
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if len(b.Messages) == 0 {
+		return nil
+	}
+	var out relay.Outcome
+	for _, m := range b.Messages {
+		if fail != nil {
+			if err := fail(m); err != nil {
+				out.Failed = append(out.Failed, relay.Failure{ID: m.ID, Err: err, Permanent: runtime.IsPermanent(err)})
+				continue
+			}
+		}
+		out.Published = append(out.Published, m.ID)
+	}
+	if err := s.Mark(ctx, b, out); err != nil {
+		t.Fatalf("Mark: %v", err)
+	}
+	return b.Messages
+}
+
 func ids(msgs []runtime.OutboxMessage) []int64 {
 	out := make([]int64, len(msgs))
 	for i, m := range msgs {
@@ -67,72 +93,6 @@ func ids(msgs []runtime.OutboxMessage) []int64 {
 	return out
 }
 
-func TestStoreClaimMarksAndRetries(t *testing.T) {
-	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
-		ctx := runtime.WithCorrelationID(context.Background(), "c-9")
-		orders := make([]Order, 5)
-		for i := range orders {
-			orders[i].Place(float64(i))
-		}
-		if err := db.WithContext(ctx).Create(&orders).Error; err != nil {
-			t.Fatal(err)
-		}
-		s := newStore(t, db)
-
-		// First attempt: publish only the first two.
-		var seen []runtime.OutboxMessage
-		n, err := s.Claim(context.Background(), 3, func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
-			seen = msgs
-			return []int64{msgs[0].ID, msgs[1].ID}, errors.New("broker said no")
-		})
-		if n != 3 || err == nil {
-			t.Fatalf("Claim = %d, %v; want 3 and the publish error", n, err)
-		}
-		m := seen[0]
-		if m.EventType != "orders.order_placed" || m.EventVersion != 1 || m.AggregateType != "order" ||
-			m.AggregateID != "1" || m.Topic != "order" || m.Headers[runtime.MetadataCorrelationID] != "c-9" ||
-			m.OccurredAt.IsZero() || m.CreatedAt.IsZero() || len(m.Payload) == 0 {
-			t.Errorf("claimed message = %+v", m)
-		}
-		// The failed one waits for its retry; the others go on.
-		var again []runtime.OutboxMessage
-		n, err = s.Claim(context.Background(), 10, func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
-			again = msgs
-			return ids(msgs), nil
-		})
-		if err != nil || n != 2 || again[0].ID != seen[2].ID+1 {
-			t.Fatalf("Claim = %d (%v), %v; want the 2 rows after the failed one", n, ids(again), err)
-		}
-		// After the retry delay it is claimed again, with one attempt.
-		again = claimUntil(t, s, 1)
-		if again[0].ID != seen[2].ID || again[0].Attempts != 1 {
-			t.Errorf("retry claim = %v (attempts %d), want %d with 1 attempt", ids(again), again[0].Attempts, seen[2].ID)
-		}
-		var lastErr string
-		db.Raw(`SELECT last_error FROM outbox_messages WHERE id = ?`, seen[2].ID).Scan(&lastErr)
-		if lastErr != "broker said no" {
-			t.Errorf("last_error = %q", lastErr)
-		}
-		// Nothing left.
-		n, err = s.Claim(context.Background(), 10, func(context.Context, []runtime.OutboxMessage) ([]int64, error) {
-			t.Error("publish called with nothing pending")
-			return nil, nil
-		})
-		if n != 0 || err != nil {
-			t.Errorf("empty Claim = %d, %v", n, err)
-		}
-		// Cleanup deletes published rows older than the retention.
-		if got, err := s.DeletePublished(context.Background(), time.Hour, 2); err != nil || got != 0 {
-			t.Errorf("DeletePublished(1h) = %d, %v; want 0", got, err)
-		}
-		if got, err := s.DeletePublished(context.Background(), -time.Hour, 2); err != nil || got != 5 {
-			t.Errorf("DeletePublished(-1h, batch 2) = %d, %v; want 5", got, err)
-		}
-	})
-}
-
-// postgresWithPlugin returns a fresh PostgreSQL schema with the outbox and
-// orders tables and the plugin registered.
 func postgresWithPlugin(t *testing.T) *gorm.DB {
 	t.Helper()
 	db := hookstest.Postgres(t, nil)
@@ -150,46 +110,6 @@ func postgresWithPlugin(t *testing.T) *gorm.DB {
 		t.Fatal(err)
 	}
 	return db
-}
-
-func TestStorePostgresClaimsAreExclusive(t *testing.T) {
-	db := postgresWithPlugin(t)
-	placeOrders(t, db, 6)
-	s := newStore(t, db)
-
-	holding := make(chan []int64)
-	release := make(chan struct{})
-	done := make(chan error)
-	go func() {
-		_, err := s.Claim(context.Background(), 3, func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
-			holding <- ids(msgs)
-			<-release
-			return ids(msgs), nil
-		})
-		done <- err
-	}()
-	first := <-holding
-	var second []int64
-	if _, err := s.Claim(context.Background(), 10, func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
-		second = ids(msgs)
-		return second, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if len(first) != 3 || len(second) != 3 {
-		t.Fatalf("claims = %v and %v, want 3 rows each", first, second)
-	}
-	for _, a := range first {
-		for _, b := range second {
-			if a == b {
-				t.Errorf("row %d claimed by both: %v, %v", a, first, second)
-			}
-		}
-	}
 }
 
 func TestStoreListen(t *testing.T) {
@@ -224,76 +144,92 @@ func TestStoreListen(t *testing.T) {
 	}
 }
 
-// TestStoreRetryBlocksOnlyItsAggregateAndParks: a message that failed waits
-// for its retry and holds back its aggregate only; past MaxAttempts it is
-// parked, its aggregate goes on, and Unpark puts it back.
-func TestStoreRetryBlocksOnlyItsAggregateAndParks(t *testing.T) {
+// TestStoreHoldsNoTransactionWhilePublishing: between Claim and Mark — while
+// the relay publishes — the store holds no connection, so no transaction,
+// no row lock and nothing that idle_in_transaction_session_timeout could
+// kill (issue: the claim transaction stayed open across the broker call).
+func TestStoreHoldsNoTransactionWhilePublishing(t *testing.T) {
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
-		enqueue := func(agg string) int64 {
-			t.Helper()
-			if _, err := p.Enqueue(db, "order", agg, OrderPaid{EventVersion: 2, OccurredAt: now(), Method: agg}); err != nil {
+		placeOrders(t, db, 3)
+		s := newStore(t, db)
+		sqlDB, err := db.DB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.Claim(context.Background(), relay.ClaimRequest{Owner: "x", Limit: 10})
+		if err != nil || len(b.Messages) != 3 {
+			t.Fatalf("Claim = %d messages, %v; want 3", len(b.Messages), err)
+		}
+		if inUse := sqlDB.Stats().InUse; inUse != 0 {
+			t.Errorf("%d connections in use while the batch is being published, want 0", inUse)
+		}
+		if b.Deadline.IsZero() || time.Until(b.Deadline) <= 0 {
+			t.Errorf("batch deadline %v: want the end of a lease still running", b.Deadline)
+		}
+		if err := s.Mark(context.Background(), b, relay.Outcome{Published: ids(b.Messages)}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestStoreOwnersSplitShards: two relays' claims never share a shard, so
+// never an aggregate — the fix for two relays publishing one aggregate out
+// of order (rows 8, 9, 10 of one aggregate; another claim held 9; this
+// one published 8 and 10). Together they cover every shard, and each
+// takes an even share.
+func TestStoreOwnersSplitShards(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
+		for i := range 200 {
+			if _, err := p.Enqueue(db, "order", fmt.Sprint(i%50), OrderPaid{EventVersion: 2, OccurredAt: now(), Method: fmt.Sprint(i)}); err != nil {
 				t.Fatal(err)
 			}
-			var id int64
-			db.Raw(`SELECT max(id) FROM outbox_messages`).Scan(&id)
-			return id
 		}
-		aggOf := map[int64]string{}
-		for _, agg := range []string{"a", "b", "a"} {
-			aggOf[enqueue(agg)] = agg
+		s, err := hooks.NewStore(db, hooks.StoreConfig{LeaseTTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
 		}
-		// Publish everything but aggregate a, as the relay does when one of
-		// a's messages is rejected.
-		failA := func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
-			var ok []int64
-			for _, m := range msgs {
-				if m.AggregateID != "a" {
-					ok = append(ok, m.ID)
+		// x takes every shard first; then y joins: within a few renewals x
+		// gives half back and y takes it.
+		ctx := context.Background()
+		if b, err := s.Claim(ctx, relay.ClaimRequest{Owner: "x", Limit: 1}); err != nil || len(b.Messages) != 1 {
+			t.Fatalf("x: Claim = %v, %v", b.Messages, err)
+		}
+		var leases map[string]int
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			for _, o := range []string{"x", "y"} {
+				if _, err := s.Claim(ctx, relay.ClaimRequest{Owner: o, Limit: 1}); err != nil {
+					t.Fatal(err)
 				}
 			}
-			return ok, errors.New("message too large")
+			leases = map[string]int{}
+			var rows []struct {
+				Owner string
+				N     int
+			}
+			db.Raw(`SELECT owner, count(*) AS n FROM outbox_messages_leases WHERE owner IS NOT NULL GROUP BY owner`).Scan(&rows)
+			for _, r := range rows {
+				leases[r.Owner] = r.N
+			}
+			if leases["x"] == hooks.Shards/2 && leases["y"] == hooks.Shards/2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("shards held = %v, want %d each for x and y", leases, hooks.Shards/2)
+			}
+			time.Sleep(50 * time.Millisecond) // renewals happen on a schedule
 		}
-		long, err := hooks.NewStore(db, hooks.StoreConfig{RetryDelay: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n, err := long.Claim(context.Background(), 10, failA); n != 3 || err == nil {
-			t.Fatalf("Claim = %d, %v; want 3 and an error", n, err)
-		}
-		a3, b2 := enqueue("a"), enqueue("b")
-		got := claimUntil(t, long, 1)
-		if got[0].ID != b2 {
-			t.Errorf("claim while a's messages wait = %v, want only %d (b); a3 = %d must wait behind them", ids(got), b2, a3)
-		}
-
-		// With MaxAttempts 2 and no delay, the failing message (a's first)
-		// is parked on its second failure while b's are published; a's
-		// later messages, which only waited behind it, are not.
-		park, err := hooks.NewStore(db, hooks.StoreConfig{RetryDelay: time.Microsecond, MaxAttempts: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		enqueue("b")
-		db.Exec(`UPDATE outbox_messages SET next_attempt_at = NULL`)
-		if n, err := park.Claim(context.Background(), 10, failA); n != 4 || err == nil {
-			t.Fatalf("Claim = %d, %v; want a1, a2, a3 and b3", n, err)
-		}
-		var parkedIDs []int64
-		db.Raw(`SELECT id FROM outbox_messages WHERE parked_at IS NOT NULL ORDER BY id`).Scan(&parkedIDs)
-		if diff := cmp.Diff([]int64{1}, parkedIDs); diff != "" {
-			t.Errorf("parked ids (-want +got):\n%s", diff)
-		}
-		// The parked message no longer holds its aggregate back.
-		got = claimUntil(t, park, 2)
-		if diff := cmp.Diff([]int64{3, a3}, ids(got)); diff != "" {
-			t.Errorf("claim after parking (-want +got):\n%s", diff)
-		}
-		if n, err := park.Unpark(context.Background(), parkedIDs...); err != nil || n != 1 {
-			t.Fatalf("Unpark = %d, %v", n, err)
-		}
-		got = claimUntil(t, park, 1)
-		if diff := cmp.Diff(parkedIDs, ids(got)); diff != "" {
-			t.Errorf("claim after Unpark (-want +got):\n%s", diff)
+		// Claims of the two owners now never share an aggregate.
+		seen := map[string]string{}
+		for range 20 {
+			for _, o := range []string{"x", "y"} {
+				for _, m := range publishBatch(t, s, o, 7, nil) {
+					if prev, ok := seen[m.AggregateID]; ok && prev != o {
+						t.Fatalf("aggregate %s claimed by %s and by %s", m.AggregateID, prev, o)
+					}
+					seen[m.AggregateID] = o
+				}
+			}
 		}
 	})
 }
@@ -316,16 +252,190 @@ func TestStoreFailingAggregateDoesNotStarveOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Order 1's first message fails; the rest of order 1 waits behind it.
-		if _, err := s.Claim(context.Background(), 5, func(_ context.Context, msgs []runtime.OutboxMessage) ([]int64, error) {
-			return nil, errors.New("rejected")
-		}); err == nil {
-			t.Fatal("Claim with a failing publish returned no error")
+		got := publishBatch(t, s, "x", 5, func(runtime.OutboxMessage) error { return errors.New("rejected") })
+		if len(got) != 5 {
+			t.Fatalf("first claim = %v, want 5 of order 1's messages", ids(got))
 		}
-		got := claimUntil(t, s, 1)
+		got = claimUntil(t, s, "x", 1)
 		if got[0].AggregateID != "2" {
 			t.Errorf("claim = %+v, want order 2's message", got)
 		}
 	})
+}
+
+// TestStorePartialOutageParkingKeepsOrder: with MaxAttempts set, a message
+// that keeps failing while others are published (a partition down, say) is
+// parked — and its aggregate's later messages wait behind it, so after
+// Unpark the aggregate is published in order (issue: a parked message let
+// its aggregate's later events go out past it).
+func TestStorePartialOutageParkingKeepsOrder(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
+		enqueue := func(agg string) {
+			t.Helper()
+			if _, err := p.Enqueue(db, "order", agg, OrderPaid{EventVersion: 2, OccurredAt: now(), Method: agg}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		enqueue("sick")
+		enqueue("sick")
+		s, err := hooks.NewStore(db, hooks.StoreConfig{RetryDelay: time.Millisecond, MaxRetryDelay: time.Millisecond, MaxAttempts: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sick := func(m runtime.OutboxMessage) error {
+			if m.AggregateID == "sick" {
+				return errors.New("NOT_LEADER_FOR_PARTITION")
+			}
+			return nil
+		}
+		var published []runtime.OutboxMessage
+		for range 2 {
+			enqueue("healthy") // something else goes out, so the failure counts
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				got := publishBatch(t, s, "x", 10, sick)
+				if slices.ContainsFunc(got, func(m runtime.OutboxMessage) bool { return m.AggregateID == "sick" }) {
+					for _, m := range got {
+						if m.AggregateID == "healthy" {
+							published = append(published, m)
+						}
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the sick aggregate was never claimed again")
+				}
+				time.Sleep(5 * time.Millisecond) // waiting out a 1ms retry delay
+			}
+		}
+		var parked []int64
+		db.Raw(`SELECT id FROM outbox_messages WHERE parked_at IS NOT NULL ORDER BY id`).Scan(&parked)
+		if len(parked) != 1 {
+			t.Fatalf("parked = %v, want the sick aggregate's first message", parked)
+		}
+		enqueue("sick")
+		enqueue("healthy")
+		got := claimUntil(t, s, "x", 1)
+		if got[0].AggregateID != "healthy" {
+			t.Fatalf("claim while sick's first message is parked = %+v, want only the healthy message", got)
+		}
+		if n, err := s.Unpark(context.Background(), parked...); err != nil || n != 1 {
+			t.Fatalf("Unpark = %d, %v", n, err)
+		}
+		got = claimUntil(t, s, "x", 3)
+		if diff := cmp.Diff([]int64{parked[0], parked[0] + 1}, ids(got)[:2]); diff != "" || got[2].AggregateID != "sick" {
+			t.Errorf("after Unpark, sick's messages = %v, want %d, %d, then its third, in order", ids(got), parked[0], parked[0]+1)
+		}
+	})
+}
+
+// TestStoreDiscardLetsAggregateGoOn: a parked message discarded by an
+// operator no longer holds its aggregate back.
+func TestStoreDiscardLetsAggregateGoOn(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
+		for range 2 {
+			if _, err := p.Enqueue(db, "order", "a", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "x"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s := newStore(t, db)
+		got := publishBatch(t, s, "x", 10, func(m runtime.OutboxMessage) error {
+			return runtime.Permanent(errors.New("too large"))
+		})
+		if len(got) != 2 {
+			t.Fatalf("claim = %v, want both", ids(got))
+		}
+		if got := publishBatch(t, s, "x", 10, nil); len(got) != 0 {
+			t.Fatalf("claim with the first message parked = %v, want nothing", ids(got))
+		}
+		if n, err := s.Discard(context.Background(), got[0].ID); err != nil || n != 1 {
+			t.Fatalf("Discard(%d) = %d, %v; want 1", got[0].ID, n, err)
+		}
+		if after := claimUntil(t, s, "x", 1); after[0].ID != got[1].ID {
+			t.Errorf("after Discard, claim = %v, want %d", ids(after), got[1].ID)
+		}
+	})
+}
+
+// TestEnqueueCommitOrder: events of one aggregate written by concurrent
+// transactions without a row lock (Enqueue) are claimed in commit order: a
+// transaction that wrote first but commits last must not be published
+// first (issue: one transaction held seq 0 open while 1..10 committed; the
+// relay published 0 first, or 1..10 then 0, depending on timing). The
+// ground truth is the partial order of commits the test observed: a commit
+// that returned before another began comes first.
+func TestEnqueueCommitOrder(t *testing.T) {
+	db := postgresWithPlugin(t)
+	p, err := hooks.New(hooks.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type commit struct{ start, end time.Time }
+	var (
+		mu      sync.Mutex
+		commits = map[string]commit{} // by payload method
+	)
+	write := func(tx *gorm.DB, seq string) {
+		t.Helper()
+		if _, err := p.Enqueue(tx, "order", "hot", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: seq}); err != nil {
+			t.Error(err)
+		}
+	}
+	finish := func(tx *gorm.DB, seq string) {
+		start := time.Now()
+		if err := tx.Commit().Error; err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		commits[seq] = commit{start, time.Now()}
+		mu.Unlock()
+	}
+	long := db.Begin()
+	write(long, "0")
+	var wg sync.WaitGroup
+	for i := 1; i <= 10; i++ {
+		wg.Go(func() {
+			tx := db.Begin()
+			write(tx, fmt.Sprint(i))
+			finish(tx, fmt.Sprint(i))
+		})
+	}
+	// Hold "0" open until the others have committed or are waiting for it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int64
+		db.Raw(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting)
+		mu.Lock()
+		done := len(commits)
+		mu.Unlock()
+		if int(waiting)+done == 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s: %d committed, %d waiting", done, waiting)
+		}
+		time.Sleep(10 * time.Millisecond) // polling other transactions' progress
+	}
+	finish(long, "0")
+	wg.Wait()
+
+	s := newStore(t, db)
+	got := claimUntil(t, s, "x", 11)
+	var methods []string
+	for _, m := range got {
+		var e OrderPaid
+		if err := json.Unmarshal(m.Payload, &e); err != nil {
+			t.Fatal(err)
+		}
+		methods = append(methods, e.Method)
+	}
+	for i, a := range methods {
+		for _, b := range methods[i+1:] {
+			if commits[b].end.Before(commits[a].start) {
+				t.Errorf("claim order %v: %s is before %s, but %s committed before %s began committing", methods, a, b, b, a)
+			}
+		}
+	}
 }
 
 func TestStoreStats(t *testing.T) {
