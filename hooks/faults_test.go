@@ -76,7 +76,7 @@ func TestBrokerFaultsLoseNothing(t *testing.T) {
 	var failedBatches atomic.Int32
 	p.runRelay(t, pub, relay.Config{BatchSize: 20, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		OnBatch: func(b relay.BatchResult) {
-			if b.Err != nil {
+			if b.Err != nil || b.Failed > 0 {
 				failedBatches.Add(1)
 			}
 		}})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/go-cmp/cmp"
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/gooutbox/outbox/adapters/kafka"
@@ -348,5 +350,76 @@ func TestPublishCancelledContext(t *testing.T) {
 	second.SetContext(ctx)
 	if err := pub.Publish(topic, first, second); !errors.Is(err, context.Canceled) {
 		t.Errorf("Publish with a cancelled message context = %v, want context.Canceled", err)
+	}
+}
+
+// TestPublishReportsPerMessage: when one partition refuses a write and the
+// others take it, Publish returns a runtime.PublishErrors with an error for
+// exactly the refused partition's messages, so the relay marks the others
+// and republishes only those.
+func TestPublishReportsPerMessage(t *testing.T) {
+	t.Parallel()
+	// Three brokers, three partitions: each produce request holds one
+	// partition (its leader's), so a control function can refuse one.
+	cluster, err := kafkatest.Start(kafkatest.Config{Brokers: 3, Partitions: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.Addrs()
+	topic := newTopic(t, brokers, 3)
+	fake := cluster.Fake()
+	// Requests holding partition 0 are refused (NOT_LEADER_FOR_PARTITION);
+	// the others are written.
+	fake.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		fake.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		refused := false
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				refused = refused || rt.Topic == topic && rp.Partition == 0
+			}
+		}
+		if !refused {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.NotLeaderForPartition.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers, MaxAttempts: 1, OverwriteWriter: func(w *kafkago.Writer) {
+		// The key (the aggregate id) is the partition number.
+		w.Balancer = kafkago.BalancerFunc(func(m kafkago.Message, partitions ...int) int {
+			n, _ := strconv.Atoi(string(m.Key))
+			return partitions[n%len(partitions)]
+		})
+	}})
+	msgs := []*message.Message{newEvent("0", "a"), newEvent("1", "b"), newEvent("2", "c"), newEvent("0", "d")}
+	err = pub.Publish(topic, msgs...)
+	var perMessage runtime.PublishErrors
+	if !errors.As(err, &perMessage) {
+		t.Fatalf("Publish = %v, want an error wrapping runtime.PublishErrors", err)
+	}
+	if len(perMessage) != len(msgs) {
+		t.Fatalf("PublishErrors has %d entries, want %d", len(perMessage), len(msgs))
+	}
+	for i, e := range perMessage {
+		wantFailed := msgs[i].Metadata.Get(runtime.MetadataAggregateID) == "0"
+		if (e != nil) != wantFailed {
+			t.Errorf("message %d (partition %s): error %v, want failed=%v", i, msgs[i].Metadata.Get(runtime.MetadataAggregateID), e, wantFailed)
+		}
+		if e != nil && runtime.IsPermanent(e) {
+			t.Errorf("message %d: NOT_LEADER_FOR_PARTITION reported permanent: %v", i, e)
+		}
 	}
 }
