@@ -1,0 +1,93 @@
+package hooks_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/runtime/relay"
+)
+
+// TestPayloadKeepsNUL: a NUL character in a string field is valid JSON
+// (\u0000) and must neither fail the business save on PostgreSQL (a JSONB
+// column refuses it) nor change on its way to the relay.
+func TestPayloadKeepsNUL(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
+		o := &Order{}
+		o.Pay("card\x00visa")
+		if err := db.Create(o).Error; err != nil {
+			t.Fatalf("Create with a NUL in a string field: %v", err)
+		}
+		got := claimUntil(t, newStore(t, db), "x", 1)
+		if want := `"method":"card\u0000visa"`; !strings.Contains(string(got[0].Payload), want) {
+			t.Errorf("payload %s does not contain %s", got[0].Payload, want)
+		}
+	})
+}
+
+// TestTableNameLimits: a table name whose derived names would not fit in
+// PostgreSQL's 63-byte identifiers is refused up front, naming the limit,
+// instead of silently losing indexes (55 bytes) or breaking every write
+// (63); the longest accepted name works end to end.
+func TestTableNameLimits(t *testing.T) {
+	for _, name := range []string{strings.Repeat("t", 50), strings.Repeat("t", 55), strings.Repeat("t", 63), "s." + strings.Repeat("t", 60)} {
+		if _, err := hooks.DDL("postgres", name); !errors.Is(err, hooks.ErrInvalidTable) || !strings.Contains(err.Error(), "49") {
+			t.Errorf("DDL(%q) = %v, want ErrInvalidTable naming the 49-byte limit", name, err)
+		}
+		if _, err := hooks.New(hooks.Config{Table: name}); !errors.Is(err, hooks.ErrInvalidTable) {
+			t.Errorf("New(Table %q) = %v, want ErrInvalidTable", name, err)
+		}
+	}
+	longest := strings.Repeat("t", 49)
+	eachDB(t, nil, hooks.Config{Table: longest}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
+		if err := hooks.Migrate(context.Background(), db, longest); err != nil {
+			t.Fatalf("Migrate(%d bytes): %v", len(longest), err)
+		}
+		var indexes int64
+		if db.Dialector.Name() == "postgres" {
+			db.Raw(`SELECT count(*) FROM pg_indexes WHERE tablename = ?`, longest).Scan(&indexes)
+			if indexes != 5 { // primary key, event_id, pending, blocked, parked
+				t.Errorf("%d indexes on %s, want 5", indexes, longest)
+			}
+		}
+		o := &Order{}
+		o.Place(1)
+		if err := db.Create(o).Error; err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		s, err := hooks.NewStore(db, hooks.StoreConfig{Table: longest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.Claim(context.Background(), relay.ClaimRequest{Owner: "x", Limit: 10})
+		if err != nil || len(b.Messages) != 1 {
+			t.Fatalf("Claim = %v, %v; want the order's event", b.Messages, err)
+		}
+	})
+}
+
+// TestEventTooLarge: an event over MaxEventBytes fails the save with a typed
+// error naming the event, and the save rolls back.
+func TestEventTooLarge(t *testing.T) {
+	eachDB(t, nil, hooks.Config{MaxEventBytes: 100}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
+		o := &Order{}
+		o.Pay(strings.Repeat("x", 200))
+		err := db.Create(o).Error
+		var tooLarge *hooks.EventTooLargeError
+		if !errors.As(err, &tooLarge) || tooLarge.EventType != "orders.order_paid" || tooLarge.Limit != 100 || tooLarge.Size <= 200 {
+			t.Fatalf("Create = %v, want an *EventTooLargeError for orders.order_paid over 100 bytes", err)
+		}
+		var orders int64
+		db.Model(&Order{}).Count(&orders)
+		if orders != 0 || len(rows(t, db)) != 0 {
+			t.Errorf("after the failed save: %d orders, %d outbox rows; want none", orders, len(rows(t, db)))
+		}
+		if _, err := p.Enqueue(db, "order", "1", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: strings.Repeat("y", 200)}); !errors.As(err, &tooLarge) {
+			t.Errorf("Enqueue = %v, want an *EventTooLargeError", err)
+		}
+	})
+}
