@@ -1,0 +1,183 @@
+package runtimetest
+
+import (
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy is a TCP proxy on loopback for fault tests: it forwards connections
+// to a target address (a database, a broker) and can cut them the ways
+// networks do. Point the client at [Proxy.Addr] instead of the target.
+//
+//   - [Proxy.Blackhole] turns every open connection half-open: its bytes
+//     are read and dropped in both directions and nothing is closed, as when
+//     a NAT or firewall entry disappears. Those connections never recover;
+//     new connections work, unless the proxy refuses them.
+//   - [Proxy.Refuse] closes every open connection and resets new ones,
+//     as a stopped server does, until [Proxy.Accept].
+//
+// A Proxy is safe for concurrent use.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu      sync.Mutex
+	refuse  bool
+	conns   map[*proxyConn]bool
+	wg      sync.WaitGroup
+	closing bool
+}
+
+type proxyConn struct {
+	client, server net.Conn
+	mu             sync.Mutex
+	blackholed     bool
+}
+
+// StartProxy starts a proxy to target on a free loopback port; t's cleanup
+// closes it.
+func StartProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("runtimetest: proxy: listen: %v", err)
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[*proxyConn]bool{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr is the proxy's "host:port".
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Conns returns the number of connections the proxy is forwarding (or
+// holding half-open).
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
+// Blackhole makes every open connection half-open (see [Proxy]) and
+// returns how many it hit.
+func (p *Proxy) Blackhole() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for c := range p.conns {
+		c.mu.Lock()
+		if !c.blackholed {
+			c.blackholed = true
+			n++
+		}
+		c.mu.Unlock()
+	}
+	return n
+}
+
+// Refuse closes every open connection and refuses new ones until Accept.
+func (p *Proxy) Refuse() {
+	p.mu.Lock()
+	p.refuse = true
+	conns := p.conns
+	p.conns = map[*proxyConn]bool{}
+	p.mu.Unlock()
+	for c := range conns {
+		c.close()
+	}
+}
+
+// Accept undoes Refuse.
+func (p *Proxy) Accept() {
+	p.mu.Lock()
+	p.refuse = false
+	p.mu.Unlock()
+}
+
+// Close stops the proxy and closes every connection.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		return
+	}
+	p.closing = true
+	conns := p.conns
+	p.conns = map[*proxyConn]bool{}
+	p.mu.Unlock()
+	_ = p.ln.Close()
+	for c := range conns {
+		c.close()
+	}
+	p.wg.Wait()
+}
+
+func (p *Proxy) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		refuse, closing := p.refuse, p.closing
+		p.mu.Unlock()
+		if refuse || closing {
+			if tc, ok := client.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // a reset, as from a closed port
+			}
+			_ = client.Close()
+			continue
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		c := &proxyConn{client: client, server: server}
+		p.mu.Lock()
+		p.conns[c] = true
+		p.mu.Unlock()
+		p.wg.Go(func() { p.pipe(c, c.client, c.server) })
+		p.wg.Go(func() { p.pipe(c, c.server, c.client) })
+	}
+}
+
+// pipe copies from src to dst until src fails, dropping the bytes while c is
+// blackholed.
+func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn) {
+	defer func() {
+		c.mu.Lock()
+		blackholed := c.blackholed
+		c.mu.Unlock()
+		if !blackholed {
+			c.close()
+			p.mu.Lock()
+			delete(p.conns, c)
+			p.mu.Unlock()
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			c.mu.Lock()
+			blackholed := c.blackholed
+			c.mu.Unlock()
+			if !blackholed {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			return // EOF, a reset or a closed side: the pipe ends
+		}
+	}
+}
+
+func (c *proxyConn) close() {
+	_ = c.client.Close()
+	_ = c.server.Close()
+}
