@@ -2,19 +2,27 @@ package hooks_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
 	"github.com/gooutbox/outbox/adapters/kafka"
+	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
@@ -163,4 +171,163 @@ func TestRelayPausedChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = r.Run(context.Background())
+}
+
+// TestPartitionOutageHoldsOnlyItsAggregates: one partition of the topic
+// refuses every write (NOT_LEADER_FOR_PARTITION) for a while. The events of
+// the aggregates routed to the other partitions are published and marked
+// meanwhile; the sick partition's wait, in order, and go out within seconds
+// of its recovery. Nothing is lost, nothing published twice out of order.
+func TestPartitionOutageHoldsOnlyItsAggregates(t *testing.T) {
+	// Three brokers, three partitions: each produce request holds one
+	// partition (its leader's), so the control function can refuse one.
+	cluster, err := kafkatest.Start(kafkatest.Config{Brokers: 3, Partitions: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	p := newPipelineOn(t, "postgres", 3, cluster.Addrs())
+	var sick atomic.Bool
+	fake := cluster.Fake()
+	fake.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		fake.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		refuse := false
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				refuse = refuse || sick.Load() && rt.Topic == p.topic && rp.Partition == 0
+			}
+		}
+		if !refuse {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.NotLeaderForPartition.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	p.runRelay(t, p.publisher(t), relay.Config{PollInterval: 20 * time.Millisecond})
+
+	accts := make([]Account, 30)
+	if err := p.db.Session(&gorm.Session{SkipHooks: true}).Create(&accts).Error; err != nil {
+		t.Fatal(err)
+	}
+	onSick := 0
+	for _, a := range accts {
+		if (&kafkago.Hash{}).Balance(kafkago.Message{Key: []byte(fmt.Sprint(a.ID))}, 0, 1, 2) == 0 {
+			onSick++
+		}
+	}
+	if onSick == 0 || onSick == len(accts) {
+		t.Fatalf("%d of %d aggregates on partition 0: the test needs some on each side", onSick, len(accts))
+	}
+	sick.Store(true)
+	var want []string
+	for range 2 {
+		for i := range accts {
+			accts[i].Deposit()
+			want = append(want, accts[i].Pending()[0].ID.String())
+			if err := p.db.Save(&accts[i]).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The healthy partitions' events go out while partition 0 is down.
+	start := time.Now()
+	for p.pending(t) != int64(2*onSick) {
+		if time.Since(start) > 15*time.Second {
+			t.Fatalf("with partition 0 down: %d pending, want only its %d events", p.pending(t), 2*onSick)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a database
+	}
+	t.Logf("healthy partitions published in %v while partition 0 was down", time.Since(start).Round(time.Millisecond))
+	var refused int64
+	p.db.Raw(`SELECT count(*) FROM outbox_messages WHERE last_error LIKE '%Not Leader%'`).Scan(&refused)
+	if refused == 0 {
+		t.Error("no row recorded the partition's error")
+	}
+	sick.Store(false)
+	took := p.waitDrainedWithin(t, 15*time.Second, "after partition 0 recovered")
+	t.Logf("partition 0's events published %v after it recovered", took.Round(time.Millisecond))
+
+	recs := readTopic(t, p.brokers, p.topic)
+	got := eventIDs(recs)
+	for _, id := range want {
+		if got[id] == 0 {
+			t.Errorf("event %s lost", id)
+		}
+	}
+	next := map[string]int{}
+	seen := map[string]bool{}
+	for _, r := range recs {
+		if seen[r.EventID] {
+			continue
+		}
+		seen[r.EventID] = true
+		if r.Seq != next[r.Key]+1 {
+			t.Errorf("aggregate %s: first delivery of seq %d after %d", r.Key, r.Seq, next[r.Key])
+		}
+		next[r.Key] = r.Seq
+	}
+}
+
+// TestBrokerOutageRecoversInSeconds: the broker refuses everything for a
+// while; no message's retry delay grows meanwhile (nothing could be
+// published: it is nobody's fault), so once the broker is back the backlog
+// goes out within the relay's MaxBackoff and a RetryDelay, not after
+// minutes.
+func TestBrokerOutageRecoversInSeconds(t *testing.T) {
+	p := newPipeline(t, "postgres", 2)
+	var down atomic.Bool
+	down.Store(true)
+	pub := &switchPublisher{Publisher: p.publisher(t), down: &down}
+	p.runRelay(t, pub, relay.Config{PollInterval: 20 * time.Millisecond})
+	want := p.openAccounts(t, 20)
+	// Let the relay fail for a while, then count what it recorded.
+	deadline := time.Now().Add(10 * time.Second)
+	for pub.failures.Load() < 5 {
+		if time.Now().After(deadline) {
+			t.Fatal("the relay did not try to publish")
+		}
+		time.Sleep(20 * time.Millisecond) // polling a counter
+	}
+	var attempts int64
+	p.db.Raw(`SELECT coalesce(max(attempts), 0) FROM outbox_messages`).Scan(&attempts)
+	if attempts != 0 {
+		t.Errorf("after %d failed publishes of a broker down for everyone, a message counts %d attempts; want 0", pub.failures.Load(), attempts)
+	}
+	down.Store(false)
+	// Bound: the relay's MaxBackoff (5s) plus the RetryDelay (1s).
+	took := p.waitDrainedWithin(t, 10*time.Second, "after the broker came back")
+	t.Logf("backlog published %v after the broker came back", took.Round(time.Millisecond))
+	got := eventIDs(readTopic(t, p.brokers, p.topic))
+	for _, id := range want {
+		if got[id] == 0 {
+			t.Errorf("event %s lost", id)
+		}
+	}
+}
+
+// switchPublisher fails every Publish while down is set.
+type switchPublisher struct {
+	message.Publisher
+	down     *atomic.Bool
+	failures atomic.Int32
+}
+
+func (s *switchPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if s.down.Load() {
+		s.failures.Add(1)
+		return errors.New("broker unreachable")
+	}
+	return s.Publisher.Publish(topic, msgs...)
 }
