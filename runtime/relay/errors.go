@@ -18,4 +18,3 @@ var errPublishDeadline = errors.New("relay: publish deadline exceeded (lease or 
 // errShutdownTimeout is the cause of the context handed to the store and the
 // publisher when [Config.ShutdownTimeout] expires during shutdown.
 var errShutdownTimeout = errors.New("relay: shutdown timeout exceeded")
-
