@@ -290,12 +290,16 @@ func TestRunBacksOffOnlyWhenNothingWasPublished(t *testing.T) {
 		claimErr    error
 		fails       func(topic string) bool
 		markErr     error
+		permanent   bool // fails returns a runtime.PermanentError
 		wantBackoff bool
 	}{
 		{name: "claim fails", claimErr: errors.New("connection refused"), wantBackoff: true},
 		{name: "nothing published", fails: func(string) bool { return true }, wantBackoff: true},
 		{name: "marking fails", markErr: errors.New("mark: database is read-only"), wantBackoff: true},
 		{name: "partly published", fails: func(topic string) bool { return topic == "b" }},
+		// Messages rejected for good are the messages' fault, not an
+		// outage: the store parks them and the relay goes on.
+		{name: "only permanent failures", fails: func(string) bool { return true }, permanent: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,6 +321,9 @@ func TestRunBacksOffOnlyWhenNothingWasPublished(t *testing.T) {
 				}
 				pub := &fakePublisher{fn: func(topic string, _ []*message.Message) error {
 					if tt.fails != nil && tt.fails(topic) {
+						if tt.permanent {
+							return runtime.Permanent(errors.New("message too large"))
+						}
 						return errDown
 					}
 					return nil
@@ -355,7 +362,7 @@ func TestRunBacksOffOnlyWhenNothingWasPublished(t *testing.T) {
 					// in the bubble when everything waits), it retries.
 					receive(t, claims)
 				} else if again != 1 {
-					t.Fatalf("relay claimed %d more times right after a partly published batch, want 1: it must not back off", again)
+					t.Fatalf("relay claimed %d more times right after the batch, want 1: it must not back off", again)
 				}
 			})
 		})
