@@ -64,11 +64,12 @@ type Config struct {
 	PollInterval time.Duration
 
 	// MinBackoff and MaxBackoff bound the exponential backoff after a
-	// failed claim (the publisher or the store returned an error) and
-	// before calling [Notifier.Listen] again after it failed. The n-th
-	// consecutive failure waits a random duration between half and all of
+	// batch that failed as a whole (the store returned an error, or
+	// nothing could be published: see [Relay.Run]) and before calling
+	// [Notifier.Listen] again after it failed. The n-th consecutive
+	// failure waits a random duration between half and all of
 	// min(MinBackoff * 2^(n-1), MaxBackoff). The backoff resets after a
-	// successful claim.
+	// batch that did not fail as a whole.
 	// Default: MinBackoff 100ms ([DefaultMinBackoff]) but at most
 	// MaxBackoff; MaxBackoff 5s ([DefaultMaxBackoff]) but at least
 	// MinBackoff.

@@ -20,13 +20,20 @@ func TestConfigValidate(t *testing.T) {
 		wantErr bool
 	}{
 		{"zero", relay.Config{}, false},
-		{"all set", relay.Config{BatchSize: 10, PollInterval: time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Second, ShutdownTimeout: time.Second}, false},
+		{"all set", relay.Config{
+			BatchSize: 10, MaxBatchBytes: 1 << 10, StoreTimeout: time.Second, PublishTimeout: time.Second, PublishConcurrency: 2,
+			PollInterval: time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Second, ShutdownTimeout: time.Second,
+		}, false},
 		{"min equals max", relay.Config{MinBackoff: time.Second, MaxBackoff: time.Second}, false},
 		{"negative BatchSize", relay.Config{BatchSize: -1}, true},
 		{"negative PollInterval", relay.Config{PollInterval: -time.Second}, true},
 		{"negative MinBackoff", relay.Config{MinBackoff: -time.Second}, true},
 		{"negative MaxBackoff", relay.Config{MaxBackoff: -time.Second}, true},
 		{"negative ShutdownTimeout", relay.Config{ShutdownTimeout: -time.Second}, true},
+		{"negative MaxBatchBytes", relay.Config{MaxBatchBytes: -1}, true},
+		{"negative StoreTimeout", relay.Config{StoreTimeout: -time.Second}, true},
+		{"negative PublishTimeout", relay.Config{PublishTimeout: -time.Second}, true},
+		{"negative PublishConcurrency", relay.Config{PublishConcurrency: -1}, true},
 		{"MinBackoff above MaxBackoff", relay.Config{MinBackoff: 2 * time.Second, MaxBackoff: time.Second}, true},
 	}
 	for _, tt := range tests {
@@ -50,6 +57,21 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestNewDefaults(t *testing.T) {
+	// defaults returns c with the defaults that do not depend on other
+	// fields or on the store.
+	defaults := func(c relay.Config) relay.Config {
+		c.BatchSize = 1000
+		c.MaxBatchBytes = 8 << 20
+		c.StoreTimeout = 10 * time.Second
+		c.PublishTimeout = 30 * time.Second
+		c.PublishConcurrency = 4
+		c.ShutdownTimeout = 10 * time.Second
+		return c
+	}
+	allSet := relay.Config{
+		BatchSize: 7, MaxBatchBytes: 1 << 10, StoreTimeout: time.Second, PublishTimeout: 2 * time.Second, PublishConcurrency: 3,
+		PollInterval: time.Minute, MinBackoff: time.Second, MaxBackoff: time.Hour, ShutdownTimeout: time.Minute,
+	}
 	tests := []struct {
 		name     string
 		notifier bool
@@ -58,28 +80,28 @@ func TestNewDefaults(t *testing.T) {
 	}{
 		{
 			name: "zero",
-			want: relay.Config{BatchSize: 1000, PollInterval: 100 * time.Millisecond, MinBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second, ShutdownTimeout: 10 * time.Second},
+			want: defaults(relay.Config{PollInterval: 100 * time.Millisecond, MinBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second}),
 		},
 		{
 			name:     "zero with a Notifier",
 			notifier: true,
-			want:     relay.Config{BatchSize: 1000, PollInterval: time.Second, MinBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second, ShutdownTimeout: 10 * time.Second},
+			want:     defaults(relay.Config{PollInterval: time.Second, MinBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second}),
 		},
 		{
 			name:     "set fields are kept",
 			notifier: true,
-			cfg:      relay.Config{BatchSize: 7, PollInterval: time.Minute, MinBackoff: time.Second, MaxBackoff: time.Hour, ShutdownTimeout: time.Minute},
-			want:     relay.Config{BatchSize: 7, PollInterval: time.Minute, MinBackoff: time.Second, MaxBackoff: time.Hour, ShutdownTimeout: time.Minute},
+			cfg:      allSet,
+			want:     allSet,
 		},
 		{
 			name: "small MaxBackoff lowers MinBackoff",
 			cfg:  relay.Config{MaxBackoff: 20 * time.Millisecond},
-			want: relay.Config{BatchSize: 1000, PollInterval: 100 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, ShutdownTimeout: 10 * time.Second},
+			want: defaults(relay.Config{PollInterval: 100 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}),
 		},
 		{
 			name: "large MinBackoff raises MaxBackoff",
 			cfg:  relay.Config{MinBackoff: time.Minute},
-			want: relay.Config{BatchSize: 1000, PollInterval: 100 * time.Millisecond, MinBackoff: time.Minute, MaxBackoff: time.Minute, ShutdownTimeout: 10 * time.Second},
+			want: defaults(relay.Config{PollInterval: 100 * time.Millisecond, MinBackoff: time.Minute, MaxBackoff: time.Minute}),
 		},
 	}
 	for _, tt := range tests {

@@ -1,7 +1,7 @@
 // Package relay moves committed outbox messages to a broker: it claims a batch
 // from a [Store], publishes it through any Watermill message.Publisher
-// (adapters/kafka, or Watermill's AMQP, NATS, SQL, ... publishers), and lets
-// the store mark what was published.
+// (adapters/kafka, or Watermill's AMQP, NATS, SQL, ... publishers), and tells
+// the store what was published.
 //
 //	r, err := relay.New(store, publisher, relay.Config{BatchSize: 500})
 //	if err != nil {
@@ -11,60 +11,115 @@
 //
 // # Loop
 //
-// [Relay.Run] claims up to [Config.BatchSize] messages with [Store.Claim]. A
-// full batch is followed at once by the next claim; otherwise the relay waits
-// for a wake-up: a notification from a store that implements [Notifier]
-// (PostgreSQL LISTEN/NOTIFY), a call to [Relay.Notify] (what hooks do after a
-// commit on SQLite), or [Config.PollInterval] elapsing, which bounds the delay
-// of a message whose notification was lost.
+// Each round of [Relay.Run] has three steps, none of which holds a database
+// transaction open across the others:
+//
+//  1. [Store.Claim] returns a [Batch] of up to [Config.BatchSize] messages and
+//     [Config.MaxBatchBytes] payload bytes ([ClaimRequest]), claimed under an
+//     owner string that Run draws at random each time it starts.
+//  2. The relay publishes the batch: one Publish call per topic, with the
+//     topic's messages in ID order, up to [Config.PublishConcurrency] topics
+//     at the same time.
+//  3. [Store.Mark] receives the [Outcome]: which messages were published and
+//     which failed, and why ([Failure]).
+//
+// A full batch (BatchSize messages, or MaxBatchBytes bytes) is followed at
+// once by the next claim; otherwise the relay waits for a wake-up: a
+// notification from a store that implements [Notifier] (PostgreSQL
+// LISTEN/NOTIFY), a call to [Relay.Notify] (what hooks do after a commit on
+// SQLite), or [Config.PollInterval] elapsing, which bounds the delay of a
+// message whose notification was lost. [Config.OnBatch] sees every batch.
 //
 // # Delivery: at least once
 //
-// The relay publishes first and marks second, inside one claim. A message is
-// marked only after the publisher accepted it, so a crash, a lost database
-// connection or a publisher error between the two leaves it pending, and it is
+// The relay publishes first and has the store mark second. A crash, a lost
+// database connection, a failed Mark or an abandoned publish between the two
+// leaves messages pending that the broker may already have, and they are
 // published again: consumers must be idempotent (deduplicate on the event id,
 // which is the Watermill message UUID and survives every retry). Each such
 // failure repeats at most the batch in flight.
 //
-// When a claim fails and nothing was published, the relay logs it at Warn and
-// backs off exponentially ([Config.MinBackoff] to [Config.MaxBackoff]) before
-// claiming again. Store and publisher errors never make Run return.
+// # Deadlines and leases
 //
-// # Poison messages
+// Every call has a deadline, so a half-open connection or a hung broker
+// cannot stall the relay: each store call ([Store.Claim], [Store.Mark],
+// [Releaser.Release]) gets [Config.StoreTimeout]; publishing a batch gets
+// [Config.PublishTimeout], and stops sooner at the batch's lease,
+// [Batch.Deadline], after which the store may hand the same messages to
+// another relay. At the deadline the messages' contexts are cancelled and the
+// relay stops waiting for the publisher (a publisher that ignores the
+// context is abandoned, not waited for); the messages not acknowledged by
+// then count as failed, and are published again later.
 //
-// A message the broker will never take (too large, say) must not stall the
-// others. When a topic's Publish fails, the relay probes: it publishes the
-// last aggregate's messages on their own, then the first's. If both fail,
-// the publisher is down and the whole topic fails. If one succeeds, a message
-// is at fault: the relay publishes the other aggregates one at a time, so
-// only the bad message's aggregate fails, and goes on without a backoff. The store records a failed attempt
-// on each message that was not published; delaying a failed message's retry
-// while its aggregate waits behind it, and parking it after too many
-// attempts, are the store's business (hooks.Store does both).
+// When Run stops, a store that implements [Releaser] is asked to release
+// the owner's claims, so another relay takes them over at once rather than
+// when the lease ends.
+//
+// # Per-message results
+//
+// A publisher that knows per message what the broker did (a Kafka write that
+// failed on some partitions only) returns [runtime.PublishErrors]: exactly
+// the acknowledged messages are marked as published, and only the others are
+// published again. A message's error that is a [runtime.PermanentError]
+// (too large for the broker, say) is reported as [Failure.Permanent].
+//
+// When the publisher returns one error for a whole topic, the relay probes
+// whether the publisher or a message is at fault: it publishes the last
+// aggregate's messages on their own, then the first's. If both fail with an
+// error that is not permanent, the publisher is down and the whole topic
+// fails. Otherwise a message is at fault: the relay publishes the other
+// aggregates one at a time, and the failing aggregate message by message, so
+// that only the bad message and the messages after it in its aggregate fail.
+// Messages a failed call did write may be written twice.
+//
+// # Outages and partial failures
+//
+// A batch fails as a whole when the store returns an error, or when nothing
+// could be published for a reason other than messages rejected for good: the
+// broker or the database is down for everyone. The relay then logs it at
+// Warn and backs off exponentially ([Config.MinBackoff] to
+// [Config.MaxBackoff]) before claiming again. A batch of which some messages
+// were published is a partial failure: the publisher works, the failed
+// messages wait in the store, and the relay goes on at full speed. Store and
+// publisher errors never make Run return.
+//
+// # Poison messages are the store's business
+//
+// The relay reports each failure; what follows is up to the store. The store
+// records a failed attempt on each aggregate's first failed message and
+// holds that aggregate's later messages back behind it. hooks.Store, and
+// runtimetest.MemoryStore with the same policy, delay the message's retry
+// with a growing delay,
+// counting attempts only in batches where other messages were published (an
+// outage is no message's fault), and parks it after a permanent failure or
+// too many attempts. A parked message holds its aggregate back, to keep the
+// aggregate's order, until an operator unparks it (hooks.Store.Unpark) or
+// discards it; the other aggregates go on.
 //
 // # Ordering
 //
-// Within a batch the relay groups messages by topic and makes one Publish call
-// per topic, with the messages in ID order (commit order for one aggregate).
-// With the Kafka adapter the key is the aggregate id, so an aggregate's events
-// reach their partition in commit order. Topics are published one after the
-// other; when one topic fails, the others' messages are still marked, and
-// the failed ones are retried in a later batch. There is no order across
-// topics: an aggregate whose events go to several topics (a custom topic
-// function) is ordered per topic only.
+// For each aggregate, a batch holds the aggregate's oldest pending messages
+// without gaps (see [Batch]). The relay publishes each topic's messages in
+// ID order, in one call, and when it has to find a bad message it stops an
+// aggregate at its first failure, so nothing after it is published ahead of
+// it. (Per-message results are taken as the publisher gives them: a broker
+// that orders by key, as Kafka does by partition, takes or refuses one
+// aggregate's messages together.) With the Kafka adapter the key is the
+// aggregate id, so an aggregate's events reach their partition in commit
+// order, retries included (a retry may repeat messages the broker already
+// has). There is no order across topics, which are published concurrently:
+// an aggregate whose events go to several topics (a custom topic function)
+// is ordered per topic only.
 //
 // # One relay, several relays
 //
-// One relay publishes one batch at a time, so with a single relay, and a store
-// that claims failed messages again before newer ones, the broker sees each
-// topic's messages in ID order, retries included (a retry may repeat messages
-// the broker already has, since a publisher may fail halfway). Several relays
-// (several processes, for availability or throughput) may run against the
-// same store: each claim is exclusive (FOR UPDATE SKIP LOCKED), so no message
-// is published by two relays at once, and a store that keeps aggregate order
-// skips an aggregate while another relay holds an earlier event of it.
-// Ordering then holds per aggregate, not per topic.
+// Several relays (several processes, for availability or throughput) may run
+// against the same store. A store that shares the outbox (hooks.Store) gives
+// each owner its own messages under a lease: no message is published by two
+// relays at once while the lease holds, no relay gets an aggregate's later
+// messages while another holds its earlier ones, and a stopped, hung or
+// killed relay's share passes to another one when it releases it or when
+// the lease ends.
 //
 // # Shutdown
 //
@@ -72,13 +127,21 @@
 // batch runs on a context detached from the cancellation
 // (context.WithoutCancel, values kept), so it is still published and marked;
 // [Config.ShutdownTimeout] bounds how long this may take. When it expires,
-// the batch's context is cancelled, the relay stops waiting for the
-// publisher, and the store releases the claim without marking anything: the
-// batch is published again by the next relay, possibly a second time.
+// the batch's context is cancelled (the publisher's message contexts and
+// the store's calls with it), the relay stops waiting for the publisher, and
+// nothing of the batch is marked: it is published again by the next relay,
+// possibly a second time. Run then releases its claims
+// ([Releaser]), stops listening, and returns nil.
 //
 // # Logs and metrics
 //
-// Logs go to [Config.Logger] (nil discards them) with constant messages and
-// snake_case attributes: topic, outbox_id, messages, error, attempt, backoff.
+// Logs go to [Config.Logger], slog.Default() when it is nil, with constant
+// messages and snake_case attributes. Warn: "relay: publish failed" (one
+// line per distinct error, naming the first failed message: outbox_id,
+// messages, published, permanent, error, attempt, and backoff when the relay
+// backs off), "relay: batch failed" (the store failed: error, claimed,
+// published, attempt, backoff), "relay: listen failed", "relay: release
+// failed", "relay: shutdown timeout exceeded, batch released". Info: start
+// and stop, and a store that cannot notify. Debug: each published batch.
 // [Config.OnBatch] receives a [BatchResult] after every batch, for metrics.
 package relay

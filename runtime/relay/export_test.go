@@ -10,3 +10,10 @@ func Backoff(r *Relay, attempt int) time.Duration { return r.backoff(attempt) }
 
 // PollIntervalOf returns the poll interval r currently uses.
 func PollIntervalOf(r *Relay) time.Duration { return time.Duration(r.poll.Load()) }
+
+// Unexported errors the tests look for with errors.Is.
+var (
+	ErrEarlierFailed   = errEarlierFailed
+	ErrPublishDeadline = errPublishDeadline
+	ErrShutdownTimeout = errShutdownTimeout
+)

@@ -5,11 +5,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 
 	"github.com/gooutbox/outbox/runtime"
@@ -115,17 +118,116 @@ func (s *notifyingStore) Listen(ctx context.Context, notify func()) error {
 	return s.listen(ctx, notify)
 }
 
-// signallingStore reports each finished Claim on claims.
-type signallingStore struct {
+// testStore wraps a Store: it records what the relay asks of it and what it
+// answers, reports each Claim on claims when that is set, and lets a test
+// replace Claim or Mark. It is neither a [relay.Releaser] nor a
+// [relay.Notifier], whatever it wraps.
+type testStore struct {
 	relay.Store
-	claims chan int
+	claim  func(ctx context.Context, req relay.ClaimRequest) (relay.Batch, error) // replaces Store.Claim when set
+	mark   func(ctx context.Context, b relay.Batch, o relay.Outcome) error        // replaces Store.Mark when set
+	claims chan int                                                               // when set, receives each Claim's message count, -1 for an error
+
+	mu       sync.Mutex
+	requests []relay.ClaimRequest
+	batches  []relay.Batch
+	outcomes []relay.Outcome
 }
 
-func (s *signallingStore) Claim(ctx context.Context, limit int, publish relay.PublishFunc) (int, error) {
-	n, err := s.Store.Claim(ctx, limit, publish)
-	s.claims <- n
-	return n, err
+func (s *testStore) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch, error) {
+	var (
+		b   relay.Batch
+		err error
+	)
+	if s.claim != nil {
+		b, err = s.claim(ctx, req)
+	} else {
+		b, err = s.Store.Claim(ctx, req)
+	}
+	s.mu.Lock()
+	s.requests = append(s.requests, req)
+	if err == nil && len(b.Messages) > 0 {
+		s.batches = append(s.batches, b)
+	}
+	s.mu.Unlock()
+	if s.claims != nil {
+		n := len(b.Messages)
+		if err != nil {
+			n = -1
+		}
+		s.claims <- n
+	}
+	return b, err
 }
+
+func (s *testStore) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error {
+	s.mu.Lock()
+	s.outcomes = append(s.outcomes, relay.Outcome{
+		Published: slices.Clone(o.Published),
+		Failed:    slices.Clone(o.Failed),
+	})
+	s.mu.Unlock()
+	if s.mark != nil {
+		return s.mark(ctx, b, o)
+	}
+	return s.Store.Mark(ctx, b, o)
+}
+
+// Requests returns the ClaimRequests so far.
+func (s *testStore) Requests() []relay.ClaimRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
+}
+
+// Batches returns the non-empty batches Claim returned so far.
+func (s *testStore) Batches() []relay.Batch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.batches)
+}
+
+// Outcomes returns the outcomes handed to Mark so far.
+func (s *testStore) Outcomes() []relay.Outcome {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.outcomes)
+}
+
+// releasingStore is a testStore that is a [relay.Releaser]: it records the
+// owners it is asked to release, then calls release when that is set.
+type releasingStore struct {
+	*testStore
+	release func(ctx context.Context, owner string) error
+
+	mu       sync.Mutex
+	released []string
+}
+
+func (s *releasingStore) Release(ctx context.Context, owner string) error {
+	s.mu.Lock()
+	s.released = append(s.released, owner)
+	s.mu.Unlock()
+	if s.release != nil {
+		return s.release(ctx, owner)
+	}
+	return nil
+}
+
+// Released returns the owners released so far, in call order.
+func (s *releasingStore) Released() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.released)
+}
+
+// errorText makes cmp compare errors by their text.
+var errorText = cmp.Transformer("Error", func(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+})
 
 // batchRecorder collects BatchResults through Config.OnBatch.
 type batchRecorder struct {
@@ -232,16 +334,67 @@ func (b *logBuffer) String() string {
 	return b.buf.String()
 }
 
-// logger returns a logger writing to b without times or backoff durations, so
-// lines can be compared.
+// logger returns a logger of Warn and above writing to b without times, and
+// with every backoff duration written as "*", so lines can be compared and
+// still show whether the relay backed off.
 func (b *logBuffer) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{
 		Level: slog.LevelWarn,
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == "backoff") {
+			switch {
+			case len(groups) > 0:
+			case a.Key == slog.TimeKey:
 				return slog.Attr{}
+			case a.Key == "backoff":
+				a.Value = slog.StringValue("*")
 			}
 			return a
 		},
 	}))
+}
+
+// contains fails t unless the logs contain each of lines, each as a whole line.
+func (b *logBuffer) contains(t *testing.T, lines ...string) {
+	t.Helper()
+	logs := "\n" + b.String()
+	for _, line := range lines {
+		if !strings.Contains(logs, "\n"+line+"\n") {
+			t.Errorf("logs do not contain the line\n\t%s\nlogs:\n%s", line, b.String())
+		}
+	}
+}
+
+// receive returns the next value from c, failing the test after waitTimeout.
+func receive[T any](t *testing.T, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(waitTimeout):
+		t.Fatal("timed out")
+		var zero T
+		return zero
+	}
+}
+
+// callsByTopic returns calls grouped by topic, in order within each topic:
+// the relay publishes a batch's topics concurrently, so only the order
+// within a topic is defined.
+func callsByTopic(calls []publishCall) map[string][]publishCall {
+	m := make(map[string][]publishCall)
+	for _, c := range calls {
+		m[c.Topic] = append(m[c.Topic], c)
+	}
+	return m
+}
+
+// hasUUID reports whether msgs contains the message with the event id of
+// message n.
+func hasUUID(msgs []*message.Message, n int) bool {
+	for _, m := range msgs {
+		if m.UUID == eventID(n).String() {
+			return true
+		}
+	}
+	return false
 }

@@ -104,11 +104,13 @@ func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 // Each round claims up to [Config.BatchSize] messages with [Store.Claim] and
 // publishes them. After a full batch Run claims again at once; otherwise it
 // waits for a wake-up: a [Notifier] notification, a [Relay.Notify] call, or
-// [Config.PollInterval] elapsing. When a claim fails (the publisher or the
-// store returned an error), Run logs the failure at Warn and backs off
+// [Config.PollInterval] elapsing. When a batch fails as a whole (the store
+// returned an error, or nothing could be published for a reason other than
+// messages rejected for good), Run logs the failure at Warn and backs off
 // exponentially between [Config.MinBackoff] and [Config.MaxBackoff] before
-// claiming again. Such errors never make Run return: it keeps retrying until
-// ctx is cancelled.
+// claiming again; a batch of which some messages were published is logged
+// but not backed off. Such errors never make Run return: it keeps retrying
+// until ctx is cancelled.
 //
 // If the store implements [Notifier], Run calls [Notifier.Listen] in a
 // goroutine and, when Listen fails, logs the error and calls it again after a
@@ -169,9 +171,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			break
 		}
 		switch {
-		case res.Err != nil || (res.Failed > 0 && res.Published == 0):
-			// The store failed, or nothing could be published: the broker
-			// or the database is down. Back off.
+		case res.Err != nil || (res.Published == 0 && outage(res.Failures)):
+			// The store failed, or nothing could be published and not only
+			// because messages were rejected for good: the broker or the
+			// database is down. Back off.
 			failures++
 			var wait time.Duration
 			if ctx.Err() == nil {
@@ -300,6 +303,20 @@ func (r *Relay) batchContext(ctx context.Context) (context.Context, func()) {
 		stop()
 		cancel(context.Canceled)
 	}
+}
+
+// outage reports whether failures include one that is not a message's own
+// fault: neither permanent nor a message held back behind an earlier
+// failure of its aggregate. A batch in which nothing was published for such
+// a reason means the broker is down; one whose messages were all rejected
+// for good does not.
+func outage(failures []Failure) bool {
+	for _, f := range failures {
+		if !f.Permanent && !errors.Is(f.Err, errEarlierFailed) {
+			return true
+		}
+	}
+	return false
 }
 
 // logFailure logs a failed batch: the store's error, or one line per
