@@ -114,8 +114,9 @@ type BatchResult struct {
 	// Failures says which and why.
 	Failed   int
 	Failures []Failure
-	// Full reports a batch that hit [Config.BatchSize] or
-	// [Config.MaxBatchBytes]: the relay claims again at once.
+	// Full reports a batch that hit [Config.BatchSize] or came past half
+	// of [Config.MaxBatchBytes] (the store stops before a message that
+	// would overshoot the cap): the relay claims again at once.
 	Full bool
 	// Duration is how long the claim took, publishing included.
 	Duration time.Duration

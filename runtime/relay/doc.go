@@ -57,8 +57,8 @@
 //
 // # Per-message results
 //
-// A publisher that knows per message what the broker did (a Kafka write that
-// failed on some partitions only) returns [runtime.PublishErrors]: exactly
+// A publisher that knows per message what the broker did (adapters/kafka, for
+// a write that failed on some partitions only) returns [runtime.PublishErrors]: exactly
 // the acknowledged messages are marked as published, and only the others are
 // published again. A message's error that is a [runtime.PermanentError]
 // (too large for the broker, say) is reported as [Failure.Permanent].

@@ -257,7 +257,9 @@ func (r *Relay) batch(ctx context.Context, owner string) (res BatchResult, timed
 		return res, false
 	}
 	res.Claimed = len(b.Messages)
-	res.Full = len(b.Messages) >= r.cfg.BatchSize || r.cfg.MaxBatchBytes > 0 && payloadBytes(b.Messages) >= r.cfg.MaxBatchBytes
+	// A store stops short of MaxBatchBytes when the next message would
+	// overshoot it: a batch past half the cap may have more behind it.
+	res.Full = len(b.Messages) >= r.cfg.BatchSize || r.cfg.MaxBatchBytes > 0 && 2*payloadBytes(b.Messages) >= r.cfg.MaxBatchBytes
 	if len(b.Messages) == 0 {
 		return res, false
 	}

@@ -1185,7 +1185,14 @@ func TestMaxBatchBytes(t *testing.T) {
 		{
 			name:  "batches reach the cap",
 			sizes: []int{10, 10, 10, 10, 10},
-			want:  []relay.BatchResult{{Claimed: 2, Published: 2, Full: true}, {Claimed: 2, Published: 2, Full: true}, {Claimed: 1, Published: 1}},
+			want:  []relay.BatchResult{{Claimed: 2, Published: 2, Full: true}, {Claimed: 2, Published: 2, Full: true}, {Claimed: 1, Published: 1, Full: true}},
+		},
+		{
+			// The store stops before a message that would overshoot the
+			// cap: past half of it, the relay claims again at once.
+			name:  "the store stops short of the cap",
+			sizes: []int{8, 8, 8, 4},
+			want:  []relay.BatchResult{{Claimed: 2, Published: 2, Full: true}, {Claimed: 2, Published: 2, Full: true}},
 		},
 		{
 			name:  "one message larger than the cap",
