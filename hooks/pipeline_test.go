@@ -138,7 +138,7 @@ func (p *pipeline) openAccounts(t *testing.T, n int) []string {
 	var ids []string
 	for i := range accts {
 		accts[i].Deposit()
-		ids = append(ids, accts[i].Pending()[0].ID.String())
+		ids = append(ids, accts[i].OutboxRecorder().Pending()[0].ID.String())
 	}
 	if err := p.db.Create(&accts).Error; err != nil {
 		t.Fatal(err)
@@ -510,7 +510,7 @@ func TestEndToEndOrderAndNoGhosts(t *testing.T) {
 						return err
 					}
 					a.Deposit()
-					evID, seq = a.Pending()[0].ID.String(), a.Seq
+					evID, seq = a.OutboxRecorder().Pending()[0].ID.String(), a.Seq
 					if err := tx.Save(&a).Error; err != nil {
 						return err
 					}
@@ -678,9 +678,9 @@ func TestOversizeMessageIsParkedOthersGoOn(t *testing.T) {
 	want := p.openAccounts(t, 20)
 	poisoned := &Account{}
 	poisoned.Record(Memo{EventVersion: 1, OccurredAt: now(), Text: strings.Repeat("x", 10_000)})
-	poisonID := poisoned.Pending()[0].ID.String()
+	poisonID := poisoned.OutboxRecorder().Pending()[0].ID.String()
 	poisoned.Deposit()
-	want = append(want, poisoned.Pending()[1].ID.String())
+	want = append(want, poisoned.OutboxRecorder().Pending()[1].ID.String())
 	if err := p.db.Create(poisoned).Error; err != nil {
 		t.Fatal(err)
 	}
