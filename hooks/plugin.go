@@ -69,6 +69,8 @@ type Plugin struct {
 	dialect dialect
 
 	schemas sync.Map // reflect.Type → *schema.Schema for models that are not the statement's schema
+
+	controlStmts sync.Map // *sql.Stmt → struct{}: prepared transaction-control statements (see trackedTx.PrepareContext)
 }
 
 // New returns a plugin for cfg. It returns an error wrapping
@@ -231,8 +233,14 @@ func (p *Plugin) begin(db *gorm.DB) {
 		return
 	}
 	tx = p.track(tx, db.Statement.ConnPool)
+	db.InstanceSet(keyStartedTx, startedTx{tx: tx, prev: db.Statement.ConnPool})
 	db.Statement.ConnPool = tx
-	db.InstanceSet(keyStartedTx, tx)
+}
+
+// startedTx is a transaction the plugin began for a statement, and the
+// connection pool the statement ran on before.
+type startedTx struct {
+	tx, prev gorm.ConnPool
 }
 
 // mayRecordInHooks reports whether the statement's model embeds a recorder
@@ -255,13 +263,14 @@ func (p *Plugin) commit(db *gorm.DB) {
 	if !ok {
 		return
 	}
-	committer := v.(gorm.TxCommitter)
+	started := v.(startedTx)
+	committer := started.tx.(gorm.TxCommitter)
 	if db.Error != nil {
 		_ = committer.Rollback()
 	} else if err := committer.Commit(); err != nil {
 		_ = db.AddError(fmt.Errorf("hooks: commit: %w", err))
 	}
-	db.Statement.ConnPool = db.ConnPool
+	db.Statement.ConnPool = started.prev
 }
 
 func (p *Plugin) writeCreate(db *gorm.DB) { p.write(db, false) }

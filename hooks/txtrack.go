@@ -154,6 +154,12 @@ type trackedTx struct {
 	mu     sync.Mutex
 	writes []txWrite   // events written in the transaction, in order
 	saves  []savepoint // open savepoints, innermost last
+	// unsure is set when a statement may have undone writes without the
+	// transaction seeing which: a savepoint statement run as a prepared
+	// statement or a query. The commit then confirms nothing (the events
+	// stay pending, and a later save finds their committed rows), since
+	// confirming a rolled-back event would lose it.
+	unsure bool
 }
 
 // txWrite is an event written in a transaction; state is nil for rows
@@ -196,19 +202,24 @@ func (t *trackedTx) cut(mark int) {
 	t.writes = t.writes[:mark]
 }
 
-// finish takes the transaction's writes, reports whether any of them
-// inserted a row, and resets the transaction's bookkeeping.
+// finish takes the transaction's writes to confirm, reports whether any
+// write inserted a row, and resets the transaction's bookkeeping.
 func (t *trackedTx) finish() ([]txWrite, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	w := t.writes
-	t.writes, t.saves = nil, nil
+	w, unsure := t.writes, t.unsure
+	t.writes, t.saves, t.unsure = nil, nil, false
+	rows := false
 	for _, x := range w {
 		if x.row {
-			return w, true
+			rows = true
+			break
 		}
 	}
-	return w, false
+	if unsure {
+		return nil, rows
+	}
+	return w, rows
 }
 
 // Commit commits the transaction and, when it committed, confirms the events
@@ -242,6 +253,73 @@ func (t *trackedTx) ExecContext(ctx context.Context, query string, args ...any) 
 	return res, err
 }
 
+// QueryContext runs query in the transaction. A savepoint statement run as a
+// query is not followed precisely: it makes the transaction unsure.
+func (t *trackedTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if txControl(query) != "" {
+		t.setUnsure()
+	}
+	return t.Tx.QueryContext(ctx, query, args...)
+}
+
+// QueryRowContext runs query in the transaction, like QueryContext.
+func (t *trackedTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if txControl(query) != "" {
+		t.setUnsure()
+	}
+	return t.Tx.QueryRowContext(ctx, query, args...)
+}
+
+// PrepareContext prepares query in the transaction. GORM's PrepareStmt mode
+// prepares raw statements once and runs them through StmtContext, out of
+// ExecContext's sight: a prepared savepoint statement is remembered so that
+// running it makes the transaction unsure.
+func (t *trackedTx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	stmt, err := t.Tx.PrepareContext(ctx, query)
+	if err == nil && txControl(query) != "" {
+		t.p.controlStmts.Store(stmt, struct{}{})
+	}
+	return stmt, err
+}
+
+// StmtContext returns stmt bound to the transaction (see PrepareContext).
+func (t *trackedTx) StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt {
+	if _, ok := t.p.controlStmts.Load(stmt); ok {
+		t.setUnsure()
+	}
+	return t.Tx.StmtContext(ctx, stmt)
+}
+
+func (t *trackedTx) setUnsure() {
+	t.mu.Lock()
+	t.unsure = true
+	t.mu.Unlock()
+}
+
+// txControl returns the upper-cased first word of query when it is a
+// transaction-control statement (SAVEPOINT, ROLLBACK, RELEASE, COMMIT, END,
+// ABORT), and "" otherwise. It only looks at the first word.
+func txControl(query string) string {
+	q := strings.TrimLeft(query, " \t\r\n")
+	if q == "" {
+		return ""
+	}
+	switch q[0] {
+	case 'S', 's', 'R', 'r', 'C', 'c', 'E', 'e', 'A', 'a':
+	default:
+		return ""
+	}
+	end := strings.IndexAny(q, " \t\r\n;")
+	if end < 0 {
+		end = len(q)
+	}
+	switch w := strings.ToUpper(q[:end]); w {
+	case "SAVEPOINT", "ROLLBACK", "RELEASE", "COMMIT", "END", "ABORT":
+		return w
+	}
+	return ""
+}
+
 // GetDBConn returns the *sql.DB the transaction belongs to, so that
 // db.DB() keeps working inside transactions.
 func (t *trackedTx) GetDBConn() (*sql.DB, error) {
@@ -254,19 +332,17 @@ func (t *trackedTx) GetDBConn() (*sql.DB, error) {
 	return nil, gorm.ErrInvalidDB
 }
 
-// observe follows a successfully executed savepoint statement: SAVEPOINT
-// name, ROLLBACK TO [SAVEPOINT] name, RELEASE [SAVEPOINT] name.
+// observe follows a successfully executed transaction-control statement:
+// SAVEPOINT name, ROLLBACK TO [SAVEPOINT] name and RELEASE [SAVEPOINT] name
+// precisely; a plain ROLLBACK (or ABORT) undoes every write; anything else
+// it cannot follow (COMMIT or END run as SQL, a savepoint it never saw)
+// makes the transaction unsure.
 func (t *trackedTx) observe(query string) {
-	q := strings.TrimSpace(query)
-	if q == "" {
+	word := txControl(query)
+	if word == "" {
 		return
 	}
-	switch q[0] {
-	case 'S', 's', 'R', 'r':
-	default:
-		return
-	}
-	f := strings.Fields(strings.TrimSuffix(q, ";"))
+	f := strings.Fields(strings.TrimSuffix(strings.TrimSpace(query), ";"))
 	upper := func(i int) string {
 		if i < len(f) {
 			return strings.ToUpper(f[i])
@@ -279,14 +355,22 @@ func (t *trackedTx) observe(query string) {
 		if len(f) == 2 {
 			op, name = "save", f[1]
 		}
-	case "ROLLBACK":
-		if upper(1) == "TO" {
+	case "ROLLBACK", "ABORT":
+		switch {
+		case upper(1) == "TO":
 			op = "rollback"
 			if upper(2) == "SAVEPOINT" && len(f) == 4 {
 				name = f[3]
 			} else if len(f) == 3 {
 				name = f[2]
 			}
+		case word == "ABORT" || len(f) == 1 || upper(1) == "WORK" || upper(1) == "TRANSACTION":
+			// The whole transaction rolled back.
+			t.mu.Lock()
+			t.cut(0)
+			t.saves = nil
+			t.mu.Unlock()
+			return
 		}
 	case "RELEASE":
 		op = "release"
@@ -297,6 +381,7 @@ func (t *trackedTx) observe(query string) {
 		}
 	}
 	if op == "" || name == "" {
+		t.setUnsure()
 		return
 	}
 	name = savepointName(name)
@@ -310,6 +395,7 @@ func (t *trackedTx) observe(query string) {
 	for ; i >= 0 && t.saves[i].name != name; i-- {
 	}
 	if i < 0 {
+		t.unsure = true // a savepoint taken out of sight
 		return
 	}
 	if op == "rollback" {

@@ -180,9 +180,16 @@ func TestCommitVisibility(t *testing.T) {
 			must(t, tx.Create(c).Error)
 			must(t, tx.Exec("RELEASE SAVEPOINT sp_c").Error)
 			must(t, tx.Commit().Error)
-			wantPending(t, "before the savepoint", len(a.Events()), 0)
+			// Under PrepareStmt the raw SAVEPOINT and RELEASE run as prepared
+			// statements the plugin cannot follow: it keeps the events
+			// pending (a later save confirms them) rather than guess.
+			confirmed := 0
+			if db.PrepareStmt {
+				confirmed = 1
+			}
+			wantPending(t, "before the savepoint", len(a.Events()), confirmed)
 			wantPending(t, "rolled back to the savepoint", len(b.Events()), 1)
-			wantPending(t, "in a released savepoint", len(c.Events()), 0)
+			wantPending(t, "in a released savepoint", len(c.Events()), confirmed)
 			wantCommits(t, commits, 1)
 			wantRows(t, db, 2)
 		},
@@ -228,6 +235,58 @@ func TestCommitVisibility(t *testing.T) {
 				wantPending(t, "order", len(o.Events()), 0)
 			}
 			wantCommits(t, commits, 1)
+		},
+		"raw savepoint statements": func(t *testing.T, db *gorm.DB, commits *atomic.Int32) {
+			// Under PrepareStmt GORM runs raw SQL as prepared statements, out
+			// of the plugin's precise sight: the events must stay pending
+			// rather than be confirmed though rolled back.
+			a, b := &Order{}, &Order{}
+			a.Place(1)
+			b.Place(2)
+			tx := db.Begin()
+			must(t, tx.Exec("SAVEPOINT raw_sp").Error)
+			must(t, tx.Create(a).Error)
+			must(t, tx.Exec("ROLLBACK TO SAVEPOINT raw_sp").Error)
+			must(t, tx.Commit().Error)
+			wantPending(t, "rolled back to a raw savepoint", len(a.Events()), 1)
+			wantRows(t, db, 0)
+			commits.Store(0)
+			// A later save writes the event and confirms it.
+			a.ID = 0
+			must(t, db.Create(a).Error)
+			wantPending(t, "after the retry", len(a.Events()), 0)
+			wantRows(t, db, 1)
+
+			tx = db.Begin()
+			must(t, tx.Create(b).Error)
+			must(t, tx.Exec("ROLLBACK").Error) // the whole transaction, behind GORM's back
+			_ = tx.Commit()
+			wantPending(t, "after a raw ROLLBACK", len(b.Events()), 1)
+			wantRows(t, db, 1)
+		},
+		"PrepareStmt session and Enqueue": func(t *testing.T, db *gorm.DB, commits *atomic.Int32) {
+			p := db.Config.Plugins["outbox"].(*hooks.Plugin)
+			o := &Order{}
+			o.Place(1)
+			must(t, db.Session(&gorm.Session{PrepareStmt: true}).Transaction(func(tx *gorm.DB) error {
+				if err := tx.Create(o).Error; err != nil {
+					return err
+				}
+				_, err := p.Enqueue(tx, "billing_run", "2026-11", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "m"})
+				return err
+			}))
+			wantPending(t, "PrepareStmt session", len(o.Events()), 0)
+			wantCommits(t, commits, 1)
+			must(t, db.Transaction(func(tx *gorm.DB) error {
+				_, err := p.Enqueue(tx, "billing_run", "2026-12", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "m"})
+				return err
+			}))
+			wantCommits(t, commits, 1)
+			if _, err := p.Enqueue(db, "billing_run", "2027-01", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "m"}); err != nil {
+				t.Fatal(err)
+			}
+			wantCommits(t, commits, 1) // a statement of its own: committed at once
+			wantRows(t, db, 4)
 		},
 		"DB still reaches the sql.DB": func(t *testing.T, db *gorm.DB, commits *atomic.Int32) {
 			sqlDB, err := db.DB()
