@@ -212,7 +212,7 @@ func (p *Plugin) begin(db *gorm.DB) {
 	if _, inTx := db.Statement.ConnPool.(gorm.TxCommitter); inTx {
 		return // GORM's transaction or the application's: the rows join it
 	}
-	defer p.recoverInto(db, "", "")
+	defer recoverInto(db)
 	if !mayRecordInHooks(db) && len(sources(db)) == 0 {
 		return
 	}
@@ -284,9 +284,9 @@ func (p *Plugin) writeChanged(db *gorm.DB) { p.write(db, true) }
 // transaction, the plugin its own, the application's db.Transaction returns
 // the error — instead of unwinding past GORM with the transaction still open
 // and the aggregate's row locked. It must be called deferred.
-func (p *Plugin) recoverInto(db *gorm.DB, aggType, aggID string) {
+func recoverInto(db *gorm.DB) {
 	if r := recover(); r != nil {
-		_ = db.AddError(&WriteError{AggregateType: aggType, AggregateID: aggID, Err: newPanicError(r)})
+		_ = db.AddError(&WriteError{Err: newPanicError(r)})
 	}
 }
 
@@ -301,7 +301,8 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 		// happen.
 		return
 	}
-	var aggType, aggID string // of the aggregate being encoded, for a panic's error
+	// As recoverInto, naming the aggregate being encoded.
+	var aggType, aggID string
 	defer func() {
 		if r := recover(); r != nil {
 			_ = db.AddError(&WriteError{AggregateType: aggType, AggregateID: aggID, Err: newPanicError(r)})
@@ -319,7 +320,7 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 	)
 	for _, s := range srcs {
 		var err error
-		aggType, aggID = "", ""
+		aggType, aggID = "", "" // not the previous aggregate's, if AggregateID panics
 		aggType, aggID, err = p.aggregate(db, s.value)
 		if err != nil {
 			_ = db.AddError(&WriteError{AggregateType: aggType, Err: err})
