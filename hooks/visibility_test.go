@@ -288,6 +288,22 @@ func TestCommitVisibility(t *testing.T) {
 			wantCommits(t, commits, 1) // a statement of its own: committed at once
 			wantRows(t, db, 4)
 		},
+		"db.Connection is not followed but loses nothing": func(t *testing.T, db *gorm.DB, commits *atomic.Int32) {
+			// db.Connection runs on a *sql.Conn the plugin did not wrap: the
+			// commit is not seen, so the event stays pending, and the next
+			// save finds its committed row and drops it.
+			o := &Order{}
+			o.Place(1)
+			must(t, db.Connection(func(c *gorm.DB) error {
+				return c.Transaction(func(tx *gorm.DB) error { return tx.Create(o).Error })
+			}))
+			wantPending(t, "after a transaction on db.Connection", len(o.Events()), 1)
+			wantRows(t, db, 1)
+			commits.Store(0)
+			must(t, db.Save(o).Error)
+			wantPending(t, "after the next save", len(o.Events()), 0)
+			wantRows(t, db, 1)
+		},
 		"DB still reaches the sql.DB": func(t *testing.T, db *gorm.DB, commits *atomic.Int32) {
 			sqlDB, err := db.DB()
 			if err != nil || sqlDB.Ping() != nil {
