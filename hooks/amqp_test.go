@@ -92,7 +92,7 @@ func TestRelayToRabbitMQ(t *testing.T) {
 	for round := range 5 {
 		for i := range accts {
 			accts[i].Deposit()
-			want[accts[i].Pending()[0].ID.String()] = round + 1
+			want[accts[i].OutboxRecorder().Pending()[0].ID.String()] = round + 1
 			if err := db.Save(&accts[i]).Error; err != nil {
 				t.Fatal(err)
 			}

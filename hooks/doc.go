@@ -40,29 +40,57 @@
 // The outbox rows are inserted through the statement's own connection, so
 // they join its transaction: the one GORM opens for a single statement, the
 // application's (db.Transaction, db.Begin) or a savepoint inside it. With
-// SkipDefaultTransaction, a statement whose models have pending events runs
-// in a transaction the plugin begins and commits itself; statements without
-// events still run without one.
+// SkipDefaultTransaction, a statement that may write events runs in a
+// transaction the plugin begins and commits itself: one whose models have
+// pending events, or whose model embeds a recorder and has model hooks
+// (BeforeSave, AfterCreate, ...), since a hook may record events after the
+// plugin has to decide. Other statements still run without one, at no cost.
 //
 // Each event keeps the id it got when recorded, and the table has a unique
 // index on it: every write is INSERT ... ON CONFLICT (event_id) DO NOTHING.
-// That makes the recorder's life simple and safe:
 //
-//   - a save that rolls back (an error, a rolled-back savepoint) leaves the
+// The plugin sees every commit and rollback. [Plugin.Initialize] wraps the
+// database's connection pool (inside GORM's prepared-statement pool with
+// PrepareStmt; db.DB() still returns the *sql.DB), so each transaction begun
+// on it — GORM's own, db.Transaction, db.Begin()...Commit(), the one
+// CreateInBatches opens, the plugin's — reports its Commit and Rollback,
+// and follows the SAVEPOINT, ROLLBACK TO and RELEASE statements run in it
+// (GORM's nested db.Transaction, SavePoint and RollbackTo). Hence:
+//
+//   - when a transaction commits, the events written in it are dropped from
+//     their recorders, and [Config.AfterCommit] runs once if it inserted
+//     outbox rows;
+//   - a rollback (an error, a panic in db.Transaction, tx.Rollback()) and a
+//     savepoint rolled back inside a transaction that commits leave those
 //     events pending on the aggregate, so a retry of the same in-memory
 //     aggregate writes them;
 //   - two saves of one aggregate in one transaction write each event once;
-//   - after a commit the plugin sees (GORM's own transaction, or one it began
-//     itself) the events are dropped from the recorder and
-//     [Config.AfterCommit] runs;
-//   - the commit of an application transaction is invisible to GORM
-//     callbacks, so after db.Transaction the events stay pending until the
-//     aggregate is saved again (a later save in another transaction finds
-//     their committed rows and drops them) or is discarded. A later save
-//     therefore never writes them twice while their rows exist; rows are
-//     deleted only by [Store.DeletePublished], so keep its retention longer
-//     than an in-memory aggregate lives. Even past it, a re-sent event
-//     carries its original id, which consumers deduplicate on.
+//   - a save that finds an event's row already committed by another
+//     transaction (a copy of the aggregate saved earlier) drops the event.
+//
+// Where the plugin cannot follow the transaction precisely, it keeps the
+// events pending instead of guessing, and a later save of the aggregate finds
+// their committed rows and drops them: raw transaction-control SQL under
+// PrepareStmt (GORM prepares raw statements; its own SavePoint and
+// RollbackTo are followed), COMMIT executed as SQL, a transaction begun on a
+// connection the plugin did not wrap (db.Connection, or a session derived
+// before db.Use). Rows are deleted only by [Store.DeletePublished]; even if
+// an event is written again after that, it carries its original id, which
+// consumers deduplicate on.
+//
+// # Panics in event code
+//
+// A panic in event code during a save — a typed-nil event, an event's
+// Validate or MarshalJSON, an aggregate's AggregateType or AggregateID — is
+// recovered by the plugin and fails the save with a [*WriteError] wrapping a
+// [*PanicError] (value and stack). It is not re-panicked: as an error it
+// takes the path every failed save takes, so GORM rolls back its own
+// transaction, the plugin its own, and db.Transaction receives the error
+// from the function and rolls back; the transaction never stays open
+// holding the aggregate's row lock, and the events stay pending. A panic
+// in the application's own model hooks is outside the plugin: GORM does not
+// recover it, and an application that recovers it must roll back the
+// transaction itself (db.Transaction does).
 //
 // # Failed and poison messages
 //

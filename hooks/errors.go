@@ -3,6 +3,7 @@ package hooks
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 
 	"github.com/google/uuid"
 )
@@ -19,6 +20,36 @@ var ErrUnsupportedDialect = errors.New("hooks: unsupported database dialect")
 // events has no aggregate id: its primary key is zero and it does not
 // implement AggregateID.
 var ErrNoAggregateID = errors.New("hooks: aggregate has no id")
+
+// PanicError reports a panic in event code during a save or an Enqueue: a
+// typed-nil event, or an event's or aggregate's method (EventKey, Validate,
+// MarshalJSON, AggregateType, AggregateID) that panicked. The plugin
+// recovers it and fails the save with it, wrapped in a [*WriteError], so the
+// save rolls back like any failed save — GORM's transaction, or the one the
+// plugin began, is rolled back and releases its locks; in db.Transaction the
+// error is returned to the function, which returns it — and the events stay
+// pending. It is a bug in the event code: fix it, or drop the events with
+// ClearEvents.
+type PanicError struct {
+	// Value is the value passed to panic.
+	Value any
+	// Stack is the stack of the goroutine that panicked, as formatted by
+	// runtime/debug.Stack.
+	Stack []byte
+}
+
+func newPanicError(v any) *PanicError { return &PanicError{Value: v, Stack: debug.Stack()} }
+
+// Error returns the panic value.
+func (e *PanicError) Error() string { return fmt.Sprintf("hooks: panic in event code: %v", e.Value) }
+
+// Unwrap returns the panic value when it is an error (a runtime error, say).
+func (e *PanicError) Unwrap() error {
+	if err, ok := e.Value.(error); ok {
+		return err
+	}
+	return nil
+}
 
 // WriteError reports a failure to write the outbox rows of a save. The save
 // fails with it and its transaction rolls back; the events stay pending on

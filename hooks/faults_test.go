@@ -90,7 +90,7 @@ func TestBrokerFaultsLoseNothing(t *testing.T) {
 	for range 8 {
 		for i := range accts {
 			accts[i].Deposit()
-			want[accts[i].Pending()[0].ID.String()] = true
+			want[accts[i].OutboxRecorder().Pending()[0].ID.String()] = true
 			if err := p.db.Save(&accts[i]).Error; err != nil {
 				t.Fatal(err)
 			}

@@ -244,10 +244,11 @@ func TestRollbackWritesNothingAndRetryWritesOnce(t *testing.T) {
 	})
 }
 
-func TestTransactionTwoSavesWriteOnceAndLaterSaveConfirms(t *testing.T) {
+func TestTransactionTwoSavesWriteOnceAndCommitConfirms(t *testing.T) {
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		o := &Order{}
 		o.Place(3)
+		stale := *o // a copy made before the save: same pending event, same id
 		err := db.Transaction(func(tx *gorm.DB) error {
 			if err := tx.Create(o).Error; err != nil {
 				return err
@@ -261,10 +262,9 @@ func TestTransactionTwoSavesWriteOnceAndLaterSaveConfirms(t *testing.T) {
 		if n := count(t, db, "outbox_messages"); n != 1 {
 			t.Fatalf("outbox rows = %d, want 1", n)
 		}
-		// The commit of db.Transaction is invisible to GORM callbacks, so the
-		// event stays pending until the next save sees its committed row.
-		if n := len(o.Events()); n != 1 {
-			t.Fatalf("pending events after db.Transaction = %d, want 1", n)
+		// The plugin sees db.Transaction commit: the event is confirmed.
+		if n := len(o.Events()); n != 0 {
+			t.Fatalf("pending events after db.Transaction = %d, want 0", n)
 		}
 		o.Pay("cash")
 		if err := db.Save(o).Error; err != nil {
@@ -276,6 +276,18 @@ func TestTransactionTwoSavesWriteOnceAndLaterSaveConfirms(t *testing.T) {
 		}
 		if n := len(o.Events()); n != 0 {
 			t.Errorf("pending events after a committed Save = %d, want 0", n)
+		}
+		// The stale copy still holds the first event; saving it finds the
+		// committed row, writes nothing and drops the event.
+		stale.ID = o.ID
+		if err := db.Save(&stale).Error; err != nil {
+			t.Fatalf("Save(stale copy): %v", err)
+		}
+		if n := count(t, db, "outbox_messages"); n != 2 {
+			t.Errorf("outbox rows = %d, want 2", n)
+		}
+		if n := len(stale.Events()); n != 0 {
+			t.Errorf("stale copy pending = %d, want 0", n)
 		}
 	})
 }

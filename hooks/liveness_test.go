@@ -235,7 +235,7 @@ func TestPartitionOutageHoldsOnlyItsAggregates(t *testing.T) {
 	for range 2 {
 		for i := range accts {
 			accts[i].Deposit()
-			want = append(want, accts[i].Pending()[0].ID.String())
+			want = append(want, accts[i].OutboxRecorder().Pending()[0].ID.String())
 			if err := p.db.Save(&accts[i]).Error; err != nil {
 				t.Fatal(err)
 			}

@@ -138,7 +138,7 @@ func (p *pipeline) openAccounts(t *testing.T, n int) []string {
 	var ids []string
 	for i := range accts {
 		accts[i].Deposit()
-		ids = append(ids, accts[i].Pending()[0].ID.String())
+		ids = append(ids, accts[i].OutboxRecorder().Pending()[0].ID.String())
 	}
 	if err := p.db.Create(&accts).Error; err != nil {
 		t.Fatal(err)
@@ -456,7 +456,7 @@ func TestSeveralRelaysKeepAggregateOrder(t *testing.T) {
 			for range 10 {
 				for i := range accts {
 					accts[i].Deposit()
-					want[accts[i].Pending()[0].ID.String()] = true
+					want[accts[i].OutboxRecorder().Pending()[0].ID.String()] = true
 					if err := p.db.Save(&accts[i]).Error; err != nil {
 						t.Fatal(err)
 					}
@@ -543,7 +543,7 @@ func TestEndToEndOrderAndNoGhosts(t *testing.T) {
 						return err
 					}
 					a.Deposit()
-					evID, seq = a.Pending()[0].ID.String(), a.Seq
+					evID, seq = a.OutboxRecorder().Pending()[0].ID.String(), a.Seq
 					if err := tx.Save(&a).Error; err != nil {
 						return err
 					}
@@ -712,9 +712,9 @@ func TestOversizeMessageIsParkedOthersGoOn(t *testing.T) {
 	want := p.openAccounts(t, 20)
 	poisoned := &Account{}
 	poisoned.Record(Memo{EventVersion: 1, OccurredAt: now(), Text: strings.Repeat("x", 10_000)})
-	poisonID := poisoned.Pending()[0].ID.String()
+	poisonID := poisoned.OutboxRecorder().Pending()[0].ID.String()
 	poisoned.Deposit()
-	behind := poisoned.Pending()[1].ID.String()
+	behind := poisoned.OutboxRecorder().Pending()[1].ID.String()
 	if err := p.db.Create(poisoned).Error; err != nil {
 		t.Fatal(err)
 	}

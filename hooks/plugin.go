@@ -32,14 +32,15 @@ type Config struct {
 	// it to inject an OpenTelemetry propagator's headers. Default: none.
 	Headers func(ctx context.Context, headers map[string]string)
 
-	// AfterCommit is called after a transaction that wrote outbox rows is
-	// seen to commit: a transaction GORM started for a single Create, Save,
-	// Update or Delete, or one the plugin started itself. Transactions the
-	// application controls (db.Transaction, db.Begin) are not seen, nor is
-	// the one CreateInBatches opens around its batches. Wire
-	// the relay's Notify here to publish at once without waiting for a
-	// poll (useful with SQLite, which has no LISTEN/NOTIFY). It must not
-	// block. Default: nothing.
+	// AfterCommit is called once after each transaction that inserted
+	// outbox rows has committed: the one GORM opens for a single Create,
+	// Save, Update or Delete, the application's (db.Transaction,
+	// db.Begin()...Commit()), the one CreateInBatches opens, or one the
+	// plugin began itself; rows written in a savepoint that was rolled back
+	// do not count. It runs in the goroutine that committed, after the
+	// events are cleared from their recorders. Wire the relay's Notify here
+	// to publish at once without waiting for a poll (useful with SQLite,
+	// which has no LISTEN/NOTIFY). It must not block. Default: nothing.
 	AfterCommit func()
 
 	// MaxEventBytes is the largest event payload (its JSON) a save may
@@ -82,17 +83,9 @@ type Plugin struct {
 	cfg     Config
 	dialect dialect
 
-	mu  sync.Mutex
-	txs map[gorm.ConnPool]*txWrites // transactions whose commit the plugin sees
-
 	schemas sync.Map // reflect.Type → *schema.Schema for models that are not the statement's schema
-}
 
-// txWrites collects the events written in one transaction that the plugin
-// will see commit, so it can confirm them on their recorders.
-type txWrites struct {
-	recs []*runtime.Recorder
-	ids  [][]uuid.UUID
+	controlStmts sync.Map // *sql.Stmt → struct{}: prepared transaction-control statements (see trackedTx.PrepareContext)
 }
 
 // New returns a plugin for cfg. It returns an error wrapping
@@ -102,19 +95,21 @@ func New(cfg Config) (*Plugin, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Plugin{cfg: cfg, txs: make(map[gorm.ConnPool]*txWrites)}, nil
+	return &Plugin{cfg: cfg}, nil
 }
 
 // Name returns "outbox", the plugin's name in GORM.
 func (p *Plugin) Name() string { return "outbox" }
 
-const (
-	keyStartedTx = "outbox:started_transaction"
-	keyGormTx    = "gorm:started_transaction"
-)
+const keyStartedTx = "outbox:started_transaction"
 
-// Initialize registers the plugin's callbacks on db. GORM calls it from
-// db.Use. It returns [ErrUnsupportedDialect] for a dialect other than
+// Initialize registers the plugin's callbacks on db and wraps db's
+// connection pool so that the commit and rollback of every transaction begun
+// on it, and the savepoints taken in it, reach the plugin (db.DB() still
+// returns the *sql.DB). GORM calls it from db.Use; call db.Use before
+// deriving sessions from db (WithContext, Session, Begin), since a session
+// derived earlier keeps the unwrapped pool and its application transactions
+// are not seen. It returns [ErrUnsupportedDialect] for a dialect other than
 // postgres or sqlite.
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	d, err := dialectOf(db.Dialector.Name())
@@ -130,7 +125,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	add(cb.Create().After("gorm:after_create").Before("gorm:commit_or_rollback_transaction").Register("outbox:write", p.writeCreate))
 	add(cb.Create().After("gorm:commit_or_rollback_transaction").Register("outbox:commit", p.commit))
 
-	add(cb.Update().After("gorm:setup_reflect_value").Before("gorm:before_update").Register("outbox:begin", p.begin))
+	add(cb.Update().After("gorm:begin_transaction").Before("gorm:before_update").Register("outbox:begin", p.begin))
 	add(cb.Update().After("gorm:after_update").Before("gorm:commit_or_rollback_transaction").Register("outbox:write", p.writeChanged))
 	add(cb.Update().After("gorm:commit_or_rollback_transaction").Register("outbox:commit", p.commit))
 
@@ -140,13 +135,16 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("hooks: register callbacks: %w", err)
 	}
+	p.wrapPool(db)
 	return nil
 }
 
 // recorderOwner is implemented by aggregates that embed [runtime.Recorder].
 type recorderOwner interface {
-	OutboxRecorder() *runtime.Recorder
+	OutboxRecorder() *runtime.RecorderState
 }
+
+var recorderOwnerType = reflect.TypeFor[recorderOwner]()
 
 // AggregateTyper overrides the aggregate type of a model. By default the
 // aggregate type is the GORM schema name in snake_case ("OrderLine" →
@@ -163,7 +161,7 @@ type AggregateIDer interface {
 
 // source is one aggregate of a statement with pending events.
 type source struct {
-	rec   *runtime.Recorder
+	state *runtime.RecorderState
 	value reflect.Value // addressable struct
 }
 
@@ -187,8 +185,8 @@ func sources(db *gorm.DB) []source {
 				return
 			}
 			if ro, ok := v.Addr().Interface().(recorderOwner); ok {
-				if rec := ro.OutboxRecorder(); rec != nil && len(rec.Pending()) > 0 {
-					out = append(out, source{rec: rec, value: v})
+				if st := ro.OutboxRecorder(); st != nil && st.Len() > 0 {
+					out = append(out, source{state: st, value: v})
 				}
 			}
 		}
@@ -216,23 +214,21 @@ func skipsHooks(db *gorm.DB) bool {
 	return true
 }
 
-// begin starts a transaction when the statement has pending events but runs
-// without one (SkipDefaultTransaction), so the business rows and the outbox
-// rows still commit together; and it starts tracking transactions whose
-// commit the plugin will see.
+// begin starts a transaction when the statement runs without one
+// (SkipDefaultTransaction) but may write events: its models have pending
+// events, or they embed a recorder and have model hooks, which may record
+// events after this point (a BeforeSave that records). The business rows
+// and the outbox rows then commit together; the transaction is tracked like
+// any other, so its commit confirms the events.
 func (p *Plugin) begin(db *gorm.DB) {
 	if db.Error != nil || db.Statement.ConnPool == nil || skipsHooks(db) {
 		return
 	}
-	if _, ok := db.InstanceGet(keyGormTx); ok {
-		db.InstanceSet(keyTxPool, db.Statement.ConnPool)
-		p.track(db.Statement.ConnPool)
-		return
-	}
 	if _, inTx := db.Statement.ConnPool.(gorm.TxCommitter); inTx {
-		return // the application's transaction: the rows join it
+		return // GORM's transaction or the application's: the rows join it
 	}
-	if len(sources(db)) == 0 {
+	defer recoverInto(db)
+	if !mayRecordInHooks(db) && len(sources(db)) == 0 {
 		return
 	}
 	var (
@@ -251,58 +247,63 @@ func (p *Plugin) begin(db *gorm.DB) {
 		_ = db.AddError(fmt.Errorf("hooks: begin transaction for outbox rows: %w", err))
 		return
 	}
+	tx = p.track(tx, db.Statement.ConnPool)
+	db.InstanceSet(keyStartedTx, startedTx{tx: tx, prev: db.Statement.ConnPool})
 	db.Statement.ConnPool = tx
-	db.InstanceSet(keyStartedTx, tx)
-	p.track(tx)
 }
 
-func (p *Plugin) track(tx gorm.ConnPool) {
-	p.mu.Lock()
-	if _, ok := p.txs[tx]; !ok {
-		p.txs[tx] = &txWrites{}
+// startedTx is a transaction the plugin began for a statement, and the
+// connection pool the statement ran on before.
+type startedTx struct {
+	tx, prev gorm.ConnPool
+}
+
+// mayRecordInHooks reports whether the statement's model embeds a recorder
+// and has model hooks, which GORM runs inside the statement and which may
+// record events.
+func mayRecordInHooks(db *gorm.DB) bool {
+	sch := db.Statement.Schema
+	if sch == nil || !reflect.PointerTo(sch.ModelType).Implements(recorderOwnerType) {
+		return false
 	}
-	p.mu.Unlock()
+	return sch.BeforeCreate || sch.BeforeSave || sch.BeforeUpdate || sch.BeforeDelete ||
+		sch.AfterCreate || sch.AfterSave || sch.AfterUpdate || sch.AfterDelete
 }
 
-// commit finishes a transaction the plugin started and, when a transaction
-// the plugin tracks committed, confirms the events written in it.
+// commit finishes a transaction the plugin began: it commits it, or rolls
+// it back when the statement failed. The tracked transaction confirms its
+// events on commit.
 func (p *Plugin) commit(db *gorm.DB) {
-	var tx gorm.ConnPool
-	if v, ok := db.InstanceGet(keyStartedTx); ok {
-		tx = v.(gorm.ConnPool)
-		committer := tx.(gorm.TxCommitter)
-		if db.Error != nil {
-			_ = committer.Rollback()
-		} else if err := committer.Commit(); err != nil {
-			_ = db.AddError(fmt.Errorf("hooks: commit: %w", err))
-		}
-		db.Statement.ConnPool = db.ConnPool
-	} else if v, ok := db.InstanceGet(keyTxPool); ok {
-		tx = v.(gorm.ConnPool)
-	}
-	if tx == nil {
+	v, ok := db.InstanceGet(keyStartedTx)
+	if !ok {
 		return
 	}
-	p.mu.Lock()
-	w := p.txs[tx]
-	delete(p.txs, tx)
-	p.mu.Unlock()
-	if w == nil || db.Error != nil || len(w.recs) == 0 {
-		return
+	started := v.(startedTx)
+	committer := started.tx.(gorm.TxCommitter)
+	if db.Error != nil {
+		_ = committer.Rollback()
+	} else if err := committer.Commit(); err != nil {
+		_ = db.AddError(fmt.Errorf("hooks: commit: %w", err))
 	}
-	for i, rec := range w.recs {
-		rec.Confirm(w.ids[i]...)
-	}
-	if p.cfg.AfterCommit != nil {
-		p.cfg.AfterCommit()
-	}
+	db.Statement.ConnPool = started.prev
 }
-
-const keyTxPool = "outbox:tx"
 
 func (p *Plugin) writeCreate(db *gorm.DB) { p.write(db, false) }
 
 func (p *Plugin) writeChanged(db *gorm.DB) { p.write(db, true) }
+
+// recoverInto turns a panic in event code (a typed-nil event, a Validate,
+// MarshalJSON, AggregateType or AggregateID method that panics) into the
+// statement's error: a [*WriteError] wrapping a [*PanicError]. The failed
+// statement then rolls back like any failed save — GORM rolls back its own
+// transaction, the plugin its own, the application's db.Transaction returns
+// the error — instead of unwinding past GORM with the transaction still open
+// and the aggregate's row locked. It must be called deferred.
+func recoverInto(db *gorm.DB) {
+	if r := recover(); r != nil {
+		_ = db.AddError(&WriteError{Err: newPanicError(r)})
+	}
+}
 
 // write inserts the pending events of the statement's aggregates.
 func (p *Plugin) write(db *gorm.DB, needRows bool) {
@@ -315,20 +316,32 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 		// happen.
 		return
 	}
+	// As recoverInto, naming the aggregate being encoded.
+	var aggType, aggID string
+	defer func() {
+		if r := recover(); r != nil {
+			_ = db.AddError(&WriteError{AggregateType: aggType, AggregateID: aggID, Err: newPanicError(r)})
+		}
+	}()
 	srcs := sources(db)
 	if len(srcs) == 0 {
 		return
 	}
 	ctx := db.Statement.Context
 	headers, custom := p.headers(ctx)
-	var rows []pendingRow
+	var (
+		rows   []pendingRow
+		states []*runtime.RecorderState // the recorder of rows[i]
+	)
 	for _, s := range srcs {
-		aggType, aggID, err := p.aggregate(db, s.value)
+		var err error
+		aggType, aggID = "", "" // not the previous aggregate's, if AggregateID panics
+		aggType, aggID, err = p.aggregate(db, s.value)
 		if err != nil {
 			_ = db.AddError(&WriteError{AggregateType: aggType, Err: err})
 			return
 		}
-		for _, r := range s.rec.Pending() {
+		for _, r := range s.state.Pending() {
 			env, err := runtime.NewEnvelope(ctx, r.ID, r.Event, aggType, aggID)
 			if err != nil {
 				_ = db.AddError(&WriteError{AggregateType: aggType, AggregateID: aggID, Err: err})
@@ -337,62 +350,53 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 			if custom {
 				env.Headers = headers
 			}
-			rows = append(rows, pendingRow{rec: s.rec, env: env, topic: p.topic(env)})
+			rows = append(rows, pendingRow{env: env, topic: p.topic(env)})
+			states = append(states, s.state)
 		}
 	}
+	aggType, aggID = "", ""
 	conn := db.Statement.ConnPool
 	inserted, err := p.insert(ctx, p.dialect, conn, rows)
 	if err != nil {
 		_ = db.AddError(&WriteError{Err: err})
 		return
 	}
-	p.afterInsert(conn, rows, inserted)
+	p.afterInsert(conn, rows, states, inserted)
 }
 
-// afterInsert updates the recorders after an insert in conn: events inserted
-// now are marked as written in conn; events that already had a row and were
-// last written in another transaction are confirmed, since that row can only
-// be visible because that transaction committed.
-func (p *Plugin) afterInsert(conn gorm.ConnPool, rows []pendingRow, inserted map[uuid.UUID]bool) {
-	p.mu.Lock()
-	w := p.txs[conn]
-	p.mu.Unlock()
-	byRec := map[*runtime.Recorder][]uuid.UUID{}
-	var order []*runtime.Recorder
-	for _, r := range rows {
-		if r.rec == nil {
-			continue
+// afterInsert notes the events of an insert through conn for confirmation.
+//
+// In a tracked transaction, each event is noted on it and confirmed when it
+// commits; an event that already had a row and was not written earlier in
+// this transaction is confirmed at once, since that row can only be visible
+// because the transaction that wrote it committed. Outside a transaction
+// (autocommit) the rows are committed already. In a transaction the plugin
+// does not track (a session derived before the plugin was registered), the
+// events stay pending: a later save finds their rows.
+func (p *Plugin) afterInsert(conn gorm.ConnPool, rows []pendingRow, states []*runtime.RecorderState, inserted map[uuid.UUID]bool) {
+	tt := trackedOf(conn)
+	if tt == nil {
+		if _, inTx := conn.(gorm.TxCommitter); inTx {
+			return
 		}
-		id := r.env.EventID
-		if inserted[id] {
-			r.rec.MarkWritten(conn, id)
-		} else if !writtenIn(r.rec, id, conn) {
-			r.rec.Confirm(id)
-			continue
+		byState := make([]txWrite, 0, len(rows))
+		for i, r := range rows {
+			byState = append(byState, txWrite{state: states[i], id: r.env.EventID, row: inserted[r.env.EventID]})
 		}
-		if _, ok := byRec[r.rec]; !ok {
-			order = append(order, r.rec)
-		}
-		byRec[r.rec] = append(byRec[r.rec], id)
-	}
-	if w == nil {
+		p.committed(byState, len(inserted) > 0)
 		return
 	}
-	p.mu.Lock()
-	for _, rec := range order {
-		w.recs = append(w.recs, rec)
-		w.ids = append(w.ids, byRec[rec])
-	}
-	p.mu.Unlock()
-}
-
-func writtenIn(rec *runtime.Recorder, id uuid.UUID, conn gorm.ConnPool) bool {
-	for _, r := range rec.Pending() {
-		if r.ID == id {
-			return r.WrittenIn == any(conn)
+	for i, r := range rows {
+		id := r.env.EventID
+		switch {
+		case inserted[id]:
+			tt.noteWrite(states[i], id, true)
+		case tt.wrote(id):
+			tt.noteWrite(states[i], id, false)
+		case states[i] != nil:
+			states[i].Confirm(id)
 		}
 	}
-	return false
 }
 
 // headers returns the headers of the events written under ctx when
@@ -479,14 +483,19 @@ func (p *Plugin) schemaOf(db *gorm.DB, v reflect.Value) (*schema.Schema, error) 
 // plain *gorm.DB writes them in one statement of their own. Each event gets
 // a new event id, which Enqueue returns in order. The plugin need not be
 // registered with tx's database for Enqueue to work.
-func (p *Plugin) Enqueue(tx *gorm.DB, aggregateType, aggregateID string, events ...runtime.Event) ([]uuid.UUID, error) {
+func (p *Plugin) Enqueue(tx *gorm.DB, aggregateType, aggregateID string, events ...runtime.Event) (ids []uuid.UUID, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ids, err = nil, &WriteError{AggregateType: aggregateType, AggregateID: aggregateID, Err: newPanicError(r)}
+		}
+	}()
 	ctx := tx.Statement.Context
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	headers, custom := p.headers(ctx)
 	rows := make([]pendingRow, 0, len(events))
-	ids := make([]uuid.UUID, 0, len(events))
+	ids = make([]uuid.UUID, 0, len(events))
 	for _, e := range events {
 		env, err := runtime.NewEnvelope(ctx, runtime.NewEventID(), e, aggregateType, aggregateID)
 		if err != nil {
@@ -506,8 +515,10 @@ func (p *Plugin) Enqueue(tx *gorm.DB, aggregateType, aggregateID string, events 
 	if conn == nil {
 		conn = tx.ConnPool
 	}
-	if _, err := p.insert(ctx, d, conn, rows); err != nil {
+	inserted, err := p.insert(ctx, d, conn, rows)
+	if err != nil {
 		return nil, &WriteError{AggregateType: aggregateType, AggregateID: aggregateID, Err: err}
 	}
+	p.afterInsert(conn, rows, make([]*runtime.RecorderState, len(rows)), inserted)
 	return ids, nil
 }

@@ -35,10 +35,8 @@ func (d dialect) ph(n int) string {
 	return "?"
 }
 
-// pendingRow is one outbox row about to be written; rec is nil for rows from
-// Enqueue.
+// pendingRow is one outbox row about to be written.
 type pendingRow struct {
-	rec   *runtime.Recorder
 	env   runtime.Envelope
 	topic string
 }

@@ -45,9 +45,11 @@ func ExampleRecorder() {
 	for _, e := range o.Events() {
 		fmt.Println(e.EventKey(), e.EventTime().Format(time.RFC3339))
 	}
-	// The persistence layer confirms events once their transaction commits.
-	for _, r := range o.Pending() {
-		o.Confirm(r.ID)
+	// The persistence layer (package hooks) confirms events once their
+	// transaction commits, through the recorder's state.
+	st := o.OutboxRecorder()
+	for _, r := range st.Pending() {
+		st.Confirm(r.ID)
 	}
 	fmt.Println("pending after commit:", len(o.Events()))
 	// Output:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -93,21 +94,87 @@ func TestEnvelopeFromMetadataErrors(t *testing.T) {
 func TestRecorderLifecycle(t *testing.T) {
 	var r runtime.Recorder
 	r.Record(floaty{}, nil, floaty{F: 2})
-	p := r.Pending()
-	if len(p) != 2 || p[0].ID == p[1].ID || p[0].ID.Version() != 7 {
+	st := r.OutboxRecorder()
+	p := st.Pending()
+	if len(p) != 2 || st.Len() != 2 || p[0].ID == p[1].ID || p[0].ID.Version() != 7 {
 		t.Fatalf("Pending = %+v, want 2 events with distinct UUIDv7 ids", p)
 	}
-	r.MarkWritten("tx1", p[0].ID)
-	if got := r.Pending(); got[0].WrittenIn != "tx1" || got[1].WrittenIn != nil {
-		t.Errorf("WrittenIn = %v, %v", got[0].WrittenIn, got[1].WrittenIn)
-	}
-	r.Confirm(p[0].ID, uuid.New())
-	if got := r.Pending(); len(got) != 1 || got[0].ID != p[1].ID {
+	st.Confirm(p[0].ID, uuid.New())
+	if got := st.Pending(); len(got) != 1 || got[0].ID != p[1].ID {
 		t.Errorf("after Confirm: %+v", got)
 	}
+	if got := r.Events(); len(got) != 1 || got[0] != (floaty{F: 2}) {
+		t.Errorf("Events after Confirm = %v", got)
+	}
 	r.ClearEvents()
-	if len(r.Events()) != 0 {
+	if len(r.Events()) != 0 || st.Pending() != nil {
 		t.Error("ClearEvents left events")
+	}
+}
+
+// TestRecorderCopiesAreIndependent: a copy of an aggregate (a range
+// variable, a snapshot) shares the recorder's backing array; confirming,
+// clearing or recording on one must not change the other's events.
+func TestRecorderCopiesAreIndependent(t *testing.T) {
+	var a aggregate
+	a.Record(floaty{F: 1}, floaty{F: 2}, floaty{F: 3})
+	b := a
+	st := a.OutboxRecorder()
+	st.Confirm(st.Pending()[0].ID)
+	a.Record(floaty{F: 4})
+	b.Record(floaty{F: 5})
+	want := []runtime.Event{floaty{F: 1}, floaty{F: 2}, floaty{F: 3}, floaty{F: 5}}
+	if diff := cmp.Diff(want, b.Events()); diff != "" {
+		t.Errorf("copy's events after the original changed (-want +got):\n%s", diff)
+	}
+	want = []runtime.Event{floaty{F: 2}, floaty{F: 3}, floaty{F: 4}}
+	if diff := cmp.Diff(want, a.Events()); diff != "" {
+		t.Errorf("original's events (-want +got):\n%s", diff)
+	}
+	a.ClearEvents()
+	if len(b.Events()) != 4 {
+		t.Errorf("ClearEvents on the original changed the copy: %v", b.Events())
+	}
+}
+
+// aggregate embeds a Recorder and has domain methods whose names the old
+// Recorder promoted (Confirm, Pending): they must not collide with anything
+// the persistence layer needs.
+type aggregate struct {
+	ID int64
+	runtime.Recorder
+}
+
+func (a *aggregate) Confirm() string { return "order confirmed" }
+func (a *aggregate) Pending() bool   { return true }
+
+// TestRecorderPromotesOnlyDomainMethods: embedding a Recorder promotes
+// Record, Events, ClearEvents and the one persistence accessor
+// OutboxRecorder, nothing else; the bookkeeping lives on RecorderState.
+func TestRecorderPromotesOnlyDomainMethods(t *testing.T) {
+	type plain struct{ runtime.Recorder }
+	typ := reflect.TypeOf(&plain{})
+	var got []string
+	for i := range typ.NumMethod() {
+		got = append(got, typ.Method(i).Name)
+	}
+	want := []string{"ClearEvents", "Events", "OutboxRecorder", "Record"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("methods promoted by runtime.Recorder (-want +got):\n%s", diff)
+	}
+	if n := reflect.TypeOf(runtime.Recorded{}).NumField(); n != 3 {
+		t.Errorf("runtime.Recorded has %d fields, want 3 (ID, Event, RecordedAt)", n)
+	}
+
+	a := &aggregate{}
+	a.Record(floaty{})
+	if a.Confirm() != "order confirmed" || !a.Pending() {
+		t.Fatal("domain methods shadowed")
+	}
+	st := a.OutboxRecorder()
+	st.Confirm(st.Pending()[0].ID)
+	if len(a.Events()) != 0 {
+		t.Errorf("events after the state confirmed them = %d, want 0", len(a.Events()))
 	}
 }
 

@@ -249,7 +249,7 @@ func placeAndPay(ctx context.Context, db *gorm.DB, n int) (map[string]bool, int,
 	rolledBack := 0
 	pendingIDs := func(o *Order) []string {
 		var ids []string
-		for _, r := range o.Pending() {
+		for _, r := range o.OutboxRecorder().Pending() {
 			ids = append(ids, r.ID.String())
 		}
 		return ids

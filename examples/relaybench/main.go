@@ -417,7 +417,7 @@ func latency(ctx context.Context, db *gorm.DB, store *hooks.Store, pub message.P
 				a := Account{ID: accts[(i*o.producers+w)%len(accts)].ID}
 				a.Balance = int64(i)
 				a.Record(newEvent(i))
-				ids[i] = a.Pending()[0].ID.String()
+				ids[i] = a.OutboxRecorder().Pending()[0].ID.String()
 				if err := db.Model(&a).Updates(map[string]any{"balance": a.Balance}).Error; err != nil {
 					perr.CompareAndSwap(nil, &err)
 				}

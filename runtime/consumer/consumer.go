@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime"
@@ -230,6 +231,9 @@ func (c *Consumer) process(msg *message.Message) error {
 // handle fills res with the outcome of one delivery.
 func (c *Consumer) handle(ctx context.Context, msg *message.Message, res *Result) {
 	env, err := runtime.EnvelopeFromMetadata(msg.UUID, msg.Metadata, msg.Payload)
+	if err == nil && env.EventID == uuid.Nil {
+		err = fmt.Errorf("%w: %s: %w", runtime.ErrInvalidEnvelope, runtime.MetadataEventID, ErrNilEventID)
+	}
 	if err != nil {
 		c.giveUp(ctx, msg, res, ReasonMalformed, err)
 		return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime"
@@ -603,6 +604,11 @@ func TestPoisonMessages(t *testing.T) {
 		{"missing type", func(m *message.Message) { delete(m.Metadata, runtime.MetadataEventType) }, consumer.ReasonMalformed, runtime.ErrInvalidEnvelope},
 		{"bad version", func(m *message.Message) { m.Metadata.Set(runtime.MetadataEventVersion, "two") }, consumer.ReasonMalformed, runtime.ErrInvalidEnvelope},
 		{"bad event id", func(m *message.Message) { m.Metadata.Set(runtime.MetadataEventID, "nope") }, consumer.ReasonMalformed, runtime.ErrInvalidEnvelope},
+		{"nil event id", func(m *message.Message) { m.Metadata.Set(runtime.MetadataEventID, uuid.Nil.String()) }, consumer.ReasonMalformed, consumer.ErrNilEventID},
+		{"nil message uuid without event id", func(m *message.Message) {
+			delete(m.Metadata, runtime.MetadataEventID)
+			m.UUID = uuid.Nil.String()
+		}, consumer.ReasonMalformed, runtime.ErrInvalidEnvelope},
 		{"missing field", func(m *message.Message) {
 			m.Payload = []byte(`{"event_version":2,"occurred_at":"2026-03-01T12:00:00Z","seq":1}`)
 		}, consumer.ReasonDecode, nil},

@@ -248,7 +248,7 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 						return err
 					}
 					o.Pay(time.Now())
-					evID = o.Pending()[0].ID.String()
+					evID = o.OutboxRecorder().Pending()[0].ID.String()
 					return tx.Save(&o).Error
 				})
 				if err != nil {

@@ -24,6 +24,14 @@ var ErrInvalidTable = errors.New("consumer: invalid inbox table name")
 // dialect the inbox has no SQL for (supported: postgres, sqlite).
 var ErrUnsupportedDialect = errors.New("consumer: unsupported database dialect")
 
+// ErrNilEventID is wrapped, together with [runtime.ErrInvalidEnvelope], by
+// the error of a message whose event id (the event_id metadata, or the
+// message UUID when that is absent) is the nil UUID. The inbox deduplicates
+// on the event id, so accepting it would apply the first such message and
+// drop every later one as a duplicate; the message is rejected as malformed
+// ([ReasonMalformed]) instead, and never reaches a handler.
+var ErrNilEventID = errors.New("consumer: event id is the nil UUID")
+
 // ErrTypeMismatch is wrapped by the error a consumer returns (and nacks
 // with) when the registry decodes an event into a Go type other than the
 // one its handler takes: the registered decoder and the handler disagree,
