@@ -92,25 +92,69 @@
 // recover it, and an application that recovers it must roll back the
 // transaction itself (db.Transaction does).
 //
+// # Commit order
+//
+// The relay publishes an aggregate's events in outbox id order, so ids must
+// follow commit order per aggregate, whatever the write path. Ids come from
+// a sequence when a row is inserted, not when it commits, so two
+// transactions writing events of one aggregate could commit in the other
+// order. On PostgreSQL every insert therefore first takes a
+// transaction-scoped advisory lock per aggregate (pg_advisory_xact_lock, in
+// one sorted batch per statement): a second transaction writing events of
+// the same aggregate waits at its insert until the first commits or rolls
+// back. An aggregate saved through GORM is usually under its row lock
+// already, which costs the lock nothing extra; [Plugin.Enqueue], which takes
+// no row lock, is what needs it. Two transactions that write events of the
+// same two aggregates in opposite orders can deadlock, as with row locks:
+// PostgreSQL aborts one, and the application retries it. SQLite serialises
+// writing transactions, so its ids follow commit order anyway.
+//
+// # Several relays
+//
+// [Store] divides the outbox between relays by shard: each row carries one
+// of [Shards] shards, computed from its aggregate ([ShardOf]), and relays
+// hold leases on an even share of the shards. An aggregate is published by
+// one relay at a time, and no transaction stays open while a relay
+// publishes. A relay that stops cleanly hands its shards over at once; one
+// that is killed, paused or cut off loses them when its lease runs out
+// ([StoreConfig.LeaseTTL], 15s by default) and can no longer mark their
+// rows.
+//
 // # Failed and poison messages
 //
-// A message the publisher did not take gets a failed attempt (attempts,
-// last_error) and waits before it is claimed again ([StoreConfig.RetryDelay],
-// doubling up to [StoreConfig.MaxRetryDelay], on the database's clock). Its
-// aggregate's later messages wait behind it, so the aggregate's order holds;
-// every other aggregate goes on. A message the broker will never take (the
-// publisher says so with a [runtime.PermanentError], as adapters/kafka does
-// for a message too large) is parked at once: it keeps parked_at and
-// last_error, stops holding its aggregate back, and [Store.Unpark] puts it
-// back once the cause is fixed. [StoreConfig.MaxAttempts] parks transient
-// failures too, after that many attempts.
+// A message the publisher did not take records its error (last_error) and
+// waits before it is claimed again; its aggregate's later messages wait
+// behind it, so the aggregate's order holds, and every other aggregate goes
+// on. When nothing of the batch could be published (the broker is down for
+// everyone), the wait is [StoreConfig.RetryDelay] and no attempt is
+// counted, so an outage never parks anything and recovery takes seconds.
+// When other messages were published (the failure is the message's own, or
+// its partition's), an attempt is counted and the wait doubles per attempt
+// up to [StoreConfig.MaxRetryDelay], on the database's clock.
+//
+// A message is parked — set aside for an operator, with parked_at and
+// last_error — when the publisher says the broker will never take it (a
+// [runtime.PermanentError], as adapters/kafka reports for a message too
+// large), or after [StoreConfig.MaxAttempts] counted attempts when that is
+// set. A parked message keeps holding its aggregate's later messages back:
+// order is never given up silently. [Store.Unpark] puts it back in the
+// queue (it is then published before the aggregate's later messages), and
+// [Store.Discard] deletes it (the later messages then go out). Events too
+// large for the broker are best refused when they are written:
+// [Config.MaxEventBytes] fails such a save with an [*EventTooLargeError].
 //
 // # Schema
 //
-// [Migrate] creates the table, a unique index on event_id, a partial index on
-// pending rows and, on PostgreSQL, a statement-level trigger that sends
-// NOTIFY on the table's channel once per inserting transaction (no payload,
-// so it never fails a business transaction). [DDL] returns the same
-// statements for users who run their own migrations. PostgreSQL and SQLite
-// are supported.
+// [Migrate] creates the table with a unique index on event_id and partial
+// indexes on pending, blocked (waiting or parked) and parked rows; the two
+// small tables relays share it through (<table>_leases, one row per shard,
+// and <table>_relays); and, on PostgreSQL, a statement-level trigger that
+// sends NOTIFY on the table's channel once per inserting transaction (no
+// payload, so it never fails a business transaction). Payloads and headers
+// are TEXT: the exact JSON the event marshalled to, with no parse cost on
+// insert (JSONB would also refuse a NUL character, which JSON allows as
+// \u0000). [DDL] returns the same statements for users who run their own
+// migrations, and brings a table of an earlier version up to date. Table
+// names are at most 49 bytes, so that the names derived from them fit in
+// PostgreSQL's 63-byte identifiers. PostgreSQL and SQLite are supported.
 package hooks
