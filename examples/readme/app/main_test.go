@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
