@@ -173,7 +173,7 @@ func TestNamedPackagesExist(t *testing.T) {
 	if found == 0 {
 		t.Error("README.md names no package with go doc or pkg.go.dev")
 	}
-	for _, m := range regexp.MustCompile(`go (run|test)[^\n` + "`" + `]*? \./(\S+?)(?:/\.\.\.)?[\s` + "`" + `]`).FindAllStringSubmatch(data, -1) {
+	for _, m := range regexp.MustCompile(`go (run|test)[^\n`+"`"+`]*? \./(\S+?)(?:/\.\.\.)?[\s`+"`"+`]`).FindAllStringSubmatch(data, -1) {
 		if m[2] != "..." {
 			check(strings.TrimSpace(m[0]), m[2], m[1] == "test")
 		}
