@@ -1,14 +1,18 @@
-// Command quickstart shows gooutbox end to end: Order aggregates are placed
-// and paid in GORM transactions (some deliberately rolled back), the GORM
-// plugin writes their events to the outbox table in the same transactions,
-// the relay publishes the committed ones to Kafka through kafka-go, and a
-// consumer reads them back and prints them.
+// Command quickstart shows gooutbox end to end, the way an application
+// writes it: Order aggregates record generated events; GORM saves them, some
+// in transactions that roll back, and the hooks plugin writes their events to
+// the outbox table in the same transactions; the relay publishes the committed
+// ones to Kafka through kafka-go; a shipping service consumes them with
+// runtime/consumer in a Watermill router, applying each event once through
+// its inbox. It ends with a summary line:
+//
+//	committed 17, published 17, rolled back 3, ghosts 0, pending in outbox 0
 //
 // With no flags it needs nothing installed: SQLite (pure Go) in a temporary
 // directory and an in-process Kafka-protocol broker (kfake).
 //
 //	go run ./examples/quickstart
-//	go run ./examples/quickstart -database-url postgres://postgres@127.0.0.1:5432/test -kafka-brokers 127.0.0.1:9092
+//	go run ./examples/quickstart -database-url 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable' -kafka-brokers 127.0.0.1:9092
 package main
 
 import (
@@ -26,6 +30,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/glebarez/sqlite"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -35,6 +40,7 @@ import (
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/consumer"
 	"github.com/gooutbox/outbox/runtime/relay"
 )
 
@@ -47,6 +53,10 @@ func main() {
 	}
 }
 
+// topic is where the relay publishes the Order events: by default the topic
+// is the aggregate type, the GORM model's name in snake_case.
+const topic = "order"
+
 type options struct {
 	databaseURL  string
 	kafkaBrokers string
@@ -54,15 +64,20 @@ type options struct {
 	verbose      bool
 }
 
+// run runs the quickstart with the command-line arguments args. -h prints
+// the usage and returns nil.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("quickstart", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var opt options
-	fs.StringVar(&opt.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default: $DATABASE_URL, else SQLite in a temp dir)")
+	fs.StringVar(&opt.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable (default: $DATABASE_URL, else SQLite in a temporary directory)")
 	fs.StringVar(&opt.kafkaBrokers, "kafka-brokers", os.Getenv("KAFKA_BROKERS"), "comma-separated Kafka brokers (default: $KAFKA_BROKERS, else an in-process broker)")
 	fs.IntVar(&opt.orders, "orders", 10, "number of orders to place")
-	fs.BoolVar(&opt.verbose, "v", false, "log the relay's debug output to stderr")
+	fs.BoolVar(&opt.verbose, "v", false, "log debug output to stderr (default: warnings only)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h printed the usage: not a failure
+			return nil
+		}
 		return err
 	}
 	if opt.orders < 1 {
@@ -73,8 +88,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logLevel = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
+	wmLog := watermill.NewSlogLogger(log)
+	out := &syncWriter{w: stdout}
 
-	// 1. The database: the business table and the outbox table.
+	// 1. The database: the application's tables, the outbox and the inbox.
 	db, dbName, cleanup, err := openDB(opt.databaseURL)
 	if err != nil {
 		return err
@@ -83,11 +100,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if sqlDB, err := db.DB(); err == nil {
 		defer sqlDB.Close()
 	}
+	if err := db.AutoMigrate(&Order{}, &Shipment{}); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
 	if err := hooks.Migrate(ctx, db, ""); err != nil {
 		return err
 	}
-	if err := db.AutoMigrate(&Order{}); err != nil {
-		return fmt.Errorf("migrate orders: %w", err)
+	if err := consumer.Migrate(ctx, db, ""); err != nil {
+		return err
 	}
 
 	// 2. Kafka: a real cluster, or an in-process one.
@@ -101,139 +121,81 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer cluster.Close()
 		brokers, kafkaName = cluster.Addrs(), "in-process Kafka (kfake)"
 	}
-	fmt.Fprintf(stdout, "database: %s; broker: %s\n", dbName, kafkaName)
+	fmt.Fprintf(out, "database: %s; broker: %s\n", dbName, kafkaName)
 
-	wmLog := watermill.NewSlogLogger(log)
+	// 3. The producing side: the relay, woken by NOTIFY on PostgreSQL and by
+	// the plugin after each commit it sees (what SQLite relies on).
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers}, wmLog)
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
-		Brokers: brokers, ConsumerGroup: "quickstart-printer", TopicPartitions: 4,
-		MaxWait: 100 * time.Millisecond,
-	}, wmLog)
-	if err != nil {
-		return err
-	}
-	defer sub.Close()
-	const topic = "order" // the default topic is the aggregate type
-	if err := sub.SubscribeInitialize(topic); err != nil {
-		return err
-	}
-
-	// 3. The relay, woken by NOTIFY on PostgreSQL and by the plugin after
-	// each commit it sees (what SQLite relies on).
 	store, err := hooks.NewStore(db, hooks.StoreConfig{})
 	if err != nil {
 		return err
 	}
-	var rl *relay.Relay
-	plugin, err := hooks.New(hooks.Config{AfterCommit: func() { rl.Notify() }})
+	defer store.Close()
+	rl, err := relay.New(store, pub, relay.Config{Logger: log})
 	if err != nil {
 		return err
 	}
-	if rl, err = relay.New(store, pub, relay.Config{Logger: log}); err != nil {
+	plugin, err := hooks.New(hooks.Config{AfterCommit: rl.Notify})
+	if err != nil {
 		return err
 	}
 	if err := db.Use(plugin); err != nil {
 		return err
 	}
+
+	// 4. The consuming side: a shipping service that applies each event
+	// once, through its inbox, in a Watermill router.
+	shipping := newShipping(out)
+	router, err := shipping.router(db, brokers, pub, log, wmLog)
+	if err != nil {
+		return err
+	}
+
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := rl.Run(runCtx); err != nil {
-			log.Error("relay stopped", "error", err)
-		}
-	})
+	relayErr, routerErr := make(chan error, 1), make(chan error, 1)
+	wg.Go(func() { relayErr <- rl.Run(runCtx) })
+	wg.Go(func() { routerErr <- router.Run(runCtx) })
+	stopAll := func() error {
+		cancel()
+		wg.Wait()
+		return errors.Join(<-relayErr, <-routerErr)
+	}
 
-	// 4. A consumer that decodes through the registry and prints each event.
-	reg := runtime.NewRegistry()
-	if err := register(reg); err != nil {
+	// 5. The application: place every order and pay it; every third
+	// payment is declined inside its transaction, which rolls back its
+	// event.
+	committed, declined, err := placeAndPay(ctx, db, opt.orders)
+	if err != nil {
+		return errors.Join(err, stopAll())
+	}
+	shipping.expect(declined)
+
+	// 6. Wait until the consumer has applied every committed event, then
+	// stop the relay (it finishes and marks its batch) and the router.
+	waitErr := shipping.wait(ctx, committed, 30*time.Second)
+	if err := errors.Join(waitErr, stopAll()); err != nil {
 		return err
 	}
-	// The decoders are generated per version: a payload stored as v1 comes
-	// out as the latest version (see order.go).
-	if err := printUpcast(stdout, reg); err != nil {
-		return err
-	}
-	msgs, err := sub.Subscribe(runCtx, topic)
+
+	stats, err := store.Stats(ctx)
 	if err != nil {
 		return err
 	}
-	var (
-		mu       sync.Mutex
-		received = map[string]bool{}
-		changed  = make(chan struct{}, 1)
-	)
-	wg.Go(func() {
-		for msg := range msgs {
-			env, err := runtime.EnvelopeFromMetadata(msg.UUID, msg.Metadata, msg.Payload)
-			if err == nil {
-				_, err = reg.DecodeEnvelope(env)
-			}
-			if err != nil {
-				fmt.Fprintf(stdout, "consumer: cannot decode message %s: %v\n", msg.UUID, err)
-				msg.Ack()
-				continue
-			}
-			fmt.Fprintf(stdout, "consumed %-20s v%d  order %-3s occurred_at %s\n",
-				env.EventType, env.EventVersion, env.AggregateID, env.OccurredAt.Format(time.RFC3339Nano))
-			mu.Lock()
-			received[env.EventID.String()] = true
-			mu.Unlock()
-			msg.Ack()
-			select {
-			case changed <- struct{}{}:
-			default:
-			}
-		}
-	})
-
-	// 5. The application: place every order; pay most; let some payments
-	// fail inside their transaction, which rolls back their events.
-	committed, rolledBack, err := placeAndPay(ctx, db, opt.orders)
-	if err != nil {
-		return err
+	var shipments int64
+	if err := db.Model(&Shipment{}).Count(&shipments).Error; err != nil {
+		return fmt.Errorf("count shipments: %w", err)
 	}
-
-	// 6. Wait until every committed event has been consumed.
-	deadline := time.NewTimer(30 * time.Second)
-	defer deadline.Stop()
-	for {
-		mu.Lock()
-		done := len(received) >= len(committed)
-		mu.Unlock()
-		if done {
-			break
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			return fmt.Errorf("timed out: consumed %d of %d committed events", len(received), len(committed))
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	cancel()
-	wg.Wait()
-
-	ghosts, published := 0, 0
-	for id := range received {
-		if committed[id] {
-			published++
-		} else {
-			ghosts++
-		}
-	}
-	var pending int64
-	if err := db.Table("outbox_messages").Where("published_at IS NULL").Count(&pending).Error; err != nil {
-		return fmt.Errorf("count pending: %w", err)
-	}
-	fmt.Fprintf(stdout, "committed %d, published %d, rolled back %d, ghosts %d, pending in outbox %d\n",
-		len(committed), published, rolledBack, ghosts, pending)
-	if ghosts != 0 || published != len(committed) {
+	applied, ghosts := shipping.counts()
+	fmt.Fprintf(out, "shipments %d (one per paid order)\n", shipments)
+	fmt.Fprintf(out, "committed %d, published %d, rolled back %d, ghosts %d, pending in outbox %d\n",
+		committed, applied, len(declined), ghosts, stats.Pending)
+	if ghosts != 0 || applied != committed || stats.Pending != 0 {
 		return errors.New("the outbox broke its promise")
 	}
 	return nil
@@ -241,37 +203,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 var errDeclined = errors.New("card declined")
 
-// placeAndPay runs the application's transactions. It returns the ids of
-// the committed events and the number of events rolled back.
-func placeAndPay(ctx context.Context, db *gorm.DB, n int) (map[string]bool, int, error) {
+// placeAndPay runs the application's transactions. It returns how many
+// events committed and the ids of the orders whose payment was declined
+// (each rolled back one event).
+func placeAndPay(ctx context.Context, db *gorm.DB, n int) (committed int, declined map[string]bool, err error) {
 	clk := runtime.SystemClock{}
-	committed := map[string]bool{}
-	rolledBack := 0
-	pendingIDs := func(o *Order) []string {
-		var ids []string
-		for _, r := range o.OutboxRecorder().Pending() {
-			ids = append(ids, r.ID.String())
-		}
-		return ids
-	}
+	declined = map[string]bool{}
 	for i := 1; i <= n; i++ {
 		o := &Order{}
 		o.Place(clk, fmt.Sprintf("customer-%d", i), fmt.Sprintf("%d.00", 10*i))
-		ids := pendingIDs(o)
 		// A single Create: GORM's own transaction holds the order row and
 		// its outbox row.
 		if err := db.WithContext(ctx).Create(o).Error; err != nil {
-			return nil, 0, fmt.Errorf("place order %d: %w", i, err)
+			return 0, nil, fmt.Errorf("place order %d: %w", i, err)
 		}
-		for _, id := range ids {
-			committed[id] = true
-		}
+		committed++
 
-		// Paying happens in an application transaction; every third
-		// payment is declined after the save, so the whole transaction,
-		// event included, rolls back.
-		o.Pay(clk, "card")
-		ids = pendingIDs(o)[len(pendingIDs(o))-1:]
+		// Paying happens in an application transaction. Every fourth order
+		// is paid through the old checkout, which still writes OrderPaid
+		// v1. Every third payment is declined after the save, so the whole
+		// transaction, event included, rolls back.
+		if i%4 == 0 {
+			o.PayV1(clk, "card")
+		} else {
+			o.Pay(clk, "card")
+		}
 		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			if err := tx.Save(o).Error; err != nil {
 				return err
@@ -283,16 +239,152 @@ func placeAndPay(ctx context.Context, db *gorm.DB, n int) (map[string]bool, int,
 		})
 		switch {
 		case errors.Is(err, errDeclined):
-			rolledBack += len(ids)
+			declined[fmt.Sprint(o.ID)] = true
 		case err != nil:
-			return nil, 0, fmt.Errorf("pay order %d: %w", i, err)
+			return 0, nil, fmt.Errorf("pay order %d: %w", i, err)
 		default:
-			for _, id := range ids {
-				committed[id] = true
-			}
+			committed++
 		}
 	}
-	return committed, rolledBack, nil
+	return committed, declined, nil
+}
+
+// shipping is the consuming service: it prints every event it applies and
+// creates a Shipment for every paid order.
+type shipping struct {
+	out io.Writer
+
+	mu       sync.Mutex
+	applied  int             // events applied (each once, thanks to the inbox)
+	paid     []string        // orders whose OrderPaid was applied
+	declined map[string]bool // orders whose payment rolled back
+	changed  chan struct{}
+}
+
+func newShipping(out io.Writer) *shipping {
+	return &shipping{out: out, changed: make(chan struct{}, 1)}
+}
+
+// router returns a Watermill router that feeds the topic's messages to a
+// runtime/consumer consumer with an inbox in db.
+func (s *shipping) router(db *gorm.DB, brokers []string, dlq message.Publisher, log *slog.Logger, wmLog watermill.LoggerAdapter) (*message.Router, error) {
+	reg := runtime.NewRegistry()
+	if err := Register(reg); err != nil { // generated: every version of every event
+		return nil, err
+	}
+	c, err := consumer.New(reg, consumer.Config{
+		Name:                "shipping",
+		DB:                  db,
+		DeadLetterPublisher: dlq,
+		Logger:              log,
+		OnOutcome:           s.outcome,
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, m consumer.Meta) error {
+		fmt.Fprintf(s.out, "consumed %s v%d  order %-3s customer=%s total=%s\n", m.EventType, m.EventVersion, m.AggregateID, e.Customer, e.Total)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPaid, m consumer.Meta) error {
+		amount := "none"
+		if e.Amount != nil {
+			amount = *e.Amount
+		}
+		fmt.Fprintf(s.out, "consumed %s v%d  order %-3s method=%s amount=%s channel=%s (as v%d)\n",
+			m.EventType, m.EventVersion, m.AggregateID, e.Method, amount, e.Channel, e.EventKey().Version)
+		return tx.Create(&Shipment{OrderID: m.AggregateID, Method: e.Method, Channel: e.Channel}).Error
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
+		Brokers: brokers, ConsumerGroup: "quickstart-shipping", MaxWait: 100 * time.Millisecond,
+	}, wmLog)
+	if err != nil {
+		return nil, err
+	}
+	if err := sub.SubscribeInitialize(topic); err != nil {
+		return nil, errors.Join(err, sub.Close())
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, wmLog)
+	if err != nil {
+		return nil, errors.Join(err, sub.Close())
+	}
+	router.AddConsumerHandler("shipping", topic, sub, c.HandlerFunc())
+	return router, nil
+}
+
+// outcome is the consumer's Config.OnOutcome: it counts applied events.
+func (s *shipping) outcome(r consumer.Result) {
+	if r.Outcome != consumer.OutcomeApplied {
+		return
+	}
+	s.mu.Lock()
+	s.applied++
+	if r.Meta.EventType == OrderPaidType {
+		s.paid = append(s.paid, r.Meta.AggregateID)
+	}
+	s.mu.Unlock()
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// expect records the orders whose payment rolled back: an OrderPaid for one
+// of them would be a ghost.
+func (s *shipping) expect(declined map[string]bool) {
+	s.mu.Lock()
+	s.declined = declined
+	s.mu.Unlock()
+}
+
+// counts returns the number of events applied and of ghosts among them.
+func (s *shipping) counts() (applied, ghosts int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range s.paid {
+		if s.declined[id] {
+			ghosts++
+		}
+	}
+	return s.applied, ghosts
+}
+
+// wait returns once n events have been applied, or an error after timeout.
+func (s *shipping) wait(ctx context.Context, n int, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		applied, _ := s.counts()
+		if applied >= n {
+			return nil
+		}
+		select {
+		case <-s.changed:
+		case <-deadline.C:
+			return fmt.Errorf("timed out: the consumer applied %d of %d committed events", applied, n)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// syncWriter serialises writes from the consumer's and the main goroutine.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
 }
 
 // openDB opens PostgreSQL at url, or SQLite in a new temporary directory

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"io"
-
 	"github.com/gooutbox/outbox/runtime"
 )
 
@@ -34,30 +31,20 @@ func (o *Order) Pay(clk runtime.Clock, method string) {
 	o.Record(e)
 }
 
-// register adds the decoders the consumer needs: every version of every
-// event generated from events.yaml.
-func register(r *runtime.Registry) error {
-	return Register(r)
+// PayV1 records OrderPaid as version 1, the way a deployment of the
+// producer built before v2 existed still writes it during a rolling update.
+// Consumers generated with v2 receive it upcast: no amount, the default
+// channel.
+func (o *Order) PayV1(clk runtime.Clock, method string) {
+	o.Status = "paid"
+	o.Record(OrderPaidV1{EventVersion: 1, OccurredAt: runtime.OccurredAt(clk.Now()), Method: method})
 }
 
-// storedOrderPaidV1 is an orders.order_paid payload as a producer that
-// predates v2 wrote it.
-const storedOrderPaidV1 = `{"event_version":1,"occurred_at":"2026-01-02T03:04:05.123456Z","method":"card"}`
-
-// printUpcast shows a consumer built with v2 reading a payload stored as
-// v1: the registry's generated decoder validates it and upcasts it to the
-// latest version.
-func printUpcast(w io.Writer, reg *runtime.Registry) error {
-	evt, err := reg.Decode(OrderPaidType, 1, []byte(storedOrderPaidV1))
-	if err != nil {
-		return fmt.Errorf("decode stored v1 payload: %w", err)
-	}
-	e := evt.(OrderPaid)
-	amount := "none"
-	if e.Amount != nil {
-		amount = *e.Amount
-	}
-	fmt.Fprintf(w, "upcast: stored %s v1 %s -> v%d method=%s amount=%s channel=%s\n",
-		OrderPaidType, storedOrderPaidV1, e.EventKey().Version, e.Method, amount, e.Channel)
-	return nil
+// Shipment is the consumer side's own model: the shipping service creates
+// one per paid order, in the transaction that records the event in its inbox.
+type Shipment struct {
+	ID      int64 `gorm:"primaryKey"`
+	OrderID string
+	Method  string
+	Channel string
 }

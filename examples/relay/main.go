@@ -52,6 +52,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	migrate := fs.Bool("migrate", false, "create the outbox table if it does not exist")
 	debug := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h printed the usage: not a failure
+			return nil
+		}
 		return err
 	}
 	if *dsn == "" || *brokers == "" {

@@ -95,6 +95,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&o.verbose, "v", false, "print batch and publish timings to stderr")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the relay's drain run to this file")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h printed the usage: not a failure
+			return nil
+		}
 		return err
 	}
 	if o.naive == 0 {

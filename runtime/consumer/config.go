@@ -161,8 +161,9 @@ type Config struct {
 	// Logger receives the consumer's logs: Warn for what it handles
 	// itself (a retry, a dead-lettered, skipped or nacked message), Debug
 	// per message. Errors it returns (and the router logs) are not logged
-	// again.
-	// Default: nil, which discards everything.
+	// again. To silence it, pass slog.New(slog.DiscardHandler).
+	// Default: nil, which means [slog.Default] as it is when [New] is
+	// called, so that a failure is visible without configuration.
 	Logger *slog.Logger
 
 	// OnOutcome, when set, is called once per delivery with its [Result],
@@ -216,7 +217,7 @@ func (c *Config) setDefaults() {
 		c.Clock = runtime.SystemClock{}
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 }
 

@@ -94,6 +94,53 @@ func TestParseErrorList(t *testing.T) {
 	}
 }
 
+// TestSyntaxErrorPosition: a YAML syntax error is reported at the line that
+// makes the file invalid, not where the YAML parser noticed it (often the
+// start of the enclosing mapping, or the end of the file).
+func TestSyntaxErrorPosition(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{
+			name: "key indented less than its siblings",
+			src:  "outboxgen: 1\nevents:\n  OrderPaid:\n    type: orders.order_paid\n   aggregate: Order\n    doc: x\n",
+			want: "x.yaml:5:4: syntax error: did not find expected key",
+		},
+		{
+			name: "unclosed flow sequence, noticed at the end of the file",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        removed: [x, y\n        fields:\n          a: string\n          b: string\n",
+			want: "x.yaml:8:9: syntax error: did not find expected ',' or ']'",
+		},
+		{
+			name: "unterminated quoted string",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: \"a.b\n    aggregate: A\n\n    doc: x\n",
+			want: "x.yaml:4:5: syntax error: found unexpected end of stream",
+		},
+		{
+			name: "valid multi-line flow mapping before the error",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: {\n      x: 1,\n      y: 2}\n    aggregate: A\n  B: [\n",
+			want: "x.yaml:8:3: syntax error: did not find expected node content",
+		},
+		{
+			name: "tab in indentation",
+			src:  "outboxgen: 1\nevents:\n  A:\n\ttype: a.b\n",
+			want: "x.yaml:4:1: syntax error: found character that cannot start any token",
+		},
+		{
+			name: "first line",
+			src:  "outboxgen: [1\nevents: {}\n",
+			want: "x.yaml:1:1: syntax error: did not find expected ',' or ']'",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("x.yaml", []byte(tc.src))
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("Parse(%q) = %v, want %s", tc.src, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestNames(t *testing.T) {
 	for in, want := range map[string]string{"order_id": "OrderID", "url_path": "URLPath", "http_status_code": "HTTPStatusCode", "point-of-sale": "PointOfSale", "3d": "X3d", "sku": "SKU", "a1_b2": "A1B2"} {
 		if got := GoName(in); got != want {
