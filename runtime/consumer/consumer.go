@@ -355,7 +355,7 @@ func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result,
 		}
 		wait := c.backoff(attempt)
 		c.log.Warn("consumer: attempt failed, retrying", append(c.attrs(res),
-			slog.Duration("backoff", wait), slog.Any("error", err))...)
+			slog.Duration("backoff", wait), slog.String("error", err.Error()))...)
 		if !sleep(ctx, wait) {
 			c.fail(ctx, res, ReasonCanceled, errors.Join(err, context.Cause(ctx)))
 			return
@@ -510,7 +510,7 @@ func (c *Consumer) attrs(res *Result) []any {
 		a = append(a, slog.String("reason", string(res.Reason)))
 	}
 	if res.Err != nil {
-		a = append(a, slog.Any("error", res.Err))
+		a = append(a, slog.String("error", res.Err.Error()))
 	}
 	return a
 }

@@ -153,7 +153,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StoreTimeout)
 			defer cancel()
 			if err := rel.Release(rctx, owner); err != nil {
-				r.log.Warn("relay: release failed", attrError, err)
+				r.log.Warn("relay: release failed", errAttr(err))
 			}
 		}()
 	}
@@ -167,7 +167,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.log.Warn("relay: shutdown timeout exceeded, batch released",
 				attrClaimed, res.Claimed,
 				attrShutdownTimeout, r.cfg.ShutdownTimeout,
-				attrError, res.Err)
+				errAttr(res.Err))
 			break
 		}
 		switch {
@@ -330,7 +330,7 @@ func (r *Relay) logFailure(res BatchResult, attempt int, wait time.Duration) {
 	}
 	if res.Err != nil {
 		r.log.Warn("relay: batch failed",
-			append([]any{attrError, res.Err, attrClaimed, res.Claimed, attrPublished, res.Published}, attrs...)...)
+			append([]any{errAttr(res.Err), attrClaimed, res.Claimed, attrPublished, res.Published}, attrs...)...)
 		return
 	}
 	type key struct{ err string }
@@ -350,7 +350,7 @@ func (r *Relay) logFailure(res BatchResult, attempt int, wait time.Duration) {
 				attrMessages, res.Failed,
 				attrPublished, res.Published,
 				attrPermanent, f.Permanent,
-				attrError, f.Err,
+				errAttr(f.Err),
 			}, attrs...)...)
 		if len(seen) >= 5 {
 			break
@@ -378,7 +378,7 @@ func (r *Relay) listen(ctx context.Context) {
 			}
 			r.markRunning()
 			r.log.Info("relay: store cannot notify, polling only",
-				attrError, err,
+				errAttr(err),
 				attrPollInterval, time.Duration(r.poll.Load()))
 			return
 		}
@@ -388,7 +388,7 @@ func (r *Relay) listen(ctx context.Context) {
 		}
 		failures++
 		wait := r.backoff(failures)
-		r.log.Warn("relay: listen failed", attrError, err, attrAttempt, failures, attrBackoff, wait)
+		r.log.Warn("relay: listen failed", errAttr(err), attrAttempt, failures, attrBackoff, wait)
 		if !sleep(ctx, wait) {
 			return
 		}
@@ -408,6 +408,16 @@ func (r *Relay) backoff(attempt int) time.Duration {
 		d = half + rand.N(d-half+1)
 	}
 	return max(d, 1)
+}
+
+// errAttr is the log attribute of an error: its message on one line. (slog
+// would format an error value with %+v, which prints the stack trace of an
+// error wrapped by github.com/pkg/errors, as some Watermill adapters do.)
+func errAttr(err error) slog.Attr {
+	if err == nil {
+		return slog.String(attrError, "")
+	}
+	return slog.String(attrError, err.Error())
 }
 
 // sleep waits for d or until ctx is done; it reports whether d elapsed.

@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	pkgerrors "github.com/pkg/errors"
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
@@ -1336,5 +1337,35 @@ func TestPublishConcurrencyBoundsTopicsInFlight(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestErrorsLogOnOneLine: an error wrapped by github.com/pkg/errors (as some
+// Watermill adapters return) is logged as its message, not with the stack
+// trace that slog's %+v formatting would print.
+func TestErrorsLogOnOneLine(t *testing.T) {
+	mem := &runtimetest.MemoryStore{RetryDelay: time.Millisecond}
+	mem.Add(newMessage(1, "orders"))
+	var failed atomic.Bool
+	pub := &fakePublisher{fn: func(string, []*message.Message) error {
+		if failed.CompareAndSwap(false, true) {
+			return pkgerrors.Wrap(errors.New("channel closed"), "cannot publish")
+		}
+		return nil
+	}}
+	var logs logBuffer
+	batches := newBatchRecorder()
+	r, err := relay.New(mem, pub, relay.Config{PollInterval: 5 * time.Millisecond, MinBackoff: time.Millisecond, Logger: logs.logger(), OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, context.Background(), r)
+	batches.until(t, func() bool { return len(mem.Pending()) == 0 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, `error="cannot publish: channel closed"`) || strings.Contains(out, ".go:") || strings.Count(out, "\n") != strings.Count(out, "level=") {
+		t.Errorf("logs = %q; want one line per record, the error's message without a stack trace", out)
 	}
 }
