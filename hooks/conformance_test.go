@@ -2,30 +2,25 @@ package hooks_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"testing"
 
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/hooks"
-	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
-// TestStoreConformance runs the relay.Store conformance suite on both
-// dialects.
+// TestStoreConformance runs the relay.Store conformance suite on every
+// dialect.
 func TestStoreConformance(t *testing.T) {
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(dialect, func(t *testing.T) {
 			runtimetest.TestStore(t, func(t *testing.T) (relay.Store, func(...runtime.OutboxMessage) []int64) {
-				var db *gorm.DB
-				if dialect == "sqlite" {
-					db = hookstest.SQLite(t, nil)
-				} else {
-					db = hookstest.Postgres(t, nil)
-				}
+				db := openDB(t, dialect, nil)
 				if err := hooks.Migrate(context.Background(), db, ""); err != nil {
 					t.Fatal(err)
 				}
@@ -49,10 +44,19 @@ func TestStoreConformance(t *testing.T) {
 							payload = "{}"
 						}
 						var id int64
-						err := db.Raw(`INSERT INTO outbox_messages (event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at, shard)
-							VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
-							m.EventID.String(), m.EventType, m.EventVersion, m.AggregateType, m.AggregateID, m.Topic, payload, headers, m.OccurredAt,
-							hooks.ShardOf(m.AggregateType, m.AggregateID)).Scan(&id).Error
+						const insert = `INSERT INTO outbox_messages (event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at, shard)
+							VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+						args := []any{m.EventID.String(), m.EventType, m.EventVersion, m.AggregateType, m.AggregateID, m.Topic, payload, headers, m.OccurredAt,
+							hooks.ShardOf(m.AggregateType, m.AggregateID)}
+						var err error
+						if dialect == "mysql" { // MySQL 8 has no RETURNING
+							var res sql.Result
+							if res, err = mustSQL(t, db).Exec(insert, args...); err == nil {
+								id, err = res.LastInsertId()
+							}
+						} else {
+							err = db.Raw(insert+` RETURNING id`, args...).Scan(&id).Error
+						}
 						if err != nil {
 							t.Fatalf("insert %+v: %v", m, err)
 						}
@@ -64,4 +68,13 @@ func TestStoreConformance(t *testing.T) {
 			})
 		})
 	}
+}
+
+func mustSQL(t *testing.T, db *gorm.DB) *sql.DB {
+	t.Helper()
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sqlDB
 }

@@ -125,19 +125,14 @@ func summarize(rs []row) []summary {
 
 // setup opens each database, migrates and registers a plugin.
 func eachDB(t *testing.T, gcfg func() *gorm.Config, pcfg hooks.Config, fn func(t *testing.T, db *gorm.DB, p *hooks.Plugin)) {
-	for _, name := range []string{"sqlite", "postgres"} {
+	for _, name := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var c *gorm.Config
 			if gcfg != nil {
 				c = gcfg()
 			}
-			var db *gorm.DB
-			if name == "sqlite" {
-				db = hookstest.SQLite(t, c)
-			} else {
-				db = hookstest.Postgres(t, c)
-			}
+			db := openDB(t, name, c)
 			if err := hooks.Migrate(context.Background(), db, ""); err != nil {
 				t.Fatalf("Migrate: %v", err)
 			}
@@ -154,6 +149,19 @@ func eachDB(t *testing.T, gcfg func() *gorm.Config, pcfg hooks.Config, fn func(t
 			fn(t, db, p)
 		})
 	}
+}
+
+// openDB opens a fresh database of a dialect: "sqlite", "postgres" or
+// "mysql" (MariaDB here).
+func openDB(t *testing.T, dialect string, c *gorm.Config) *gorm.DB {
+	t.Helper()
+	switch dialect {
+	case "sqlite":
+		return hookstest.SQLite(t, c)
+	case "mysql":
+		return hookstest.MariaDB(t, c)
+	}
+	return hookstest.Postgres(t, c)
 }
 
 func TestCommitWritesRows(t *testing.T) {
@@ -589,8 +597,8 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("DDL(%q) = %v, want ErrInvalidTable", table, err)
 		}
 	}
-	if _, err := hooks.DDL("mysql", ""); !errors.Is(err, hooks.ErrUnsupportedDialect) {
-		t.Errorf("DDL(mysql) = %v, want ErrUnsupportedDialect", err)
+	if _, err := hooks.DDL("sqlserver", ""); !errors.Is(err, hooks.ErrUnsupportedDialect) {
+		t.Errorf("DDL(sqlserver) = %v, want ErrUnsupportedDialect", err)
 	}
 	if _, err := hooks.New(hooks.Config{Table: "events.outbox"}); err != nil {
 		t.Errorf("New(schema-qualified) = %v", err)
@@ -673,7 +681,7 @@ func TestAssociationsThatAreAggregates(t *testing.T) {
 			t.Fatal("Save with an invalid event succeeded")
 		}
 		if n := count(t, db, "outbox_messages"); n != 3 {
-			t.Errorf("outbox rows after the failed save = %d, want 3", n)
+			t.Errorf("outbox rows after the failed save = %d, want 3: %v", n, summarize(rows(t, db)))
 		}
 		if n := len(shop.Tickets[2].Events()); n != 1 {
 			t.Errorf("association pending after rollback = %d, want 1", n)

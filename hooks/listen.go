@@ -24,12 +24,15 @@ const (
 // for each, after one initial call once it is listening. It holds one pool
 // connection, which it discards when it returns, and checks every 15s that
 // the connection still answers within 5s. It returns ctx.Err() when ctx is
-// done and the connection's error when the connection fails. On SQLite it
-// returns an error wrapping errors.ErrUnsupported at once.
+// done and the connection's error when the connection fails. On SQLite and
+// MySQL it returns an error wrapping errors.ErrUnsupported at once: the relay
+// then polls.
 func (s *Store) Listen(ctx context.Context, notify func()) error {
-	if s.dialect.name != "postgres" {
-		return fmt.Errorf("hooks: listen: %w: LISTEN/NOTIFY needs PostgreSQL", errors.ErrUnsupported)
-	}
+	return s.dialect.listen(ctx, s, notify)
+}
+
+// listen is LISTEN on pgx's connection.
+func (postgresDialect) listen(ctx context.Context, s *Store, notify func()) error {
 	cctx, cancel := context.WithTimeout(ctx, listenPingTimeout)
 	conn, err := s.db.Conn(cctx)
 	cancel()

@@ -108,32 +108,10 @@ func seedLeases(table, conflict string) string {
 	return b.String()
 }
 
-// upgradePostgres brings a table of an earlier version up to date: rows get
-// a shard, and JSONB payloads and headers (which refuse a NUL character and
-// cost a parse per insert) become TEXT. It takes no lock on a table that is
-// already up to date.
-func upgradePostgres(table string) string {
-	schema := "current_schema()"
-	if i := strings.LastIndexByte(table, '.'); i >= 0 {
-		schema = "lower('" + table[:i] + "')"
-	}
-	col := `FROM information_schema.columns WHERE table_schema = ` + schema + ` AND table_name = lower('` + baseName(table) + `')`
-	return `DO $$
-BEGIN
-	IF NOT EXISTS (SELECT 1 ` + col + ` AND column_name = 'shard') THEN
-		ALTER TABLE ` + table + ` ADD COLUMN shard SMALLINT NOT NULL DEFAULT 0;
-	END IF;
-	IF EXISTS (SELECT 1 ` + col + ` AND column_name = 'payload' AND data_type = 'jsonb') THEN
-		ALTER TABLE ` + table + ` ALTER COLUMN payload TYPE TEXT, ALTER COLUMN headers TYPE TEXT;
-	END IF;
-END
-$$`
-}
-
 // DDL returns the statements that create the outbox table, its indexes, the
 // two small tables relays share it through (leases per shard, relays alive)
-// and, for PostgreSQL, the NOTIFY trigger, for dialect ("postgres" or
-// "sqlite"), for users who run their own migrations. The statements are
+// and, for PostgreSQL, the NOTIFY trigger (for MySQL, the commit-order lock
+// table), for dialect ("postgres", "sqlite" or "mysql"), for users who run their own migrations. The statements are
 // idempotent, and bring a table created by an earlier version up to date.
 // An empty table means [DefaultTable].
 func DDL(dialect, table string) ([]string, error) {
@@ -143,95 +121,11 @@ func DDL(dialect, table string) ([]string, error) {
 	if err := validTable(table); err != nil {
 		return nil, err
 	}
-	base := baseName(table)
-	switch dialect {
-	case "postgres":
-		fn := qualify(table, base+"_notify")
-		return []string{
-			`CREATE TABLE IF NOT EXISTS ` + table + ` (
-	id              BIGSERIAL PRIMARY KEY,
-	event_id        UUID        NOT NULL,
-	event_type      TEXT        NOT NULL,
-	event_version   INTEGER     NOT NULL,
-	aggregate_type  TEXT        NOT NULL,
-	aggregate_id    TEXT        NOT NULL,
-	shard           SMALLINT    NOT NULL DEFAULT 0,
-	topic           TEXT        NOT NULL,
-	payload         TEXT        NOT NULL,
-	headers         TEXT,
-	occurred_at     TIMESTAMPTZ NOT NULL,
-	created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
-	published_at    TIMESTAMPTZ,
-	attempts        INTEGER     NOT NULL DEFAULT 0,
-	last_error      TEXT,
-	next_attempt_at TIMESTAMPTZ,
-	parked_at       TIMESTAMPTZ
-)`,
-			upgradePostgres(table),
-			`CREATE UNIQUE INDEX IF NOT EXISTS ` + base + `_event_id ON ` + table + ` (event_id)`,
-			`CREATE INDEX IF NOT EXISTS ` + base + `_pending ON ` + table + ` (id) WHERE published_at IS NULL AND parked_at IS NULL`,
-			`CREATE INDEX IF NOT EXISTS ` + base + `_blocked ON ` + table + ` (aggregate_type, aggregate_id)
-	WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)`,
-			`CREATE INDEX IF NOT EXISTS ` + base + `_parked ON ` + table + ` (id) WHERE parked_at IS NOT NULL AND published_at IS NULL`,
-			`CREATE TABLE IF NOT EXISTS ` + leasesTable(table) + ` (
-	shard      SMALLINT PRIMARY KEY,
-	owner      TEXT,
-	expires_at TIMESTAMPTZ
-)`,
-			seedLeases(table, "ON CONFLICT DO NOTHING"),
-			`CREATE TABLE IF NOT EXISTS ` + relaysTable(table) + ` (
-	owner      TEXT PRIMARY KEY,
-	expires_at TIMESTAMPTZ NOT NULL
-)`,
-			`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	PERFORM pg_notify('` + base + `', '');
-	RETURN NULL;
-END
-$$`,
-			`CREATE OR REPLACE TRIGGER ` + base + `_notify AFTER INSERT ON ` + table +
-				` FOR EACH STATEMENT EXECUTE FUNCTION ` + fn + `()`,
-		}, nil
-	case "sqlite":
-		return []string{
-			`CREATE TABLE IF NOT EXISTS ` + table + ` (
-	id              INTEGER PRIMARY KEY AUTOINCREMENT,
-	event_id        TEXT     NOT NULL,
-	event_type      TEXT     NOT NULL,
-	event_version   INTEGER  NOT NULL,
-	aggregate_type  TEXT     NOT NULL,
-	aggregate_id    TEXT     NOT NULL,
-	shard           INTEGER  NOT NULL DEFAULT 0,
-	topic           TEXT     NOT NULL,
-	payload         TEXT     NOT NULL,
-	headers         TEXT,
-	occurred_at     DATETIME NOT NULL,
-	created_at      DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
-	published_at    DATETIME,
-	attempts        INTEGER  NOT NULL DEFAULT 0,
-	last_error      TEXT,
-	next_attempt_at INTEGER, -- unix microseconds
-	parked_at       DATETIME
-)`,
-			`CREATE UNIQUE INDEX IF NOT EXISTS ` + qualify(table, base+`_event_id`) + ` ON ` + base + ` (event_id)`,
-			`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_pending`) + ` ON ` + base + ` (id) WHERE published_at IS NULL AND parked_at IS NULL`,
-			`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_blocked`) + ` ON ` + base + ` (aggregate_type, aggregate_id)
-	WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)`,
-			`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_parked`) + ` ON ` + base + ` (id) WHERE parked_at IS NOT NULL AND published_at IS NULL`,
-			`CREATE TABLE IF NOT EXISTS ` + leasesTable(table) + ` (
-	shard      INTEGER PRIMARY KEY,
-	owner      TEXT,
-	expires_at INTEGER -- unix microseconds
-)`,
-			seedLeases(table, "ON CONFLICT DO NOTHING"),
-			`CREATE TABLE IF NOT EXISTS ` + relaysTable(table) + ` (
-	owner      TEXT PRIMARY KEY,
-	expires_at INTEGER NOT NULL -- unix microseconds
-)`,
-		}, nil
-	default:
-		return nil, fmt.Errorf("%w: %q (supported: postgres, sqlite)", ErrUnsupportedDialect, dialect)
+	d, err := dialectOf(dialect)
+	if err != nil || d.name() != dialect {
+		return nil, fmt.Errorf("%w: %q (supported: postgres, sqlite, mysql)", ErrUnsupportedDialect, dialect)
 	}
+	return d.ddl(table), nil
 }
 
 // Migrate creates the outbox table, its indexes, its lease tables and
@@ -243,10 +137,9 @@ func Migrate(ctx context.Context, db *gorm.DB, table string) error {
 		return err
 	}
 	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if db.Dialector.Name() == "postgres" {
-			// Concurrent first starts would race on CREATE ... IF NOT
-			// EXISTS; serialise them.
-			if err := tx.Exec(`SELECT pg_advisory_xact_lock(` + strconv.Itoa(int(int32(aggregateHash("outbox:migrate", table)))) + `)`).Error; err != nil {
+		d, _ := dialectOf(db.Dialector.Name())
+		if lock := d.migrateLock(table); lock != "" {
+			if err := tx.Exec(lock).Error; err != nil {
 				return fmt.Errorf("hooks: migrate outbox table: %w", err)
 			}
 		}

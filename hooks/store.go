@@ -121,8 +121,8 @@ type Store struct {
 	db      *sql.DB
 	dialect dialect
 	table   string
-	leases  string
-	relays  string
+	tables  storeTables
+	lease   leaseOps
 	cfg     StoreConfig
 
 	mu     sync.Mutex
@@ -158,22 +158,21 @@ func NewStore(db *gorm.DB, cfg StoreConfig) (*Store, error) {
 }
 
 // NewSQLStore returns a store on a database/sql pool, for relays that do not
-// use GORM. driver is "postgres" (pgx's stdlib driver, "pgx") or "sqlite".
+// use GORM. driver is "postgres" (pgx's stdlib driver, "pgx"), "sqlite" or
+// "mysql" (MySQL 8 or MariaDB 10.6+ through github.com/go-sql-driver/mysql,
+// whose DSN must have parseTime=true and the default loc, UTC).
 func NewSQLStore(db *sql.DB, driver string, cfg StoreConfig) (*Store, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if driver == "pgx" {
-		driver = "postgres"
-	}
 	d, err := dialectOf(driver)
 	if err != nil {
 		return nil, err
 	}
+	t := storeTables{table: cfg.Table, leases: leasesTable(cfg.Table), relays: relaysTable(cfg.Table)}
 	return &Store{
-		db: db, dialect: d, table: cfg.Table, cfg: cfg,
-		leases: leasesTable(cfg.Table), relays: relaysTable(cfg.Table),
+		db: db, dialect: d, table: cfg.Table, tables: t, lease: d.leases(t), cfg: cfg,
 		owners: map[string]*ownerLease{},
 	}, nil
 }
@@ -247,41 +246,39 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 func (s *Store) renew(ctx context.Context, owner string, o *ownerLease) error {
 	start := time.Now()
 	ttl := s.cfg.LeaseTTL
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.db.BeginTx(ctx, s.dialect.leaseTx())
 	if err != nil {
 		return fmt.Errorf("hooks: lease: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }() // no-op after Commit
-	q := s.leaseSQL()
-	now, until := s.clock(start, ttl)
-	if _, err := tx.ExecContext(ctx, q.register, append(until, owner)...); err != nil {
+	l := s.lease
+	if err := l.register(ctx, tx, owner, start, ttl); err != nil {
 		return fmt.Errorf("hooks: lease: register relay: %w", err)
 	}
-	var alive int
-	if err := tx.QueryRowContext(ctx, q.alive, now...).Scan(&alive); err != nil {
+	alive, err := l.alive(ctx, tx, start)
+	if err != nil {
 		return fmt.Errorf("hooks: lease: count relays: %w", err)
 	}
-	owned, err := scanShards(tx.QueryContext(ctx, q.renew, append(until, owner)...))
+	owned, err := l.renew(ctx, tx, owner, start, ttl)
 	if err != nil {
 		return fmt.Errorf("hooks: lease: renew: %w", err)
 	}
 	target := (Shards + max(alive, 1) - 1) / max(alive, 1)
 	switch {
 	case len(owned) > target:
-		give := owned[target:]
-		if _, err := tx.ExecContext(ctx, q.release+" AND shard IN ("+shardList(give)+")", owner); err != nil {
+		if err := l.release(ctx, tx, owner, owned[target:]); err != nil {
 			return fmt.Errorf("hooks: lease: give back shards: %w", err)
 		}
 		owned = owned[:target]
 	case len(owned) < target:
-		got, err := scanShards(tx.QueryContext(ctx, q.acquire, append(append(until, owner), append(now, target-len(owned))...)...))
+		got, err := l.acquire(ctx, tx, owner, start, ttl, target-len(owned))
 		if err != nil {
 			return fmt.Errorf("hooks: lease: take shards: %w", err)
 		}
 		owned = append(owned, got...)
 		slices.Sort(owned)
 	}
-	if _, err := tx.ExecContext(ctx, q.forget, now...); err != nil {
+	if err := l.forget(ctx, tx, start); err != nil {
 		return fmt.Errorf("hooks: lease: forget stopped relays: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -298,54 +295,6 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease) error {
 	}
 	o.nextRenew = start.Add(every)
 	return nil
-}
-
-// clock returns the arguments of the lease statements: now, and now plus
-// ttl. PostgreSQL uses its own clock (and these are empty); SQLite uses the
-// process's, as unix microseconds.
-func (s *Store) clock(now time.Time, ttl time.Duration) (nowArgs, untilArgs []any) {
-	if s.dialect.name == "postgres" {
-		return nil, []any{ttl.Microseconds()}
-	}
-	return []any{now.UnixMicro()}, []any{now.Add(ttl).UnixMicro()}
-}
-
-// leaseStatements are the statements of the lease bookkeeping. Their
-// arguments: register (until..., owner), alive (now...), renew (until...,
-// owner), release (owner), acquire (until..., owner, now..., count),
-// forget (now...).
-type leaseStatements struct {
-	register, alive, renew, release, acquire, forget string
-}
-
-func (s *Store) leaseSQL() leaseStatements {
-	if s.dialect.name == "postgres" {
-		until := "now() + $1 * interval '1 microsecond'"
-		return leaseStatements{
-			register: `INSERT INTO ` + s.relays + ` (owner, expires_at) VALUES ($2, ` + until + `)
-				ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at`,
-			alive:   `SELECT count(*) FROM ` + s.relays + ` WHERE expires_at > now()`,
-			renew:   `UPDATE ` + s.leases + ` SET expires_at = ` + until + ` WHERE owner = $2 RETURNING shard`,
-			release: `UPDATE ` + s.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = $1`,
-			acquire: `UPDATE ` + s.leases + ` SET owner = $2, expires_at = ` + until + `
-				WHERE shard IN (SELECT shard FROM ` + s.leases + ` WHERE owner IS NULL OR expires_at <= now()
-					ORDER BY shard LIMIT $3 FOR UPDATE SKIP LOCKED)
-				RETURNING shard`,
-			forget: `DELETE FROM ` + s.relays + ` WHERE expires_at < now() - interval '1 hour'`,
-		}
-	}
-	return leaseStatements{
-		register: `INSERT INTO ` + s.relays + ` (owner, expires_at) VALUES (?2, ?1)
-			ON CONFLICT (owner) DO UPDATE SET expires_at = excluded.expires_at`,
-		alive:   `SELECT count(*) FROM ` + s.relays + ` WHERE expires_at > ?`,
-		renew:   `UPDATE ` + s.leases + ` SET expires_at = ?1 WHERE owner = ?2 RETURNING shard`,
-		release: `UPDATE ` + s.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = ?`,
-		acquire: `UPDATE ` + s.leases + ` SET owner = ?2, expires_at = ?1
-			WHERE shard IN (SELECT shard FROM ` + s.leases + ` WHERE owner IS NULL OR expires_at <= ?3
-				ORDER BY shard LIMIT ?4)
-			RETURNING shard`,
-		forget: `DELETE FROM ` + s.relays + ` WHERE expires_at < ?1 - 3600000000`,
-	}
 }
 
 // scanShards reads a column of shard numbers, sorted.
@@ -390,11 +339,10 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 		defer o.mu.Unlock()
 		o.shards, o.validUntil = nil, time.Time{}
 	}
-	q := s.leaseSQL()
-	if _, err := s.db.ExecContext(ctx, q.release, owner); err != nil {
+	if err := s.lease.release(ctx, s.db, owner, nil); err != nil {
 		return fmt.Errorf("hooks: release leases: %w", err)
 	}
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM `+s.relays+` WHERE owner = `+s.dialect.ph(1), owner); err != nil {
+	if err := s.lease.unregister(ctx, s.db, owner); err != nil {
 		return fmt.Errorf("hooks: release leases: %w", err)
 	}
 	return nil
@@ -409,30 +357,7 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, limit int, 
 	if len(shards) < Shards {
 		shardFilter = " AND o.shard IN (" + shardList(shards) + ")"
 	}
-	var q string
-	var args []any
-	if s.dialect.name == "postgres" {
-		q = `WITH b AS MATERIALIZED (SELECT DISTINCT aggregate_type, aggregate_id FROM ` + s.table + `
-				WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at > now()))
-			SELECT ` + selectColumns + ` FROM (
-				SELECT c.*, sum(octet_length(c.payload)) OVER (ORDER BY c.id) AS run FROM (
-					SELECT ` + selectColumns + ` FROM ` + s.table + ` o
-					WHERE o.published_at IS NULL AND o.parked_at IS NULL` + shardFilter + `
-					AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)
-					ORDER BY o.id LIMIT $1) c) x
-			WHERE run - octet_length(payload) < $2 ORDER BY id`
-		args = []any{limit, maxBytes}
-	} else {
-		q = `SELECT ` + selectColumns + ` FROM (
-				SELECT c.*, sum(length(CAST(c.payload AS BLOB))) OVER (ORDER BY c.id) AS run FROM (
-					SELECT ` + selectColumns + ` FROM ` + s.table + ` o
-					WHERE o.published_at IS NULL AND o.parked_at IS NULL` + shardFilter + `
-					AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM ` + s.table + `
-						WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at > ?1))
-					ORDER BY o.id LIMIT ?2) c) x
-			WHERE run - length(CAST(payload AS BLOB)) < ?3 ORDER BY id`
-		args = []any{time.Now().UnixMicro(), limit, maxBytes}
-	}
+	q, args := s.dialect.claimQuery(s.tables, shardFilter, limit, maxBytes)
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("hooks: claim: select pending: %w", err)
@@ -532,8 +457,8 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 		groups[g] = append(groups[g], f.ID)
 	}
 	for _, g := range order {
-		set, args := s.failureSet(g.kind, g.text)
-		if err := s.updateFenced(ctx, tok.owner, set, args, groups[g]); err != nil {
+		set, args := s.dialect.failureSet(g.kind, g.text, s.cfg)
+		if err := s.dialect.updateFenced(ctx, s.db, s.tables, tok.owner, set, args, groups[g]); err != nil {
 			return fmt.Errorf("hooks: mark: record failed attempt: %w", err)
 		}
 	}
@@ -547,74 +472,11 @@ func (s *Store) markPublished(ctx context.Context, owner string, ids []int64) er
 	if len(ids) == 0 {
 		return nil
 	}
-	set, args := "published_at = now()", []any(nil) // the database's clock, as DeletePublished compares it
-	if s.dialect.name == "sqlite" {
-		set, args = "published_at = ?", []any{time.Now().UTC()}
-	}
-	if err := s.updateFenced(ctx, owner, set, args, ids); err != nil {
+	set, args := s.dialect.publishedSet()
+	if err := s.dialect.updateFenced(ctx, s.db, s.tables, owner, set, args, ids); err != nil {
 		return fmt.Errorf("hooks: mark published: %w", err)
 	}
 	return nil
-}
-
-// updateFenced runs "UPDATE table SET set WHERE id IN ids" for the pending
-// rows of ids in shards that owner holds.
-func (s *Store) updateFenced(ctx context.Context, owner string, set string, setArgs []any, ids []int64) error {
-	if s.dialect.name == "postgres" {
-		n := len(setArgs)
-		q := `UPDATE ` + s.table + ` AS o SET ` + set + `
-			FROM (SELECT set_config('synchronous_commit', 'off', true)) AS sc
-			WHERE o.id = ANY($` + strconv.Itoa(n+1) + `) AND o.published_at IS NULL
-			AND o.shard IN (SELECT shard FROM ` + s.leases + ` WHERE owner = $` + strconv.Itoa(n+2) + `)`
-		_, err := s.db.ExecContext(ctx, q, append(setArgs, ids, owner)...)
-		return err
-	}
-	const chunk = 500
-	for start := 0; start < len(ids); start += chunk {
-		part := ids[start:min(start+chunk, len(ids))]
-		args := append([]any(nil), setArgs...)
-		for _, id := range part {
-			args = append(args, id)
-		}
-		args = append(args, owner)
-		q := `UPDATE ` + s.table + ` SET ` + set + ` WHERE id IN (?` + strings.Repeat(", ?", len(part)-1) + `)
-			AND published_at IS NULL AND shard IN (SELECT shard FROM ` + s.leases + ` WHERE owner = ?)`
-		if _, err := s.db.ExecContext(ctx, q, args...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// failureSet returns the SET clause (and its arguments, numbered from 1)
-// that records a failure of kind with the error text.
-func (s *Store) failureSet(kind failureKind, text string) (string, []any) {
-	delay, maxDelay := s.cfg.RetryDelay.Microseconds(), s.cfg.MaxRetryDelay.Microseconds()
-	if s.dialect.name == "postgres" {
-		switch kind {
-		case failPark:
-			return `attempts = o.attempts + 1, last_error = $1, parked_at = now()`, []any{text}
-		case failAttempt:
-			return `attempts = o.attempts + 1, last_error = $1,
-				next_attempt_at = now() + least($2::float8 * power(2, least(o.attempts, 30)), $3::float8) * interval '1 microsecond',
-				parked_at = CASE WHEN $4::int > 0 AND o.attempts + 1 >= $4::int THEN now() END`,
-				[]any{text, delay, maxDelay, s.cfg.MaxAttempts}
-		default:
-			return `last_error = $1, next_attempt_at = now() + $2 * interval '1 microsecond'`, []any{text, delay}
-		}
-	}
-	now := time.Now()
-	switch kind {
-	case failPark:
-		return `attempts = attempts + 1, last_error = ?, parked_at = ?`, []any{text, now.UTC()}
-	case failAttempt:
-		return `attempts = attempts + 1, last_error = ?,
-			next_attempt_at = ? + min(? * (1 << min(attempts, 30)), ?),
-			parked_at = CASE WHEN ? > 0 AND attempts + 1 >= ? THEN ? END`,
-			[]any{text, now.UnixMicro(), delay, maxDelay, s.cfg.MaxAttempts, s.cfg.MaxAttempts, now.UTC()}
-	default:
-		return `last_error = ?, next_attempt_at = ?`, []any{text, now.UnixMicro() + delay}
-	}
 }
 
 // failureText is the last_error recorded on a message that was not published.
@@ -685,21 +547,12 @@ func (s *Store) DeletePublished(ctx context.Context, olderThan time.Duration, ba
 	if batch <= 0 {
 		batch = 1000
 	}
-	// The cutoff uses the clock that wrote published_at: the database's on
-	// PostgreSQL, the process's on SQLite.
-	var cutoff any = time.Now().Add(-olderThan).UTC()
-	cutoffSQL := s.dialect.ph(1)
-	if s.dialect.name == "postgres" {
-		cutoff, cutoffSQL = olderThan.Microseconds(), `now() - $1 * interval '1 microsecond'`
-	}
-	// Published rows are mostly the oldest: walk the primary key from the
-	// start rather than keep an index on published_at, which would cost
-	// every mark an index insertion.
-	q := `DELETE FROM ` + s.table + ` WHERE id IN (SELECT id FROM ` + s.table +
-		` WHERE published_at IS NOT NULL AND published_at < ` + cutoffSQL + ` ORDER BY id LIMIT ` + s.dialect.ph(2) + `)`
+	// The cutoff uses the clock that wrote published_at: the database's,
+	// the process's on SQLite.
 	var total int64
 	for {
-		res, err := s.db.ExecContext(ctx, q, cutoff, batch)
+		q, args := s.dialect.deletePublished(s.table, olderThan, batch)
+		res, err := s.db.ExecContext(ctx, q, args...)
 		if err != nil {
 			return total, fmt.Errorf("hooks: delete published: %w", err)
 		}
@@ -736,10 +589,7 @@ type Stats struct {
 // message.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	pending := `FROM ` + s.table + ` WHERE published_at IS NULL AND parked_at IS NULL`
-	age := `COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) ` + pending + `)), 0)`
-	if s.dialect.name == "sqlite" {
-		age = `COALESCE((julianday('now') - julianday((SELECT min(created_at) ` + pending + `))) * 86400, 0)`
-	}
+	age := s.dialect.pendingAge(pending)
 	q := `SELECT (SELECT count(*) ` + pending + `),
 		(SELECT count(*) ` + pending + ` AND attempts > 0),
 		(SELECT count(*) FROM ` + s.table + ` WHERE parked_at IS NOT NULL AND published_at IS NULL),

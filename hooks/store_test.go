@@ -95,7 +95,14 @@ func ids(msgs []runtime.OutboxMessage) []int64 {
 
 func postgresWithPlugin(t *testing.T) *gorm.DB {
 	t.Helper()
-	db := hookstest.Postgres(t, nil)
+	return withPlugin(t, "postgres")
+}
+
+// withPlugin opens a fresh database of dialect (see openDB), migrated, with
+// the plugin registered.
+func withPlugin(t *testing.T, dialect string) *gorm.DB {
+	t.Helper()
+	db := openDB(t, dialect, nil)
 	if err := hooks.Migrate(context.Background(), db, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +372,13 @@ func TestStoreDiscardLetsAggregateGoOn(t *testing.T) {
 // ground truth is the partial order of commits the test observed: a commit
 // that returned before another began comes first.
 func TestEnqueueCommitOrder(t *testing.T) {
-	db := postgresWithPlugin(t)
+	for _, dialect := range []string{"postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) { testEnqueueCommitOrder(t, dialect) })
+	}
+}
+
+func testEnqueueCommitOrder(t *testing.T, dialect string) {
+	db := withPlugin(t, dialect)
 	p, err := hooks.New(hooks.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -404,7 +417,12 @@ func TestEnqueueCommitOrder(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var waiting int64
-		db.Raw(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting)
+		if dialect == "mysql" { // waiting for the commit-order row lock
+			db.Raw(`SELECT count(*) FROM information_schema.processlist
+				WHERE db = DATABASE() AND info LIKE 'INSERT INTO outbox_messages_locks%'`).Scan(&waiting)
+		} else {
+			db.Raw(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting)
+		}
 		mu.Lock()
 		done := len(commits)
 		mu.Unlock()
@@ -412,7 +430,10 @@ func TestEnqueueCommitOrder(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 10s: %d committed, %d waiting", done, waiting)
+			var pl []map[string]any
+			db.Raw(`SELECT * FROM information_schema.processlist WHERE db = DATABASE()`).Scan(&pl)
+			long.Rollback()
+			t.Fatalf("after 10s: %d committed, %d waiting %v", done, waiting, pl)
 		}
 		time.Sleep(10 * time.Millisecond) // polling other transactions' progress
 	}

@@ -1,16 +1,18 @@
 // Package hookstest opens the databases that the tests of gooutbox (and of
-// applications using it) run against: a fresh PostgreSQL schema per test, or
-// a SQLite file per test.
+// applications using it) run against: a fresh PostgreSQL schema per test, a
+// fresh MySQL/MariaDB database per test, or a SQLite file per test.
 //
 // PostgreSQL comes from OUTBOX_TEST_POSTGRES_DSN, by default the local server
-// ([DefaultPostgresDSN]). When it does not answer, the test is skipped with a
-// message naming the address, unless OUTBOX_TEST_REQUIRE_INTEGRATION=1, which
-// CI sets: then the test fails.
+// ([DefaultPostgresDSN]), and MySQL or MariaDB from OUTBOX_TEST_MYSQL_DSN
+// ([DefaultMySQLDSN]). When the server does not answer, the test is skipped
+// with a message naming the address, unless
+// OUTBOX_TEST_REQUIRE_INTEGRATION=1, which CI sets: then the test fails.
 package hookstest
 
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"net/url"
@@ -20,6 +22,8 @@ import (
 	"time"
 
 	"github.com/glebarez/sqlite"
+	"github.com/go-sql-driver/mysql"
+	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -102,6 +106,65 @@ func PostgresDSN(t testing.TB) string {
 func Postgres(t testing.TB, cfg *gorm.Config) *gorm.DB {
 	t.Helper()
 	return open(t, postgres.Open(PostgresDSN(t)), cfg)
+}
+
+// DefaultMySQLDSN is the MySQL or MariaDB server used when
+// OUTBOX_TEST_MYSQL_DSN is unset. Its database part is ignored: each test
+// gets a database of its own.
+const DefaultMySQLDSN = "root@tcp(127.0.0.1:3306)/?parseTime=true"
+
+// MySQLBaseDSN returns OUTBOX_TEST_MYSQL_DSN or [DefaultMySQLDSN].
+func MySQLBaseDSN() string {
+	if dsn := os.Getenv("OUTBOX_TEST_MYSQL_DSN"); dsn != "" {
+		return dsn
+	}
+	return DefaultMySQLDSN
+}
+
+// MySQLDSN creates a new database (outbox_test_<hex>) on the test MySQL or
+// MariaDB server and returns a DSN for it, with what the outbox needs:
+// parseTime=true, and clientFoundRows=true, so that an UPDATE reports the
+// rows it matched, as on PostgreSQL, and not only those it changed (GORM's
+// Save and the plugin read "no row affected" as "no such row"). The
+// database is dropped when t ends.
+func MySQLDSN(t testing.TB) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(MySQLBaseDSN())
+	if err != nil {
+		t.Fatalf("parse OUTBOX_TEST_MYSQL_DSN: %v", err)
+	}
+	cfg.DBName = ""
+	cfg.ParseTime = true
+	cfg.ClientFoundRows = true
+	addr := cfg.Addr
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = admin.PingContext(ctx)
+		cancel()
+	}
+	if err != nil {
+		Unavailable(t, "MySQL", addr, "OUTBOX_TEST_MYSQL_DSN", err)
+	}
+	name := "outbox_test_" + randomHex(6)
+	if _, err := admin.Exec("CREATE DATABASE " + name + " CHARACTER SET utf8mb4"); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.Exec("DROP DATABASE " + name); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+		admin.Close()
+	})
+	cfg.DBName = name
+	return cfg.FormatDSN()
+}
+
+// MariaDB returns a GORM database on a fresh database of the test MySQL or
+// MariaDB server (see [MySQLDSN]), closed when t ends.
+func MariaDB(t testing.TB, cfg *gorm.Config) *gorm.DB {
+	t.Helper()
+	return open(t, gormmysql.Open(MySQLDSN(t)), cfg)
 }
 
 // SQLite returns a GORM database on a new SQLite file in t.TempDir(), in WAL

@@ -1,0 +1,233 @@
+package hooks
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+)
+
+// dialect is everything that differs between the supported databases: each
+// database's SQL lives in its own file (dialect_postgres.go,
+// dialect_sqlite.go, dialect_mysql.go), behind this one interface, and the
+// plugin and the store are written once against it.
+type dialect interface {
+	// name is the dialect's name, as GORM's dialector reports it.
+	name() string
+	// ph returns the n-th (1-based) bind placeholder.
+	ph(n int) string
+
+	// ddl returns the idempotent statements that create the outbox table
+	// (a valid name), its indexes and the tables beside it.
+	ddl(table string) []string
+	// migrateLock is a statement that serialises concurrent Migrate runs
+	// inside their transaction, or "".
+	migrateLock(table string) string
+
+	// write inserts rows into table through conn (the statement's
+	// connection, in the business transaction or not), skipping event ids
+	// that already have a row, and reports which ids it inserted. It keeps
+	// each aggregate's ids in commit order (see "Commit order" in the
+	// package documentation).
+	write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow) (map[uuid.UUID]bool, error)
+
+	// leaseTx is the isolation of the lease bookkeeping transaction.
+	leaseTx() *sql.TxOptions
+	// leases returns the lease bookkeeping of a store's tables.
+	leases(t storeTables) leaseOps
+
+	// claimQuery returns the SELECT of the claimable rows (selectColumns, in
+	// id order) of the store's table: pending, not parked, of an aggregate
+	// with no waiting or parked row, at most limit rows whose payloads
+	// before each add up to less than maxBytes. shardFilter is "" or
+	// " AND o.shard IN (...)", for the table aliased o.
+	claimQuery(t storeTables, shardFilter string, limit int, maxBytes int64) (string, []any)
+	// publishedSet is the SET clause (with its arguments) that marks rows
+	// published, on the clock retention compares with.
+	publishedSet() (string, []any)
+	// updateFenced runs "UPDATE table SET set" on the pending rows of ids in
+	// the shards that owner holds; set's placeholders come first.
+	updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64) error
+	// failureSet returns the SET clause (and its arguments, numbered from
+	// 1) that records a failure of kind with the error text.
+	failureSet(kind failureKind, text string, cfg StoreConfig) (string, []any)
+	// deletePublished returns the statement that deletes at most batch rows
+	// published before now minus olderThan, oldest first.
+	deletePublished(table string, olderThan time.Duration, batch int) (string, []any)
+	// pendingAge is the expression of the age, in seconds, of the oldest
+	// created_at of "SELECT min(created_at) " + from, or 0.
+	pendingAge(from string) string
+	// listen waits for inserts (see [Store.Listen]).
+	listen(ctx context.Context, s *Store, notify func()) error
+}
+
+// dialectOf returns the dialect of a GORM dialector name, or of a
+// database/sql driver name.
+func dialectOf(name string) (dialect, error) {
+	switch name {
+	case "postgres", "pgx":
+		return postgresDialect{}, nil
+	case "sqlite":
+		return sqliteDialect{}, nil
+	case "mysql":
+		return mysqlDialect{}, nil
+	}
+	return nil, fmt.Errorf("%w: %q (supported: postgres, sqlite, mysql)", ErrUnsupportedDialect, name)
+}
+
+// storeTables names a store's tables.
+type storeTables struct {
+	table, leases, relays string
+}
+
+// leaseOps is the lease bookkeeping of [Store.renew], run in one transaction
+// (tx), and of [Store.Release] (q, a pool or a transaction).
+type leaseOps interface {
+	// register marks owner alive until now + ttl.
+	register(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration) error
+	// alive counts the relays alive.
+	alive(ctx context.Context, tx *sql.Tx, now time.Time) (int, error)
+	// renew extends owner's leases to now + ttl and returns their shards.
+	renew(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration) ([]int16, error)
+	// release gives back owner's shards: all of them when shards is nil.
+	release(ctx context.Context, q execer, owner string, shards []int16) error
+	// acquire takes up to n free or expired shards for owner, skipping
+	// those another relay's transaction holds, and returns them.
+	acquire(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration, n int) ([]int16, error)
+	// forget unregisters relays dead for an hour, and unregister one that
+	// stopped.
+	forget(ctx context.Context, tx *sql.Tx, now time.Time) error
+	unregister(ctx context.Context, q execer, owner string) error
+}
+
+// execer is a *sql.DB or a *sql.Tx.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// insertArgs returns the ten arguments of rows' insertColumns, row by row.
+func insertArgs(rows []pendingRow) ([]any, error) {
+	args := make([]any, 0, 10*len(rows))
+	for _, r := range rows {
+		var headers any
+		if len(r.env.Headers) > 0 {
+			h, err := json.Marshal(r.env.Headers)
+			if err != nil {
+				return nil, fmt.Errorf("marshal headers of event %s: %w", r.env.EventID, err)
+			}
+			headers = string(h)
+		}
+		args = append(args, r.env.EventID.String(), r.env.EventType, r.env.EventVersion,
+			r.env.AggregateType, r.env.AggregateID, r.topic, string(r.env.Payload), headers,
+			r.env.OccurredAt, ShardOf(r.env.AggregateType, r.env.AggregateID))
+	}
+	return args, nil
+}
+
+// valuesList is "(?, ..., ?), ..." for n rows of width placeholders.
+func valuesList(n, width int) string {
+	row := "(?" + strings.Repeat(", ?", width-1) + ")"
+	return row + strings.Repeat(", "+row, n-1)
+}
+
+// scanEventIDs reads a column of event ids into inserted.
+func scanEventIDs(rows *sql.Rows, err error, inserted map[uuid.UUID]bool) error {
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return fmt.Errorf("scan event id: %w", err)
+		}
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return fmt.Errorf("event id %q: %w", s, err)
+		}
+		inserted[id] = true
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	return rows.Err()
+}
+
+// updateFencedIn is updateFenced with "?" placeholders and IN lists of at
+// most 500 ids, for the dialects that have no array parameters.
+func updateFencedIn(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64) error {
+	const chunk = 500
+	for start := 0; start < len(ids); start += chunk {
+		part := ids[start:min(start+chunk, len(ids))]
+		args := append([]any(nil), setArgs...)
+		for _, id := range part {
+			args = append(args, id)
+		}
+		args = append(args, owner)
+		q := `UPDATE ` + t.table + ` SET ` + set + ` WHERE id IN (?` + strings.Repeat(", ?", len(part)-1) + `)
+			AND published_at IS NULL AND shard IN (SELECT shard FROM ` + t.leases + ` WHERE owner = ?)`
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// returningLeases is the lease bookkeeping of the databases that have
+// UPDATE ... RETURNING: one statement per step. The statements' arguments:
+// register (until..., owner), alive (now...), renew (until..., owner),
+// release (owner), acquire (until..., owner, now..., count), forget (now...).
+type returningLeases struct {
+	registerQ, aliveQ, renewQ, releaseQ, acquireQ, forgetQ, unregisterQ string
+	// clock returns the now and now-plus-ttl arguments: none and the ttl
+	// in microseconds on a database that uses its own clock.
+	clock func(now time.Time, ttl time.Duration) (nowArgs, untilArgs []any)
+}
+
+func (l returningLeases) register(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration) error {
+	_, until := l.clock(now, ttl)
+	_, err := tx.ExecContext(ctx, l.registerQ, append(until, owner)...)
+	return err
+}
+
+func (l returningLeases) alive(ctx context.Context, tx *sql.Tx, now time.Time) (int, error) {
+	n, _ := l.clock(now, 0)
+	var alive int
+	err := tx.QueryRowContext(ctx, l.aliveQ, n...).Scan(&alive)
+	return alive, err
+}
+
+func (l returningLeases) renew(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration) ([]int16, error) {
+	_, until := l.clock(now, ttl)
+	return scanShards(tx.QueryContext(ctx, l.renewQ, append(until, owner)...))
+}
+
+func (l returningLeases) release(ctx context.Context, q execer, owner string, shards []int16) error {
+	stmt := l.releaseQ
+	if shards != nil {
+		stmt += " AND shard IN (" + shardList(shards) + ")"
+	}
+	_, err := q.ExecContext(ctx, stmt, owner)
+	return err
+}
+
+func (l returningLeases) acquire(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration, n int) ([]int16, error) {
+	nowArgs, until := l.clock(now, ttl)
+	return scanShards(tx.QueryContext(ctx, l.acquireQ, append(append(until, owner), append(nowArgs, n)...)...))
+}
+
+func (l returningLeases) forget(ctx context.Context, tx *sql.Tx, now time.Time) error {
+	n, _ := l.clock(now, 0)
+	_, err := tx.ExecContext(ctx, l.forgetQ, n...)
+	return err
+}
+
+func (l returningLeases) unregister(ctx context.Context, q execer, owner string) error {
+	_, err := q.ExecContext(ctx, l.unregisterQ, owner)
+	return err
+}

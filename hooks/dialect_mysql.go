@@ -1,0 +1,329 @@
+package hooks
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+)
+
+// mysqlDialect is MySQL 8 and MariaDB 10.6+ (InnoDB), through
+// github.com/go-sql-driver/mysql with parseTime=true and the default loc
+// (UTC). What it does without what PostgreSQL has:
+//
+//   - No RETURNING on every version, no ON CONFLICT: an insert is a plain
+//     multi-row INSERT; when it hits a duplicate event id (error 1062, the
+//     statement is undone, the transaction goes on) the rows are inserted
+//     one by one, and those that fail with 1062 are the ones not inserted.
+//     A first save, the common case, is one statement.
+//   - No transaction-scoped advisory lock (GET_LOCK is held by the session,
+//     past the commit): the commit-order lock is a row lock on a small lock
+//     table (<table>_locks, one row per hash slot of the aggregate, made on
+//     first use), taken by INSERT ... ON DUPLICATE KEY UPDATE in slot order
+//     before the outbox rows get their ids, and held until the transaction
+//     ends. An insert outside a transaction runs in one of its own so that
+//     the lock covers the rows' commit.
+//   - No partial indexes: the pending index is (published_at, parked_at,
+//     id), whose NULL, NULL prefix is the pending rows in id order (and
+//     NULL, NOT NULL the parked ones), and the blocked check is a NOT
+//     EXISTS probe of (aggregate_type, aggregate_id, published_at,
+//     parked_at, next_attempt_at) for each candidate row.
+//   - No UPDATE ... RETURNING: leases are selected FOR UPDATE SKIP LOCKED,
+//     then updated, in a READ COMMITTED transaction (so scanning the lease
+//     table locks only the rows taken).
+//   - Times are DATETIME(6) in UTC, on the database's clock
+//     (UTC_TIMESTAMP(6)).
+type mysqlDialect struct{}
+
+func (mysqlDialect) name() string  { return "mysql" }
+func (mysqlDialect) ph(int) string { return "?" }
+
+// lockSlots is the number of rows the commit-order lock table can hold:
+// aggregates whose hashes share a slot wait for each other's commits.
+const lockSlots = 1 << 16
+
+// locksTable names the commit-order lock table.
+func locksTable(table string) string { return qualify(table, baseName(table)+"_locks") }
+
+func (mysqlDialect) ddl(table string) []string {
+	base := baseName(table)
+	const opts = ` ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + table + ` (
+	id              BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
+	event_id        CHAR(36) CHARACTER SET ascii NOT NULL,
+	event_type      VARCHAR(255) NOT NULL,
+	event_version   INT          NOT NULL,
+	aggregate_type  VARCHAR(255) NOT NULL,
+	aggregate_id    VARCHAR(255) NOT NULL,
+	shard           SMALLINT     NOT NULL DEFAULT 0,
+	topic           VARCHAR(255) NOT NULL,
+	payload         LONGTEXT     NOT NULL,
+	headers         MEDIUMTEXT,
+	occurred_at     DATETIME(6)  NOT NULL,
+	created_at      DATETIME(6)  NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+	published_at    DATETIME(6),
+	attempts        INT          NOT NULL DEFAULT 0,
+	last_error      MEDIUMTEXT,
+	next_attempt_at DATETIME(6),
+	parked_at       DATETIME(6),
+	UNIQUE KEY ` + base + `_event_id (event_id),
+	KEY ` + base + `_pending (published_at, parked_at, id),
+	KEY ` + base + `_blocked (aggregate_type, aggregate_id, published_at, parked_at, next_attempt_at)
+)` + opts,
+		`CREATE TABLE IF NOT EXISTS ` + leasesTable(table) + ` (
+	shard      SMALLINT NOT NULL PRIMARY KEY,
+	owner      VARCHAR(255),
+	expires_at DATETIME(6)
+)` + opts,
+		seedLeases(table, "ON DUPLICATE KEY UPDATE shard = shard"),
+		`CREATE TABLE IF NOT EXISTS ` + relaysTable(table) + ` (
+	owner      VARCHAR(255) NOT NULL PRIMARY KEY,
+	expires_at DATETIME(6)  NOT NULL
+)` + opts,
+		`CREATE TABLE IF NOT EXISTS ` + locksTable(table) + ` (
+	slot INT NOT NULL PRIMARY KEY
+)` + opts,
+	}
+}
+
+func (mysqlDialect) migrateLock(string) string { return "" }
+
+// write inserts rows; see mysqlDialect for how.
+func (d mysqlDialect) write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow) (map[uuid.UUID]bool, error) {
+	if _, inTx := conn.(gorm.TxCommitter); inTx {
+		return d.writeTx(ctx, conn, table, rows)
+	}
+	db, err := sqlDBOf(conn)
+	if err != nil {
+		return nil, fmt.Errorf("insert into %s: a transaction for the commit-order lock: %w", table, err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("insert into %s: begin: %w", table, err)
+	}
+	defer func() { _ = tx.Rollback() }() // no-op after Commit
+	inserted, err := d.writeTx(ctx, tx, table, rows)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("insert into %s: commit: %w", table, err)
+	}
+	return inserted, nil
+}
+
+func (mysqlDialect) writeTx(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow) (map[uuid.UUID]bool, error) {
+	inserted := make(map[uuid.UUID]bool, len(rows))
+	for start := 0; start < len(rows); start += maxRowsPerInsert {
+		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
+		if _, err := conn.ExecContext(ctx, lockSlotsSQL(table, chunk)); err != nil {
+			return nil, fmt.Errorf("insert into %s: commit-order lock: %w", table, err)
+		}
+		args, err := insertArgs(chunk)
+		if err != nil {
+			return nil, err
+		}
+		q := "INSERT INTO " + table + " (" + insertColumns + ") VALUES "
+		_, err = conn.ExecContext(ctx, q+valuesList(len(chunk), 10), args...)
+		if err == nil {
+			for _, r := range chunk {
+				inserted[r.env.EventID] = true
+			}
+			continue
+		}
+		if !isDuplicateKey(err) {
+			return nil, fmt.Errorf("insert into %s: %w", table, err)
+		}
+		// Some event ids have rows already (the statement was undone):
+		// insert row by row, and leave out those that fail the same way.
+		one := q + valuesList(1, 10)
+		for i, r := range chunk {
+			_, err := conn.ExecContext(ctx, one, args[10*i:10*i+10]...)
+			switch {
+			case err == nil:
+				inserted[r.env.EventID] = true
+			case !isDuplicateKey(err):
+				return nil, fmt.Errorf("insert into %s: %w", table, err)
+			}
+		}
+	}
+	return inserted, nil
+}
+
+// lockSlotsSQL locks the commit-order slots of rows' aggregates, in slot
+// order, creating the slots' rows on first use. The slots are numbers,
+// spliced into the statement so that it needs no prepared statement.
+func lockSlotsSQL(table string, rows []pendingRow) string {
+	slots := make([]int, 0, len(rows))
+	for _, r := range rows {
+		slots = append(slots, int(aggregateHash(r.env.AggregateType, r.env.AggregateID)%lockSlots))
+	}
+	slices.Sort(slots)
+	slots = slices.Compact(slots)
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + locksTable(table) + " (slot) VALUES ")
+	for i, s := range slots {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(" + strconv.Itoa(s) + ")")
+	}
+	b.WriteString(" ON DUPLICATE KEY UPDATE slot = slot")
+	return b.String()
+}
+
+// isDuplicateKey reports whether err is MySQL's ER_DUP_ENTRY.
+func isDuplicateKey(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062
+}
+
+// leaseTx is READ COMMITTED, so that the scans of the lease table lock only
+// the rows they take or change.
+func (mysqlDialect) leaseTx() *sql.TxOptions {
+	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+}
+
+func (mysqlDialect) leases(t storeTables) leaseOps { return mysqlLeases{t} }
+
+// mysqlLeases is the lease bookkeeping without UPDATE ... RETURNING.
+type mysqlLeases struct{ t storeTables }
+
+const mysqlUntil = "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)"
+
+func (l mysqlLeases) register(ctx context.Context, tx *sql.Tx, owner string, _ time.Time, ttl time.Duration) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO `+l.t.relays+` (owner, expires_at) VALUES (?, `+mysqlUntil+`)
+		ON DUPLICATE KEY UPDATE expires_at = `+mysqlUntil, owner, ttl.Microseconds(), ttl.Microseconds())
+	return err
+}
+
+func (l mysqlLeases) alive(ctx context.Context, tx *sql.Tx, _ time.Time) (int, error) {
+	var n int
+	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+l.t.relays+` WHERE expires_at > UTC_TIMESTAMP(6)`).Scan(&n)
+	return n, err
+}
+
+func (l mysqlLeases) renew(ctx context.Context, tx *sql.Tx, owner string, _ time.Time, ttl time.Duration) ([]int16, error) {
+	if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.leases+` SET expires_at = `+mysqlUntil+` WHERE owner = ?`, ttl.Microseconds(), owner); err != nil {
+		return nil, err
+	}
+	return scanShards(tx.QueryContext(ctx, `SELECT shard FROM `+l.t.leases+` WHERE owner = ?`, owner))
+}
+
+func (l mysqlLeases) release(ctx context.Context, q execer, owner string, shards []int16) error {
+	stmt := `UPDATE ` + l.t.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = ?`
+	if shards != nil {
+		stmt += " AND shard IN (" + shardList(shards) + ")"
+	}
+	_, err := q.ExecContext(ctx, stmt, owner)
+	return err
+}
+
+func (l mysqlLeases) acquire(ctx context.Context, tx *sql.Tx, owner string, _ time.Time, ttl time.Duration, n int) ([]int16, error) {
+	free, err := scanShards(tx.QueryContext(ctx, `SELECT shard FROM `+l.t.leases+`
+		WHERE owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)
+		ORDER BY shard LIMIT `+strconv.Itoa(n)+` FOR UPDATE SKIP LOCKED`))
+	if err != nil || len(free) == 0 {
+		return nil, err
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE `+l.t.leases+` SET owner = ?, expires_at = `+mysqlUntil+`
+		WHERE shard IN (`+shardList(free)+`)`, owner, ttl.Microseconds())
+	if err != nil {
+		return nil, err
+	}
+	return free, nil
+}
+
+// forget finds the dead relays with a read that locks nothing, then
+// deletes them by key: a DELETE scanning the table would lock the rows of
+// the live relays, which hold their own row since register, and deadlock
+// with them.
+func (l mysqlLeases) forget(ctx context.Context, tx *sql.Tx, _ time.Time) error {
+	const dead = `expires_at < DATE_SUB(UTC_TIMESTAMP(6), INTERVAL 1 HOUR)`
+	rows, err := tx.QueryContext(ctx, `SELECT owner FROM `+l.t.relays+` WHERE `+dead)
+	if err != nil {
+		return err
+	}
+	var owners []any
+	for rows.Next() {
+		var o string
+		if err := rows.Scan(&o); err != nil {
+			rows.Close()
+			return err
+		}
+		owners = append(owners, o)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(owners) == 0 {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `DELETE FROM `+l.t.relays+` WHERE owner IN (?`+strings.Repeat(", ?", len(owners)-1)+`) AND `+dead, owners...)
+	return err
+}
+
+func (l mysqlLeases) unregister(ctx context.Context, q execer, owner string) error {
+	_, err := q.ExecContext(ctx, `DELETE FROM `+l.t.relays+` WHERE owner = ?`, owner)
+	return err
+}
+
+// claimQuery splices its numbers, so that the query runs without a
+// prepared statement.
+func (mysqlDialect) claimQuery(t storeTables, shardFilter string, limit int, maxBytes int64) (string, []any) {
+	q := `SELECT ` + selectColumns + ` FROM (
+			SELECT c.*, SUM(LENGTH(c.payload)) OVER (ORDER BY c.id) AS run FROM (
+				SELECT ` + selectColumns + ` FROM ` + t.table + ` o
+				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + shardFilter + `
+				AND NOT EXISTS (SELECT 1 FROM ` + t.table + ` b
+					WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id
+					AND b.published_at IS NULL AND (b.parked_at IS NOT NULL OR b.next_attempt_at > UTC_TIMESTAMP(6)))
+				ORDER BY o.id LIMIT ` + strconv.Itoa(limit) + `) c) x
+		WHERE run - LENGTH(payload) < ` + strconv.FormatInt(maxBytes, 10) + ` ORDER BY id`
+	return q, nil
+}
+
+func (mysqlDialect) publishedSet() (string, []any) { return "published_at = UTC_TIMESTAMP(6)", nil }
+
+func (mysqlDialect) updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64) error {
+	return updateFencedIn(ctx, db, t, owner, set, setArgs, ids)
+}
+
+// failureSet puts attempts last: MySQL assigns from left to right, and a
+// later expression sees the earlier assignments.
+func (mysqlDialect) failureSet(kind failureKind, text string, cfg StoreConfig) (string, []any) {
+	delay, maxDelay := cfg.RetryDelay.Microseconds(), cfg.MaxRetryDelay.Microseconds()
+	switch kind {
+	case failPark:
+		return `last_error = ?, parked_at = UTC_TIMESTAMP(6), attempts = attempts + 1`, []any{text}
+	case failAttempt:
+		return `last_error = ?,
+			next_attempt_at = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL LEAST(? << LEAST(attempts, 30), ?) MICROSECOND),
+			parked_at = CASE WHEN ? > 0 AND attempts + 1 >= ? THEN UTC_TIMESTAMP(6) END,
+			attempts = attempts + 1`,
+			[]any{text, delay, maxDelay, cfg.MaxAttempts, cfg.MaxAttempts}
+	default:
+		return `last_error = ?, next_attempt_at = ` + mysqlUntil, []any{text, delay}
+	}
+}
+
+func (mysqlDialect) deletePublished(table string, olderThan time.Duration, batch int) (string, []any) {
+	return `DELETE FROM ` + table + ` WHERE published_at IS NOT NULL
+		AND published_at < DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND) ORDER BY id LIMIT ?`,
+		[]any{olderThan.Microseconds(), batch}
+}
+
+func (mysqlDialect) pendingAge(from string) string {
+	return `COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT MIN(created_at) ` + from + `), UTC_TIMESTAMP(6)) / 1000000, 0)`
+}
+
+func (mysqlDialect) listen(context.Context, *Store, func()) error {
+	return fmt.Errorf("hooks: listen: %w: LISTEN/NOTIFY needs PostgreSQL; the relay polls", errors.ErrUnsupported)
+}

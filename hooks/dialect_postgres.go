@@ -1,0 +1,260 @@
+package hooks
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+)
+
+// postgresDialect is PostgreSQL: the database's clock, partial indexes,
+// INSERT ... ON CONFLICT ... RETURNING, transaction-scoped advisory locks
+// for commit order, array parameters, and LISTEN/NOTIFY.
+type postgresDialect struct{}
+
+func (postgresDialect) name() string    { return "postgres" }
+func (postgresDialect) ph(n int) string { return "$" + strconv.Itoa(n) }
+
+func (postgresDialect) ddl(table string) []string {
+	base := baseName(table)
+	fn := qualify(table, base+"_notify")
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + table + ` (
+	id              BIGSERIAL PRIMARY KEY,
+	event_id        UUID        NOT NULL,
+	event_type      TEXT        NOT NULL,
+	event_version   INTEGER     NOT NULL,
+	aggregate_type  TEXT        NOT NULL,
+	aggregate_id    TEXT        NOT NULL,
+	shard           SMALLINT    NOT NULL DEFAULT 0,
+	topic           TEXT        NOT NULL,
+	payload         TEXT        NOT NULL,
+	headers         TEXT,
+	occurred_at     TIMESTAMPTZ NOT NULL,
+	created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+	published_at    TIMESTAMPTZ,
+	attempts        INTEGER     NOT NULL DEFAULT 0,
+	last_error      TEXT,
+	next_attempt_at TIMESTAMPTZ,
+	parked_at       TIMESTAMPTZ
+)`,
+		upgradePostgres(table),
+		`CREATE UNIQUE INDEX IF NOT EXISTS ` + base + `_event_id ON ` + table + ` (event_id)`,
+		`CREATE INDEX IF NOT EXISTS ` + base + `_pending ON ` + table + ` (id) WHERE published_at IS NULL AND parked_at IS NULL`,
+		`CREATE INDEX IF NOT EXISTS ` + base + `_blocked ON ` + table + ` (aggregate_type, aggregate_id)
+	WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)`,
+		`CREATE INDEX IF NOT EXISTS ` + base + `_parked ON ` + table + ` (id) WHERE parked_at IS NOT NULL AND published_at IS NULL`,
+		`CREATE TABLE IF NOT EXISTS ` + leasesTable(table) + ` (
+	shard      SMALLINT PRIMARY KEY,
+	owner      TEXT,
+	expires_at TIMESTAMPTZ
+)`,
+		seedLeases(table, "ON CONFLICT DO NOTHING"),
+		`CREATE TABLE IF NOT EXISTS ` + relaysTable(table) + ` (
+	owner      TEXT PRIMARY KEY,
+	expires_at TIMESTAMPTZ NOT NULL
+)`,
+		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_notify('` + base + `', '');
+	RETURN NULL;
+END
+$$`,
+		`CREATE OR REPLACE TRIGGER ` + base + `_notify AFTER INSERT ON ` + table +
+			` FOR EACH STATEMENT EXECUTE FUNCTION ` + fn + `()`,
+	}
+}
+
+// upgradePostgres brings a table of an earlier version up to date: rows get
+// a shard, and JSONB payloads and headers (which refuse a NUL character and
+// cost a parse per insert) become TEXT. It takes no lock on a table that is
+// already up to date.
+func upgradePostgres(table string) string {
+	schema := "current_schema()"
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		schema = "lower('" + table[:i] + "')"
+	}
+	col := `FROM information_schema.columns WHERE table_schema = ` + schema + ` AND table_name = lower('` + baseName(table) + `')`
+	return `DO $$
+BEGIN
+	IF NOT EXISTS (SELECT 1 ` + col + ` AND column_name = 'shard') THEN
+		ALTER TABLE ` + table + ` ADD COLUMN shard SMALLINT NOT NULL DEFAULT 0;
+	END IF;
+	IF EXISTS (SELECT 1 ` + col + ` AND column_name = 'payload' AND data_type = 'jsonb') THEN
+		ALTER TABLE ` + table + ` ALTER COLUMN payload TYPE TEXT, ALTER COLUMN headers TYPE TEXT;
+	END IF;
+END
+$$`
+}
+
+// migrateLock serialises concurrent first starts, which would race on
+// CREATE ... IF NOT EXISTS.
+func (postgresDialect) migrateLock(table string) string {
+	return `SELECT pg_advisory_xact_lock(` + strconv.Itoa(int(int32(aggregateHash("outbox:migrate", table)))) + `)`
+}
+
+// insertCasts are the PostgreSQL types of insertColumns, for the VALUES list
+// of an INSERT ... SELECT, whose parameters have no target column to take a
+// type from.
+var insertCasts = [...]string{"uuid", "text", "int4", "text", "text", "text", "text", "text", "timestamptz", "int2"}
+
+// write runs one INSERT per chunk that first takes a transaction-scoped
+// advisory lock per aggregate (sorted, so one statement never deadlocks
+// with another), before any row gets its id: two transactions writing
+// events of one aggregate are serialised from the first write to the
+// commit, so the aggregate's ids follow commit order, whatever the write
+// path (an aggregate saved under its row lock, or Enqueue, which takes
+// none). ON CONFLICT (event_id) DO NOTHING RETURNING event_id reports the
+// inserted ids.
+func (d postgresDialect) write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow) (map[uuid.UUID]bool, error) {
+	inserted := make(map[uuid.UUID]bool, len(rows))
+	for start := 0; start < len(rows); start += maxRowsPerInsert {
+		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
+		q, args, err := d.insertSQL(table, chunk)
+		if err != nil {
+			return nil, err
+		}
+		rs, err := conn.QueryContext(ctx, q, args...)
+		if err := scanEventIDs(rs, err, inserted); err != nil {
+			return nil, fmt.Errorf("insert into %s: %w", table, err)
+		}
+	}
+	return inserted, nil
+}
+
+// insertSQL builds the INSERT of rows and its arguments.
+func (d postgresDialect) insertSQL(table string, rows []pendingRow) (string, []any, error) {
+	// One lock per aggregate, in a stable order.
+	seen := make(map[int32]bool, len(rows))
+	var locks []int32
+	for _, r := range rows {
+		k := int32(aggregateHash(r.env.AggregateType, r.env.AggregateID))
+		if !seen[k] {
+			seen[k] = true
+			locks = append(locks, k)
+		}
+	}
+	slices.Sort(locks)
+	vals, err := insertArgs(rows)
+	if err != nil {
+		return "", nil, err
+	}
+	args := append([]any{lockNamespace(table), locks}, vals...)
+	var b strings.Builder
+	b.WriteString("WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int4[]) AS u(k) ORDER BY k) ")
+	b.WriteString("INSERT INTO " + table + " (" + insertColumns + ") SELECT * FROM (VALUES ")
+	n := 2
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		for j, cast := range insertCasts {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			n++
+			b.WriteString(d.ph(n) + "::" + cast)
+		}
+		b.WriteByte(')')
+	}
+	// The gate is evaluated once, before the first row is produced and so
+	// before any row takes its id from the sequence.
+	b.WriteString(") AS v WHERE (SELECT count(*) FROM l) > 0 ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
+	return b.String(), args, nil
+}
+
+// lockNamespace is the first key of the outbox's advisory locks: the table's
+// hash, so two outbox tables (or an application's own two-key advisory
+// locks) rarely share a lock.
+func lockNamespace(table string) int32 {
+	return int32(aggregateHash("outbox", table))
+}
+
+func (postgresDialect) leaseTx() *sql.TxOptions { return nil }
+
+func (postgresDialect) leases(t storeTables) leaseOps {
+	until := "now() + $1 * interval '1 microsecond'"
+	return returningLeases{
+		registerQ: `INSERT INTO ` + t.relays + ` (owner, expires_at) VALUES ($2, ` + until + `)
+			ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at`,
+		aliveQ:   `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now()`,
+		renewQ:   `UPDATE ` + t.leases + ` SET expires_at = ` + until + ` WHERE owner = $2 RETURNING shard`,
+		releaseQ: `UPDATE ` + t.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = $1`,
+		acquireQ: `UPDATE ` + t.leases + ` SET owner = $2, expires_at = ` + until + `
+			WHERE shard IN (SELECT shard FROM ` + t.leases + ` WHERE owner IS NULL OR expires_at <= now()
+				ORDER BY shard LIMIT $3 FOR UPDATE SKIP LOCKED)
+			RETURNING shard`,
+		forgetQ:     `DELETE FROM ` + t.relays + ` WHERE expires_at < now() - interval '1 hour'`,
+		unregisterQ: `DELETE FROM ` + t.relays + ` WHERE owner = $1`,
+		clock: func(_ time.Time, ttl time.Duration) ([]any, []any) {
+			if ttl == 0 {
+				return nil, nil
+			}
+			return nil, []any{ttl.Microseconds()}
+		},
+	}
+}
+
+func (postgresDialect) claimQuery(t storeTables, shardFilter string, limit int, maxBytes int64) (string, []any) {
+	q := `WITH b AS MATERIALIZED (SELECT DISTINCT aggregate_type, aggregate_id FROM ` + t.table + `
+			WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at > now()))
+		SELECT ` + selectColumns + ` FROM (
+			SELECT c.*, sum(octet_length(c.payload)) OVER (ORDER BY c.id) AS run FROM (
+				SELECT ` + selectColumns + ` FROM ` + t.table + ` o
+				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + shardFilter + `
+				AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)
+				ORDER BY o.id LIMIT $1) c) x
+		WHERE run - octet_length(payload) < $2 ORDER BY id`
+	return q, []any{limit, maxBytes}
+}
+
+// publishedSet uses the database's clock, as deletePublished compares it.
+func (postgresDialect) publishedSet() (string, []any) { return "published_at = now()", nil }
+
+// updateFenced commits without waiting for the WAL flush
+// (synchronous_commit off): a mark lost in a database crash only publishes
+// the message again.
+func (postgresDialect) updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64) error {
+	n := len(setArgs)
+	q := `UPDATE ` + t.table + ` AS o SET ` + set + `
+		FROM (SELECT set_config('synchronous_commit', 'off', true)) AS sc
+		WHERE o.id = ANY($` + strconv.Itoa(n+1) + `) AND o.published_at IS NULL
+		AND o.shard IN (SELECT shard FROM ` + t.leases + ` WHERE owner = $` + strconv.Itoa(n+2) + `)`
+	_, err := db.ExecContext(ctx, q, append(setArgs, ids, owner)...)
+	return err
+}
+
+func (postgresDialect) failureSet(kind failureKind, text string, cfg StoreConfig) (string, []any) {
+	delay, maxDelay := cfg.RetryDelay.Microseconds(), cfg.MaxRetryDelay.Microseconds()
+	switch kind {
+	case failPark:
+		return `attempts = o.attempts + 1, last_error = $1, parked_at = now()`, []any{text}
+	case failAttempt:
+		return `attempts = o.attempts + 1, last_error = $1,
+			next_attempt_at = now() + least($2::float8 * power(2, least(o.attempts, 30)), $3::float8) * interval '1 microsecond',
+			parked_at = CASE WHEN $4::int > 0 AND o.attempts + 1 >= $4::int THEN now() END`,
+			[]any{text, delay, maxDelay, cfg.MaxAttempts}
+	default:
+		return `last_error = $1, next_attempt_at = now() + $2 * interval '1 microsecond'`, []any{text, delay}
+	}
+}
+
+func (postgresDialect) deletePublished(table string, olderThan time.Duration, batch int) (string, []any) {
+	// Published rows are mostly the oldest: walk the primary key from the
+	// start rather than keep an index on published_at, which would cost
+	// every mark an index insertion.
+	return `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + `
+		WHERE published_at IS NOT NULL AND published_at < now() - $1 * interval '1 microsecond' ORDER BY id LIMIT $2)`,
+		[]any{olderThan.Microseconds(), batch}
+}
+
+func (postgresDialect) pendingAge(from string) string {
+	return `COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) ` + from + `)), 0)`
+}
