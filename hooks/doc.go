@@ -47,7 +47,9 @@
 // plugin has to decide. Other statements still run without one, at no cost.
 //
 // Each event keeps the id it got when recorded, and the table has a unique
-// index on it: every write is INSERT ... ON CONFLICT (event_id) DO NOTHING.
+// index on it: every write is INSERT ... ON CONFLICT (event_id) DO NOTHING,
+// or on MySQL, which has no such clause, a plain INSERT that is retried row
+// by row, leaving out the duplicates, when it hits an existing event id.
 //
 // The plugin sees every commit and rollback. [Plugin.Initialize] wraps the
 // database's connection pool (inside GORM's prepared-statement pool with
@@ -109,6 +111,16 @@
 // PostgreSQL aborts one, and the application retries it. SQLite serialises
 // writing transactions, so its ids follow commit order anyway.
 //
+// MySQL's named locks (GET_LOCK) belong to the session and outlive the
+// commit, so on MySQL and MariaDB the lock is a row lock instead: before the
+// outbox rows get their ids, the insert upserts the rows of its aggregates'
+// slots in <table>_locks (INSERT ... ON DUPLICATE KEY UPDATE, in slot order;
+// 65,536 slots by hash, so two aggregates rarely share one, and when they do
+// they only wait for each other), and InnoDB holds those row locks until the
+// transaction ends. An insert outside a transaction (Enqueue on a plain
+// *gorm.DB) runs in a transaction of its own for the same reason. A
+// deadlock is reported as MySQL error 1213, and the application retries.
+//
 // # Several relays
 //
 // [Store] divides the outbox between relays by shard: each row carries one
@@ -156,5 +168,51 @@
 // \u0000). [DDL] returns the same statements for users who run their own
 // migrations, and brings a table of an earlier version up to date. Table
 // names are at most 49 bytes, so that the names derived from them fit in
-// PostgreSQL's 63-byte identifiers. PostgreSQL and SQLite are supported.
+// PostgreSQL's 63-byte identifiers. PostgreSQL, SQLite, MySQL 8 and MariaDB
+// 10.6+ are supported; each database's SQL lives in one file of this package
+// (dialect_<name>.go) behind one internal interface.
+//
+// On MySQL and MariaDB (GORM's "mysql" dialector, or [NewSQLStore] with
+// "mysql" on github.com/go-sql-driver/mysql) the DSN needs parseTime=true,
+// the default loc (UTC), and clientFoundRows=true: without it an UPDATE
+// reports only the rows it changed, so GORM's Save of an unchanged row falls
+// back to an insert and the plugin takes an update that matched its row for
+// one that matched none. The tables are InnoDB, utf8mb4 with binary
+// collation (aggregate ids compare as on PostgreSQL); aggregate_type,
+// aggregate_id, event_type and topic are VARCHAR(255), payload LONGTEXT,
+// times DATETIME(6) in UTC on the database's clock. With no partial
+// indexes, the pending rows are the (NULL, NULL) prefix of an index on
+// (published_at, parked_at, id), read in id order, and the check that an
+// aggregate is not held back is a probe of an index on (aggregate_type,
+// aggregate_id, published_at, parked_at, next_attempt_at) per candidate
+// row. Leases are taken with SELECT ... FOR UPDATE SKIP LOCKED. There is no
+// LISTEN: the relay polls, or [Config.AfterCommit] wakes it in-process.
+// interpolateParams=true saves a round trip per statement that has
+// arguments.
+//
+// # Debezium
+//
+// The table can be read by Debezium's Outbox Event Router instead of the
+// relay (a change-data-capture relay: do not run both on one table). Every
+// row the plugin writes has what the router needs, under these names:
+//
+//	transforms=outbox
+//	transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
+//	transforms.outbox.table.field.event.id=event_id
+//	transforms.outbox.table.field.event.key=aggregate_id
+//	transforms.outbox.table.field.event.type=event_type
+//	transforms.outbox.table.field.event.payload=payload
+//	transforms.outbox.route.by.field=aggregate_type
+//	transforms.outbox.table.fields.additional.placement=event_type:header:event_type,event_version:header:event_version,aggregate_type:header:aggregate_type,occurred_at:header:occurred_at,headers:header:headers
+//
+// route.by.field=aggregate_type routes by aggregate type, Debezium's
+// convention ("outbox.event.<aggregate type>" by default); to get the
+// topics this package's relay publishes to, route by topic instead
+// (route.by.field=topic, route.topic.replacement=${routedByValue}). The
+// headers column is one JSON object of strings (correlation id, W3C trace
+// context, [Config.Headers]), carried as one header. The event id is the
+// message's id, as with the relay, so consumers deduplicate the same way.
+// The router ignores updates and deletes, so rows can be deleted by age
+// once Debezium has read them (rows it reads stay pending for
+// [Store.DeletePublished], which deletes only published rows).
 package hooks

@@ -110,7 +110,7 @@ const keyStartedTx = "outbox:started_transaction"
 // deriving sessions from db (WithContext, Session, Begin), since a session
 // derived earlier keeps the unwrapped pool and its application transactions
 // are not seen. It returns [ErrUnsupportedDialect] for a dialect other than
-// postgres or sqlite.
+// postgres, sqlite or mysql (MySQL 8, MariaDB 10.6+).
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	d, err := dialectOf(db.Dialector.Name())
 	if err != nil {
