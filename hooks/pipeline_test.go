@@ -91,7 +91,7 @@ func newPipelineOn(t *testing.T, dialect string, partitions int, brokers []strin
 		})
 		p.db = db
 	} else {
-		p.db = hookstest.SQLite(t, nil)
+		p.db = openDB(t, dialect, nil)
 	}
 	if err := hooks.Migrate(context.Background(), p.db, ""); err != nil {
 		t.Fatal(err)
@@ -277,7 +277,7 @@ func setOf(ids []string) map[string]int {
 }
 
 func TestRelayPublishesEveryCommittedEventOnce(t *testing.T) {
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
 			p := newPipeline(t, dialect, 4)
@@ -439,9 +439,13 @@ func (r *recordingPublisher) Publish(topic string, msgs ...*message.Message) err
 // two relays publishing one aggregate's events 8 and 10 while a third held
 // 9).
 func TestSeveralRelaysKeepAggregateOrder(t *testing.T) {
-	for _, relays := range []int{2, 4} {
-		t.Run(fmt.Sprint(relays), func(t *testing.T) {
-			p := newPipeline(t, "postgres", 4)
+	for _, tc := range []struct {
+		dialect string
+		relays  int
+	}{{"postgres", 2}, {"postgres", 4}, {"mysql", 4}} {
+		relays := tc.relays
+		t.Run(fmt.Sprint(tc.dialect, "/", relays), func(t *testing.T) {
+			p := newPipeline(t, tc.dialect, 4)
 			pubs := make([]*recordingPublisher, relays)
 			cfg := relay.Config{BatchSize: 25, PollInterval: 5 * time.Millisecond}
 			for i := range pubs {
@@ -508,11 +512,17 @@ func TestNotifyWakesRelayBeforePollInterval(t *testing.T) {
 // committed set and each aggregate's partition holds its events in commit
 // order.
 func TestEndToEndOrderAndNoGhosts(t *testing.T) {
+	for _, dialect := range []string{"postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) { testEndToEndOrderAndNoGhosts(t, dialect) })
+	}
+}
+
+func testEndToEndOrderAndNoGhosts(t *testing.T, dialect string) {
 	events, aggregates := 10_000, 100
 	if testing.Short() {
 		events = 1_000
 	}
-	p := newPipeline(t, "postgres", 8)
+	p := newPipeline(t, dialect, 8)
 	accts := make([]Account, aggregates)
 	if err := p.db.Session(&gorm.Session{SkipHooks: true}).Create(&accts).Error; err != nil {
 		t.Fatal(err)
