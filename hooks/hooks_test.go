@@ -730,3 +730,34 @@ func TestHeadersHook(t *testing.T) {
 		}
 	})
 }
+
+// TestSaveMixesWrittenAndNewEvents: a save whose events are partly written
+// already (a stale copy of the aggregate that gained an event) inserts only
+// the new one (on MySQL, which has no ON CONFLICT, the duplicate makes the
+// multi-row insert fall back to rows one by one) and drops both from the
+// recorder once it commits.
+func TestSaveMixesWrittenAndNewEvents(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		o := &Order{}
+		o.Place(1)
+		stale := *o // a copy made before the save: same pending event, same id
+		if err := db.Create(o).Error; err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		stale.ID = o.ID
+		stale.Pay("card")
+		if n := len(stale.Events()); n != 2 {
+			t.Fatalf("stale copy pending = %d, want 2", n)
+		}
+		if err := db.Save(&stale).Error; err != nil {
+			t.Fatalf("Save: %v", err)
+		}
+		want := []summary{{"orders.order_placed", "order/1"}, {"orders.order_paid", "order/1"}}
+		if diff := cmp.Diff(want, summarize(rows(t, db))); diff != "" {
+			t.Errorf("rows (-want +got):\n%s", diff)
+		}
+		if n := len(stale.Events()); n != 0 {
+			t.Errorf("pending after the committed save = %d, want 0", n)
+		}
+	})
+}

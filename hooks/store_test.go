@@ -484,3 +484,28 @@ func TestStoreStats(t *testing.T) {
 		}
 	})
 }
+
+// TestStoreDeletePublished: retention deletes published rows older than the
+// cutoff, in batches, and never a pending one.
+func TestStoreDeletePublished(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
+		ctx := context.Background()
+		s := newStore(t, db)
+		placeOrders(t, db, 5)
+		claimUntil(t, s, "x", 5) // publishes all five
+		placeOrders(t, db, 2)    // pending
+		if n, err := s.DeletePublished(ctx, time.Hour, 2); err != nil || n != 0 {
+			t.Fatalf("DeletePublished(1h) = %d, %v; want 0 (nothing published an hour ago)", n, err)
+		}
+		time.Sleep(10 * time.Millisecond) // published_at strictly before the cutoff
+		if n, err := s.DeletePublished(ctx, 0, 2); err != nil || n != 5 {
+			t.Fatalf("DeletePublished(0, batch 2) = %d, %v; want 5", n, err)
+		}
+		if n := count(t, db, "outbox_messages"); n != 2 {
+			t.Errorf("rows left = %d, want the 2 pending", n)
+		}
+		if st, err := s.Stats(ctx); err != nil || st.Pending != 2 {
+			t.Errorf("Stats = %+v, %v; want 2 pending", st, err)
+		}
+	})
+}
