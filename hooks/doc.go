@@ -182,10 +182,10 @@
 // aggregate_id, event_type and topic are VARCHAR(255), payload LONGTEXT,
 // times DATETIME(6) in UTC on the database's clock. With no partial
 // indexes, the pending rows are the (NULL, NULL) prefix of an index on
-// (published_at, parked_at, id), read in id order, and the check that an
-// aggregate is not held back is a probe of an index on (aggregate_type,
-// aggregate_id, published_at, parked_at, next_attempt_at) per candidate
-// row. Leases are taken with SELECT ... FOR UPDATE SKIP LOCKED. There is no
+// (published_at, parked_at, id), read in id order, and the rows that hold
+// their aggregate back are found through a virtual column, blocked (1 on
+// an unpublished row that failed or is parked, NULL otherwise), indexed
+// with the aggregate. Leases are taken with SELECT ... FOR UPDATE SKIP LOCKED. There is no
 // LISTEN: the relay polls, or [Config.AfterCommit] wakes it in-process.
 // interpolateParams=true saves a round trip per statement that has
 // arguments.

@@ -111,7 +111,8 @@ func seedLeases(table, conflict string) string {
 // DDL returns the statements that create the outbox table, its indexes, the
 // two small tables relays share it through (leases per shard, relays alive)
 // and, for PostgreSQL, the NOTIFY trigger (for MySQL, the commit-order lock
-// table), for dialect ("postgres", "sqlite" or "mysql"), for users who run their own migrations. The statements are
+// table), for dialect ("postgres", "sqlite" or "mysql"), for users who run
+// their own migrations. The statements are
 // idempotent, and bring a table created by an earlier version up to date.
 // An empty table means [DefaultTable].
 func DDL(dialect, table string) ([]string, error) {
