@@ -11,20 +11,33 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 )
 
+// benchDB opens a fresh database of dialect, "postgres" or "mysql".
+func benchDB(b *testing.B, dialect string) *gorm.DB {
+	b.Helper()
+	if dialect == "mysql" {
+		return hookstest.MariaDB(b, nil)
+	}
+	return hookstest.Postgres(b, nil)
+}
+
 // BenchmarkCreate measures what the plugin adds to a GORM Create on
-// PostgreSQL: the same Create of one order, without events and without the
-// plugin ("plain"), and with one recorded event written to the outbox in the
-// same transaction ("outbox").
+// PostgreSQL and MySQL/MariaDB: the same Create of one order, without events
+// and without the plugin ("plain"), and with one recorded event written to
+// the outbox in the same transaction ("outbox").
 //
 //	go test -run '^$' -bench Create -benchmem ./hooks/
 func BenchmarkCreate(b *testing.B) {
-	for _, withPlugin := range []bool{false, true} {
-		name := "plain"
+	for _, c := range []struct {
+		dialect    string
+		withPlugin bool
+	}{{"postgres", false}, {"postgres", true}, {"mysql", false}, {"mysql", true}} {
+		withPlugin := c.withPlugin
+		name := c.dialect + "/plain"
 		if withPlugin {
-			name = "outbox"
+			name = c.dialect + "/outbox"
 		}
 		b.Run(name, func(b *testing.B) {
-			db := hookstest.Postgres(b, nil)
+			db := benchDB(b, c.dialect)
 			if err := hooks.Migrate(context.Background(), db, ""); err != nil {
 				b.Fatal(err)
 			}
@@ -55,13 +68,19 @@ func BenchmarkCreate(b *testing.B) {
 	}
 }
 
-// BenchmarkClaim measures a store claim of 1,000 rows on PostgreSQL with a
-// publish function that accepts everything: the relay's database cost per
-// batch.
+// BenchmarkClaim measures a store claim of 1,000 rows on PostgreSQL and
+// MySQL/MariaDB with a publish function that accepts everything: the relay's
+// database cost per batch.
 //
 //	go test -run '^$' -bench Claim -benchmem ./hooks/
 func BenchmarkClaim(b *testing.B) {
-	db := hookstest.Postgres(b, nil)
+	for _, dialect := range []string{"postgres", "mysql"} {
+		b.Run(dialect, func(b *testing.B) { benchmarkClaim(b, dialect) })
+	}
+}
+
+func benchmarkClaim(b *testing.B, dialect string) {
+	db := benchDB(b, dialect)
 	if err := hooks.Migrate(context.Background(), db, ""); err != nil {
 		b.Fatal(err)
 	}
