@@ -58,8 +58,9 @@ type violation struct {
 }
 
 func (v violation) String() string {
-	how := fmt.Sprintf("tx %d committed [%d..%d]ns before tx %d began committing at %dns",
-		v.EarlyTx, v.CommitWindow[0].Before, v.CommitWindow[0].After, v.LateTx, v.CommitWindow[1].Before)
+	ms := func(ns int64) string { return fmt.Sprintf("%.3fs", float64(ns)/1e9) }
+	how := fmt.Sprintf("tx %d committed in [%s, %s], before tx %d began committing at %s",
+		v.EarlyTx, ms(v.CommitWindow[0].Before), ms(v.CommitWindow[0].After), v.LateTx, ms(v.CommitWindow[1].Before))
 	if v.SameTx {
 		how = fmt.Sprintf("recorded earlier in tx %d", v.EarlyTx)
 	}
@@ -89,13 +90,14 @@ type checkReport struct {
 // whose commit order is known and whose first deliveries are the other way
 // round.
 type orderReport struct {
-	Pairs      int
-	Aggregates int
-	Examples   []violation
+	Pairs       int
+	Aggregates  int
+	ByAggregate map[string]int // violating pairs per aggregate
+	Examples    []violation
 }
 
 // maxExamples bounds the violations kept for printing.
-const maxExamples = 20
+const maxExamples = 1000
 
 // check compares the ledger with the broker's log and the apply log.
 func check(in checkInput) checkReport {
@@ -213,7 +215,7 @@ func checkOrder(in checkInput, ds []delivery) (orderReport, []string) {
 		}
 		return keys[i].part < keys[j].part
 	})
-	var r orderReport
+	r := orderReport{ByAggregate: map[string]int{}}
 	for _, k := range keys {
 		s := seqs[k]
 		bad := false
@@ -225,6 +227,7 @@ func checkOrder(in checkInput, ds []delivery) (orderReport, []string) {
 					continue
 				}
 				r.Pairs++
+				r.ByAggregate[k.agg]++
 				bad = true
 				if len(r.Examples) < maxExamples {
 					r.Examples = append(r.Examples, violation{

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -524,16 +525,22 @@ func printDetails(w io.Writer, res *result, limit int) {
 	list("applied ghosts", r.ApplyGhosts)
 	list("on the broker, never applied", r.NotApplied)
 	list("aggregates on several partitions", r.SplitAggs)
-	if len(r.Order.Examples) > 0 {
-		fmt.Fprintf(w, "broker order violations (%d pairs; first %d):\n", r.Order.Pairs, len(r.Order.Examples))
-		for _, v := range r.Order.Examples {
+	order := func(name string, o orderReport) {
+		if o.Pairs == 0 {
+			return
+		}
+		aggs := make([]string, 0, len(o.ByAggregate))
+		for a, n := range o.ByAggregate {
+			aggs = append(aggs, fmt.Sprintf("%s:%d", a, n))
+		}
+		sort.Strings(aggs)
+		n := min(limit, len(o.Examples))
+		fmt.Fprintf(w, "%s order violations: %d pairs in %d aggregates (%s); first %d:\n",
+			name, o.Pairs, o.Aggregates, strings.Join(aggs, " "), n)
+		for _, v := range o.Examples[:n] {
 			fmt.Fprintln(w, "  ", v)
 		}
 	}
-	if len(r.ConsumerOrder.Examples) > 0 {
-		fmt.Fprintf(w, "consumer order violations (%d pairs; first %d):\n", r.ConsumerOrder.Pairs, len(r.ConsumerOrder.Examples))
-		for _, v := range r.ConsumerOrder.Examples {
-			fmt.Fprintln(w, "  ", v)
-		}
-	}
+	order("broker", r.Order)
+	order("consumer", r.ConsumerOrder)
 }
