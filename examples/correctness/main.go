@@ -21,7 +21,7 @@
 //	go run ./examples/correctness                     # core tier, random seed
 //	go run ./examples/correctness -seed 42            # replay a run
 //	go run ./examples/correctness -scenario none -relays 2
-//	go run ./examples/correctness -scenario longtx -relays 1
+//	go run ./examples/correctness -scenario longtx -relays 1 -paths enqueue
 //
 // Every run prints its seed; the writers' choices and the fault schedule
 // derive from it. PostgreSQL comes from -database-url (default
@@ -64,8 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "correctness:", err)
 		return 2
 	}
-	fmt.Fprintf(stdout, "correctness: seed %d (replay with -seed %d), scenario %s, %d relays, %v load\n",
-		opt.Seed, opt.Seed, scenarioName(opt.Faults), opt.Relays, opt.Duration)
+	fmt.Fprintf(stdout, "correctness: seed %d (replay with -seed %d), scenario %s, paths %s, %d relays, batch %d, %v load\n",
+		opt.Seed, opt.Seed, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays, opt.BatchSize, opt.Duration)
 	res, err := runSuite(ctx, opt)
 	if err != nil {
 		fmt.Fprintln(stderr, "correctness:", err)
@@ -107,6 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&opt.Pace, "pace", opt.Pace, "mean pause of a writer between transactions")
 	fs.StringVar(&opt.BaseDSN, "database-url", hookstest.PostgresBaseDSN(), "PostgreSQL; each run creates a fresh schema in it")
 	fs.BoolVar(&opt.Keep, "keep", false, "keep the schema and the logs even when the run passes")
+	paths := fs.String("paths", "all", "write paths of the writers: all, save (aggregate saves only) or enqueue (Enqueue on hot aggregates only)")
 	quiet := fs.Bool("q", false, "do not print progress")
 	if err := fs.Parse(args); err != nil {
 		return opt, err
@@ -116,6 +117,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return opt, err
 	}
 	opt.Faults = faults
+	if opt.Paths, err = parsePaths(*paths); err != nil {
+		return opt, err
+	}
 	opt.Seed = *seed
 	if opt.Seed == 0 {
 		opt.Seed = time.Now().UnixNano() % 1_000_000_000

@@ -12,15 +12,15 @@ import (
 // printTable prints the runs' results, one row each.
 func printTable(w io.Writer, results []*result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "seed\tscenario\trelays\tevents\tfaults injected\tlost\tghosts\torder violations\tduplicate effects\tlog duplicates (bound)\tconsumer order violations\tpoison (parked)\twall time\tresult\t")
+	fmt.Fprintln(tw, "seed\tscenario\tpaths\trelays\tevents\tfaults injected\tlost\tghosts\torder violations\tduplicate effects\tlog duplicates (bound)\tconsumer order violations\tpoison (parked)\twall time\tresult\t")
 	for _, r := range results {
 		verdict := "PASS"
 		if !r.passed() {
 			verdict = "FAIL"
 		}
 		rep := r.Report
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t%d (%d)\t%s\t%s\t\n",
-			r.Seed, scenarioName(r.Opts.Faults), r.Opts.Relays, rep.Committed, r.Faults.total(),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t%d (%d)\t%s\t%s\t\n",
+			r.Seed, scenarioName(r.Opts.Faults), pathsName(r.Opts.Paths), r.Opts.Relays, rep.Committed, r.Faults.total(),
 			len(rep.Lost), len(rep.Ghosts), rep.Order.Pairs, rep.DupEffects,
 			rep.LogDuplicates, r.DupBound, rep.ConsumerOrder.Pairs, r.Poison, r.Parked,
 			r.Wall.Round(100*time.Millisecond), verdict)
@@ -68,4 +68,15 @@ func scenarioName(faults map[string]bool) string {
 		return "none"
 	}
 	return strings.Join(on, ",")
+}
+
+// pathsName names a write path set: "all", "save" or "enqueue".
+func pathsName(paths map[string]bool) string {
+	switch {
+	case paths[pathSave] && paths[pathEnqueue]:
+		return "all"
+	case paths[pathSave]:
+		return pathSave
+	}
+	return pathEnqueue
 }

@@ -39,17 +39,19 @@ type options struct {
 	Partitions  int
 	Pace        time.Duration // mean pause of a writer between transactions
 	Faults      map[string]bool
-	BaseDSN     string // PostgreSQL; a fresh schema is created in it
-	Keep        bool   // keep the schema and the logs even when the run passes
+	Paths       map[string]bool // write paths of the writers
+	BaseDSN     string          // PostgreSQL; a fresh schema is created in it
+	Keep        bool            // keep the schema and the logs even when the run passes
 	Verbose     io.Writer
 }
 
 // defaultOptions are the core tier's settings.
 func defaultOptions() options {
 	faults, _ := parseScenario("all")
-	return options{
+	paths, _ := parsePaths("all")
+	return options{Paths: paths,
 		Duration: 30 * time.Second, Drain: 45 * time.Second,
-		Relays: 3, Writers: 6, Hot: 3, BatchSize: 50, Partitions: 4,
+		Relays: 3, Writers: 6, Hot: 3, BatchSize: 10, Partitions: 4,
 		Pace: 15 * time.Millisecond, Faults: faults,
 	}
 }
@@ -180,7 +182,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	logf("seed %d: schema %s, broker %s, logs in %s", opt.Seed, schema, brokers[0], dir)
 
 	// Load and faults.
-	wl := newWorkload(db, ob, opt.Seed, opt.Pace, opt.Hot)
+	wl := newWorkload(db, ob, opt.Seed, opt.Pace, opt.Hot, opt.Paths)
 	env := &faultEnv{relays: relays, consumer: consumerProc, control: control, workload: wl,
 		partitions: opt.Partitions, writeTO: writeTimeout, maxMsg: maxMessageBytes}
 	faultRNG := rand.New(rand.NewPCG(uint64(opt.Seed), 0xfa17))

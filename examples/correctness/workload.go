@@ -16,6 +16,29 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 )
 
+// Write paths, as -paths takes them.
+const (
+	// pathSave is every write of Account aggregates: Save and Create (of
+	// slices) in db.Transaction, in GORM's own transaction and with
+	// SkipDefaultTransaction, the rollbacks, savepoints and retries.
+	// Writes of one account are serialised by its writer (and its row).
+	pathSave = "save"
+	// pathEnqueue is Plugin.Enqueue on the hot aggregates from every
+	// writer, with no row lock, some rolled back.
+	pathEnqueue = "enqueue"
+)
+
+// parsePaths turns -paths ("all", "save" or "enqueue") into a set.
+func parsePaths(s string) (map[string]bool, error) {
+	switch s {
+	case "", "all":
+		return map[string]bool{pathSave: true, pathEnqueue: true}, nil
+	case pathSave, pathEnqueue:
+		return map[string]bool{s: true}, nil
+	}
+	return nil, fmt.Errorf("unknown -paths %q (known: all, save, enqueue)", s)
+}
+
 // errRollback is what a writer returns to roll a transaction back on
 // purpose.
 var errRollback = errors.New("correctness: rolled back on purpose")
@@ -30,6 +53,7 @@ type workload struct {
 	start time.Time // the monotonic clock's origin
 	pace  time.Duration
 	hot   []string
+	paths map[string]bool
 
 	nextTx atomic.Int64
 
@@ -52,8 +76,8 @@ type workloadStats struct {
 	LastError  string
 }
 
-func newWorkload(db *gorm.DB, ob *outbox, seed int64, pace time.Duration, hot int) *workload {
-	w := &workload{db: db, ob: ob, seed: seed, start: time.Now(), pace: pace,
+func newWorkload(db *gorm.DB, ob *outbox, seed int64, pace time.Duration, hot int, paths map[string]bool) *workload {
+	w := &workload{db: db, ob: ob, seed: seed, start: time.Now(), pace: pace, paths: paths,
 		commits: map[int64]commitWindow{}, poison: map[string]bool{}}
 	w.stats.ByPath = map[string]int{}
 	for i := range hot {
@@ -183,6 +207,12 @@ func (wr *writer) step(ctx context.Context) {
 		return
 	}
 	r := wr.rng.IntN(100)
+	switch {
+	case !wr.w.paths[pathSave]:
+		r = 52 // Enqueue only
+	case !wr.w.paths[pathEnqueue] && r >= 52 && r < 76:
+		r = 0 // saves only
+	}
 	switch {
 	case r < 30 || r >= 94: // db.Transaction + Save, 1-3 events
 		a := wr.pick()
