@@ -23,6 +23,31 @@
 //	go run ./examples/correctness -scenario none -relays 2
 //	go run ./examples/correctness -scenario longtx -relays 1 -paths enqueue
 //
+// -scenario picks the faults (all, none, or a list of kill, stop,
+// partition, ambiguous, longtx, poison, consumer), -paths the write paths
+// (all, save, enqueue), -relays the relay processes, so that each ordering
+// problem can be shown on its own:
+//
+//	-scenario none -relays 2 -paths save -batch 5   two relays, no fault: a claim with a gap in an aggregate
+//	-scenario none -relays 1 -paths enqueue         Enqueue without a row lock: id order is not commit order
+//	-scenario longtx -relays 1 -paths enqueue       a long transaction through a relay outage (backlog)
+//	-scenario partition -relays 1 -paths save -max-attempts 1   a partial outage parks a healthy message
+//
+// The checker counts as an order violation every pair of events of one
+// aggregate whose commit order is known (same transaction: recording order;
+// two transactions: the first's Commit returned before the second's was
+// called, on the writer's monotonic clock) and whose first deliveries are
+// the other way round. Log duplicates are bounded by one relay batch per
+// relay kill or stop and per produce request the broker rejected or wrote
+// late.
+//
+// The suite is a package of the main module, not a nested module, so that
+// every change of the public API it uses (hooks, runtime/relay,
+// runtime/consumer, adapters/kafka) must keep it compiling; it needs no
+// dependency the module does not already have. Its go test entry point,
+// TestCorrectness, is the core tier (OUTBOX_CORRECTNESS_LONG=1 for the long
+// one; OUTBOX_CORRECTNESS_SEED, _SCENARIO and _RELAYS as the flags).
+//
 // Every run prints its seed; the writers' choices and the fault schedule
 // derive from it. PostgreSQL comes from -database-url (default
 // $OUTBOX_TEST_POSTGRES_DSN or the local test database); each run uses a

@@ -97,11 +97,6 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 		}
 	}
 	res = &result{Seed: opt.Seed, Opts: opt}
-	dir, err := os.MkdirTemp("", fmt.Sprintf("outbox-correctness-seed%d-", opt.Seed))
-	if err != nil {
-		return nil, fmt.Errorf("log dir: %w", err)
-	}
-	res.Dir = dir
 
 	// PostgreSQL: a fresh schema for this run.
 	dsn, schema, drop, err := newSchema(ctx, opt.BaseDSN)
@@ -109,8 +104,17 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 		return nil, err
 	}
 	res.Schema = schema
+	dir, err := os.MkdirTemp("", fmt.Sprintf("outbox-correctness-seed%d-", opt.Seed))
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("log dir: %w", err), drop())
+	}
+	res.Dir = dir
 	defer func() {
-		if res.passed() && err == nil && !opt.Keep {
+		switch {
+		case err != nil:
+			// Keep what there is for a look at what went wrong.
+			res, err = nil, fmt.Errorf("seed %d: %w (logs in %s, schema %s kept)", opt.Seed, err, dir, schema)
+		case res.passed() && !opt.Keep:
 			err = errors.Join(drop(), os.RemoveAll(dir))
 		}
 	}()
@@ -219,13 +223,13 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 		return nil, err
 	}
 	deadline := lastFault.Add(opt.Drain)
-	st, err := pollUntil(ctx, deadline, func() (bool, outboxStats, error) {
+	st, perr := pollUntil(ctx, deadline, func() (bool, outboxStats, error) {
 		s, err := ob.stats(ctx)
 		return err == nil && s.Pending == 0, s, err
 	})
 	res.Parked = st.Parked
-	if err != nil {
-		res.Failures = append(res.Failures, fmt.Sprintf("outbox did not drain within %v after the last fault: %d pending, %d parked (%v)", opt.Drain, st.Pending, st.Parked, err))
+	if perr != nil {
+		res.Failures = append(res.Failures, fmt.Sprintf("outbox did not drain within %v after the last fault: %d pending, %d parked (%v)", opt.Drain, st.Pending, st.Parked, perr))
 	} else {
 		logf("%6.2fs outbox drained (%d parked)", time.Since(start).Seconds(), st.Parked)
 	}
@@ -240,15 +244,16 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 		logIDs[d.EventID] = true
 	}
 	var applied []delivery
-	_, err = pollUntil(ctx, deadline, func() (bool, int, error) {
-		applied, err = loadApplied(ctx, db)
+	left, perr := pollUntil(ctx, deadline, func() (bool, int, error) {
+		var lerr error
+		applied, lerr = loadApplied(ctx, db)
 		for _, d := range applied {
 			delete(logIDs, d.EventID) // what is left was never applied
 		}
-		return err == nil && len(logIDs) == 0, len(logIDs), err
+		return lerr == nil && len(logIDs) == 0, len(logIDs), lerr
 	})
-	if err != nil {
-		res.Failures = append(res.Failures, fmt.Sprintf("consumer did not apply every event on the broker within %v after the last fault: %v", opt.Drain, err))
+	if perr != nil {
+		res.Failures = append(res.Failures, fmt.Sprintf("consumer did not apply every event on the broker within %v after the last fault: %d left (%v)", opt.Drain, left, perr))
 	} else {
 		logf("%6.2fs consumer caught up", time.Since(start).Seconds())
 	}

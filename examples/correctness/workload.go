@@ -238,7 +238,7 @@ func (wr *writer) step(ctx context.Context) {
 		agg := wr.w.hot[wr.rng.IntN(len(wr.w.hot))]
 		n := 1 + wr.rng.IntN(2)
 		think := time.Duration(wr.rng.Int64N(int64(15 * time.Millisecond)))
-		rollback := wr.rng.IntN(10) == 0
+		rollback := wr.rng.IntN(8) == 0
 		_ = wr.w.inTx(ctx, wr.id, "enqueue", func(tx *gorm.DB, m *txMeta) error {
 			evts := make([]runtime.Event, n)
 			for i := range evts {
