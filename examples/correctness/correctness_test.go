@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -83,7 +84,7 @@ func TestCorrectness(t *testing.T) {
 	defer cancel()
 	res, err := runSuite(ctx, opt)
 	if errors.Is(err, errUnavailable) {
-		hookstest.Unavailable(t, "PostgreSQL", opt.BaseDSN, "OUTBOX_TEST_POSTGRES_DSN", err)
+		hookstest.Unavailable(t, "PostgreSQL", redact(opt.BaseDSN), "OUTBOX_TEST_POSTGRES_DSN", err)
 	}
 	t.Log("progress:\n" + progress.String())
 	if err != nil {
@@ -98,6 +99,15 @@ func TestCorrectness(t *testing.T) {
 	if !res.passed() {
 		t.Errorf("seed %d: processes' logs and every violating id kept in %s (schema %s kept)", opt.Seed, res.Dir, res.Schema)
 	}
+}
+
+// redact hides the password of a DSN.
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable DSN)"
+	}
+	return u.Redacted()
 }
 
 // TestCheck feeds the checker a hand-made ledger, log and apply log, so
