@@ -24,8 +24,10 @@ const (
 	faultConsumer  = "consumer"  // SIGKILL the consumer once, restart it 1 s later
 )
 
-// allFaults is the core tier's fault set, in the table's order.
-var allFaults = []string{faultKill, faultStop, faultPartition, faultAmbiguous, faultLongTx, faultPoison, faultConsumer}
+// allFaults returns the core tier's fault set, in the table's order.
+func allFaults() []string {
+	return []string{faultKill, faultStop, faultPartition, faultAmbiguous, faultLongTx, faultPoison, faultConsumer}
+}
 
 // parseScenario turns -scenario ("all", "none", or a comma-separated list
 // of fault names) into a set.
@@ -33,7 +35,7 @@ func parseScenario(s string) (map[string]bool, error) {
 	set := map[string]bool{}
 	switch s {
 	case "", "all":
-		for _, f := range allFaults {
+		for _, f := range allFaults() {
 			set[f] = true
 		}
 		return set, nil
@@ -43,11 +45,11 @@ func parseScenario(s string) (map[string]bool, error) {
 	for f := range strings.SplitSeq(s, ",") {
 		f = strings.TrimSpace(f)
 		known := false
-		for _, k := range allFaults {
+		for _, k := range allFaults() {
 			known = known || k == f
 		}
 		if !known {
-			return nil, fmt.Errorf("unknown fault %q in -scenario (known: all, none, %s)", f, strings.Join(allFaults, ", "))
+			return nil, fmt.Errorf("unknown fault %q in -scenario (known: all, none, %s)", f, strings.Join(allFaults(), ", "))
 		}
 		set[f] = true
 	}

@@ -121,7 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("correctness", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	seed := fs.Int64("seed", 0, "seed of the workload and the fault schedule (default: from the clock)")
-	scenario := fs.String("scenario", "all", "faults to inject: all, none, or a comma-separated list of "+fmt.Sprint(allFaults))
+	scenario := fs.String("scenario", "all", "faults to inject: all, none, or a comma-separated list of "+fmt.Sprint(allFaults()))
 	fs.DurationVar(&opt.Duration, "duration", opt.Duration, "load phase; every fault happens within it")
 	fs.DurationVar(&opt.Drain, "drain", opt.Drain, "bound on draining the outbox and the consumer after the last fault")
 	fs.IntVar(&opt.Relays, "relays", opt.Relays, "relay processes")

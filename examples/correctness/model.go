@@ -97,25 +97,28 @@ func withTx(ctx context.Context, m *txMeta) context.Context {
 	return context.WithValue(ctx, txKey{}, m)
 }
 
-// schemaDDL creates the suite's own tables: the ledger, the commit times,
-// and the consumer's apply log. The accounts table comes from AutoMigrate.
-var schemaDDL = []string{
-	`CREATE TABLE cs_ledger (
+// schemaDDL returns the statements that create the suite's own tables: the
+// ledger, the commit windows, and the consumer's apply log. The accounts
+// table comes from AutoMigrate.
+func schemaDDL() []string {
+	return []string{
+		`CREATE TABLE cs_ledger (
 		event_id uuid PRIMARY KEY,
 		aggregate_id text NOT NULL,
 		tx_id bigint NOT NULL,
 		seq int NOT NULL,
 		writer int NOT NULL)`,
-	`CREATE TABLE cs_commits (
+		`CREATE TABLE cs_commits (
 		tx_id bigint PRIMARY KEY,
 		writer int NOT NULL,
 		before_ns bigint NOT NULL,
 		after_ns bigint NOT NULL)`,
-	`CREATE TABLE cs_apply_log (
+		`CREATE TABLE cs_apply_log (
 		id bigserial PRIMARY KEY,
 		event_id uuid NOT NULL,
 		aggregate_id text NOT NULL,
 		event_type text NOT NULL)`,
+	}
 }
 
 // writeLedger inserts the ledger rows of ids, in order, through tx's

@@ -56,13 +56,13 @@ func printSummary(w io.Writer, r *result) {
 // scenarioName names a fault set: "all", "none" or the list.
 func scenarioName(faults map[string]bool) string {
 	var on []string
-	for _, f := range allFaults {
+	for _, f := range allFaults() {
 		if faults[f] {
 			on = append(on, f)
 		}
 	}
 	switch len(on) {
-	case len(allFaults):
+	case len(allFaults()):
 		return "all"
 	case 0:
 		return "none"

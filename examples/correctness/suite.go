@@ -131,7 +131,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	if err := db.AutoMigrate(&Account{}); err != nil {
 		return nil, fmt.Errorf("migrate accounts: %w", err)
 	}
-	for _, stmt := range schemaDDL {
+	for _, stmt := range schemaDDL() {
 		if err := db.Exec(stmt).Error; err != nil {
 			return nil, fmt.Errorf("create suite tables: %w", err)
 		}

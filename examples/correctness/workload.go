@@ -214,9 +214,9 @@ func (wr *writer) step(ctx context.Context) {
 		r = 0 // saves only
 	}
 	switch {
-	case r < 30 || r >= 94: // db.Transaction + Save, 1-3 events
+	case r < 30 || r >= 94: // db.Transaction + Save, 1-4 events
 		a := wr.pick()
-		for range 1 + wr.rng.IntN(3) {
+		for range 1 + wr.rng.IntN(4) {
 			a.Deposit(wr.amount())
 		}
 		_ = wr.w.inTx(ctx, wr.id, "tx-save", func(tx *gorm.DB, _ *txMeta) error { return tx.Save(a).Error })
