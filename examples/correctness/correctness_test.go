@@ -35,6 +35,9 @@ const (
 	envScenario = "OUTBOX_CORRECTNESS_SCENARIO"
 	// envRelays sets the number of relay processes (default 3).
 	envRelays = "OUTBOX_CORRECTNESS_RELAYS"
+	// envPaths selects the write paths, as -paths does: "all" (default),
+	// "save" or "enqueue".
+	envPaths = "OUTBOX_CORRECTNESS_PATHS"
 	// envLong runs the long tier: 3 minutes of load, 4 relays, 8 writers.
 	envLong = "OUTBOX_CORRECTNESS_LONG"
 )
@@ -76,9 +79,17 @@ func TestCorrectness(t *testing.T) {
 		}
 		opt.Relays = n
 	}
+	if s := os.Getenv(envPaths); s != "" {
+		paths, err := parsePaths(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt.Paths = paths
+	}
 	var progress strings.Builder
 	opt.Verbose = &progress
-	t.Logf("seed %d (replay: %s=%d), scenario %s, %d relays", opt.Seed, envSeed, opt.Seed, scenarioName(opt.Faults), opt.Relays)
+	t.Logf("seed %d (replay: %s=%d), scenario %s, paths %s, %d relays",
+		opt.Seed, envSeed, opt.Seed, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays)
 
 	ctx, cancel := context.WithTimeout(context.Background(), opt.Duration+opt.Drain+2*time.Minute)
 	defer cancel()

@@ -28,10 +28,20 @@
 // (all, save, enqueue), -relays the relay processes, so that each ordering
 // problem can be shown on its own:
 //
-//	-scenario none -relays 2 -paths save -batch 5   two relays, no fault: a claim with a gap in an aggregate
-//	-scenario none -relays 1 -paths enqueue         Enqueue without a row lock: id order is not commit order
-//	-scenario longtx -relays 1 -paths enqueue       a long transaction through a relay outage (backlog)
-//	-scenario partition -relays 1 -paths save -max-attempts 1   a partial outage parks a healthy message
+//	# two relays, no fault: a claim with a gap in one aggregate's events
+//	go run ./examples/correctness -scenario none -relays 2 -paths save -batch 5 -pace 2ms -writers 8
+//	# Enqueue without a row lock: published in id order, not commit order
+//	go run ./examples/correctness -scenario none -relays 1 -paths enqueue
+//	# the same, with a long transaction held open through a relay outage
+//	go run ./examples/correctness -scenario longtx -relays 1 -paths enqueue
+//	# a partial broker outage with MaxAttempts parks a healthy message
+//	go run ./examples/correctness -scenario partition -relays 1 -paths save -max-attempts 1
+//	# every fault but the long transaction, one relay, saves only: passes today
+//	go run ./examples/correctness -scenario kill,stop,partition,ambiguous,poison,consumer -relays 1 -paths save
+//
+// The ordering problems depend on how processes interleave, which a seed
+// does not fix: the seed replays the writers' choices and the fault
+// schedule, not the scheduling of the processes.
 //
 // The checker counts as an order violation every pair of events of one
 // aggregate whose commit order is known (same transaction: recording order;
@@ -46,7 +56,7 @@
 // runtime/consumer, adapters/kafka) must keep it compiling; it needs no
 // dependency the module does not already have. Its go test entry point,
 // TestCorrectness, is the core tier (OUTBOX_CORRECTNESS_LONG=1 for the long
-// one; OUTBOX_CORRECTNESS_SEED, _SCENARIO and _RELAYS as the flags).
+// one; OUTBOX_CORRECTNESS_SEED, _SCENARIO, _PATHS and _RELAYS as the flags).
 //
 // Every run prints its seed; the writers' choices and the fault schedule
 // derive from it. PostgreSQL comes from -database-url (default
