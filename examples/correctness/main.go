@@ -22,6 +22,7 @@
 //	go run ./examples/correctness -seed 42            # replay a run
 //	go run ./examples/correctness -scenario none -relays 2
 //	go run ./examples/correctness -scenario longtx -relays 1 -paths enqueue
+//	go run ./examples/correctness -matrix -q -duration 20s   # the presets below, one table
 //
 // -scenario picks the faults (all, none, or a list of kill, stop,
 // partition, ambiguous, longtx, poison, consumer), -paths the write paths
@@ -99,6 +100,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "correctness:", err)
 		return 2
 	}
+	if opt.Matrix {
+		return runMatrix(ctx, opt, stdout)
+	}
 	fmt.Fprintf(stdout, "correctness: seed %d (replay with -seed %d), scenario %s, paths %s, %d relays, batch %d, %v load\n",
 		opt.Seed, opt.Seed, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays, opt.BatchSize, opt.Duration)
 	res, err := runSuite(ctx, opt)
@@ -111,6 +115,64 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// runMatrix runs every preset of matrix (seeds opt.Seed, opt.Seed+1, ...)
+// and prints one table of them all, then each run's failures.
+func runMatrix(ctx context.Context, opt options, stdout io.Writer) int {
+	var results []*result
+	status := 0
+	for i, p := range matrix(opt) {
+		p.Seed = opt.Seed + int64(i)
+		fmt.Fprintf(stdout, "correctness: %s: seed %d\n", p.Name, p.Seed)
+		res, err := runSuite(ctx, p)
+		if err != nil {
+			fmt.Fprintf(stdout, "correctness: %s: %v\n", p.Name, err)
+			return 1
+		}
+		results = append(results, res)
+		if !res.passed() {
+			status = 1
+		}
+	}
+	fmt.Fprintln(stdout)
+	printTable(stdout, results)
+	for _, res := range results {
+		fmt.Fprintln(stdout)
+		printSummary(stdout, res)
+		if !res.passed() {
+			printDetails(stdout, res, 3)
+			fmt.Fprintf(stdout, "logs and violations kept in %s; schema %s kept\n", res.Dir, res.Schema)
+		}
+	}
+	return status
+}
+
+// matrix returns the presets -matrix runs: the core tier, two runs that
+// must pass today (one relay, saves only, with and without faults), and
+// one run per ordering problem, each on its own.
+func matrix(base options) []options {
+	preset := func(name, scenario, paths string, relays int, f func(*options)) options {
+		o := base
+		o.Name, o.Relays = name, relays
+		o.Faults, _ = parseScenario(scenario)
+		o.Paths, _ = parsePaths(paths)
+		if f != nil {
+			f(&o)
+		}
+		return o
+	}
+	return []options{
+		preset("core", "all", "all", 3, nil),
+		preset("baseline", "none", "save", 1, nil),
+		preset("faults-one-relay", "kill,stop,partition,ambiguous,poison,consumer", "save", 1, nil),
+		preset("two-relays", "none", "save", 2, func(o *options) {
+			o.BatchSize, o.Pace, o.Writers = 5, 2*time.Millisecond, 8
+		}),
+		preset("enqueue", "none", "enqueue", 1, nil),
+		preset("enqueue-longtx", "longtx", "enqueue", 1, nil),
+		preset("partition-max-attempts", "partition", "save", 1, func(o *options) { o.MaxAttempts = 1 }),
+	}
 }
 
 // report prints a run's table, summary and failures.
@@ -143,6 +205,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&opt.BaseDSN, "database-url", hookstest.PostgresBaseDSN(), "PostgreSQL; each run creates a fresh schema in it")
 	fs.BoolVar(&opt.Keep, "keep", false, "keep the schema and the logs even when the run passes")
 	paths := fs.String("paths", "all", "write paths of the writers: all, save (aggregate saves only) or enqueue (Enqueue on hot aggregates only)")
+	fs.BoolVar(&opt.Matrix, "matrix", false, "run the core tier and one run per ordering problem (seeds -seed, -seed+1, ...) and print one table")
 	quiet := fs.Bool("q", false, "do not print progress")
 	if err := fs.Parse(args); err != nil {
 		return opt, err

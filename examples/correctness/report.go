@@ -12,15 +12,15 @@ import (
 // printTable prints the runs' results, one row each.
 func printTable(w io.Writer, results []*result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "seed\tscenario\tpaths\trelays\tevents\tfaults injected\tlost\tghosts\torder violations\tduplicate effects\tlog duplicates (bound)\tconsumer order violations\tpoison (parked)\twall time\tresult\t")
+	fmt.Fprintln(tw, "run\tseed\tscenario\tpaths\trelays\tevents\tfaults injected\tlost\tghosts\torder violations\tduplicate effects\tlog duplicates (bound)\tconsumer order violations\tpoison (parked)\twall time\tresult\t")
 	for _, r := range results {
 		verdict := "PASS"
 		if !r.passed() {
 			verdict = "FAIL"
 		}
 		rep := r.Report
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t%d (%d)\t%s\t%s\t\n",
-			r.Seed, scenarioName(r.Opts.Faults), pathsName(r.Opts.Paths), r.Opts.Relays, rep.Committed, r.Faults.total(),
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t%d (%d)\t%s\t%s\t\n",
+			r.Opts.Name, r.Seed, scenarioName(r.Opts.Faults), pathsName(r.Opts.Paths), r.Opts.Relays, rep.Committed, r.Faults.total(),
 			len(rep.Lost), len(rep.Ghosts), rep.Order.Pairs, rep.DupEffects,
 			rep.LogDuplicates, r.DupBound, rep.ConsumerOrder.Pairs, r.Poison, r.Parked,
 			r.Wall.Round(100*time.Millisecond), verdict)
@@ -36,8 +36,8 @@ func printSummary(w io.Writer, r *result) {
 	if ws.Attempts > 0 {
 		pct = 100 * float64(rolled) / float64(ws.Attempts)
 	}
-	fmt.Fprintf(w, "seed %d: %d transactions, %d committed, %d rolled back + %d savepoints rolled back (%.1f%%), %d aggregates retried, %d abandoned\n",
-		r.Seed, ws.Attempts, ws.Committed, ws.RolledBack, ws.Savepoints, pct, ws.Retried, ws.Abandoned)
+	fmt.Fprintf(w, "%s, seed %d: %d transactions, %d committed, %d rolled back + %d savepoints rolled back (%.1f%%), %d aggregates retried, %d abandoned\n",
+		r.Opts.Name, r.Seed, ws.Attempts, ws.Committed, ws.RolledBack, ws.Savepoints, pct, ws.Retried, ws.Abandoned)
 	paths := make([]string, 0, len(ws.ByPath))
 	for p, n := range ws.ByPath {
 		paths = append(paths, fmt.Sprintf("%s=%d", p, n))

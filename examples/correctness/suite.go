@@ -28,6 +28,7 @@ import (
 
 // options configure one run of the suite.
 type options struct {
+	Name        string // of a -matrix preset
 	Seed        int64
 	Duration    time.Duration // load phase; the faults happen within it
 	Drain       time.Duration // bound on draining after the last fault
@@ -42,6 +43,7 @@ type options struct {
 	Paths       map[string]bool // write paths of the writers
 	BaseDSN     string          // PostgreSQL; a fresh schema is created in it
 	Keep        bool            // keep the schema and the logs even when the run passes
+	Matrix      bool            // run the presets of matrix instead
 	Verbose     io.Writer
 }
 
@@ -49,7 +51,7 @@ type options struct {
 func defaultOptions() options {
 	faults, _ := parseScenario("all")
 	paths, _ := parsePaths("all")
-	return options{Paths: paths,
+	return options{Name: "run", Paths: paths,
 		Duration: 30 * time.Second, Drain: 45 * time.Second,
 		Relays: 3, Writers: 6, Hot: 3, BatchSize: 10, Partitions: 4,
 		Pace: 15 * time.Millisecond, Faults: faults,
