@@ -53,8 +53,9 @@ func TestCorrectness(t *testing.T) {
 		t.Skip("the correctness suite runs real processes for about a minute")
 	}
 	opt := defaultOptions()
+	opt.Name = "core"
 	if os.Getenv(envLong) == "1" {
-		opt.Duration, opt.Drain, opt.Relays, opt.Writers = 3*time.Minute, 60*time.Second, 4, 8
+		opt.Name, opt.Duration, opt.Drain, opt.Relays, opt.Writers = "long", 3*time.Minute, 60*time.Second, 4, 8
 	}
 	opt.BaseDSN = hookstest.PostgresBaseDSN()
 	opt.Seed = time.Now().UnixNano() % 1_000_000_000
