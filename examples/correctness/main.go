@@ -36,8 +36,9 @@
 //	go run ./examples/correctness -scenario none -relays 1 -paths enqueue
 //	# the same, with a long transaction held open through a relay outage
 //	go run ./examples/correctness -scenario longtx -relays 1 -paths enqueue
-//	# a partial broker outage with MaxAttempts parks a healthy message
-//	go run ./examples/correctness -scenario partition -relays 1 -paths save -max-attempts 1
+//	# a partial broker outage with MaxAttempts parks a healthy message;
+//	# unparked, it arrives after its aggregate's later events
+//	go run ./examples/correctness -scenario partition -relays 1 -paths save -max-attempts 1 -unpark
 //	# every fault but the long transaction, one relay, saves only: passes today
 //	go run ./examples/correctness -scenario kill,stop,partition,ambiguous,poison,consumer -relays 1 -paths save
 //
@@ -172,7 +173,7 @@ func matrix(base options) []options {
 		}),
 		preset("enqueue", "none", "enqueue", 1, nil),
 		preset("enqueue-longtx", "longtx", "enqueue", 1, nil),
-		preset("partition-max-attempts", "partition", "save", 1, func(o *options) { o.MaxAttempts = 1 }),
+		preset("partition-max-attempts", "partition", "save", 1, func(o *options) { o.MaxAttempts, o.Unpark = 1, true }),
 	}
 }
 
@@ -206,6 +207,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&opt.BaseDSN, "database-url", hookstest.PostgresBaseDSN(), "PostgreSQL; each run creates a fresh schema in it")
 	fs.BoolVar(&opt.Keep, "keep", false, "keep the schema and the logs even when the run passes")
 	paths := fs.String("paths", "all", "write paths of the writers: all, save (aggregate saves only) or enqueue (Enqueue on hot aggregates only)")
+	fs.BoolVar(&opt.Unpark, "unpark", false, "after draining, unpark the healthy parked messages (what an operator does) and drain again")
 	fs.BoolVar(&opt.Matrix, "matrix", false, "run the core tier and one run per ordering problem (seeds -seed, -seed+1, ...) and print one table")
 	quiet := fs.Bool("q", false, "do not print progress")
 	if err := fs.Parse(args); err != nil {

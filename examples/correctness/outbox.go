@@ -1,8 +1,10 @@
 package main
 
 // The writer's side of the outbox: the only file of the driving process
-// that uses package hooks (New, Migrate, Plugin.Enqueue, NewStore and
-// Store.Stats) and runtime/consumer (Migrate).
+// that uses package hooks (New, Migrate, Plugin.Enqueue, NewStore,
+// Store.Stats and Store.Unpark, and the outbox table's id, event_id,
+// parked_at and published_at columns to find parked messages) and
+// runtime/consumer (Migrate).
 
 import (
 	"context"
@@ -67,6 +69,35 @@ func (o *outbox) stats(ctx context.Context) (outboxStats, error) {
 		return outboxStats{}, fmt.Errorf("outbox stats: %w", err)
 	}
 	return outboxStats{Pending: s.Pending, Parked: s.Parked}, nil
+}
+
+// unpark puts every parked message back in the queue except those of the
+// events in keep (the poison ones) and returns how many it unparked. It
+// reads the outbox table's parked_at column to find them.
+func (o *outbox) unpark(ctx context.Context, db *gorm.DB, keep map[string]bool) (int64, error) {
+	var rows []struct {
+		ID      int64
+		EventID string
+	}
+	err := db.WithContext(ctx).Raw(`SELECT id, event_id::text AS event_id FROM ` + hooks.DefaultTable +
+		` WHERE parked_at IS NOT NULL AND published_at IS NULL ORDER BY id`).Scan(&rows).Error
+	if err != nil {
+		return 0, fmt.Errorf("find parked messages: %w", err)
+	}
+	var ids []int64
+	for _, r := range rows {
+		if !keep[r.EventID] {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := o.store.Unpark(ctx, ids...)
+	if err != nil {
+		return n, fmt.Errorf("unpark: %w", err)
+	}
+	return n, nil
 }
 
 // close releases the store's connection.

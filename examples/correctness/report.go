@@ -49,8 +49,8 @@ func printSummary(w io.Writer, r *result) {
 	fmt.Fprintf(w, "  broker log: %d records, %d distinct events; %d order violations in %d aggregates; consumer: %d applies, %d order violations in %d aggregates\n",
 		rep.LogRecords, rep.LogRecords-rep.LogDuplicates, rep.Order.Pairs, rep.Order.Aggregates,
 		rep.Applied, rep.ConsumerOrder.Pairs, rep.ConsumerOrder.Aggregates)
-	fmt.Fprintf(w, "  poison: %d committed, %d on the broker, outbox parked %d (poison events are excluded from lost)\n",
-		r.Poison, rep.PoisonInLog, r.Parked)
+	fmt.Fprintf(w, "  poison: %d committed, %d on the broker, outbox parked %d (poison events are excluded from lost); %d healthy parked messages unparked\n",
+		r.Poison, rep.PoisonInLog, r.Parked, r.Unparked)
 }
 
 // scenarioName names a fault set: "all", "none" or the list.

@@ -44,6 +44,7 @@ type options struct {
 	BaseDSN     string          // PostgreSQL; a fresh schema is created in it
 	Keep        bool            // keep the schema and the logs even when the run passes
 	Matrix      bool            // run the presets of matrix instead
+	Unpark      bool            // after draining, unpark the healthy parked messages and drain again
 	Verbose     io.Writer
 }
 
@@ -72,6 +73,7 @@ type result struct {
 	Faults   faultCounts
 	Workload workloadStats
 	Parked   int64 // the outbox's parked messages at the end
+	Unparked int64 // healthy parked messages put back (-unpark)
 	Poison   int   // poison events committed
 	DupBound int
 	Wall     time.Duration
@@ -225,16 +227,32 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 		return nil, err
 	}
 	deadline := lastFault.Add(opt.Drain)
-	st, perr := pollUntil(ctx, deadline, func() (bool, outboxStats, error) {
-		s, err := ob.stats(ctx)
-		return err == nil && s.Pending == 0, s, err
-	})
-	res.Parked = st.Parked
-	if perr != nil {
-		res.Failures = append(res.Failures, fmt.Sprintf("outbox did not drain within %v after the last fault: %d pending, %d parked (%v)", opt.Drain, st.Pending, st.Parked, perr))
-	} else {
-		logf("%6.2fs outbox drained (%d parked)", time.Since(start).Seconds(), st.Parked)
+	drain := func() outboxStats {
+		st, perr := pollUntil(ctx, deadline, func() (bool, outboxStats, error) {
+			s, err := ob.stats(ctx)
+			return err == nil && s.Pending == 0, s, err
+		})
+		if perr != nil {
+			res.Failures = append(res.Failures, fmt.Sprintf("outbox did not drain within %v after the last fault: %d pending, %d parked (%v)", opt.Drain, st.Pending, st.Parked, perr))
+		} else {
+			logf("%6.2fs outbox drained (%d parked)", time.Since(start).Seconds(), st.Parked)
+		}
+		return st
 	}
+	st := drain()
+	if opt.Unpark && st.Parked > int64(len(poison)) {
+		// What an operator does once the partition is back: put the
+		// healthy parked messages back in the queue.
+		n, err := ob.unpark(ctx, db, poison)
+		if err != nil {
+			return nil, err
+		}
+		res.Unparked = n
+		logf("%6.2fs unparked %d healthy messages", time.Since(start).Seconds(), n)
+		deadline = time.Now().Add(opt.Drain)
+		st = drain()
+	}
+	res.Parked = st.Parked
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	log, err := readRawLog(rctx, brokers, opt.Partitions)
 	cancel()
@@ -286,8 +304,8 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	if res.Poison > 0 && res.Parked < int64(res.Poison) {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d poison events committed but %d messages parked", res.Poison, res.Parked))
 	}
-	if extra := res.Parked - int64(res.Poison); extra > 0 {
-		res.Failures = append(res.Failures, fmt.Sprintf("%d healthy messages parked (not poison)", extra))
+	if extra := res.Parked - int64(res.Poison) + res.Unparked; extra > 0 {
+		res.Failures = append(res.Failures, fmt.Sprintf("%d healthy messages parked (not poison; %d unparked at the end)", extra, res.Unparked))
 	}
 	for _, e := range res.Faults.Errors {
 		res.Failures = append(res.Failures, "fault injection failed: "+e)
