@@ -1,0 +1,104 @@
+package main
+
+// The writer's side of the outbox: the only file of the driving process
+// that uses package hooks (New, Migrate, Plugin.Enqueue, NewStore,
+// Store.Stats and Store.Unpark, and the outbox table's id, event_id,
+// parked_at and published_at columns to find parked messages) and
+// runtime/consumer (Migrate).
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/consumer"
+)
+
+// outbox is what the driving process needs of the library.
+type outbox struct {
+	plugin *hooks.Plugin
+	store  *hooks.Store
+}
+
+// setupOutbox creates the outbox and inbox tables and registers the plugin
+// on db.
+func setupOutbox(ctx context.Context, db *gorm.DB) (*outbox, error) {
+	if err := hooks.Migrate(ctx, db, ""); err != nil {
+		return nil, fmt.Errorf("migrate outbox: %w", err)
+	}
+	if err := consumer.Migrate(ctx, db, ""); err != nil {
+		return nil, fmt.Errorf("migrate inbox: %w", err)
+	}
+	plugin, err := hooks.New(hooks.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("plugin: %w", err)
+	}
+	if err := db.Use(plugin); err != nil {
+		return nil, fmt.Errorf("register plugin: %w", err)
+	}
+	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return &outbox{plugin: plugin, store: store}, nil
+}
+
+// enqueue writes events of aggregateID through tx without touching any
+// aggregate row (so without a row lock) and returns their ids in order.
+func (o *outbox) enqueue(tx *gorm.DB, aggregateID string, events ...runtime.Event) ([]uuid.UUID, error) {
+	ids, err := o.plugin.Enqueue(tx, aggregateType, aggregateID, events...)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: %w", err)
+	}
+	return ids, nil
+}
+
+// outboxStats is the outbox's state as the drain check needs it.
+type outboxStats struct {
+	Pending, Parked int64
+}
+
+// stats reads the outbox's pending and parked counts.
+func (o *outbox) stats(ctx context.Context) (outboxStats, error) {
+	s, err := o.store.Stats(ctx)
+	if err != nil {
+		return outboxStats{}, fmt.Errorf("outbox stats: %w", err)
+	}
+	return outboxStats{Pending: s.Pending, Parked: s.Parked}, nil
+}
+
+// unpark puts every parked message back in the queue except those of the
+// events in keep (the poison ones) and returns how many it unparked. It
+// reads the outbox table's parked_at column to find them.
+func (o *outbox) unpark(ctx context.Context, db *gorm.DB, keep map[string]bool) (int64, error) {
+	var rows []struct {
+		ID      int64
+		EventID string
+	}
+	err := db.WithContext(ctx).Raw(`SELECT id, event_id::text AS event_id FROM ` + hooks.DefaultTable +
+		` WHERE parked_at IS NOT NULL AND published_at IS NULL ORDER BY id`).Scan(&rows).Error
+	if err != nil {
+		return 0, fmt.Errorf("find parked messages: %w", err)
+	}
+	var ids []int64
+	for _, r := range rows {
+		if !keep[r.EventID] {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := o.store.Unpark(ctx, ids...)
+	if err != nil {
+		return n, fmt.Errorf("unpark: %w", err)
+	}
+	return n, nil
+}
+
+// close releases the store's connection.
+func (o *outbox) close() error { return o.store.Close() }
