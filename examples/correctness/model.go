@@ -68,7 +68,7 @@ func (a *Account) BeforeSave(*gorm.DB) error {
 // exists iff the transaction that wrote the event committed. Rows of
 // events written (and committed) by an earlier save are left as they are.
 func (a *Account) AfterSave(tx *gorm.DB) error {
-	pending := a.Pending()
+	pending := a.OutboxRecorder().Pending()
 	if len(pending) == 0 {
 		return nil
 	}

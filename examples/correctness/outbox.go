@@ -100,5 +100,35 @@ func (o *outbox) unpark(ctx context.Context, db *gorm.DB, keep map[string]bool) 
 	return n, nil
 }
 
+// discard deletes the parked messages of the events in poison, as an
+// operator does with a message the broker will never take: a parked message
+// holds its aggregate's later messages back until it is unparked or
+// discarded. It returns how many it discarded.
+func (o *outbox) discard(ctx context.Context, db *gorm.DB, poison map[string]bool) (int64, error) {
+	var rows []struct {
+		ID      int64
+		EventID string
+	}
+	err := db.WithContext(ctx).Raw(`SELECT id, event_id::text AS event_id FROM ` + hooks.DefaultTable +
+		` WHERE parked_at IS NOT NULL AND published_at IS NULL ORDER BY id`).Scan(&rows).Error
+	if err != nil {
+		return 0, fmt.Errorf("find parked messages: %w", err)
+	}
+	var ids []int64
+	for _, r := range rows {
+		if poison[r.EventID] {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := o.store.Discard(ctx, ids...)
+	if err != nil {
+		return n, fmt.Errorf("discard: %w", err)
+	}
+	return n, nil
+}
+
 // close releases the store's connection.
 func (o *outbox) close() error { return o.store.Close() }

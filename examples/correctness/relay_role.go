@@ -38,6 +38,9 @@ func runRelay(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 		RetryDelay:    100 * time.Millisecond,
 		MaxRetryDelay: time.Second,
 		MaxAttempts:   cfg.MaxAttempts,
+		// Relays are killed every 1-3 s: a short lease lets the others take
+		// a killed relay's shards over within about two seconds.
+		LeaseTTL: 2 * time.Second,
 	})
 	if err != nil {
 		return fmt.Errorf("store: %w", err)

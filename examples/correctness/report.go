@@ -22,7 +22,7 @@ func printTable(w io.Writer, results []*result) {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t%d (%d)\t%s\t%s\t\n",
 			r.Opts.Name, r.Seed, scenarioName(r.Opts.Faults), pathsName(r.Opts.Paths), r.Opts.Relays, rep.Committed, r.Faults.total(),
 			len(rep.Lost), len(rep.Ghosts), rep.Order.Pairs, rep.DupEffects,
-			rep.LogDuplicates, r.DupBound, rep.ConsumerOrder.Pairs, r.Poison, r.Parked,
+			rep.LogDuplicates, r.DupBound, rep.ConsumerOrder.Pairs, r.Poison, r.Parked+r.Discarded,
 			r.Wall.Round(100*time.Millisecond), verdict)
 	}
 	tw.Flush()
@@ -49,8 +49,8 @@ func printSummary(w io.Writer, r *result) {
 	fmt.Fprintf(w, "  broker log: %d records, %d distinct events; %d order violations in %d aggregates; consumer: %d applies, %d order violations in %d aggregates\n",
 		rep.LogRecords, rep.LogRecords-rep.LogDuplicates, rep.Order.Pairs, rep.Order.Aggregates,
 		rep.Applied, rep.ConsumerOrder.Pairs, rep.ConsumerOrder.Aggregates)
-	fmt.Fprintf(w, "  poison: %d committed, %d on the broker, outbox parked %d (poison events are excluded from lost); %d healthy parked messages unparked\n",
-		r.Poison, rep.PoisonInLog, r.Parked, r.Unparked)
+	fmt.Fprintf(w, "  poison: %d committed, %d on the broker, outbox parked %d, then discarded %d as an operator would, releasing its aggregate's later events (poison events are excluded from lost); %d healthy parked messages unparked\n",
+		r.Poison, rep.PoisonInLog, r.Parked+r.Discarded, r.Discarded, r.Unparked)
 }
 
 // scenarioName names a fault set: "all", "none" or the list.
