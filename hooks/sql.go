@@ -107,7 +107,7 @@ func (p *Plugin) insert(ctx context.Context, d dialect, conn gorm.ConnPool, rows
 // insertSQL builds the INSERT of rows and its arguments.
 func (p *Plugin) insertSQL(d dialect, rows []pendingRow) (string, []any, error) {
 	var b strings.Builder
-	args := make([]any, 0, 10*len(rows)+2)
+	args := make([]any, 0, 10*len(rows)+1)
 	pg := d.name == "postgres"
 	var locks []int32
 	if pg {
@@ -121,8 +121,12 @@ func (p *Plugin) insertSQL(d dialect, rows []pendingRow) (string, []any, error) 
 			}
 		}
 		slices.Sort(locks)
-		args = append(args, lockNamespace(p.cfg.Table), locks)
-		b.WriteString("WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int4[]) AS u(k) ORDER BY k) ")
+		// The first key is the table's oid, so outbox tables of other
+		// schemas (or databases' other two-key advisory locks) do not share
+		// the locks.
+		args = append(args, locks)
+		b.WriteString("WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(('" + p.cfg.Table +
+			"'::regclass::oid::int8 - 2147483648)::int4, k) FROM unnest($1::int4[]) AS u(k) ORDER BY k) ")
 	}
 	b.WriteString("INSERT INTO " + p.cfg.Table + " (" + insertColumns + ") ")
 	if pg {
@@ -164,11 +168,4 @@ func (p *Plugin) insertSQL(d dialect, rows []pendingRow) (string, []any, error) 
 	}
 	b.WriteString(" ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
 	return b.String(), args, nil
-}
-
-// lockNamespace is the first key of the outbox's advisory locks: the table's
-// hash, so two outbox tables (or an application's own two-key advisory
-// locks) rarely share a lock.
-func lockNamespace(table string) int32 {
-	return int32(aggregateHash("outbox", table))
 }
