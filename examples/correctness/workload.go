@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime"
@@ -71,6 +72,7 @@ type workloadStats struct {
 	Savepoints int // savepoints rolled back inside committed transactions
 	Retried    int // rolled-back aggregates saved again (same in-memory value)
 	Abandoned  int // rolled-back aggregates reloaded, their events dropped
+	Deadlocks  int // rolled back by PostgreSQL's deadlock detection (counted in RolledBack too)
 	Unexpected int // transactions that failed for a reason the suite did not cause
 	ByPath     map[string]int
 	LastError  string
@@ -107,6 +109,14 @@ func (w *workload) finish(m *txMeta, path string, before, after int64, err error
 	case errors.Is(err, errRollback) || errors.Is(err, errPanicked):
 		w.stats.RolledBack++
 		return
+	case isDeadlock(err):
+		// Two transactions wrote events of the same aggregates in opposite
+		// orders: the outbox's per-aggregate locks (commit order) make one
+		// wait for the other, and PostgreSQL aborts one, as with row locks.
+		// An application retries it; here it is one more rollback.
+		w.stats.RolledBack++
+		w.stats.Deadlocks++
+		return
 	default:
 		w.stats.Unexpected++
 		w.stats.LastError = err.Error()
@@ -115,6 +125,12 @@ func (w *workload) finish(m *txMeta, path string, before, after int64, err error
 		before = after // failed before the commit point: no rows can exist
 	}
 	w.commits[m.id] = commitWindow{Before: before, After: after}
+}
+
+// isDeadlock reports a transaction PostgreSQL aborted to break a deadlock.
+func isDeadlock(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40P01"
 }
 
 // errPanicked marks a transaction that a panic rolled back.
