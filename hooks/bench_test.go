@@ -102,3 +102,53 @@ func BenchmarkClaim(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSaveConcurrent measures what commit order costs writers: 8
+// goroutines each saving new orders with one event through the hooks on
+// PostgreSQL, with the per-aggregate advisory locks ("locks", the default)
+// and without them ("nolocks", which loses commit order for concurrent
+// writers of one aggregate). Each save is its own GORM transaction; the
+// aggregates are distinct, so the locks never wait, and ns/op is wall time
+// per save across the 8 writers.
+//
+//	go test -run '^$' -bench SaveConcurrent -benchtime 3000x ./hooks/
+func BenchmarkSaveConcurrent(b *testing.B) {
+	for _, locks := range []bool{true, false} {
+		name := "locks"
+		if !locks {
+			name = "nolocks"
+		}
+		b.Run(name, func(b *testing.B) {
+			db := hookstest.Postgres(b, nil)
+			if err := hooks.Migrate(context.Background(), db, ""); err != nil {
+				b.Fatal(err)
+			}
+			if err := db.AutoMigrate(&Order{}); err != nil {
+				b.Fatal(err)
+			}
+			p, err := hooks.New(hooks.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			hooks.SetOrderLocks(p, locks)
+			if err := db.Use(p); err != nil {
+				b.Fatal(err)
+			}
+			if sqlDB, err := db.DB(); err == nil {
+				sqlDB.SetMaxOpenConns(8)
+			}
+			b.SetParallelism(4) // 4 × GOMAXPROCS(2) = 8 writers
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					o := &Order{Status: "placed"}
+					o.Record(OrderPlaced{EventVersion: 1, OccurredAt: now(), Amount: 9.5})
+					if err := db.Create(o).Error; err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

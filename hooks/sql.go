@@ -110,7 +110,7 @@ func (p *Plugin) insertSQL(d dialect, rows []pendingRow) (string, []any, error) 
 	args := make([]any, 0, 10*len(rows)+1)
 	pg := d.name == "postgres"
 	var locks []int32
-	if pg {
+	if pg && !p.noOrderLocks {
 		// One lock per aggregate, in a stable order.
 		seen := make(map[int32]bool, len(rows))
 		for _, r := range rows {
@@ -162,9 +162,13 @@ func (p *Plugin) insertSQL(d dialect, rows []pendingRow) (string, []any, error) 
 			r.env.OccurredAt, ShardOf(r.env.AggregateType, r.env.AggregateID))
 	}
 	if pg {
-		// The gate is evaluated once, before the first row is produced and
-		// so before any row takes its id from the sequence.
-		b.WriteString(") AS v WHERE (SELECT count(*) FROM l) > 0")
+		b.WriteString(") AS v")
+		if !p.noOrderLocks {
+			// The gate is evaluated once, before the first row is
+			// produced and so before any row takes its id from the
+			// sequence.
+			b.WriteString(" WHERE (SELECT count(*) FROM l) > 0")
+		}
 	}
 	b.WriteString(" ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
 	return b.String(), args, nil
