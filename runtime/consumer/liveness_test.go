@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,14 +58,18 @@ func TestHalfOpenInboxConnectionRecovers(t *testing.T) {
 	// waits for the cut before its own write; in phase 2 without waiting.
 	var (
 		stream  []*message.Message
-		cutAt   = map[string]int{} // event id → phase
+		mu      sync.Mutex
+		cutAt   = map[string]int{} // event id → phase; guarded by mu
 		cut     = make(chan int, 1)
 		resumed = make(chan struct{})
 	)
 	write := writeEffect("billing")
 	must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
-		if phase := cutAt[m.EventID.String()]; phase > 0 && m.Attempt == 1 {
-			delete(cutAt, m.EventID.String()) // this goroutine only; the test reads it before publishing
+		mu.Lock()
+		phase := cutAt[m.EventID.String()]
+		delete(cutAt, m.EventID.String())
+		mu.Unlock()
+		if phase > 0 {
 			cut <- phase
 			if phase == 1 {
 				<-resumed
@@ -80,14 +85,15 @@ func TestHalfOpenInboxConnectionRecovers(t *testing.T) {
 			seq[order]++
 			msgs = append(msgs, paidMessage(t, 2, order, seq[order]))
 		}
+		mu.Lock()
 		cutAt[msgs[perPhase/2].UUID] = phase
+		mu.Unlock()
 		stream = append(stream, msgs...)
 		must(t, b.publisher(t).Publish(b.topic, msgs...))
 	}
 	applied := func() int64 { return count(t, admin, "effects") }
 
-	// Phase 1: before the first cut the handler waits, so cutAt is not
-	// read while the test writes it.
+	// Phase 1.
 	publish(1)
 	runRouter(t, c, b.subscriber(t, "billing"), b.topic)
 	select {
@@ -104,8 +110,7 @@ func TestHalfOpenInboxConnectionRecovers(t *testing.T) {
 	t.Logf("phase 1: every event applied %v after the connection went half-open inside a transaction (TxTimeout %v)", took, txTimeout)
 
 	// Phase 2: a cut wherever the consumer is when the test gets the
-	// signal. The handler reads cutAt only after the phase-1 cut, which
-	// happened before this write.
+	// signal.
 	publish(2)
 	select {
 	case <-cut:
