@@ -104,3 +104,18 @@ func TestHandlerBlockingPastTxTimeoutIsRetriedNotDeadLettered(t *testing.T) {
 		})
 	}
 }
+
+// TestTxTimeoutBeyondPostgresRange: a TxTimeout longer than PostgreSQL's
+// largest statement_timeout (2^31-1 ms, about 24.8 days) is capped for the
+// server-side timeouts rather than failing every transaction.
+func TestTxTimeoutBeyondPostgresRange(t *testing.T) {
+	db := databases(t)["postgres"](t)
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, TxTimeout: 1000 * time.Hour})
+	must(t, consumer.Handle(c, writeEffect("c")))
+	if err := c.HandlerFunc()(paidMessage(t, 2, "o-1", 1)); err != nil {
+		t.Fatalf("handler = %v", err)
+	}
+	if n := len(effects(t, db)); n != 1 {
+		t.Errorf("effects = %d, want 1", n)
+	}
+}

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -157,7 +158,8 @@ func newInboxSQL(table, dialect string) inboxSQL {
 func (s inboxSQL) insertArgs(cfg Config, m Meta) []any {
 	args := []any{cfg.Name, m.EventID.String(), m.EventType, cfg.Clock.Now().UTC()}
 	if s.guard {
-		ms := strconv.FormatInt(int64(max(1, (cfg.TxTimeout+time.Millisecond-1)/time.Millisecond)), 10)
+		// In whole milliseconds, rounded up, within PostgreSQL's range.
+		ms := strconv.FormatInt(min(int64(max(1, (cfg.TxTimeout+time.Millisecond-1)/time.Millisecond)), math.MaxInt32), 10)
 		args = append(args, ms, ms)
 	}
 	return args
