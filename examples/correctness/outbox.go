@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
@@ -128,6 +129,32 @@ func (o *outbox) discard(ctx context.Context, db *gorm.DB, poison map[string]boo
 		return n, fmt.Errorf("discard: %w", err)
 	}
 	return n, nil
+}
+
+// countPublished counts the events of ids marked published; it reads the
+// outbox table's event_id and published_at columns.
+func (o *outbox) countPublished(ctx context.Context, db *gorm.DB, ids []string) (int64, error) {
+	var n int64
+	err := db.WithContext(ctx).Raw(`SELECT count(*) FROM `+hooks.DefaultTable+
+		` WHERE event_id::text IN ? AND published_at IS NOT NULL`, ids).Scan(&n).Error
+	if err != nil {
+		return 0, fmt.Errorf("count published probes: %w", err)
+	}
+	return n, nil
+}
+
+// outageAttempts reads, among the messages committed since since (the
+// database's clock) whose last error contains errText, how many there are
+// and how many counted an attempt; it reads the outbox table's created_at,
+// last_error and attempts columns.
+func (o *outbox) outageAttempts(ctx context.Context, db *gorm.DB, since time.Time, errText string) (rows, counted int64, err error) {
+	var r struct{ Rows, Counted int64 }
+	err = db.WithContext(ctx).Raw(`SELECT count(*) AS rows, count(*) FILTER (WHERE attempts > 0) AS counted FROM `+
+		hooks.DefaultTable+` WHERE created_at >= ? AND last_error LIKE ?`, since, "%"+errText+"%").Scan(&r).Error
+	if err != nil {
+		return 0, 0, fmt.Errorf("read outage attempts: %w", err)
+	}
+	return r.Rows, r.Counted, nil
 }
 
 // close releases the store's connection.
