@@ -388,9 +388,10 @@ func (e *faultEnv) delay() func(context.Context) error {
 }
 
 // measure commits the probes of fault (right after the fault began at
-// faultAt), waits for hold to pass from faultAt and calls heal, then waits
-// until every probe is published or the bound plus 5 s passed, and records
-// the result. check, when set, adds its note and error.
+// faultAt), waits for hold to pass from faultAt and calls heal, meanwhile
+// waits until every probe is published or the bound plus 5 s passed, and
+// records the result. check, when set, runs as soon as the probes are
+// published (or the wait gave up) and adds its note and error.
 func (e *faultEnv) measure(ctx context.Context, fault string, faultAt time.Time, hold time.Duration, heal func() error, check func() (string, error)) error {
 	bound, from := livenessBound(fault, len(e.relays))
 	l := livenessResult{Fault: fault, At: faultAt.Sub(e.start), Held: hold, Bound: bound, From: from}
@@ -404,13 +405,21 @@ func (e *faultEnv) measure(ctx context.Context, fault string, faultAt time.Time,
 		ref = healAt
 	}
 	type published struct {
-		at time.Time
-		ok bool
+		at         time.Time
+		ok         bool
+		note, cerr string
 	}
 	pc := make(chan published, 1)
 	go func() {
 		at, ok := e.ob.waitPublished(ctx, e.db, ids, ref.Add(bound+5*time.Second))
-		pc <- published{at, ok}
+		p := published{at: at, ok: ok}
+		if check != nil {
+			var err error
+			if p.note, err = check(); err != nil {
+				p.cerr = err.Error()
+			}
+		}
+		pc <- p
 	}()
 	time.Sleep(time.Until(healAt)) // the fault's window
 	var herr error
@@ -419,14 +428,7 @@ func (e *faultEnv) measure(ctx context.Context, fault string, faultAt time.Time,
 		herr = heal()
 	}
 	p := <-pc
-	l.Recovered, l.Published = p.at.Sub(ref), p.ok
-	if check != nil {
-		note, cerr := check()
-		l.Note = note
-		if cerr != nil {
-			l.Err = cerr.Error()
-		}
-	}
+	l.Recovered, l.Published, l.Note, l.Err = p.at.Sub(ref), p.ok, p.note, p.cerr
 	e.logf("%6.2fs %s: probes published %v after the %s (bound %v) %s", time.Since(e.start).Seconds(),
 		fault, l.Recovered.Round(time.Millisecond), from, bound, l.Note)
 	e.mu.Lock()
@@ -436,13 +438,40 @@ func (e *faultEnv) measure(ctx context.Context, fault string, faultAt time.Time,
 }
 
 // stop SIGSTOPs relay r for hold and measures the takeover of its shards.
+// With several relays it checks that the takeover happened: some shards
+// changed owner between the SIGSTOP and the probes' publication (a stopped
+// relay that held no shard would prove nothing).
 func (e *faultEnv) stop(r int, hold time.Duration) func(context.Context) error {
 	return func(ctx context.Context) error {
 		e.add(func(c *faultCounts) { c.Stops++ })
+		before, err := e.ob.leaseOwners(ctx, e.db)
+		if err != nil {
+			return err
+		}
 		if err := e.relays[r].signal(syscall.SIGSTOP); err != nil {
 			return err
 		}
-		err := e.measure(ctx, faultStop, time.Now(), hold, func() error { return e.relays[r].signal(syscall.SIGCONT) }, nil)
+		var check func() (string, error)
+		if len(e.relays) > 1 {
+			check = func() (string, error) {
+				after, err := e.ob.leaseOwners(ctx, e.db)
+				if err != nil {
+					return "", err
+				}
+				moved := 0
+				for s, o := range before {
+					if after[s] != o {
+						moved++
+					}
+				}
+				note := fmt.Sprintf("(%d of %d shards changed owner)", moved, len(before))
+				if moved == 0 {
+					return note, fmt.Errorf("no shard changed owner while relay-%d was stopped: its takeover was not exercised", r)
+				}
+				return note, nil
+			}
+		}
+		err = e.measure(ctx, faultStop, time.Now(), hold, func() error { return e.relays[r].signal(syscall.SIGCONT) }, check)
 		time.Sleep(settle) // the resumed relay finds its leases lost
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -72,11 +71,6 @@ func livenessBound(fault string, relays int) (time.Duration, string) {
 	return 0, ""
 }
 
-// probeCount is how many probe aggregates a measured fault commits: their
-// keys spread over the relays' shards, so that with 3 relays a stopped
-// relay owns one of them with probability 1-(2/3)^16 > 99.8%.
-const probeCount = 16
-
 // livenessResult is one measured fault.
 type livenessResult struct {
 	Fault string
@@ -110,14 +104,14 @@ func (l livenessResult) failure() string {
 	return ""
 }
 
-// probe commits one note on each of probeCount fresh aggregates, in one
-// transaction with their ledger rows, and returns the events' ids.
+// probe commits one note on a fresh aggregate of each shard of the outbox,
+// in one transaction with their ledger rows, and returns the events' ids:
+// whichever relay owns a shard, one probe waits on it.
 func (w *workload) probe(ctx context.Context, name string) ([]string, error) {
 	var ids []string
 	err := w.inTx(context.WithoutCancel(ctx), -3, "probe", func(tx *gorm.DB, m *txMeta) error {
 		ids = ids[:0]
-		for i := range probeCount {
-			agg := name + "-" + strconv.Itoa(i)
+		for _, agg := range probeAggregates(name) {
 			got, err := w.ob.enqueue(tx, agg, NewNoted(runtime.SystemClock{}, -3, "probe"))
 			if err != nil {
 				return err

@@ -2,13 +2,16 @@ package main
 
 // The writer's side of the outbox: the only file of the driving process
 // that uses package hooks (New, Migrate, Plugin.Enqueue, NewStore,
-// Store.Stats and Store.Unpark, and the outbox table's id, event_id,
-// parked_at and published_at columns to find parked messages) and
-// runtime/consumer (Migrate).
+// Store.Stats and Store.Unpark, Shards and ShardOf, the outbox table's id,
+// event_id, parked_at and published_at columns to find parked messages,
+// its created_at, last_error and attempts columns for the broker outage,
+// and its leases table's shard and owner columns for the stopped relay)
+// and runtime/consumer (Migrate).
 
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -155,6 +158,39 @@ func (o *outbox) outageAttempts(ctx context.Context, db *gorm.DB, since time.Tim
 		return 0, 0, fmt.Errorf("read outage attempts: %w", err)
 	}
 	return r.Rows, r.Counted, nil
+}
+
+// probeAggregates returns one aggregate id per shard, each named prefix-N.
+func probeAggregates(prefix string) []string {
+	ids := make([]string, hooks.Shards)
+	left := hooks.Shards
+	for n := 0; left > 0; n++ {
+		id := prefix + "-" + strconv.Itoa(n)
+		if s := hooks.ShardOf(aggregateType, id); ids[s] == "" {
+			ids[s] = id
+			left--
+		}
+	}
+	return ids
+}
+
+// leaseOwners reads the owner of every shard's lease.
+func (o *outbox) leaseOwners(ctx context.Context, db *gorm.DB) (map[int]string, error) {
+	var rows []struct {
+		Shard int
+		Owner *string
+	}
+	err := db.WithContext(ctx).Raw(`SELECT shard, owner FROM ` + hooks.DefaultTable + `_leases`).Scan(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("read leases: %w", err)
+	}
+	out := make(map[int]string, len(rows))
+	for _, r := range rows {
+		if r.Owner != nil {
+			out[r.Shard] = *r.Owner
+		}
+	}
+	return out, nil
 }
 
 // close releases the store's connection.
