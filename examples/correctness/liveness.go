@@ -58,9 +58,12 @@ func livenessBound(fault string, relays int) (time.Duration, string) {
 		// one claim (at most StoreTimeout) publishes.
 		return relayMaxBackoff + relayStoreTimeout + relayPollInterval + boundSlack, "heal"
 	case fault == faultTerminate:
-		// A terminated backend fails the next call at once; the relay
-		// backs off (at most MaxBackoff) and reconnects.
-		return relayMaxBackoff + relayPollInterval + boundSlack, "fault"
+		// A terminated backend fails its next call at once, and the pool
+		// then replaces it; each of the relay's pooled connections (4) may
+		// fail one call, and the relay backs off after each (50, 100, 200,
+		// 400 ms from MinBackoff 50ms: less than 2×MaxBackoff) before a
+		// claim on a new connection publishes.
+		return 2*relayMaxBackoff + relayPollInterval + boundSlack, "fault"
 	case fault == faultBrokerDown:
 		// Nothing is published, so no attempt is counted and no retry
 		// delay grows: after the broker is back, the relay's backoff (at
