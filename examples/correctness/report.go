@@ -60,8 +60,12 @@ func printSummary(w io.Writer, r *result) {
 		if !l.Published {
 			recovered = "not recovered in " + recovered
 		}
-		fmt.Fprintf(w, "  liveness: %-10s at %5.1fs, held %-6v recovered %-8s after the %-5s (bound %v) %s %s\n",
-			l.Fault, l.At.Seconds(), l.Held.Round(time.Millisecond), recovered, l.From, l.Bound, verdict, l.Note)
+		total := l.Recovered
+		if l.From == "heal" {
+			total += l.Held
+		}
+		fmt.Fprintf(w, "  liveness: %-10s at %5.1fs, held %-6v recovered %-8s after the %-5s (bound %v; %v after the fault began) %s %s\n",
+			l.Fault, l.At.Seconds(), l.Held.Round(time.Millisecond), recovered, l.From, l.Bound, total.Round(time.Millisecond), verdict, l.Note)
 	}
 }
 
