@@ -21,8 +21,12 @@ import (
 // brokerStats counts the faults the broker injected; the control channel
 // returns it as JSON from GET /stats.
 type brokerStats struct {
-	// Rejected is how many produce requests got NOT_LEADER_FOR_PARTITION.
+	// Rejected is how many produce requests got NOT_LEADER_FOR_PARTITION
+	// (one partition down).
 	Rejected int64
+	// Refused is how many produce requests got NOT_ENOUGH_REPLICAS (every
+	// partition down).
+	Refused int64
 	// Delayed is how many produce requests were held past the clients'
 	// write timeout and then written (ambiguous writes).
 	Delayed int64
@@ -31,7 +35,8 @@ type brokerStats struct {
 }
 
 // faultBroker is a kfake cluster with the suite's two produce faults: a
-// window during which one partition rejects produce requests, and a budget
+// window during which one partition, or every partition, rejects produce
+// requests, and a budget
 // of produce requests that are written only after a delay longer than the
 // relays' write timeout, so their ack is lost and the relay writes again.
 type faultBroker struct {
@@ -43,13 +48,14 @@ type faultBroker struct {
 	delayBudget   int
 	delayDuration time.Duration
 
-	rejected, delayed, produce atomic.Int64
+	rejected, refused, delayed, produce atomic.Int64
 }
 
 // runBroker is the broker role: a single-node kfake cluster on a fixed
 // loopback port with the suite's topic, and an HTTP control channel:
 //
 //	POST /reject?partition=P&for=3s   partition P answers NOT_LEADER_FOR_PARTITION
+//	POST /reject?partition=-1&for=3s  every partition answers NOT_ENOUGH_REPLICAS (a full outage)
 //	POST /delay?n=N&sleep=1500ms      the next N produce requests are written late
 //	GET  /stats                       brokerStats as JSON
 func runBroker(ctx context.Context, cfg childConfig, log *slog.Logger) error {
@@ -104,8 +110,14 @@ func (b *faultBroker) control(r kmsg.Request) (kmsg.Response, error, bool) {
 	}
 	b.mu.Unlock()
 
-	if rejecting && producesTo(req, rejectPart) {
-		b.rejected.Add(1)
+	if rejecting && (rejectPart < 0 || producesTo(req, rejectPart)) {
+		code := kerr.NotLeaderForPartition.Code
+		if rejectPart < 0 {
+			code = kerr.NotEnoughReplicas.Code // a full outage has its own error, so its rows can be told apart
+			b.refused.Add(1)
+		} else {
+			b.rejected.Add(1)
+		}
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		for _, rt := range req.Topics {
 			st := kmsg.NewProduceResponseTopic()
@@ -113,7 +125,7 @@ func (b *faultBroker) control(r kmsg.Request) (kmsg.Response, error, bool) {
 			for _, rp := range rt.Partitions {
 				sp := kmsg.NewProduceResponseTopicPartition()
 				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.NotLeaderForPartition.Code
+				sp.ErrorCode = code
 				st.Partitions = append(st.Partitions, sp)
 			}
 			resp.Topics = append(resp.Topics, st)
@@ -171,7 +183,7 @@ func (b *faultBroker) mux(log *slog.Logger) *http.ServeMux {
 	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(brokerStats{Rejected: b.rejected.Load(), Delayed: b.delayed.Load(), Produce: b.produce.Load()})
+		_ = json.NewEncoder(w).Encode(brokerStats{Rejected: b.rejected.Load(), Refused: b.refused.Load(), Delayed: b.delayed.Load(), Produce: b.produce.Load()})
 	})
 	return mux
 }

@@ -11,12 +11,16 @@
 // transaction, plus each transaction's commit window on a monotonic clock.
 // Relays and a consumer run as child processes (this binary, re-executed),
 // the Kafka broker as a kfake process with a control channel for produce
-// faults. A fault schedule kills (SIGKILL) and pauses (SIGSTOP) relays,
-// makes one partition reject produce requests, loses produce acks, holds a
-// transaction open through a relay outage, and commits a message larger
-// than the broker accepts. Then the checker reads the broker's raw log
-// from offset 0 and the consumer's apply log and compares them with the
-// ledger: lost, ghosts, order violations, duplicates.
+// faults; the relays reach PostgreSQL through a fault proxy in the driving
+// process (runtimetest.Proxy), under an application_name of the run. A
+// fault schedule kills (SIGKILL) and pauses (SIGSTOP) relays, makes one
+// partition reject produce requests, makes every partition reject them (a
+// full broker outage), loses produce acks, holds a transaction open
+// through a relay outage, commits a message larger than the broker
+// accepts, freezes the relays' database connections half-open, refuses
+// them, and terminates their backends. Then the checker reads the broker's
+// raw log from offset 0 and the consumer's apply log and compares them
+// with the ledger: lost, ghosts, order violations, duplicates.
 //
 //	go run ./examples/correctness                     # core tier, random seed
 //	go run ./examples/correctness -seed 42            # replay a run
@@ -25,7 +29,8 @@
 //	go run ./examples/correctness -matrix -q -duration 20s   # the presets below, one table
 //
 // -scenario picks the faults (all, none, or a list of kill, stop,
-// partition, ambiguous, longtx, poison, consumer), -paths the write paths
+// partition, ambiguous, longtx, poison, consumer, dbfreeze, dbrefuse,
+// terminate, brokerdown), -paths the write paths
 // (all, save, enqueue), -relays the relay processes, so that each ordering
 // problem can be shown on its own:
 //
@@ -42,6 +47,48 @@
 //	# every fault but the long transaction, one relay, saves only: passes today
 //	go run ./examples/correctness -scenario kill,stop,partition,ambiguous,poison,consumer -relays 1 -paths save
 //
+// # Liveness
+//
+// Five faults are measured: each commits, right after the fault began, one
+// probe event on a fresh aggregate of every shard of the outbox (64, so
+// whichever relay owns a shard, a probe waits on it), and the run fails
+// unless every probe is marked published (which the relay does only after
+// the broker acked it) within the fault's bound. The relays run with
+// LeaseTTL 2s (renewed every 400ms), PollInterval 200ms, MaxBackoff 1s,
+// RetryDelay 100ms, a 1s kafka-go write timeout and StoreTimeout 2s
+// (relay.Config; 10s by default), so that recovery is quick; the bounds
+// are made of these settings plus 1s for the suite's own polling on a
+// shared machine:
+//
+//	stop        SIGSTOP one relay for 5-6 s; from the SIGSTOP:
+//	            LeaseTTL + LeaseTTL/5 + PollInterval + 1s = 3.6s (another
+//	            relay takes the stopped relay's shards; at least one shard
+//	            must change owner, or the fault proved nothing). With one
+//	            relay, from the SIGCONT: MaxBackoff + StoreTimeout +
+//	            PollInterval + 1s = 4.2s.
+//	dbfreeze    every open relay connection turns half-open (no RST); from
+//	            the fault: 3×StoreTimeout + LeaseTTL + 1s = 9s.
+//	dbrefuse    the relays' connections are closed and new ones refused
+//	            for 2-3 s; from the heal: MaxBackoff + StoreTimeout +
+//	            PollInterval + 1s = 4.2s.
+//	terminate   pg_terminate_backend of every relay backend; from the
+//	            fault: 2×MaxBackoff + PollInterval + 1s = 3.2s (each of a
+//	            relay's 4 pooled connections may fail one call, and the
+//	            backoffs after them add up to 750ms).
+//	brokerdown  every partition answers NOT_ENOUGH_REPLICAS for 2-3 s;
+//	            from the heal: MaxBackoff + RetryDelay + PollInterval +
+//	            write timeout + 1s = 3.3s. No message committed during the
+//	            outage may count an attempt for it (attempts = 0 on those
+//	            whose last_error is the outage's).
+//
+// The summary prints each measured fault's recovery time next to its
+// bound. The measured faults and the long transaction's relay outage run
+// one at a time, in an order drawn from the seed; the kills, ambiguous
+// writes, the one-partition outage and the poison message never overlap
+// them (a kill or ambiguous write waits up to 5 s for a measured fault to
+// end, then is skipped, and counted as such), so each bound is measured
+// against its own fault.
+//
 // The ordering problems depend on how processes interleave, which a seed
 // does not fix: the seed replays the writers' choices and the fault
 // schedule, not the scheduling of the processes.
@@ -51,8 +98,10 @@
 // two transactions: the first's Commit returned before the second's was
 // called, on the writer's monotonic clock) and whose first deliveries are
 // the other way round. Log duplicates are bounded by one relay batch per
-// relay kill or stop and per produce request the broker rejected or wrote
-// late.
+// relay kill or stop, per produce request the broker rejected (one
+// partition down) or wrote late, and per relay for each database fault (a
+// batch published whose mark failed); requests refused in a full outage
+// add none, since nothing was written.
 //
 // The suite is a package of the main module, not a nested module, so that
 // every change of the public API it uses (hooks, runtime/relay,

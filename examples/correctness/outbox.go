@@ -2,13 +2,17 @@ package main
 
 // The writer's side of the outbox: the only file of the driving process
 // that uses package hooks (New, Migrate, Plugin.Enqueue, NewStore,
-// Store.Stats and Store.Unpark, and the outbox table's id, event_id,
-// parked_at and published_at columns to find parked messages) and
-// runtime/consumer (Migrate).
+// Store.Stats and Store.Unpark, Shards and ShardOf, the outbox table's id,
+// event_id, parked_at and published_at columns to find parked messages,
+// its created_at, last_error and attempts columns for the broker outage,
+// and its leases table's shard and owner columns for the stopped relay)
+// and runtime/consumer (Migrate).
 
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
@@ -128,6 +132,65 @@ func (o *outbox) discard(ctx context.Context, db *gorm.DB, poison map[string]boo
 		return n, fmt.Errorf("discard: %w", err)
 	}
 	return n, nil
+}
+
+// countPublished counts the events of ids marked published; it reads the
+// outbox table's event_id and published_at columns.
+func (o *outbox) countPublished(ctx context.Context, db *gorm.DB, ids []string) (int64, error) {
+	var n int64
+	err := db.WithContext(ctx).Raw(`SELECT count(*) FROM `+hooks.DefaultTable+
+		` WHERE event_id::text IN ? AND published_at IS NOT NULL`, ids).Scan(&n).Error
+	if err != nil {
+		return 0, fmt.Errorf("count published probes: %w", err)
+	}
+	return n, nil
+}
+
+// outageAttempts reads, among the messages committed since since (the
+// database's clock) whose last error contains errText, how many there are
+// and how many counted an attempt; it reads the outbox table's created_at,
+// last_error and attempts columns.
+func (o *outbox) outageAttempts(ctx context.Context, db *gorm.DB, since time.Time, errText string) (rows, counted int64, err error) {
+	var r struct{ Rows, Counted int64 }
+	err = db.WithContext(ctx).Raw(`SELECT count(*) AS rows, count(*) FILTER (WHERE attempts > 0) AS counted FROM `+
+		hooks.DefaultTable+` WHERE created_at >= ? AND last_error LIKE ?`, since, "%"+errText+"%").Scan(&r).Error
+	if err != nil {
+		return 0, 0, fmt.Errorf("read outage attempts: %w", err)
+	}
+	return r.Rows, r.Counted, nil
+}
+
+// probeAggregates returns one aggregate id per shard, each named prefix-N.
+func probeAggregates(prefix string) []string {
+	ids := make([]string, hooks.Shards)
+	left := hooks.Shards
+	for n := 0; left > 0; n++ {
+		id := prefix + "-" + strconv.Itoa(n)
+		if s := hooks.ShardOf(aggregateType, id); ids[s] == "" {
+			ids[s] = id
+			left--
+		}
+	}
+	return ids
+}
+
+// leaseOwners reads the owner of every shard's lease.
+func (o *outbox) leaseOwners(ctx context.Context, db *gorm.DB) (map[int]string, error) {
+	var rows []struct {
+		Shard int
+		Owner *string
+	}
+	err := db.WithContext(ctx).Raw(`SELECT shard, owner FROM ` + hooks.DefaultTable + `_leases`).Scan(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("read leases: %w", err)
+	}
+	out := make(map[int]string, len(rows))
+	for _, r := range rows {
+		if r.Owner != nil {
+			out[r.Shard] = *r.Owner
+		}
+	}
+	return out, nil
 }
 
 // close releases the store's connection.

@@ -35,12 +35,12 @@ func runRelay(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 	sqlDB.SetMaxOpenConns(4)
 
 	store, err := hooks.NewStore(db, hooks.StoreConfig{
-		RetryDelay:    100 * time.Millisecond,
+		RetryDelay:    relayRetryDelay,
 		MaxRetryDelay: time.Second,
 		MaxAttempts:   cfg.MaxAttempts,
 		// Relays are killed every 1-3 s: a short lease lets the others take
 		// a killed relay's shards over within about two seconds.
-		LeaseTTL: 2 * time.Second,
+		LeaseTTL: relayLeaseTTL,
 	})
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
@@ -59,10 +59,14 @@ func runRelay(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 	}
 	defer pub.Close()
 	r, err := relay.New(store, pub, relay.Config{
-		BatchSize:       cfg.BatchSize,
-		PollInterval:    200 * time.Millisecond,
-		MinBackoff:      50 * time.Millisecond,
-		MaxBackoff:      time.Second,
+		BatchSize:    cfg.BatchSize,
+		PollInterval: relayPollInterval,
+		MinBackoff:   50 * time.Millisecond,
+		MaxBackoff:   relayMaxBackoff,
+		// A call on a frozen (half-open) database connection fails after
+		// StoreTimeout (2s in the suite, 10s by default), and the relay
+		// goes on with a new connection: dbfreeze's bound is a few of them.
+		StoreTimeout:    cfg.StoreTimeout,
 		ShutdownTimeout: 2 * time.Second,
 		Logger:          log,
 		OnBatch: func(b relay.BatchResult) {

@@ -51,6 +51,22 @@ func printSummary(w io.Writer, r *result) {
 		rep.Applied, rep.ConsumerOrder.Pairs, rep.ConsumerOrder.Aggregates)
 	fmt.Fprintf(w, "  poison: %d committed, %d on the broker, outbox parked %d, then discarded %d as an operator would, releasing its aggregate's later events (poison events are excluded from lost); %d healthy parked messages unparked\n",
 		r.Poison, rep.PoisonInLog, r.Parked+r.Discarded, r.Discarded, r.Unparked)
+	for _, l := range r.Liveness {
+		verdict := "ok"
+		if l.failure() != "" {
+			verdict = "FAIL"
+		}
+		recovered := l.Recovered.Round(time.Millisecond).String()
+		if !l.Published {
+			recovered = "not recovered in " + recovered
+		}
+		total := l.Recovered
+		if l.From == "heal" {
+			total += l.Held
+		}
+		fmt.Fprintf(w, "  liveness: %-10s at %5.1fs, held %-6v recovered %-8s after the %-5s (bound %v; %v after the fault began) %s %s\n",
+			l.Fault, l.At.Seconds(), l.Held.Round(time.Millisecond), recovered, l.From, l.Bound, total.Round(time.Millisecond), verdict, l.Note)
+	}
 }
 
 // scenarioName names a fault set: "all", "none" or the list.

@@ -35,7 +35,9 @@ const topic = aggregateType
 type childConfig struct {
 	// Name identifies the process in its logs ("relay-2").
 	Name string
-	// DSN is the PostgreSQL DSN, search_path included.
+	// DSN is the PostgreSQL DSN, search_path included. The relays' DSN
+	// goes through the driving process's fault proxy and names them with
+	// an application_name of their own.
 	DSN string
 	// Brokers are the Kafka brokers' addresses.
 	Brokers []string
@@ -53,6 +55,8 @@ type childConfig struct {
 	MaxAttempts int
 	// WriteTimeout is the relays' kafka-go write and read timeout.
 	WriteTimeout time.Duration
+	// StoreTimeout is the relays' relay.Config.StoreTimeout.
+	StoreTimeout time.Duration
 }
 
 // roleFromEnv reports the role this process was started in, "" for the

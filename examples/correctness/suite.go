@@ -53,7 +53,7 @@ func defaultOptions() options {
 	faults, _ := parseScenario("all")
 	paths, _ := parsePaths("all")
 	return options{Name: "run", Paths: paths,
-		Duration: 30 * time.Second, Drain: 45 * time.Second,
+		Duration: 45 * time.Second, Drain: 45 * time.Second,
 		Relays: 3, Writers: 6, Hot: 3, BatchSize: 10, Partitions: 4,
 		Pace: 15 * time.Millisecond, Faults: faults,
 	}
@@ -81,6 +81,8 @@ type result struct {
 	Failures  []string
 	Dir       string // logs of the processes (kept on failure)
 	Schema    string
+	// Liveness are the measured faults' recovery times and bounds.
+	Liveness []livenessResult
 }
 
 // passed reports whether the run found nothing wrong.
@@ -147,6 +149,15 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	}
 	defer ob.close()
 
+	// The relays reach PostgreSQL through a fault proxy, under an
+	// application_name of this run's own.
+	relayApp := "relay_" + schema
+	proxy, relayDSN, stopProxy, err := startDBProxy(dsn, relayApp)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProxy()
+
 	// Processes: the broker, the consumer, the relays.
 	sup, err := newSupervisor(dir)
 	if err != nil {
@@ -167,7 +178,10 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 		ControlAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(cport)),
 		Partitions:  opt.Partitions, MaxMessageBytes: maxMessageBytes,
 		BatchSize: opt.BatchSize, MaxAttempts: opt.MaxAttempts, WriteTimeout: writeTimeout,
+		StoreTimeout: relayStoreTimeout,
 	}
+	relayCfg := cfg
+	relayCfg.DSN = relayDSN
 	control := "http://" + cfg.ControlAddr
 	brokerProc, err := sup.start("broker", roleBroker, cfg)
 	if err != nil {
@@ -182,7 +196,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	}
 	var relays []*proc
 	for i := range opt.Relays {
-		p, err := sup.start(fmt.Sprintf("relay-%d", i), roleRelay, cfg)
+		p, err := sup.start(fmt.Sprintf("relay-%d", i), roleRelay, relayCfg)
 		if err != nil {
 			return nil, err
 		}
@@ -193,12 +207,14 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	// Load and faults.
 	wl := newWorkload(db, ob, opt.Seed, opt.Pace, opt.Hot, opt.Paths)
 	env := &faultEnv{relays: relays, consumer: consumerProc, control: control, workload: wl,
-		partitions: opt.Partitions, writeTO: writeTimeout, maxMsg: maxMessageBytes}
+		db: db, ob: ob, proxy: proxy, relayApp: relayApp, excl: make(chan struct{}, 1),
+		partitions: opt.Partitions, writeTO: writeTimeout, maxMsg: maxMessageBytes, logf: logf}
 	faultRNG := rand.New(rand.NewPCG(uint64(opt.Seed), 0xfa17))
 	plan := env.plan(faultRNG, opt.Faults, opt.Duration)
 	loadCtx, stopLoad := context.WithTimeout(ctx, opt.Duration)
 	defer stopLoad()
 	start := time.Now()
+	env.start = start
 	var wg sync.WaitGroup
 	for i := range opt.Writers {
 		wr := &writer{w: wl, id: i, rng: rand.New(rand.NewPCG(uint64(opt.Seed), uint64(i+1)))}
@@ -310,12 +326,15 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	}
 	env.mu.Lock()
 	res.Faults = env.counts
+	res.Liveness = env.liveness
 	env.mu.Unlock()
-	res.Faults.Rejected, res.Faults.Delayed = bstats.Rejected, bstats.Delayed
+	res.Faults.Rejected, res.Faults.Refused, res.Faults.Delayed = bstats.Rejected, bstats.Refused, bstats.Delayed
 	// Each relay kill or stop, and each produce request rejected or written
-	// late, may make one relay batch go out twice.
+	// late, may make one relay batch go out twice; each database fault
+	// (a batch published whose mark failed) one batch per relay. A produce
+	// request refused in a full outage adds none: nothing was written.
 	res.DupBound = opt.BatchSize * (res.Faults.Kills + res.Faults.Stops + res.Faults.Outages*opt.Relays +
-		int(res.Faults.Rejected) + int(res.Faults.Delayed))
+		int(res.Faults.Rejected) + int(res.Faults.Delayed) + res.Faults.dbFaults()*opt.Relays)
 	res.Failures = append(res.Failures, res.Report.failures(res.DupBound)...)
 	if res.Poison > 0 && res.Parked+res.Discarded < int64(res.Poison) {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d poison events committed but %d messages parked", res.Poison, res.Parked+res.Discarded))
@@ -326,6 +345,11 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	// them back in order).
 	if extra := res.Parked + res.Discarded - int64(res.Poison) + res.Unparked; extra > 0 && opt.MaxAttempts == 0 {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d healthy messages parked (not poison; %d unparked at the end)", extra, res.Unparked))
+	}
+	for _, l := range res.Liveness {
+		if f := l.failure(); f != "" {
+			res.Failures = append(res.Failures, "liveness: "+f)
+		}
 	}
 	for _, e := range res.Faults.Errors {
 		res.Failures = append(res.Failures, "fault injection failed: "+e)
