@@ -33,8 +33,9 @@ type dialect interface {
 	// connection, in the business transaction or not), skipping event ids
 	// that already have a row, and reports which ids it inserted. It keeps
 	// each aggregate's ids in commit order (see "Commit order" in the
-	// package documentation).
-	write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow) (map[uuid.UUID]bool, error)
+	// package documentation), unless orderLocks is false (benchmarks that
+	// measure what that costs).
+	write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow, orderLocks bool) (map[uuid.UUID]bool, error)
 
 	// leaseTx is the isolation of the lease bookkeeping transaction.
 	leaseTx() *sql.TxOptions

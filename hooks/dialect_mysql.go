@@ -105,9 +105,9 @@ func (mysqlDialect) ddl(table string) []string {
 func (mysqlDialect) migrateLock(string) string { return "" }
 
 // write inserts rows; see mysqlDialect for how.
-func (d mysqlDialect) write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow) (map[uuid.UUID]bool, error) {
-	if _, inTx := conn.(gorm.TxCommitter); inTx {
-		return d.writeTx(ctx, conn, table, rows)
+func (d mysqlDialect) write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow, orderLocks bool) (map[uuid.UUID]bool, error) {
+	if _, inTx := conn.(gorm.TxCommitter); inTx || !orderLocks {
+		return d.writeTx(ctx, conn, table, rows, orderLocks)
 	}
 	db, err := sqlDBOf(conn)
 	if err != nil {
@@ -118,7 +118,7 @@ func (d mysqlDialect) write(ctx context.Context, conn gorm.ConnPool, table strin
 		return nil, fmt.Errorf("insert into %s: begin: %w", table, err)
 	}
 	defer func() { _ = tx.Rollback() }() // no-op after Commit
-	inserted, err := d.writeTx(ctx, tx, table, rows)
+	inserted, err := d.writeTx(ctx, tx, table, rows, true)
 	if err != nil {
 		return nil, err
 	}
@@ -128,12 +128,14 @@ func (d mysqlDialect) write(ctx context.Context, conn gorm.ConnPool, table strin
 	return inserted, nil
 }
 
-func (mysqlDialect) writeTx(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow) (map[uuid.UUID]bool, error) {
+func (mysqlDialect) writeTx(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow, orderLocks bool) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
 		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
-		if _, err := conn.ExecContext(ctx, lockSlotsSQL(table, chunk)); err != nil {
-			return nil, fmt.Errorf("insert into %s: commit-order lock: %w", table, err)
+		if orderLocks {
+			if _, err := conn.ExecContext(ctx, lockSlotsSQL(table, chunk)); err != nil {
+				return nil, fmt.Errorf("insert into %s: commit-order lock: %w", table, err)
+			}
 		}
 		args, err := insertArgs(chunk)
 		if err != nil {

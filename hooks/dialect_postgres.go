@@ -112,11 +112,11 @@ var insertCasts = [...]string{"uuid", "text", "int4", "text", "text", "text", "t
 // path (an aggregate saved under its row lock, or Enqueue, which takes
 // none). ON CONFLICT (event_id) DO NOTHING RETURNING event_id reports the
 // inserted ids.
-func (d postgresDialect) write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow) (map[uuid.UUID]bool, error) {
+func (d postgresDialect) write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow, orderLocks bool) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
 		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
-		q, args, err := d.insertSQL(table, chunk)
+		q, args, err := d.insertSQL(table, chunk, orderLocks)
 		if err != nil {
 			return nil, err
 		}
@@ -129,27 +129,35 @@ func (d postgresDialect) write(ctx context.Context, conn gorm.ConnPool, table st
 }
 
 // insertSQL builds the INSERT of rows and its arguments.
-func (d postgresDialect) insertSQL(table string, rows []pendingRow) (string, []any, error) {
-	// One lock per aggregate, in a stable order.
-	seen := make(map[int32]bool, len(rows))
-	var locks []int32
-	for _, r := range rows {
-		k := int32(aggregateHash(r.env.AggregateType, r.env.AggregateID))
-		if !seen[k] {
-			seen[k] = true
-			locks = append(locks, k)
-		}
-	}
-	slices.Sort(locks)
+func (d postgresDialect) insertSQL(table string, rows []pendingRow, orderLocks bool) (string, []any, error) {
 	vals, err := insertArgs(rows)
 	if err != nil {
 		return "", nil, err
 	}
-	args := append([]any{lockNamespace(table), locks}, vals...)
 	var b strings.Builder
-	b.WriteString("WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int4[]) AS u(k) ORDER BY k) ")
+	var args []any
+	if orderLocks {
+		// One lock per aggregate, in a stable order.
+		seen := make(map[int32]bool, len(rows))
+		var locks []int32
+		for _, r := range rows {
+			k := int32(aggregateHash(r.env.AggregateType, r.env.AggregateID))
+			if !seen[k] {
+				seen[k] = true
+				locks = append(locks, k)
+			}
+		}
+		slices.Sort(locks)
+		// The first key is the table's oid, so outbox tables of other
+		// schemas (or databases' other two-key advisory locks) do not
+		// share the locks.
+		args = append(make([]any, 0, 1+len(vals)), locks)
+		b.WriteString("WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(('" + table +
+			"'::regclass::oid::int8 - 2147483648)::int4, k) FROM unnest($1::int4[]) AS u(k) ORDER BY k) ")
+	}
+	args = append(args, vals...)
 	b.WriteString("INSERT INTO " + table + " (" + insertColumns + ") SELECT * FROM (VALUES ")
-	n := 2
+	n := len(args) - len(vals)
 	for i := range rows {
 		if i > 0 {
 			b.WriteString(", ")
@@ -164,17 +172,14 @@ func (d postgresDialect) insertSQL(table string, rows []pendingRow) (string, []a
 		}
 		b.WriteByte(')')
 	}
-	// The gate is evaluated once, before the first row is produced and so
-	// before any row takes its id from the sequence.
-	b.WriteString(") AS v WHERE (SELECT count(*) FROM l) > 0 ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
+	b.WriteString(") AS v")
+	if orderLocks {
+		// The gate is evaluated once, before the first row is produced and
+		// so before any row takes its id from the sequence.
+		b.WriteString(" WHERE (SELECT count(*) FROM l) > 0")
+	}
+	b.WriteString(" ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
 	return b.String(), args, nil
-}
-
-// lockNamespace is the first key of the outbox's advisory locks: the table's
-// hash, so two outbox tables (or an application's own two-key advisory
-// locks) rarely share a lock.
-func lockNamespace(table string) int32 {
-	return int32(aggregateHash("outbox", table))
 }
 
 func (postgresDialect) leaseTx() *sql.TxOptions { return nil }

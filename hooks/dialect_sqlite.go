@@ -65,7 +65,7 @@ func (sqliteDialect) migrateLock(string) string { return "" }
 // write runs one INSERT ... ON CONFLICT (event_id) DO NOTHING RETURNING
 // event_id per chunk. SQLite serialises every writing transaction, so the
 // ids follow commit order.
-func (sqliteDialect) write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow) (map[uuid.UUID]bool, error) {
+func (sqliteDialect) write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow, _ bool) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
 		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]

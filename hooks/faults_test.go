@@ -39,19 +39,7 @@ func TestBrokerFaultsLoseNothing(t *testing.T) {
 		switch {
 		case rejected.Load() < 15:
 			rejected.Add(1)
-			resp := req.ResponseKind().(*kmsg.ProduceResponse)
-			for _, rt := range req.Topics {
-				st := kmsg.NewProduceResponseTopic()
-				st.Topic = rt.Topic
-				for _, rp := range rt.Partitions {
-					sp := kmsg.NewProduceResponseTopicPartition()
-					sp.Partition = rp.Partition
-					sp.ErrorCode = kerr.NotLeaderForPartition.Code
-					st.Partitions = append(st.Partitions, sp)
-				}
-				resp.Topics = append(resp.Topics, st)
-			}
-			return resp, nil, true
+			return kafkatest.RefuseProduce(req, kerr.NotLeaderForPartition.Code), nil, true
 		case delayed.Load() < 3:
 			delayed.Add(1)
 			// Written after the client's write timeout: the client sees

@@ -201,19 +201,7 @@ func TestPartitionOutageHoldsOnlyItsAggregates(t *testing.T) {
 		if !refuse {
 			return nil, nil, false
 		}
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.NotLeaderForPartition.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return kafkatest.RefuseProduce(req, kerr.NotLeaderForPartition.Code), nil, true
 	})
 	p.runRelay(t, p.publisher(t), relay.Config{PollInterval: 20 * time.Millisecond})
 

@@ -86,6 +86,8 @@ type Plugin struct {
 	schemas sync.Map // reflect.Type → *schema.Schema for models that are not the statement's schema
 
 	controlStmts sync.Map // *sql.Stmt → struct{}: prepared transaction-control statements (see trackedTx.PrepareContext)
+
+	noOrderLocks bool // tests only: skip the per-aggregate commit-order locks, to measure their cost
 }
 
 // New returns a plugin for cfg. It returns an error wrapping

@@ -31,5 +31,5 @@ func (p *Plugin) insert(ctx context.Context, d dialect, conn gorm.ConnPool, rows
 			return nil, &EventTooLargeError{EventType: r.env.EventType, EventID: r.env.EventID, Size: len(r.env.Payload), Limit: maxBytes}
 		}
 	}
-	return d.write(ctx, conn, p.cfg.Table, rows)
+	return d.write(ctx, conn, p.cfg.Table, rows, !p.noOrderLocks)
 }

@@ -54,11 +54,13 @@ type StoreConfig struct {
 	MaxAttempts int
 
 	// LeaseTTL is how long a relay's claim on its share of the outbox
-	// lasts without renewal. Relays renew their leases every LeaseTTL/5
-	// while they run, so a relay that stops (killed, paused, cut off from
-	// the database) has its share taken over by the others within LeaseTTL
-	// plus one renewal interval; a relay that stops cleanly hands it over
-	// at once. A relay never publishes past its lease. Default: 15s.
+	// lasts without renewal. Relays renew their leases, and rebalance the
+	// shards between the relays alive, every LeaseTTL/5 but at least every
+	// second while they run, so a relay that stops (killed, paused, cut off
+	// from the database) has its share taken over by the others within
+	// LeaseTTL plus a renewal interval and a poll; a relay that stops
+	// cleanly hands it over at once. A relay never publishes past its
+	// lease. Default: 15s.
 	LeaseTTL time.Duration
 }
 
@@ -289,9 +291,11 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease) error {
 	// start: start plus ttl, less a margin for clock rate, is on the safe
 	// side.
 	o.validUntil = start.Add(ttl - ttl/10)
-	every := ttl / 5
+	// Renewing also rebalances (a relay that joined or left changes every
+	// share), so do it at least every second.
+	every := min(ttl/5, time.Second)
 	if len(owned) < target {
-		every = min(every, 500*time.Millisecond) // still taking its share
+		every = min(every, 250*time.Millisecond) // still taking its share
 	}
 	o.nextRenew = start.Add(every)
 	return nil

@@ -61,3 +61,16 @@ func (e PublishErrors) Error() string {
 	}
 	return fmt.Sprintf("outbox: publish: %d of %d messages failed: %v", n, len(e), first)
 }
+
+// Unwrap returns the errors of the messages that failed, so errors.Is and
+// errors.As see them: a PublishErrors of one message is permanent when that
+// message's error is.
+func (e PublishErrors) Unwrap() []error {
+	var errs []error
+	for _, err := range e {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}

@@ -383,19 +383,7 @@ func TestPublishReportsPerMessage(t *testing.T) {
 		if !refused {
 			return nil, nil, false
 		}
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.NotLeaderForPartition.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return kafkatest.RefuseProduce(req, kerr.NotLeaderForPartition.Code), nil, true
 	})
 	pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers, MaxAttempts: 1, OverwriteWriter: func(w *kafkago.Writer) {
 		// The key (the aggregate id) is the partition number.

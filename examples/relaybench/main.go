@@ -10,6 +10,17 @@
 // ratio, then the commit → broker-ack latency (p50, p99) of the relay at a
 // steady offered rate with default settings (LISTEN/NOTIFY wake-ups).
 //
+// With -big-events it measures instead the memory of a backlog of large
+// events: it pre-fills that many events of -big-bytes (default 900,000)
+// bytes each, drains them with the relay's defaults (or -max-batch-bytes) to
+// a kfake broker that accepts 1 MB messages and acknowledges without storing
+// them (kfake keeps records in memory), and prints events/s and the peak
+// resident set size (VmRSS) of the process during the drain. -rss-limit
+// (default 8 GiB) stops the run when the process grows past it:
+//
+//	go run ./examples/relaybench -big-events 2000                                # MaxBatchBytes 8 MiB
+//	go run ./examples/relaybench -big-events 2000 -max-batch-bytes 1000000000000  # 1,000 rows a claim
+//
 // It creates and drops its own schema; nothing else in the database is
 // touched.
 package main
@@ -64,6 +75,11 @@ type options struct {
 	verbose    bool
 	cpuprofile string
 	skipDrain  bool
+
+	bigEvents     int
+	bigBytes      int
+	maxBatchBytes int64
+	rssLimit      int64
 }
 
 // Account is the benchmark's aggregate.
@@ -94,6 +110,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&o.skipDrain, "latency-only", false, "skip the throughput runs")
 	fs.BoolVar(&o.verbose, "v", false, "print batch and publish timings to stderr")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the relay's drain run to this file")
+	fs.IntVar(&o.bigEvents, "big-events", 0, "large-event mode: drain this many events of -big-bytes and report peak RSS (skips the other runs)")
+	fs.IntVar(&o.bigBytes, "big-bytes", 900_000, "payload size of each large event")
+	fs.Int64Var(&o.maxBatchBytes, "max-batch-bytes", 0, "relay MaxBatchBytes in the large-event mode (default: the relay's default, 8 MiB)")
+	fs.Int64Var(&o.rssLimit, "rss-limit", 8<<30, "large-event mode: exit with status 3 when the RSS exceeds this many bytes (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h printed the usage: not a failure
 			return nil
@@ -102,6 +122,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if o.naive == 0 {
 		o.naive = o.events
+	}
+	if o.bigEvents > 0 {
+		return bigRun(ctx, o, out)
 	}
 
 	cluster, err := kafkatest.Start(kafkatest.Config{Brokers: 1, Partitions: 8})

@@ -21,6 +21,7 @@ const (
 	DefaultMaxNackDelay   = time.Minute
 	DefaultInboxRetention = 7 * 24 * time.Hour
 	DefaultPruneBatchSize = 1000
+	DefaultTxTimeout      = 30 * time.Second
 )
 
 // Action is what a consumer does with a message it has no way to apply: an
@@ -87,6 +88,33 @@ type Config struct {
 	// retry.
 	// Default: 3 ([DefaultMaxRetries]).
 	MaxRetries int
+
+	// TxTimeout bounds one attempt of a handler registered with [Handle]:
+	// its inbox transaction (begin, the marker insert, the handler, commit)
+	// runs under a context with this timeout, and the handler's ctx and tx
+	// carry it. When it passes, the statement in flight fails (the driver
+	// abandons it: pgx closes the connection, so a half-open connection
+	// leaves the pool instead of stalling the partition until the kernel
+	// gives up, ~15 minutes), database/sql rolls the transaction back, and
+	// the attempt fails with an [*InboxError] wrapping [ErrTxTimeout]: it is
+	// retried (MaxRetries) and then nacked, never dead-lettered, since a
+	// slow database is not the message's fault. On PostgreSQL the
+	// transaction also sets statement_timeout and
+	// idle_in_transaction_session_timeout to TxTimeout (SET LOCAL), so the
+	// server ends a transaction whose client is gone and releases its
+	// inbox marker's lock, which the redelivery would otherwise wait on.
+	//
+	// The deadline reaches only what honours the context: the handler's
+	// statements through tx (do not replace its context), and whatever the
+	// handler itself passes ctx to. A handler blocked elsewhere, ignoring
+	// ctx, holds the delivery, and so its partition, until it returns; its
+	// later statements through tx then fail and nothing commits. Set
+	// TxTimeout above the slowest legitimate handler run: one that always
+	// takes longer is retried and nacked forever.
+	// Handlers registered with [HandleWithoutInbox] run without it, under
+	// the message's context.
+	// Default: 30s ([DefaultTxTimeout]).
+	TxTimeout time.Duration
 
 	// MinBackoff and MaxBackoff bound the wait between retries: the n-th
 	// retry waits a random duration between half and all of
@@ -183,6 +211,9 @@ func (c *Config) setDefaults() {
 	} else if c.MaxRetries < 0 {
 		c.MaxRetries = 0
 	}
+	if c.TxTimeout == 0 {
+		c.TxTimeout = DefaultTxTimeout
+	}
 	if c.MinBackoff == 0 {
 		c.MinBackoff = DefaultMinBackoff
 		if c.MaxBackoff > 0 {
@@ -237,6 +268,7 @@ func (c Config) Validate() error {
 		name  string
 		value int64
 	}{
+		{"TxTimeout", int64(c.TxTimeout)},
 		{"MinBackoff", int64(c.MinBackoff)},
 		{"MaxBackoff", int64(c.MaxBackoff)},
 		{"NackDelay", int64(c.NackDelay)},

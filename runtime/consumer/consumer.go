@@ -70,7 +70,7 @@ func New(reg *runtime.Registry, cfg Config) (*Consumer, error) {
 		reg:    reg,
 		cfg:    cfg,
 		db:     cfg.DB,
-		sql:    newInboxSQL(cfg.Table),
+		sql:    newInboxSQL(cfg.Table, dialectName(cfg.DB)),
 		log:    cfg.Logger.With(slog.String("consumer", cfg.Name)),
 		routes: make(map[string]*route),
 	}
@@ -93,6 +93,13 @@ func (c *Consumer) Name() string { return c.cfg.Name }
 // commits, and the message is acked. When fn returns an error or panics,
 // the transaction rolls back and fn is retried (see [Config.MaxRetries]).
 // fn may run more than once for one event, but only one run commits.
+//
+// Each run has [Config.TxTimeout] (30s by default) for the whole
+// transaction: ctx and tx carry the deadline, fn's statements through tx
+// fail once it passes, and the run counts as an inbox failure (retried,
+// then nacked; never dead-lettered). fn should pass ctx to whatever else it
+// waits on: a handler blocked outside the database holds its delivery until
+// it returns.
 //
 // Handle returns an error wrapping [ErrInvalidHandler] when the consumer has
 // no DB, E is not the latest registered version of its type, or the type
@@ -380,26 +387,43 @@ func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result,
 
 // attempt runs the handler once. It returns nil when the handler's effects
 // committed, errDuplicate for a redelivery, an *InboxError for a failure of
-// the inbox transaction, and otherwise the handler's error.
+// the inbox transaction (its deadline, [Config.TxTimeout], included), and
+// otherwise the handler's error.
 func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m Meta) error {
 	if !r.inbox {
 		return call(ctx, r, nil, evt, m)
 	}
+	// The deadline covers begin, the marker insert, the handler's
+	// statements and commit: the driver fails each of them once it passes
+	// (pgx closes the connection, so a half-open one leaves the pool), and
+	// database/sql rolls the transaction back.
+	tctx, cancel := context.WithTimeoutCause(ctx, c.cfg.TxTimeout, errTxDeadline)
+	defer cancel()
 	var handlerErr error
-	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		ins := tx.Exec(c.sql.insert, c.cfg.Name, m.EventID.String(), m.EventType, c.cfg.Clock.Now().UTC())
+	err := c.db.WithContext(tctx).Transaction(func(tx *gorm.DB) error {
+		ins := tx.Exec(c.sql.insert, c.sql.insertArgs(c.cfg, m)...)
 		if ins.Error != nil {
 			return &InboxError{Err: fmt.Errorf("insert marker: %w", ins.Error)}
 		}
 		if ins.RowsAffected == 0 {
 			return errDuplicate
 		}
-		if err := call(ctx, r, tx, evt, m); err != nil {
+		if err := call(tctx, r, tx, evt, m); err != nil {
 			handlerErr = err
 			return err
 		}
 		return nil
 	})
+	if err != nil && !errors.Is(err, errDuplicate) && ctx.Err() == nil && errors.Is(context.Cause(tctx), errTxDeadline) {
+		// Whatever failed, the deadline is why: the database or the
+		// connection is too slow, or the handler blocked. Not the
+		// message's fault: retried and nacked, never dead-lettered.
+		var ie *InboxError
+		if errors.As(err, &ie) {
+			err = ie.Err
+		}
+		return &InboxError{Err: fmt.Errorf("%w (TxTimeout %v): %w", ErrTxTimeout, c.cfg.TxTimeout, err)}
+	}
 	switch {
 	case handlerErr != nil:
 		// The transaction rolled back (a failed rollback only ends it
@@ -416,6 +440,10 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 	return &InboxError{Err: err}
 }
 
+// errTxDeadline is the cause of an inbox transaction's context when its
+// deadline passes.
+var errTxDeadline = errors.New("consumer: inbox transaction deadline")
+
 // call runs a handler, turning a panic into a *PanicError.
 func call(ctx context.Context, r *route, tx *gorm.DB, evt runtime.Event, m Meta) (err error) {
 	defer func() {
@@ -424,6 +452,14 @@ func call(ctx context.Context, r *route, tx *gorm.DB, evt runtime.Event, m Meta)
 		}
 	}()
 	return r.call(ctx, tx, evt, m)
+}
+
+// dialectName returns the GORM dialect of db, "" for none.
+func dialectName(db *gorm.DB) string {
+	if db == nil || db.Dialector == nil {
+		return ""
+	}
+	return db.Dialector.Name()
 }
 
 // ping checks that the inbox database answers.

@@ -147,6 +147,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative backoff", consumer.Config{Name: "c", MinBackoff: -1}, consumer.ErrInvalidConfig},
 		{"min > max", consumer.Config{Name: "c", MinBackoff: time.Second, MaxBackoff: time.Millisecond}, consumer.ErrInvalidConfig},
 		{"negative nack delay", consumer.Config{Name: "c", NackDelay: -1}, consumer.ErrInvalidConfig},
+		{"negative tx timeout", consumer.Config{Name: "c", TxTimeout: -1}, consumer.ErrInvalidConfig},
 		{"skip unknown version", consumer.Config{Name: "c", UnknownVersion: consumer.ActionSkip}, consumer.ErrInvalidConfig},
 		{"dead letter without publisher", consumer.Config{Name: "c", UnknownType: consumer.ActionDeadLetter}, consumer.ErrInvalidConfig},
 		{"dead letter version without publisher", consumer.Config{Name: "c", UnknownVersion: consumer.ActionDeadLetter}, consumer.ErrInvalidConfig},

@@ -40,6 +40,21 @@
 // [Config.InboxRetention], which must outlast every redelivery horizon
 // (topic retention, offset resets, outbox republishing).
 //
+// # Deadlines
+//
+// Each run of a [Handle] handler, with its inbox transaction (begin, marker
+// insert, the handler's statements, commit), has [Config.TxTimeout]; the
+// driver fails whatever statement is in flight when it passes, so a
+// half-open connection (a dropped NAT entry: no error, no reset) costs one
+// TxTimeout and is discarded, instead of stalling the partition until the
+// kernel gives up. On PostgreSQL the transaction also sets
+// statement_timeout and idle_in_transaction_session_timeout to TxTimeout
+// (SET LOCAL), so the server ends a transaction whose client vanished and
+// releases its inbox marker, which the redelivery waits on. A timed-out run
+// is an inbox failure ([ErrTxTimeout]): retried, then nacked, never
+// dead-lettered. A delivery whose connection went half-open is applied
+// within about two TxTimeouts.
+//
 // Handlers without database effects opt out with [HandleWithoutInbox]; they
 // run on every delivery, duplicates included.
 //

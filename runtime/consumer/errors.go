@@ -38,6 +38,14 @@ var ErrNilEventID = errors.New("consumer: event id is the nil UUID")
 // which only a new deployment can fix.
 var ErrTypeMismatch = errors.New("consumer: decoded event type does not match the handler")
 
+// ErrTxTimeout is wrapped, inside an [*InboxError], by the error of an
+// attempt whose inbox transaction did not commit within [Config.TxTimeout]:
+// a database or connection that does not answer (a half-open connection), a
+// lock held by another transaction, or a handler that blocked. The consumer
+// retries the attempt and then nacks the message; it never dead-letters it
+// for this.
+var ErrTxTimeout = errors.New("consumer: inbox transaction timed out")
+
 // HandlerError reports that a handler returned an error (or panicked) for an
 // event, on its last attempt. The consumer dead-letters the message when a
 // dead-letter publisher is configured; otherwise it nacks it.
@@ -70,7 +78,9 @@ type PanicError struct {
 func (e *PanicError) Error() string { return fmt.Sprintf("consumer: handler panicked: %v", e.Value) }
 
 // InboxError reports a failure of the inbox transaction itself: beginning
-// it, inserting the inbox marker, or committing. It is never the message's
+// it, inserting the inbox marker, committing, or not finishing within
+// [Config.TxTimeout] ([ErrTxTimeout]), whichever statement the deadline
+// interrupted, the handler's included. It is never the message's
 // fault, so the consumer never dead-letters a message for it; it nacks the
 // message, which is delivered again. A commit error is ambiguous (the
 // transaction may have committed); the redelivery finds the marker then.

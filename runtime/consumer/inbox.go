@@ -3,8 +3,11 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"math"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 )
@@ -117,19 +120,49 @@ func Migrate(ctx context.Context, db *gorm.DB, table string) error {
 // inboxSQL holds the statements of one consumer's inbox.
 type inboxSQL struct {
 	insert string
-	prune  string
+	// guard is set when insert also bounds the transaction on the server
+	// (PostgreSQL): insertArgs then adds the timeout arguments.
+	guard bool
+	prune string
 }
 
-func newInboxSQL(table string) inboxSQL {
-	return inboxSQL{
-		// ON CONFLICT DO NOTHING as the first statement of the transaction:
-		// a concurrent duplicate blocks on the primary key until the first
-		// transaction ends, then inserts nothing (or inserts, if the first
-		// rolled back). A check-then-insert would race.
+func newInboxSQL(table, dialect string) inboxSQL {
+	// ON CONFLICT DO NOTHING as the first statement of the transaction:
+	// a concurrent duplicate blocks on the primary key until the first
+	// transaction ends, then inserts nothing (or inserts, if the first
+	// rolled back). A check-then-insert would race.
+	s := inboxSQL{
 		insert: `INSERT INTO ` + table + ` (consumer, event_id, event_type, processed_at) VALUES (?, ?, ?, ?) ON CONFLICT (consumer, event_id) DO NOTHING`,
 		prune: `DELETE FROM ` + table + ` WHERE consumer = ? AND event_id IN (SELECT event_id FROM ` + table +
 			` WHERE consumer = ? AND processed_at < ? ORDER BY processed_at LIMIT ?)`,
 	}
+	if dialect == "postgres" {
+		// The same insert, which also sets statement_timeout and
+		// idle_in_transaction_session_timeout to Config.TxTimeout for the
+		// rest of the transaction (set_config(..., true) is SET LOCAL), in
+		// the same round trip. When the client gives up on a transaction
+		// whose connection went half-open, the server still holds it open
+		// with the marker's row lock, and the redelivery would wait on that
+		// lock until the server's TCP keepalive notices (hours by
+		// default): the timeouts make the server end it within TxTimeout.
+		s.insert = `INSERT INTO ` + table + ` (consumer, event_id, event_type, processed_at)
+			SELECT ?::text, ?::uuid, ?::text, ?::timestamptz
+			FROM (SELECT set_config('statement_timeout', ?::text, true), set_config('idle_in_transaction_session_timeout', ?::text, true)) AS guard
+			ON CONFLICT (consumer, event_id) DO NOTHING`
+		s.guard = true
+	}
+	return s
+}
+
+// insertArgs returns the arguments of insert for the event of m.
+func (s inboxSQL) insertArgs(cfg Config, m Meta) []any {
+	args := []any{cfg.Name, m.EventID.String(), m.EventType, cfg.Clock.Now().UTC()}
+	if s.guard {
+		// In whole milliseconds, rounded up, within PostgreSQL's range.
+		ms := strconv.FormatInt(min(int64(max(1, (cfg.TxTimeout+time.Millisecond-1)/time.Millisecond)), math.MaxInt32), 10)
+		args = append(args, ms, ms)
+	}
+	return args
 }
 
 // PruneInbox deletes this consumer's inbox entries older than

@@ -97,7 +97,14 @@ func (r *Relay) publishBatch(ctx context.Context, b *topicBatch) topicResult {
 	}
 	var perMessage runtime.PublishErrors
 	if errors.As(err, &perMessage) && len(perMessage) == len(b.msgs) {
-		return b.perMessage(perMessage)
+		res := b.perMessage(perMessage)
+		if permanentFailures(res.failed) > 1 {
+			// A broker refuses a whole partition batch when one record
+			// of it is too large, and the client reports the error for
+			// every record of the batch: verify each alone.
+			res = r.verifyPermanent(ctx, b, res)
+		}
+		return res
 	}
 	groups := b.byAggregate()
 	probe := -1
@@ -142,6 +149,45 @@ func (b *topicBatch) perMessage(errs runtime.PublishErrors) topicResult {
 		}
 	}
 	return res
+}
+
+// permanentFailures counts the permanent failures of fs.
+func permanentFailures(fs []Failure) int {
+	n := 0
+	for _, f := range fs {
+		if f.Permanent {
+			n++
+		}
+	}
+	return n
+}
+
+// verifyPermanent publishes the failed messages of res again, aggregate by
+// aggregate and one message at a time until one fails (publishGroup), so a
+// permanent failure is blamed only on a message that fails on its own.
+func (r *Relay) verifyPermanent(ctx context.Context, b *topicBatch, res topicResult) topicResult {
+	failed := make(map[int64]bool, len(res.failed))
+	for _, f := range res.failed {
+		failed[f.ID] = true
+	}
+	retry := &topicBatch{topic: b.topic}
+	for i, id := range b.ids {
+		if failed[id] {
+			retry.ids = append(retry.ids, id)
+			retry.aggs = append(retry.aggs, b.aggs[i])
+			retry.msgs = append(retry.msgs, b.msgs[i])
+		}
+	}
+	out := topicResult{published: res.published}
+	for _, g := range retry.byAggregate() {
+		n, err := r.publishGroup(ctx, b.topic, g)
+		out.published = append(out.published, g.ids[:n]...)
+		if err != nil {
+			out.failed = append(out.failed, Failure{ID: g.ids[n], Err: err, Permanent: runtime.IsPermanent(err)})
+			out.failed = append(out.failed, failAll(g.ids[n+1:], errEarlierFailed)...)
+		}
+	}
+	return out
 }
 
 // failAll returns a Failure for each of ids with err.

@@ -1369,3 +1369,41 @@ func TestErrorsLogOnOneLine(t *testing.T) {
 		t.Errorf("logs = %q; want one line per record, the error's message without a stack trace", out)
 	}
 }
+
+// TestRunVerifiesPermanentFailuresOfABatch: a broker refuses a whole
+// partition batch when one of its records is too large, and the client
+// reports that error for every record of the batch; the relay publishes
+// such messages again one by one, so only the one that fails on its own is
+// parked and the healthy message that shared its batch is published.
+func TestRunVerifiesPermanentFailuresOfABatch(t *testing.T) {
+	mem := &runtimetest.MemoryStore{RetryDelay: time.Nanosecond}
+	poison, healthy := newMessage(1, "orders"), newMessage(2, "orders")
+	poison.Payload = []byte(`{"big":true}`)
+	mem.Add(poison, healthy)
+	errTooLarge := runtime.Permanent(errors.New("message too large"))
+	pub := &fakePublisher{fn: func(_ string, msgs []*message.Message) error {
+		for _, m := range msgs {
+			if string(m.Payload) == `{"big":true}` {
+				errs := make(runtime.PublishErrors, len(msgs))
+				for i := range errs {
+					errs[i] = errTooLarge // the whole batch refused
+				}
+				return errs
+			}
+		}
+		return nil
+	}}
+	batches := newBatchRecorder()
+	r, err := relay.New(mem, pub, relay.Config{PollInterval: never, MinBackoff: never, OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	res := batches.untilCount(t, 1)[0]
+	if res.Published != 1 || res.Failed != 1 || !res.Failures[0].Permanent || res.Failures[0].ID != 1 {
+		t.Errorf("batch = %+v; want message 2 published and only message 1 failed permanently", res)
+	}
+	if diff := cmp.Diff([]int64{2}, mem.Published()); diff != "" {
+		t.Errorf("published (-want +got):\n%s", diff)
+	}
+}

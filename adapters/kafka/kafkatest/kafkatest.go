@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // EnvBrokers names the environment variable that [NewCluster] reads: a
@@ -111,4 +112,24 @@ func NewCluster(t testing.TB) []string {
 	}
 	t.Cleanup(c.Close)
 	return c.Addrs()
+}
+
+// RefuseProduce returns the response that refuses every partition of a
+// produce request with the error code (kerr.NotLeaderForPartition.Code, say),
+// for fault tests: return it from a control function of [Cluster.Fake] on
+// kmsg.Produce to fail the requests you choose.
+func RefuseProduce(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.ErrorCode = code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }

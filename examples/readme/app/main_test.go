@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
+	"github.com/gooutbox/outbox/examples/internal/exampletest"
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 )
@@ -58,7 +59,7 @@ func start(t *testing.T, db *gorm.DB, brokers []string) (stop func() error) {
 func TestAppPublishesTheOrder(t *testing.T) {
 	for _, tc := range databases {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := captureDefault(t, slog.LevelInfo)
+			logs := exampletest.CaptureDefault(t, slog.LevelInfo)
 			brokers := kafkatest.NewCluster(t)
 			stop := start(t, tc.open(t), brokers)
 
@@ -92,7 +93,7 @@ func TestAppPublishesTheOrder(t *testing.T) {
 			if err := json.Unmarshal(msg.Value, &payload); err != nil || payload.Total != "42.00" || payload.Channel != "web" {
 				t.Errorf("payload %s (%v), want total 42.00 and channel web", msg.Value, err)
 			}
-			logs.waitFor(t, time.Second, "level=INFO", `msg="order placed"`, "order_id=1")
+			logs.WaitFor(t, time.Second, "level=INFO", `msg="order placed"`, "order_id=1")
 			if err := stop(); err != nil {
 				t.Errorf("run = %v, want nil after cancellation", err)
 			}
@@ -105,7 +106,7 @@ func TestAppPublishesTheOrder(t *testing.T) {
 // failed attempt. The program sets no relay logger: this relies on a nil
 // relay.Config.Logger meaning slog.Default().
 func TestAppWithoutBrokerWarns(t *testing.T) {
-	logs := captureDefault(t, slog.LevelInfo)
+	logs := exampletest.CaptureDefault(t, slog.LevelInfo)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func TestAppWithoutBrokerWarns(t *testing.T) {
 	start(t, hookstest.SQLite(t, &gorm.Config{Logger: logger.Discard}), []string{addr})
 
 	begin := time.Now()
-	line := logs.waitFor(t, 10*time.Second, "level=WARN", "publish failed")
+	line := logs.WaitFor(t, 10*time.Second, "level=WARN", "publish failed")
 	t.Logf("first WARN after %v: %s", time.Since(begin).Round(time.Millisecond), line)
 	if !strings.Contains(line, "connection refused") {
 		t.Errorf("WARN line does not name the broker error: %s", line)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
+	"github.com/gooutbox/outbox/examples/internal/exampletest"
 	"github.com/gooutbox/outbox/examples/readme/orders"
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/hooks/hookstest"
@@ -113,13 +114,13 @@ func invoices(t *testing.T, db *gorm.DB) []Invoice {
 func TestBillingAppliesEachEventOnce(t *testing.T) {
 	for _, tc := range databases {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := captureDefault(t, slog.LevelDebug)
+			logs := exampletest.CaptureDefault(t, slog.LevelDebug)
 			brokers := kafkatest.NewCluster(t)
 			db := tc.open(t)
 			stop := background(t, func(ctx context.Context) error { return run(ctx, db, brokers) })
 			produce(t, brokers)
 
-			logs.waitFor(t, 30*time.Second, `msg="consumer: event applied"`, "event_type=orders.order_paid")
+			logs.WaitFor(t, 30*time.Second, `msg="consumer: event applied"`, "event_type=orders.order_paid")
 			want := []Invoice{{ID: 1, OrderID: "1", Amount: "42.00"}}
 			if got := invoices(t, db); len(got) != 1 || got[0] != want[0] {
 				t.Fatalf("invoices = %+v, want %+v", got, want)
@@ -128,7 +129,7 @@ func TestBillingAppliesEachEventOnce(t *testing.T) {
 			// Deliver the OrderPaid message a second time, as a relay that
 			// crashed between publishing and marking would.
 			redeliverPaid(t, brokers)
-			logs.waitFor(t, 30*time.Second, `msg="consumer: duplicate event"`, "event_type=orders.order_paid")
+			logs.WaitFor(t, 30*time.Second, `msg="consumer: duplicate event"`, "event_type=orders.order_paid")
 			if got := invoices(t, db); len(got) != 1 {
 				t.Errorf("invoices after a redelivery = %+v, want only %+v", got, want)
 			}

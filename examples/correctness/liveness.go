@@ -1,0 +1,219 @@
+package main
+
+// Liveness: the faults whose recovery time the suite measures, their
+// bounds, the database fault proxy of the relays, and the probes.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
+)
+
+// The relays' settings that the liveness bounds are made of.
+const (
+	relayLeaseTTL     = 2 * time.Second // hooks.StoreConfig.LeaseTTL; renewed every LeaseTTL/5
+	relayRetryDelay   = 100 * time.Millisecond
+	relayPollInterval = 200 * time.Millisecond
+	relayMaxBackoff   = time.Second
+	relayStoreTimeout = 2 * time.Second // relay.Config.StoreTimeout (default 10s)
+	// boundSlack covers the suite's own measurement: probes are polled
+	// every 50 ms on a 2-core machine shared by the writers, the broker,
+	// the consumer and the relays.
+	boundSlack = time.Second
+)
+
+// livenessBound returns the bound of a measured fault with relays relay
+// processes, and from what it is measured: "fault" (the fault's start) or
+// "heal" (its end).
+func livenessBound(fault string, relays int) (time.Duration, string) {
+	renewal := relayLeaseTTL / 5
+	switch {
+	case fault == faultStop && relays == 1:
+		// No other relay can take over: the relay resumes after SIGCONT,
+		// finds its leases lapsed and takes them again at its next claim.
+		return relayMaxBackoff + relayStoreTimeout + relayPollInterval + boundSlack, "heal"
+	case fault == faultStop:
+		// The stopped relay's leases expire LeaseTTL after its last
+		// renewal (at most one renewal interval before the SIGSTOP); another
+		// relay takes its shards at its next claim (a poll).
+		return relayLeaseTTL + renewal + relayPollInterval + boundSlack, "fault"
+	case fault == faultDBFreeze:
+		// The call in flight on a frozen connection fails after
+		// StoreTimeout, and so may a lease renewal and one more call on
+		// another frozen pooled connection; by then the relay's leases may
+		// have lapsed and are taken again, by it or another relay, within a
+		// lease.
+		return 3*relayStoreTimeout + relayLeaseTTL + boundSlack, "fault"
+	case fault == faultDBRefuse:
+		// The relays back off at most MaxBackoff between attempts, then
+		// one claim (at most StoreTimeout) publishes.
+		return relayMaxBackoff + relayStoreTimeout + relayPollInterval + boundSlack, "heal"
+	case fault == faultTerminate:
+		// A terminated backend fails its next call at once, and the pool
+		// then replaces it; each of the relay's pooled connections (4) may
+		// fail one call, and the relay backs off after each (50, 100, 200,
+		// 400 ms from MinBackoff 50ms: less than 2×MaxBackoff) before a
+		// claim on a new connection publishes.
+		return 2*relayMaxBackoff + relayPollInterval + boundSlack, "fault"
+	case fault == faultBrokerDown:
+		// Nothing is published, so no attempt is counted and no retry
+		// delay grows: after the broker is back, the relay's backoff (at
+		// most MaxBackoff), the messages' RetryDelay and one produce (at
+		// most the write timeout) publish them.
+		return relayMaxBackoff + relayRetryDelay + relayPollInterval + writeTimeout + boundSlack, "heal"
+	}
+	return 0, ""
+}
+
+// livenessResult is one measured fault.
+type livenessResult struct {
+	Fault string
+	At    time.Duration // the fault's start, since the load started
+	Held  time.Duration // how long the fault lasted (0: instantaneous)
+	// Bound is the stated bound, measured from From ("fault" or "heal").
+	Bound time.Duration
+	From  string
+	// Recovered is when the last probe was published, measured from
+	// From; Published is false when not every probe was published before
+	// the measurement gave up (Bound + 5 s).
+	Recovered time.Duration
+	Published bool
+	// Note is what else the fault checked (terminated backends, attempts).
+	Note string
+	// Err is a failure of the check itself or of its extra assertion.
+	Err string
+}
+
+func (l livenessResult) failure() string {
+	switch {
+	case l.Err != "":
+		return fmt.Sprintf("%s at %.1fs: %s", l.Fault, l.At.Seconds(), l.Err)
+	case !l.Published:
+		return fmt.Sprintf("%s at %.1fs: events committed after the fault not on the broker %v after the %s (bound %v)",
+			l.Fault, l.At.Seconds(), l.Recovered.Round(time.Millisecond), l.From, l.Bound)
+	case l.Recovered > l.Bound:
+		return fmt.Sprintf("%s at %.1fs: recovered %v after the %s, bound %v",
+			l.Fault, l.At.Seconds(), l.Recovered.Round(time.Millisecond), l.From, l.Bound)
+	}
+	return ""
+}
+
+// probe commits one note on a fresh aggregate of each shard of the outbox,
+// in one transaction with their ledger rows, and returns the events' ids:
+// whichever relay owns a shard, one probe waits on it.
+func (w *workload) probe(ctx context.Context, name string) ([]string, error) {
+	var ids []string
+	err := w.inTx(context.WithoutCancel(ctx), -3, "probe", func(tx *gorm.DB, m *txMeta) error {
+		ids = ids[:0]
+		for _, agg := range probeAggregates(name) {
+			got, err := w.ob.enqueue(tx, agg, NewNoted(runtime.SystemClock{}, -3, "probe"))
+			if err != nil {
+				return err
+			}
+			if err := writeLedger(tx, m, agg, got); err != nil {
+				return err
+			}
+			for _, id := range got {
+				ids = append(ids, id.String())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("probe %s: %w", name, err)
+	}
+	return ids, nil
+}
+
+// waitPublished polls the outbox every 50 ms until every event of ids is
+// marked published (which the relay does only after the broker acked it)
+// or until the deadline; it returns when that happened and whether it did.
+func (o *outbox) waitPublished(ctx context.Context, db *gorm.DB, ids []string, deadline time.Time) (time.Time, bool) {
+	for {
+		n, err := o.countPublished(ctx, db, ids)
+		now := time.Now()
+		if err == nil && n == int64(len(ids)) {
+			return now, true
+		}
+		if now.After(deadline) || ctx.Err() != nil {
+			return now, false
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// proxyTB adapts the driving process to runtimetest.StartProxy, which takes
+// a testing.TB only for Helper, Fatalf and Cleanup.
+type proxyTB struct {
+	testing.TB // nil: any other method panics
+	mu         sync.Mutex
+	cleanups   []func()
+}
+
+func (p *proxyTB) Helper() {}
+
+func (p *proxyTB) Fatalf(format string, args ...any) {
+	panic(proxyFatal{fmt.Errorf(format, args...)})
+}
+
+func (p *proxyTB) Cleanup(f func()) {
+	p.mu.Lock()
+	p.cleanups = append(p.cleanups, f)
+	p.mu.Unlock()
+}
+
+// close runs the cleanups, last first.
+func (p *proxyTB) close() {
+	p.mu.Lock()
+	fs := p.cleanups
+	p.cleanups = nil
+	p.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+}
+
+type proxyFatal struct{ err error }
+
+// startDBProxy starts a fault proxy to the PostgreSQL of dsn and returns
+// it, the relays' DSN (through the proxy, with application_name app), and
+// a function that stops it.
+func startDBProxy(dsn, app string) (proxy *runtimetest.Proxy, relayDSN string, stop func(), err error) {
+	u, err := url.Parse(dsn)
+	if err != nil || u.Host == "" {
+		return nil, "", nil, fmt.Errorf("the relays' database proxy needs a URL DSN with a TCP host (%v)", err)
+	}
+	target := u.Host
+	if u.Port() == "" {
+		target = net.JoinHostPort(u.Hostname(), "5432")
+	}
+	tb := &proxyTB{}
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(proxyFatal)
+			if !ok {
+				panic(r)
+			}
+			tb.close()
+			proxy, relayDSN, stop, err = nil, "", nil, f.err
+		}
+	}()
+	proxy = runtimetest.StartProxy(tb, target)
+	u.Host = proxy.Addr()
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return proxy, u.String(), tb.close, nil
+}

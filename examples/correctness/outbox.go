@@ -1,0 +1,197 @@
+package main
+
+// The writer's side of the outbox: the only file of the driving process
+// that uses package hooks (New, Migrate, Plugin.Enqueue, NewStore,
+// Store.Stats and Store.Unpark, Shards and ShardOf, the outbox table's id,
+// event_id, parked_at and published_at columns to find parked messages,
+// its created_at, last_error and attempts columns for the broker outage,
+// and its leases table's shard and owner columns for the stopped relay)
+// and runtime/consumer (Migrate).
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/consumer"
+)
+
+// outbox is what the driving process needs of the library.
+type outbox struct {
+	plugin *hooks.Plugin
+	store  *hooks.Store
+}
+
+// setupOutbox creates the outbox and inbox tables and registers the plugin
+// on db.
+func setupOutbox(ctx context.Context, db *gorm.DB) (*outbox, error) {
+	if err := hooks.Migrate(ctx, db, ""); err != nil {
+		return nil, fmt.Errorf("migrate outbox: %w", err)
+	}
+	if err := consumer.Migrate(ctx, db, ""); err != nil {
+		return nil, fmt.Errorf("migrate inbox: %w", err)
+	}
+	plugin, err := hooks.New(hooks.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("plugin: %w", err)
+	}
+	if err := db.Use(plugin); err != nil {
+		return nil, fmt.Errorf("register plugin: %w", err)
+	}
+	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return &outbox{plugin: plugin, store: store}, nil
+}
+
+// enqueue writes events of aggregateID through tx without touching any
+// aggregate row (so without a row lock) and returns their ids in order.
+func (o *outbox) enqueue(tx *gorm.DB, aggregateID string, events ...runtime.Event) ([]uuid.UUID, error) {
+	ids, err := o.plugin.Enqueue(tx, aggregateType, aggregateID, events...)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: %w", err)
+	}
+	return ids, nil
+}
+
+// outboxStats is the outbox's state as the drain check needs it.
+type outboxStats struct {
+	Pending, Parked int64
+}
+
+// stats reads the outbox's pending and parked counts.
+func (o *outbox) stats(ctx context.Context) (outboxStats, error) {
+	s, err := o.store.Stats(ctx)
+	if err != nil {
+		return outboxStats{}, fmt.Errorf("outbox stats: %w", err)
+	}
+	return outboxStats{Pending: s.Pending, Parked: s.Parked}, nil
+}
+
+// unpark puts every parked message back in the queue except those of the
+// events in keep (the poison ones) and returns how many it unparked. It
+// reads the outbox table's parked_at column to find them.
+func (o *outbox) unpark(ctx context.Context, db *gorm.DB, keep map[string]bool) (int64, error) {
+	var rows []struct {
+		ID      int64
+		EventID string
+	}
+	err := db.WithContext(ctx).Raw(`SELECT id, event_id::text AS event_id FROM ` + hooks.DefaultTable +
+		` WHERE parked_at IS NOT NULL AND published_at IS NULL ORDER BY id`).Scan(&rows).Error
+	if err != nil {
+		return 0, fmt.Errorf("find parked messages: %w", err)
+	}
+	var ids []int64
+	for _, r := range rows {
+		if !keep[r.EventID] {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := o.store.Unpark(ctx, ids...)
+	if err != nil {
+		return n, fmt.Errorf("unpark: %w", err)
+	}
+	return n, nil
+}
+
+// discard deletes the parked messages of the events in poison, as an
+// operator does with a message the broker will never take: a parked message
+// holds its aggregate's later messages back until it is unparked or
+// discarded. It returns how many it discarded.
+func (o *outbox) discard(ctx context.Context, db *gorm.DB, poison map[string]bool) (int64, error) {
+	var rows []struct {
+		ID      int64
+		EventID string
+	}
+	err := db.WithContext(ctx).Raw(`SELECT id, event_id::text AS event_id FROM ` + hooks.DefaultTable +
+		` WHERE parked_at IS NOT NULL AND published_at IS NULL ORDER BY id`).Scan(&rows).Error
+	if err != nil {
+		return 0, fmt.Errorf("find parked messages: %w", err)
+	}
+	var ids []int64
+	for _, r := range rows {
+		if poison[r.EventID] {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := o.store.Discard(ctx, ids...)
+	if err != nil {
+		return n, fmt.Errorf("discard: %w", err)
+	}
+	return n, nil
+}
+
+// countPublished counts the events of ids marked published; it reads the
+// outbox table's event_id and published_at columns.
+func (o *outbox) countPublished(ctx context.Context, db *gorm.DB, ids []string) (int64, error) {
+	var n int64
+	err := db.WithContext(ctx).Raw(`SELECT count(*) FROM `+hooks.DefaultTable+
+		` WHERE event_id::text IN ? AND published_at IS NOT NULL`, ids).Scan(&n).Error
+	if err != nil {
+		return 0, fmt.Errorf("count published probes: %w", err)
+	}
+	return n, nil
+}
+
+// outageAttempts reads, among the messages committed since since (the
+// database's clock) whose last error contains errText, how many there are
+// and how many counted an attempt; it reads the outbox table's created_at,
+// last_error and attempts columns.
+func (o *outbox) outageAttempts(ctx context.Context, db *gorm.DB, since time.Time, errText string) (rows, counted int64, err error) {
+	var r struct{ Rows, Counted int64 }
+	err = db.WithContext(ctx).Raw(`SELECT count(*) AS rows, count(*) FILTER (WHERE attempts > 0) AS counted FROM `+
+		hooks.DefaultTable+` WHERE created_at >= ? AND last_error LIKE ?`, since, "%"+errText+"%").Scan(&r).Error
+	if err != nil {
+		return 0, 0, fmt.Errorf("read outage attempts: %w", err)
+	}
+	return r.Rows, r.Counted, nil
+}
+
+// probeAggregates returns one aggregate id per shard, each named prefix-N.
+func probeAggregates(prefix string) []string {
+	ids := make([]string, hooks.Shards)
+	left := hooks.Shards
+	for n := 0; left > 0; n++ {
+		id := prefix + "-" + strconv.Itoa(n)
+		if s := hooks.ShardOf(aggregateType, id); ids[s] == "" {
+			ids[s] = id
+			left--
+		}
+	}
+	return ids
+}
+
+// leaseOwners reads the owner of every shard's lease.
+func (o *outbox) leaseOwners(ctx context.Context, db *gorm.DB) (map[int]string, error) {
+	var rows []struct {
+		Shard int
+		Owner *string
+	}
+	err := db.WithContext(ctx).Raw(`SELECT shard, owner FROM ` + hooks.DefaultTable + `_leases`).Scan(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("read leases: %w", err)
+	}
+	out := make(map[int]string, len(rows))
+	for _, r := range rows {
+		if r.Owner != nil {
+			out[r.Shard] = *r.Owner
+		}
+	}
+	return out, nil
+}
+
+// close releases the store's connection.
+func (o *outbox) close() error { return o.store.Close() }

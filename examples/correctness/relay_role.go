@@ -1,0 +1,82 @@
+package main
+
+// The relay role: the only file that builds a relay. It uses the public API
+// of hooks (NewStore), runtime/relay (New, Run) and adapters/kafka
+// (NewPublisher).
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/gooutbox/outbox/adapters/kafka"
+	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/runtime/relay"
+)
+
+// runRelay is the relay role: one relay on the run's outbox table,
+// publishing to the broker role, until ctx is done.
+func runRelay(ctx context.Context, cfg childConfig, log *slog.Logger) error {
+	db, err := gorm.Open(postgres.Open(cfg.DSN), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return fmt.Errorf("database handle: %w", err)
+	}
+	defer sqlDB.Close()
+	sqlDB.SetMaxOpenConns(4)
+
+	store, err := hooks.NewStore(db, hooks.StoreConfig{
+		RetryDelay:    relayRetryDelay,
+		MaxRetryDelay: time.Second,
+		MaxAttempts:   cfg.MaxAttempts,
+		// Relays are killed every 1-3 s: a short lease lets the others take
+		// a killed relay's shards over within about two seconds.
+		LeaseTTL: relayLeaseTTL,
+	})
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	defer store.Close()
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
+		Brokers: cfg.Brokers,
+		OverwriteWriter: func(w *kafkago.Writer) {
+			w.WriteTimeout = cfg.WriteTimeout
+			w.ReadTimeout = cfg.WriteTimeout
+			w.MaxAttempts = 3
+		},
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("publisher: %w", err)
+	}
+	defer pub.Close()
+	r, err := relay.New(store, pub, relay.Config{
+		BatchSize:    cfg.BatchSize,
+		PollInterval: relayPollInterval,
+		MinBackoff:   50 * time.Millisecond,
+		MaxBackoff:   relayMaxBackoff,
+		// A call on a frozen (half-open) database connection fails after
+		// StoreTimeout (2s in the suite, 10s by default), and the relay
+		// goes on with a new connection: dbfreeze's bound is a few of them.
+		StoreTimeout:    cfg.StoreTimeout,
+		ShutdownTimeout: 2 * time.Second,
+		Logger:          log,
+		OnBatch: func(b relay.BatchResult) {
+			if b.Err != nil {
+				log.Info("batch failed", "claimed", b.Claimed, "published", b.Published, "error", b.Err)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	return r.Run(ctx)
+}

@@ -1,0 +1,196 @@
+package consumer_test
+
+// Liveness of the inbox: a consumer whose database connection goes
+// half-open recovers by itself, through a loopback fault proxy
+// (runtimetest.Proxy) between the consumer and PostgreSQL.
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/gooutbox/outbox/hooks/hookstest"
+	"github.com/gooutbox/outbox/runtime/consumer"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
+)
+
+// TestHalfOpenInboxConnectionRecovers: a consumer applies a stream of events
+// from Kafka with its inbox on PostgreSQL, through a proxy. Twice, every
+// connection of the consumer goes half-open (bytes vanish, nothing is
+// closed: a dropped NAT entry). The first cut is made inside a handler,
+// after the inbox marker was inserted, so the server keeps that transaction
+// open with the marker's row lock; the second lands wherever the consumer
+// is. Each time the consumer applies every event exactly once, in order per
+// aggregate, within 5 TxTimeouts of the cut, and dead-letters nothing.
+func TestHalfOpenInboxConnectionRecovers(t *testing.T) {
+	const (
+		txTimeout = time.Second
+		orders    = 10
+		perPhase  = 100
+	)
+	dsn := hookstest.PostgresDSN(t)
+	admin := openPostgres(t, dsn)
+	prepare(t, admin)
+	u, err := url.Parse(dsn)
+	must(t, err)
+	proxy := runtimetest.StartProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	viaProxy := openPostgres(t, u.String())
+
+	b := newBroker(t, 1)
+	var o outcomes
+	dlq := &recordingPublisher{}
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{
+		Name: "billing", DB: viaProxy, TxTimeout: txTimeout,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, NackDelay: 50 * time.Millisecond,
+		DeadLetterPublisher: dlq, OnOutcome: o.record,
+	})
+	// The handler signals cut when it reaches the event at index cutAt of
+	// the stream, the first time: in phase 1 after the marker insert, and
+	// waits for the cut before its own write; in phase 2 without waiting.
+	var (
+		stream  []*message.Message
+		mu      sync.Mutex
+		cutAt   = map[string]int{} // event id → phase; guarded by mu
+		cut     = make(chan int, 1)
+		resumed = make(chan struct{})
+	)
+	write := writeEffect("billing")
+	must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+		mu.Lock()
+		phase := cutAt[m.EventID.String()]
+		delete(cutAt, m.EventID.String())
+		mu.Unlock()
+		if phase > 0 {
+			cut <- phase
+			if phase == 1 {
+				<-resumed
+			}
+		}
+		return write(ctx, tx, e, m)
+	}))
+	seq := map[string]int{}
+	publish := func(phase int) {
+		var msgs []*message.Message
+		for i := range perPhase {
+			order := orderName(i % orders)
+			seq[order]++
+			msgs = append(msgs, paidMessage(t, 2, order, seq[order]))
+		}
+		mu.Lock()
+		cutAt[msgs[perPhase/2].UUID] = phase
+		mu.Unlock()
+		stream = append(stream, msgs...)
+		must(t, b.publisher(t).Publish(b.topic, msgs...))
+	}
+	applied := func() int64 { return count(t, admin, "effects") }
+
+	// Phase 1.
+	publish(1)
+	runRouter(t, c, b.subscriber(t, "billing"), b.topic)
+	select {
+	case <-cut:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the consumer did not reach the cut (%d applied)", applied())
+	}
+	if n := proxy.Blackhole(); n == 0 {
+		t.Fatal("the consumer has no connection to cut")
+	}
+	start := time.Now()
+	close(resumed)
+	took := waitApplied(t, applied, int64(perPhase), start, 5*txTimeout, "after a cut inside a transaction")
+	t.Logf("phase 1: every event applied %v after the connection went half-open inside a transaction (TxTimeout %v)", took, txTimeout)
+
+	// Phase 2: a cut wherever the consumer is when the test gets the
+	// signal.
+	publish(2)
+	select {
+	case <-cut:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the consumer did not reach the second cut (%d applied)", applied())
+	}
+	start = time.Now()
+	n := proxy.Blackhole()
+	took = waitApplied(t, applied, int64(2*perPhase), start, 5*txTimeout, "after a cut mid-stream")
+	t.Logf("phase 2: every event applied %v after %d connection(s) went half-open mid-stream", took, n)
+
+	// Exactly once, in order per aggregate, nothing dead-lettered.
+	effs := effects(t, admin)
+	want := map[string]bool{}
+	for _, m := range stream {
+		want[m.UUID] = true
+	}
+	got := map[string]bool{}
+	last := map[string]int{}
+	for _, e := range effs {
+		if got[e.EventID] {
+			t.Errorf("event %s applied twice", e.EventID)
+		}
+		got[e.EventID] = true
+		if e.Seq != last[e.OrderID]+1 {
+			t.Errorf("order %s: seq %d applied after %d", e.OrderID, e.Seq, last[e.OrderID])
+		}
+		last[e.OrderID] = e.Seq
+	}
+	for id := range want {
+		if !got[id] {
+			t.Errorf("event %s not applied", id)
+		}
+	}
+	if n := count(t, admin, consumer.DefaultTable); n != int64(len(stream)) {
+		t.Errorf("inbox entries = %d, want %d", n, len(stream))
+	}
+	if n := len(dlq.topic("billing.dlq")); n != 0 {
+		t.Errorf("dead-lettered %d messages during a database fault", n)
+	}
+	retried := 0
+	o.mu.Lock()
+	for _, r := range o.results {
+		if r.Meta.Attempt > 1 {
+			retried++
+		}
+	}
+	o.mu.Unlock()
+	if retried == 0 {
+		t.Error("no delivery needed a second attempt: the cuts hit nothing")
+	}
+	t.Logf("outcomes %v; %d deliveries applied on a retry", o.counts(), retried)
+}
+
+// waitApplied polls until applied reaches want, failing t when that takes
+// longer than bound after start: the liveness bound under test.
+func waitApplied(t *testing.T, applied func() int64, want int64, start time.Time, bound time.Duration, what string) time.Duration {
+	t.Helper()
+	for {
+		n := applied()
+		if n >= want {
+			return time.Since(start).Round(time.Millisecond)
+		}
+		if time.Since(start) > bound {
+			t.Fatalf("%s: %d of %d events applied after %v", what, n, want, bound)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a database
+	}
+}
+
+func openPostgres(t *testing.T, dsn string) *gorm.DB {
+	t.Helper()
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(fmt.Errorf("open %s: %w", dsn, err))
+	}
+	t.Cleanup(func() {
+		if s, err := db.DB(); err == nil {
+			s.Close()
+		}
+	})
+	return db
+}
