@@ -130,21 +130,26 @@ func benchmarkClaim(b *testing.B, dialect string) {
 
 // BenchmarkSaveConcurrent measures what commit order costs writers: 8
 // goroutines each saving new orders with one event through the hooks on
-// PostgreSQL, with the per-aggregate advisory locks ("locks", the default)
-// and without them ("nolocks", which loses commit order for concurrent
-// writers of one aggregate). Each save is its own GORM transaction; the
+// PostgreSQL and MySQL/MariaDB, with the per-aggregate commit-order locks
+// ("locks", the default: advisory locks on PostgreSQL, the lock table's
+// rows on MySQL) and without them ("nolocks", which loses commit order for
+// concurrent writers of one aggregate). Each save is its own GORM transaction; the
 // aggregates are distinct, so the locks never wait, and ns/op is wall time
 // per save across the 8 writers.
 //
 //	go test -run '^$' -bench SaveConcurrent -benchtime 3000x ./hooks/
 func BenchmarkSaveConcurrent(b *testing.B) {
-	for _, locks := range []bool{true, false} {
-		name := "locks"
+	for _, c := range []struct {
+		dialect string
+		locks   bool
+	}{{"postgres", true}, {"postgres", false}, {"mysql", true}, {"mysql", false}} {
+		locks := c.locks
+		name := c.dialect + "/locks"
 		if !locks {
-			name = "nolocks"
+			name = c.dialect + "/nolocks"
 		}
 		b.Run(name, func(b *testing.B) {
-			db := hookstest.Postgres(b, nil)
+			db := benchDB(b, c.dialect)
 			if err := hooks.Migrate(context.Background(), db, ""); err != nil {
 				b.Fatal(err)
 			}
