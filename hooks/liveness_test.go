@@ -44,7 +44,7 @@ func (p *pipeline) waitDrainedWithin(t *testing.T, bound time.Duration, what str
 
 // TestRelaySurvivesHalfOpenDatabase: every connection of the relay to the
 // database goes half-open (bytes vanish, nothing is closed — a dropped NAT
-// entry), twice. The relay's deadline on each store call (StoreTimeout)
+// entry), twice, then the network stalls for a while and comes back. The relay's deadline on each store call (StoreTimeout)
 // fails the calls on the dead connections, the driver discards them, and
 // the relay publishes what was committed since on new connections, within
 // a few StoreTimeouts — not after the kernel's ~15 minutes.
@@ -83,6 +83,20 @@ func TestRelaySurvivesHalfOpenDatabase(t *testing.T) {
 		took := p.waitDrainedWithin(t, 20*storeTimeout, "after half-open connections")
 		t.Logf("round %d: published %v after every relay connection went half-open", round, took.Round(time.Millisecond))
 	}
+	// A network that stalls for three StoreTimeouts, then comes back: the
+	// calls in flight time out, and the relay goes on once it is back.
+	proxy.Pause()
+	p.openAccounts(t, 5)
+	stalled := time.Now()
+	for time.Since(stalled) < 3*storeTimeout {
+		if p.pending(t) == 0 {
+			t.Fatal("events published while the relay's network was paused")
+		}
+		time.Sleep(50 * time.Millisecond) // the pause lasts a set time
+	}
+	proxy.Resume()
+	took := p.waitDrainedWithin(t, 20*storeTimeout, "after a paused network resumed")
+	t.Logf("published %v after a %v network stall ended", took.Round(time.Millisecond), 3*storeTimeout)
 }
 
 // TestRelayPausedIsTakenOver: a relay process holding every shard is

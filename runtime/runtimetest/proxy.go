@@ -16,6 +16,9 @@ import (
 //     new connections work, unless the proxy refuses them.
 //   - [Proxy.Refuse] closes every open connection and resets new ones,
 //     as a stopped server does, until [Proxy.Accept].
+//   - [Proxy.Pause] holds every byte in flight, in both directions, on open
+//     and new connections, until [Proxy.Resume] delivers them: a network
+//     that stalls for a while and comes back.
 //
 // A Proxy is safe for concurrent use.
 type Proxy struct {
@@ -23,6 +26,7 @@ type Proxy struct {
 	target string
 
 	mu      sync.Mutex
+	paused  chan struct{} // closed by Resume; nil when not paused
 	refuse  bool
 	conns   map[*proxyConn]bool
 	wg      sync.WaitGroup
@@ -77,6 +81,36 @@ func (p *Proxy) Blackhole() int {
 	return n
 }
 
+// Pause stops forwarding until Resume; bytes read meanwhile are held and
+// delivered, in order, after Resume.
+func (p *Proxy) Pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused == nil {
+		p.paused = make(chan struct{})
+	}
+}
+
+// Resume undoes Pause.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused != nil {
+		close(p.paused)
+		p.paused = nil
+	}
+}
+
+// waitResumed blocks while the proxy is paused.
+func (p *Proxy) waitResumed() {
+	p.mu.Lock()
+	ch := p.paused
+	p.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
 // Refuse closes every open connection and refuses new ones until Accept.
 func (p *Proxy) Refuse() {
 	p.mu.Lock()
@@ -111,6 +145,7 @@ func (p *Proxy) Close() {
 	for c := range conns {
 		c.close()
 	}
+	p.Resume()
 	p.wg.Wait()
 }
 
@@ -162,6 +197,7 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			p.waitResumed()
 			c.mu.Lock()
 			blackholed := c.blackholed
 			c.mu.Unlock()
