@@ -98,8 +98,11 @@ var errUnavailable = errors.New("PostgreSQL unavailable")
 // the apply log. Progress goes to opt.Verbose.
 func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	t0 := time.Now()
+	var logMu sync.Mutex // fault goroutines log concurrently
 	logf := func(format string, args ...any) {
 		if opt.Verbose != nil {
+			logMu.Lock()
+			defer logMu.Unlock()
 			fmt.Fprintf(opt.Verbose, format+"\n", args...)
 		}
 	}
