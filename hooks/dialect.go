@@ -39,6 +39,13 @@ type dialect interface {
 
 	// leaseTx is the isolation of the lease bookkeeping transaction.
 	leaseTx() *sql.TxOptions
+	// guardLeaseTx makes the database end the lease transaction tx, and
+	// release its locks, if the client stops in the middle of it for longer
+	// than limit (a relay SIGSTOPped or hung mid-transaction would otherwise
+	// hold the lease rows, and so every other relay's takeover, for as long
+	// as its connection lives). A dialect that cannot leaves it to the
+	// server's own timeouts.
+	guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) error
 	// leases returns the lease bookkeeping of a store's tables.
 	leases(t storeTables) leaseOps
 

@@ -336,3 +336,8 @@ func (mysqlDialect) pendingAge(from string) string {
 func (mysqlDialect) listen(context.Context, *Store, func()) error {
 	return fmt.Errorf("hooks: listen: %w: LISTEN/NOTIFY needs PostgreSQL; the relay polls", errors.ErrUnsupported)
 }
+
+// guardLeaseTx does nothing: a MySQL session stalled in the lease
+// transaction holds its row locks until the server's wait_timeout ends it;
+// the other relays' waits end with innodb_lock_wait_timeout.
+func (mysqlDialect) guardLeaseTx(context.Context, *sql.Tx, time.Duration) error { return nil }

@@ -184,6 +184,15 @@ func (d postgresDialect) insertSQL(table string, rows []pendingRow, orderLocks b
 
 func (postgresDialect) leaseTx() *sql.TxOptions { return nil }
 
+// guardLeaseTx sets, for this transaction only, the server's timeouts on a
+// statement and on a client idle inside the transaction: the server then
+// terminates a stalled relay's session and releases its locks.
+func (postgresDialect) guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) error {
+	ms := strconv.FormatInt(max(limit.Milliseconds(), 1), 10)
+	_, err := tx.ExecContext(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $1, true)`, ms)
+	return err
+}
+
 func (postgresDialect) leases(t storeTables) leaseOps {
 	until := "now() + $1 * interval '1 microsecond'"
 	return returningLeases{

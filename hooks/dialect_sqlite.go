@@ -155,3 +155,8 @@ func (sqliteDialect) pendingAge(from string) string {
 func (sqliteDialect) listen(context.Context, *Store, func()) error {
 	return fmt.Errorf("hooks: listen: %w: LISTEN/NOTIFY needs PostgreSQL", errors.ErrUnsupported)
 }
+
+// guardLeaseTx does nothing: SQLite's locks end with the process's
+// connection, and a stalled writer holds the database's write lock only
+// until busy timeouts fail the others' attempts.
+func (sqliteDialect) guardLeaseTx(context.Context, *sql.Tx, time.Duration) error { return nil }

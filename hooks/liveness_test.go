@@ -333,3 +333,63 @@ func (s *switchPublisher) Publish(topic string, msgs ...*message.Message) error 
 	}
 	return s.Publisher.Publish(topic, msgs...)
 }
+
+// TestRelayStalledInLeaseTransactionIsTakenOver: a relay that stops in the
+// middle of its lease transaction (SIGSTOPped, or hung) holds the lease rows'
+// locks. On PostgreSQL the transaction carries idle_in_transaction and
+// statement timeouts of LeaseTTL/2, so the server ends it and another relay
+// takes the shards over once the lease expires, instead of skipping the
+// locked rows for as long as the stalled connection lives.
+func TestRelayStalledInLeaseTransactionIsTakenOver(t *testing.T) {
+	db := postgresWithPlugin(t)
+	const ttl = time.Second
+	stalled := mustStore(t, db, hooks.StoreConfig{LeaseTTL: ttl})
+	ctx := context.Background()
+	if _, err := stalled.Claim(ctx, relay.ClaimRequest{Owner: "stalled", Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	entered := make(chan struct{})
+	hooks.StallRenewals(stalled, func() {
+		close(entered)
+		<-release
+	})
+	go func() {
+		// Renews once its renewal is due, and stalls inside.
+		for {
+			_, err := stalled.Claim(ctx, relay.ClaimRequest{Owner: "stalled", Limit: 1})
+			select {
+			case <-entered:
+				return
+			default:
+			}
+			if err != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // until the renewal is due
+		}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stalled relay never renewed")
+	}
+	placeOrders(t, db, 3)
+	other := mustStore(t, db, hooks.StoreConfig{LeaseTTL: ttl})
+	start := time.Now()
+	for {
+		b, err := other.Claim(ctx, relay.ClaimRequest{Owner: "other", Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Messages) > 0 {
+			t.Logf("taken over %v after the relay stalled in its lease transaction (LeaseTTL %v)", time.Since(start).Round(time.Millisecond), ttl)
+			return
+		}
+		if time.Since(start) > 10*ttl {
+			t.Fatalf("no shard taken over %v after a relay stalled in its lease transaction", 10*ttl)
+		}
+		time.Sleep(20 * time.Millisecond) // leases expire by time
+	}
+}

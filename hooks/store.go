@@ -129,6 +129,8 @@ type Store struct {
 
 	mu     sync.Mutex
 	owners map[string]*ownerLease
+
+	inRenew func() // tests only: called inside the lease transaction, before it commits
 }
 
 // ownerLease is what a Store knows of one relay's leases.
@@ -253,6 +255,9 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease) error {
 		return fmt.Errorf("hooks: lease: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }() // no-op after Commit
+	if err := s.dialect.guardLeaseTx(ctx, tx, ttl/2); err != nil {
+		return fmt.Errorf("hooks: lease: %w", err)
+	}
 	l := s.lease
 	if err := l.register(ctx, tx, owner, start, ttl); err != nil {
 		return fmt.Errorf("hooks: lease: register relay: %w", err)
@@ -282,6 +287,9 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease) error {
 	}
 	if err := l.forget(ctx, tx, start); err != nil {
 		return fmt.Errorf("hooks: lease: forget stopped relays: %w", err)
+	}
+	if s.inRenew != nil {
+		s.inRenew()
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("hooks: lease: commit: %w", err)
