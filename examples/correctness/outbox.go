@@ -148,11 +148,13 @@ func (o *outbox) countPublished(ctx context.Context, db *gorm.DB, ids []string) 
 
 // outageAttempts reads, among the messages committed since since (the
 // database's clock) whose last error contains errText, how many there are
-// and how many counted an attempt; it reads the outbox table's created_at,
+// and how many counted more than one attempt (one may be counted at the
+// outage's edge, when a batch is refused on some partitions and already
+// taken on others); it reads the outbox table's created_at,
 // last_error and attempts columns.
 func (o *outbox) outageAttempts(ctx context.Context, db *gorm.DB, since time.Time, errText string) (rows, counted int64, err error) {
 	var r struct{ Rows, Counted int64 }
-	err = db.WithContext(ctx).Raw(`SELECT count(*) AS rows, count(*) FILTER (WHERE attempts > 0) AS counted FROM `+
+	err = db.WithContext(ctx).Raw(`SELECT count(*) AS rows, count(*) FILTER (WHERE attempts > 1) AS counted FROM `+
 		hooks.DefaultTable+` WHERE created_at >= ? AND last_error LIKE ?`, since, "%"+errText+"%").Scan(&r).Error
 	if err != nil {
 		return 0, 0, fmt.Errorf("read outage attempts: %w", err)
