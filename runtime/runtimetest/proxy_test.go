@@ -96,9 +96,12 @@ func TestProxyFaults(t *testing.T) {
 	if _, err := roundTrip(c2, r2, "e", 5*time.Second); err == nil {
 		t.Fatal("refused: the open connection still answers")
 	}
-	c3, r3 := dial()
-	if got, err := roundTrip(c3, r3, "f", 5*time.Second); err == nil {
-		t.Fatalf("refused: a new connection answered %q", got)
+	// A refused connection is reset: at connect, or at the first exchange.
+	if c3, err := net.Dial("tcp", p.Addr()); err == nil {
+		defer c3.Close()
+		if got, err := roundTrip(c3, bufio.NewReader(c3), "f", 5*time.Second); err == nil {
+			t.Fatalf("refused: a new connection answered %q", got)
+		}
 	}
 	p.Accept()
 	c4, r4 := dial()
