@@ -182,13 +182,7 @@ func (p *pipeline) runRelay(t *testing.T, pub message.Publisher, cfg relay.Confi
 // waitDrained polls until the outbox has no pending row.
 func (p *pipeline) waitDrained(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for p.pending(t) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("outbox still has %d pending rows after 60s", p.pending(t))
-		}
-		time.Sleep(20 * time.Millisecond) // polling a database, not synchronising goroutines
-	}
+	p.waitDrainedWithin(t, 60*time.Second, "waiting for the relay")
 }
 
 type record struct {

@@ -76,26 +76,11 @@ func (o *outbox) stats(ctx context.Context) (outboxStats, error) {
 }
 
 // unpark puts every parked message back in the queue except those of the
-// events in keep (the poison ones) and returns how many it unparked. It
-// reads the outbox table's parked_at column to find them.
+// events in keep (the poison ones) and returns how many it unparked.
 func (o *outbox) unpark(ctx context.Context, db *gorm.DB, keep map[string]bool) (int64, error) {
-	var rows []struct {
-		ID      int64
-		EventID string
-	}
-	err := db.WithContext(ctx).Raw(`SELECT id, event_id::text AS event_id FROM ` + hooks.DefaultTable +
-		` WHERE parked_at IS NOT NULL AND published_at IS NULL ORDER BY id`).Scan(&rows).Error
-	if err != nil {
-		return 0, fmt.Errorf("find parked messages: %w", err)
-	}
-	var ids []int64
-	for _, r := range rows {
-		if !keep[r.EventID] {
-			ids = append(ids, r.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return 0, nil
+	ids, err := parked(ctx, db, func(eventID string) bool { return !keep[eventID] })
+	if err != nil || len(ids) == 0 {
+		return 0, err
 	}
 	n, err := o.store.Unpark(ctx, ids...)
 	if err != nil {
@@ -109,6 +94,20 @@ func (o *outbox) unpark(ctx context.Context, db *gorm.DB, keep map[string]bool) 
 // holds its aggregate's later messages back until it is unparked or
 // discarded. It returns how many it discarded.
 func (o *outbox) discard(ctx context.Context, db *gorm.DB, poison map[string]bool) (int64, error) {
+	ids, err := parked(ctx, db, func(eventID string) bool { return poison[eventID] })
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	n, err := o.store.Discard(ctx, ids...)
+	if err != nil {
+		return n, fmt.Errorf("discard: %w", err)
+	}
+	return n, nil
+}
+
+// parked returns the outbox ids of the parked messages whose event id keep
+// accepts; it reads the outbox table's parked_at column to find them.
+func parked(ctx context.Context, db *gorm.DB, keep func(eventID string) bool) ([]int64, error) {
 	var rows []struct {
 		ID      int64
 		EventID string
@@ -116,22 +115,15 @@ func (o *outbox) discard(ctx context.Context, db *gorm.DB, poison map[string]boo
 	err := db.WithContext(ctx).Raw(`SELECT id, event_id::text AS event_id FROM ` + hooks.DefaultTable +
 		` WHERE parked_at IS NOT NULL AND published_at IS NULL ORDER BY id`).Scan(&rows).Error
 	if err != nil {
-		return 0, fmt.Errorf("find parked messages: %w", err)
+		return nil, fmt.Errorf("find parked messages: %w", err)
 	}
 	var ids []int64
 	for _, r := range rows {
-		if poison[r.EventID] {
+		if keep(r.EventID) {
 			ids = append(ids, r.ID)
 		}
 	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	n, err := o.store.Discard(ctx, ids...)
-	if err != nil {
-		return n, fmt.Errorf("discard: %w", err)
-	}
-	return n, nil
+	return ids, nil
 }
 
 // countPublished counts the events of ids marked published; it reads the

@@ -29,7 +29,6 @@ type aggregateKey struct{ typ, id string }
 type topicResult struct {
 	published []int64
 	failed    []Failure
-	attempted int // Publish calls made
 }
 
 // publish publishes msgs with one Publish call per topic (topics
@@ -93,7 +92,7 @@ func (r *Relay) publish(ctx context.Context, msgs []runtime.OutboxMessage) Outco
 func (r *Relay) publishBatch(ctx context.Context, b *topicBatch) topicResult {
 	err := r.publishTopic(ctx, b.topic, b.msgs)
 	if err == nil {
-		return topicResult{published: b.ids, attempted: 1}
+		return topicResult{published: b.ids}
 	}
 	var perMessage runtime.PublishErrors
 	if errors.As(err, &perMessage) && len(perMessage) == len(b.msgs) {
@@ -117,19 +116,26 @@ func (r *Relay) publishBatch(ctx context.Context, b *topicBatch) topicResult {
 	// A message is at fault (the probe went through, or the publisher said
 	// so): find it.
 	var res topicResult
+	r.publishGroups(ctx, b.topic, groups, probe, &res)
+	return res
+}
+
+// publishGroups publishes each aggregate's group on its own (publishGroup),
+// but for groups[done] (when done >= 0), which the probe already published,
+// and adds what was published and what failed to res, in group order.
+func (r *Relay) publishGroups(ctx context.Context, topic string, groups []*topicBatch, done int, res *topicResult) {
 	for i, g := range groups {
-		if i == probe {
+		if i == done {
 			res.published = append(res.published, g.ids...)
 			continue
 		}
-		n, err := r.publishGroup(ctx, b.topic, g)
+		n, err := r.publishGroup(ctx, topic, g)
 		res.published = append(res.published, g.ids[:n]...)
 		if err != nil {
 			res.failed = append(res.failed, Failure{ID: g.ids[n], Err: err, Permanent: runtime.IsPermanent(err)})
 			res.failed = append(res.failed, failAll(g.ids[n+1:], errEarlierFailed)...)
 		}
 	}
-	return res
 }
 
 // perMessage turns per-message publish errors into a result: exactly the
@@ -140,7 +146,6 @@ func (r *Relay) publishBatch(ctx context.Context, b *topicBatch) topicResult {
 // duplicate.)
 func (b *topicBatch) perMessage(errs runtime.PublishErrors) topicResult {
 	var res topicResult
-	res.attempted = 1
 	for i, id := range b.ids {
 		if errs[i] != nil {
 			res.failed = append(res.failed, Failure{ID: id, Err: errs[i], Permanent: runtime.IsPermanent(errs[i])})
@@ -179,14 +184,7 @@ func (r *Relay) verifyPermanent(ctx context.Context, b *topicBatch, res topicRes
 		}
 	}
 	out := topicResult{published: res.published}
-	for _, g := range retry.byAggregate() {
-		n, err := r.publishGroup(ctx, b.topic, g)
-		out.published = append(out.published, g.ids[:n]...)
-		if err != nil {
-			out.failed = append(out.failed, Failure{ID: g.ids[n], Err: err, Permanent: runtime.IsPermanent(err)})
-			out.failed = append(out.failed, failAll(g.ids[n+1:], errEarlierFailed)...)
-		}
-	}
+	r.publishGroups(ctx, b.topic, retry.byAggregate(), -1, &out)
 	return out
 }
 

@@ -56,14 +56,6 @@ func StartProxy(t testing.TB, target string) *Proxy {
 // Addr is the proxy's "host:port".
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Conns returns the number of connections the proxy is forwarding (or
-// holding half-open).
-func (p *Proxy) Conns() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.conns)
-}
-
 // Blackhole makes every open connection half-open (see [Proxy]) and
 // returns how many it hit.
 func (p *Proxy) Blackhole() int {
