@@ -1,0 +1,807 @@
+// Package adaptertest is the conformance suite every broker adapter of the
+// outbox passes: [Run] drives the whole pipeline a user runs, against the
+// real broker and a real PostgreSQL, and checks what the broker promises.
+//
+// One run, for one broker URL (opened with [broker.Open], as the relay
+// command and the examples open it):
+//
+//  1. Writers save aggregates through the hooks plugin, several transactions
+//     at a time; some transactions roll back, and the events they recorded
+//     must never be published (ghosts).
+//  2. A relay process publishes the outbox through the broker's publisher
+//     and is killed with SIGKILL while it publishes, more than once; the next
+//     relay process takes over. (A broker that lives inside one process, such
+//     as memory://, runs its relays in the test process and stops them
+//     abruptly by cancelling them instead.)
+//  3. A subscriber that joins late, after the first kill, reads the topic
+//     from the start. Every delivery is logged raw (message UUID, aggregate,
+//     sequence number), then handed to a [consumer.Consumer] with the inbox,
+//     whose handler writes the effect in the inbox transaction.
+//  4. After the outbox is drained, some published rows are marked
+//     unpublished again, as if the relay had died between the broker's
+//     acknowledgement and its own mark, so the relay publishes them a second
+//     time; a fence event per touched aggregate shows when every republished
+//     copy must have arrived.
+//
+// The checks, from the raw log and the database:
+//
+//   - lost: a committed event that was never delivered: must be 0;
+//   - ghosts: a delivered event that no committed transaction wrote: must be 0;
+//   - order violations: a first delivery of an aggregate's event after a
+//     later event of that aggregate: must be 0 when
+//     [broker.Guarantees.OrderPerAggregate];
+//   - duplicates: deliveries of an event already delivered: must be 0 when
+//     [broker.Guarantees.Dedup] (reported otherwise);
+//   - applied: every committed event applied exactly once by the consumer,
+//     and, where order is promised, each aggregate's events applied in order.
+//
+// Run is also the relay process: the suite starts the test binary again,
+// selecting the same test, with an environment variable that makes Run
+// publish instead of test. Call Run directly from a Test function (not from
+// a goroutine), before anything in that test that must not run twice.
+package adaptertest
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/gooutbox/outbox/adapters/broker"
+	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/hooks/hookstest"
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/consumer"
+	"github.com/gooutbox/outbox/runtime/relay"
+)
+
+// envChild carries a relay process's [childSpec], base64 JSON.
+const envChild = "OUTBOX_ADAPTERTEST_RELAY"
+
+// table is the outbox table: the plugin's default.
+const table = hooks.DefaultTable
+
+// EnvReport names a file to which [Run] appends its [Result] as one JSON
+// line, for collecting the conformance table of several brokers.
+const EnvReport = "OUTBOX_ADAPTERTEST_REPORT"
+
+// Config configures [Run]. Only BrokerURL is required.
+type Config struct {
+	// BrokerURL is the broker, as [broker.Open] takes it. Required.
+	BrokerURL string
+
+	// Topic is the topic every event is published to. It contains a dot, to
+	// exercise the adapters' topic mapping.
+	//
+	// Default: "conformance.<random hex>".
+	Topic string
+
+	// Provision, if set, is called with the topic before anything is
+	// written, for brokers whose topics an operator creates (Kafka without
+	// auto-creation). Adapters that provision what they need themselves
+	// must leave it nil: the suite would hide a publisher that loses
+	// messages published before a subscriber exists.
+	//
+	// Default: nil.
+	Provision func(ctx context.Context, topic string) error
+
+	// Events is how many events the writers commit, fences not counted.
+	//
+	// Default: 5000.
+	Events int
+
+	// Aggregates is how many aggregates the events are spread over.
+	//
+	// Default: 200.
+	Aggregates int
+
+	// Writers is how many goroutines write concurrently.
+	//
+	// Default: 4.
+	Writers int
+
+	// RollbackEvery makes every n-th transaction of a writer roll back.
+	//
+	// Default: 7.
+	RollbackEvery int
+
+	// Kills is how many relays are killed while they publish.
+	//
+	// Default: 2.
+	Kills int
+
+	// Republish is how many published events are published a second time.
+	//
+	// Default: 100.
+	Republish int
+
+	// Timeout bounds the whole run.
+	//
+	// Default: 3 minutes.
+	Timeout time.Duration
+
+	// DSN is the PostgreSQL database of the outbox and the inbox.
+	//
+	// Default: a fresh schema of the test PostgreSQL ([hookstest.PostgresDSN]).
+	DSN string
+}
+
+func (c *Config) setDefaults() {
+	if c.Topic == "" {
+		c.Topic = "conformance." + strconv.FormatUint(rand.Uint64(), 16)
+	}
+	c.Events = cmp.Or(c.Events, 5000)
+	c.Aggregates = cmp.Or(c.Aggregates, 200)
+	c.Writers = cmp.Or(c.Writers, 4)
+	c.RollbackEvery = cmp.Or(c.RollbackEvery, 7)
+	c.Kills = cmp.Or(c.Kills, 2)
+	c.Republish = cmp.Or(c.Republish, 100)
+	c.Timeout = cmp.Or(c.Timeout, 3*time.Minute)
+}
+
+// Result is what one run counted. The JSON field names are the columns of
+// the README's conformance table.
+type Result struct {
+	Broker          string `json:"broker"`
+	Events          int    `json:"events"`
+	Rollbacks       int    `json:"rollbacks"`
+	RelayKills      int    `json:"relay_kills"`
+	Republished     int    `json:"republished"`
+	Deliveries      int    `json:"deliveries"`
+	Lost            int    `json:"lost"`
+	Ghosts          int    `json:"ghosts"`
+	OrderViolations int    `json:"order_violations"`
+	Duplicates      int    `json:"duplicates"`
+	Applied         int    `json:"applied"`
+	AppliedTwice    int    `json:"applied_twice"`
+	ApplyOutOfOrder int    `json:"apply_out_of_order"`
+	Seconds         string `json:"seconds"`
+}
+
+// childSpec is what a relay process needs.
+type childSpec struct {
+	DSN       string `json:"dsn"`
+	BrokerURL string `json:"broker_url"`
+}
+
+// Run runs the conformance suite against cfg.BrokerURL and returns what it
+// counted. It fails t for every broken promise. In a relay process started
+// by the suite, it publishes until it is killed and never returns.
+func Run(t *testing.T, cfg Config) Result {
+	t.Helper()
+	if spec := os.Getenv(envChild); spec != "" {
+		runChild(spec)
+	}
+	if cfg.BrokerURL == "" {
+		t.Fatal("adaptertest: Config.BrokerURL is required")
+	}
+	cfg.setDefaults()
+	s := newSuite(t, cfg)
+	return s.run()
+}
+
+// runChild is a relay process: it publishes the outbox of spec.DSN to
+// spec.BrokerURL until the process is killed.
+func runChild(encoded string) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "adaptertest relay:", err)
+		os.Exit(2)
+	}
+	raw, err := base64.StdEncoding.DecodeString(encoded)
+	if err != nil {
+		fail(err)
+	}
+	var spec childSpec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		fail(err)
+	}
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	db, err := gorm.Open(postgres.Open(spec.DSN), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		fail(err)
+	}
+	b, err := broker.Open(ctx, spec.BrokerURL, broker.Config{Logger: log})
+	if err != nil {
+		fail(err)
+	}
+	if err := publish(ctx, db, b, log); err != nil {
+		fail(err)
+	}
+	fail(errors.New("relay stopped"))
+}
+
+// leaseTTL is the relays' lease: short, so that a killed relay's shards are
+// taken over within seconds.
+const leaseTTL = 2 * time.Second
+
+// publish runs a relay until ctx is done.
+func publish(ctx context.Context, db *gorm.DB, b *broker.Broker, log *slog.Logger) error {
+	store, err := hooks.NewStore(db, hooks.StoreConfig{LeaseTTL: leaseTTL, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second})
+	if err != nil {
+		return err
+	}
+	// Small batches and a short poll, so that kills land in the middle of
+	// publishing and the relay follows the writers closely.
+	r, err := relay.New(store, b.Publisher(), relay.Config{BatchSize: 100, PollInterval: 10 * time.Millisecond, Logger: log})
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
+// Stepped is the suite's one event: the aggregate's seq-th step.
+type Stepped struct {
+	EventVersion int       `json:"event_version"`
+	OccurredAt   time.Time `json:"occurred_at"`
+	Seq          int       `json:"seq"`
+}
+
+// EventKey implements [runtime.Event].
+func (Stepped) EventKey() runtime.Key { return runtime.Key{Type: "conformance.stepped", Version: 1} }
+
+// EventTime implements [runtime.Event].
+func (e Stepped) EventTime() time.Time { return e.OccurredAt }
+
+// Validate implements [runtime.Event].
+func (e Stepped) Validate() error {
+	if e.Seq < 1 {
+		return fmt.Errorf("conformance.stepped: seq %d < 1", e.Seq)
+	}
+	return nil
+}
+
+// Counter is the suite's aggregate.
+type Counter struct {
+	ID  int64 `gorm:"primaryKey;autoIncrement:false"`
+	Seq int
+	runtime.Recorder
+}
+
+// TableName puts the aggregates in the suite's own table.
+func (Counter) TableName() string { return "conformance_counters" }
+
+func (c *Counter) step() uuid {
+	c.Seq++
+	c.Record(Stepped{EventVersion: 1, OccurredAt: time.Now().UTC(), Seq: c.Seq})
+	p := c.OutboxRecorder().Pending()
+	return uuid(p[len(p)-1].ID.String())
+}
+
+// effect is one application of an event by the consumer.
+type effect struct {
+	N         int64  `gorm:"primaryKey;autoIncrement"`
+	EventID   string `gorm:"index"`
+	Aggregate string
+	Seq       int
+}
+
+func (effect) TableName() string { return "conformance_effects" }
+
+type uuid = string
+
+// delivery is one message the subscriber received.
+type delivery struct {
+	id        uuid
+	aggregate string
+	seq       int
+}
+
+type suite struct {
+	t   *testing.T
+	cfg Config
+	ctx context.Context
+	dsn string
+	db  *gorm.DB
+	b   *broker.Broker
+	g   broker.Guarantees
+
+	mu         sync.Mutex
+	deliveries []delivery
+	seen       map[uuid]bool
+
+	committed  map[uuid]delivery // written by committed transactions
+	rolledBack map[uuid]bool     // recorded in transactions that rolled back
+	counters   []Counter
+	res        Result
+}
+
+func newSuite(t *testing.T, cfg Config) *suite {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	t.Cleanup(cancel)
+	s := &suite{t: t, cfg: cfg, ctx: ctx, seen: map[uuid]bool{}, committed: map[uuid]delivery{}, rolledBack: map[uuid]bool{}}
+	s.res.Broker = cfg.BrokerURL
+	s.dsn = cmp.Or(cfg.DSN, hookstest.PostgresDSN(t))
+	db, err := gorm.Open(postgres.Open(s.dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if d, err := db.DB(); err == nil {
+			d.Close()
+		}
+	})
+	s.db = db
+	must(t, hooks.Migrate(ctx, db, ""))
+	must(t, consumer.Migrate(ctx, db, ""))
+	must(t, db.AutoMigrate(&Counter{}, &effect{}))
+	plugin, err := hooks.New(hooks.Config{Topic: func(runtime.Envelope) string { return cfg.Topic }})
+	must(t, err)
+	must(t, db.Use(plugin))
+
+	b, err := broker.Open(ctx, cfg.BrokerURL, broker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatalf("open %s: %v", cfg.BrokerURL, err)
+	}
+	t.Cleanup(func() { b.Close() })
+	s.b, s.g = b, b.Guarantees()
+	return s
+}
+
+func (s *suite) run() Result {
+	t, cfg := s.t, s.cfg
+	start := time.Now()
+	if cfg.Provision != nil {
+		must(t, cfg.Provision(s.ctx, cfg.Topic))
+	}
+	s.counters = make([]Counter, cfg.Aggregates)
+	for i := range s.counters {
+		s.counters[i].ID = int64(i + 1)
+	}
+	must(t, s.db.Create(&s.counters).Error)
+
+	relays := s.startRelay()
+	writersDone := make(chan error, 1)
+	go func() { writersDone <- s.write() }()
+
+	// Kill relays while they publish; the subscriber joins after the first.
+	subscribed := false
+	for k := range cfg.Kills {
+		target := int64((k + 1) * cfg.Events / (cfg.Kills + 2))
+		s.waitUntil(fmt.Sprintf("%d events published before kill %d", target, k+1), func() bool {
+			return s.count("published_at IS NOT NULL") >= target
+		})
+		relays.kill()
+		s.res.RelayKills++
+		relays = s.startRelay()
+		if !subscribed {
+			s.subscribe()
+			subscribed = true
+		}
+	}
+	if !subscribed {
+		s.subscribe()
+	}
+	if err := <-writersDone; err != nil {
+		t.Fatal(err)
+	}
+	s.waitDrained()
+	s.waitDelivered(func() bool { return s.allDelivered() })
+
+	s.republish()
+
+	relays.kill()
+	s.check()
+	s.res.Seconds = strconv.FormatFloat(time.Since(start).Seconds(), 'f', 1, 64)
+	s.report()
+	return s.res
+}
+
+// relayProc is a running relay: a process, or a goroutine for a broker
+// that lives in this process.
+type relayProc struct {
+	kill func()
+}
+
+func (s *suite) startRelay() relayProc {
+	t := s.t
+	if !s.g.SharedAcrossProcesses {
+		ctx, cancel := context.WithCancel(s.ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- publish(ctx, s.db, s.b, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		}()
+		return relayProc{kill: func() { cancel(); <-done }}
+	}
+	spec, err := json.Marshal(childSpec{DSN: s.dsn, BrokerURL: s.cfg.BrokerURL})
+	must(t, err)
+	cmd := exec.Command(os.Args[0], "-test.run="+runPattern(t.Name()), "-test.count=1", "-test.timeout=0")
+	cmd.Env = append(os.Environ(), envChild+"="+base64.StdEncoding.EncodeToString(spec))
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	must(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	kill := func() {
+		select {
+		case <-done:
+			t.Errorf("relay process exited before it was killed; output:\n%s", out)
+			return
+		default:
+		}
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { _ = cmd.Process.Kill(); <-done }) })
+	return relayProc{kill: func() { once.Do(kill) }}
+}
+
+// runPattern returns a -test.run pattern that selects exactly the test name.
+func runPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
+}
+
+// write commits cfg.Events events through the hooks plugin from cfg.Writers
+// goroutines, each owning a share of the aggregates.
+func (s *suite) write() error {
+	var wg sync.WaitGroup
+	errs := make([]error, s.cfg.Writers)
+	per := s.cfg.Events / s.cfg.Writers
+	for w := range s.cfg.Writers {
+		n := per
+		if w == 0 {
+			n += s.cfg.Events - per*s.cfg.Writers
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[w] = s.writer(w, n)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+var errRollback = errors.New("adaptertest: rolled back on purpose")
+
+func (s *suite) writer(w, events int) error {
+	rng := rand.New(rand.NewPCG(uint64(w), 42))
+	var mine []int
+	for i := range s.counters {
+		if i%s.cfg.Writers == w {
+			mine = append(mine, i)
+		}
+	}
+	for tx := 1; events > 0; tx++ {
+		if s.ctx.Err() != nil {
+			return s.ctx.Err()
+		}
+		c := &s.counters[mine[rng.IntN(len(mine))]]
+		rollback := tx%s.cfg.RollbackEvery == 0
+		id, err := s.save(c, rollback)
+		switch {
+		case rollback && errors.Is(err, errRollback):
+			s.mu.Lock()
+			s.rolledBack[id] = true
+			s.res.Rollbacks++
+			s.mu.Unlock()
+		case err != nil:
+			return fmt.Errorf("writer %d: save counter %d: %w", w, c.ID, err)
+		default:
+			events--
+		}
+	}
+	return nil
+}
+
+// save steps c in one transaction and commits it, or rolls it back (then c
+// is read again, so its next step reuses the sequence number).
+func (s *suite) save(c *Counter, rollback bool) (uuid, error) {
+	var id uuid
+	seq := c.Seq + 1
+	err := s.db.WithContext(s.ctx).Transaction(func(tx *gorm.DB) error {
+		id = c.step()
+		if err := tx.Save(c).Error; err != nil {
+			return err
+		}
+		if rollback {
+			return errRollback
+		}
+		return nil
+	})
+	if err != nil {
+		fresh := Counter{ID: c.ID}
+		if rerr := s.db.WithContext(s.ctx).First(&fresh).Error; rerr != nil {
+			return id, errors.Join(err, rerr)
+		}
+		*c = fresh
+		return id, err
+	}
+	s.mu.Lock()
+	s.committed[id] = delivery{id: id, aggregate: strconv.FormatInt(c.ID, 10), seq: seq}
+	s.mu.Unlock()
+	return id, nil
+}
+
+// subscribe starts the late subscriber: it logs every delivery, then lets
+// the consumer apply it with the inbox, and acks or nacks what the
+// consumer's handler returns.
+func (s *suite) subscribe() {
+	t := s.t
+	sub, err := s.b.Subscriber("conformance")
+	must(t, err)
+	reg := runtime.NewRegistry()
+	must(t, reg.Register(Stepped{}.EventKey(), 1, func(p []byte) (runtime.Event, error) {
+		var e Stepped
+		err := json.Unmarshal(p, &e)
+		return e, err
+	}))
+	c, err := consumer.New(reg, consumer.Config{Name: "conformance", DB: s.db, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	must(t, err)
+	must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e Stepped, m consumer.Meta) error {
+		return tx.Create(&effect{EventID: m.EventID.String(), Aggregate: m.AggregateID, Seq: e.Seq}).Error
+	}))
+	handle := c.HandlerFunc()
+	msgs, err := sub.Subscribe(s.ctx, s.cfg.Topic)
+	must(t, err)
+	go func() {
+		for msg := range msgs {
+			var e Stepped
+			_ = json.Unmarshal(msg.Payload, &e)
+			d := delivery{id: msg.UUID, aggregate: msg.Metadata.Get(runtime.MetadataAggregateID), seq: e.Seq}
+			s.mu.Lock()
+			s.deliveries = append(s.deliveries, d)
+			s.seen[d.id] = true
+			s.mu.Unlock()
+			if err := handle(msg); err != nil {
+				msg.Nack()
+				continue
+			}
+			msg.Ack()
+		}
+	}()
+}
+
+// republish marks cfg.Republish published events of distinct aggregates
+// unpublished, waits until the relay has published them again, then writes
+// a fence event on each of those aggregates and waits for the fences: an
+// order-keeping broker delivers a republished copy before its fence.
+func (s *suite) republish() {
+	t := s.t
+	var ids []int64
+	var aggs []string
+	rows, err := s.db.Raw(`SELECT DISTINCT ON (aggregate_id) id, aggregate_id FROM `+table+` WHERE published_at IS NOT NULL ORDER BY aggregate_id, id DESC LIMIT ?`, s.cfg.Republish).Rows()
+	must(t, err)
+	for rows.Next() {
+		var id int64
+		var agg string
+		must(t, rows.Scan(&id, &agg))
+		ids, aggs = append(ids, id), append(aggs, agg)
+	}
+	must(t, rows.Err())
+	rows.Close()
+	must(t, s.db.Exec(`UPDATE `+table+` SET published_at = NULL WHERE id IN ?`, ids).Error)
+	s.res.Republished = len(ids)
+	s.waitDrained()
+
+	fences := map[uuid]bool{}
+	for _, agg := range aggs {
+		n, _ := strconv.Atoi(agg)
+		id, err := s.save(&s.counters[n-1], false)
+		must(t, err)
+		fences[id] = true
+	}
+	s.waitDrained()
+	s.waitDelivered(func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for id := range fences {
+			if !s.seen[id] {
+				return false
+			}
+		}
+		return true
+	})
+	if !s.g.OrderPerAggregate {
+		// Without order a republished copy may still be in flight: wait
+		// for every copy (non-deduplicating brokers) before counting.
+		s.waitDelivered(func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.g.Dedup || len(s.deliveries) >= len(s.committed)+len(ids)
+		})
+	}
+}
+
+// check counts and asserts the run's promises.
+func (s *suite) check() {
+	t := s.t
+	s.mu.Lock()
+	deliveries := slices.Clone(s.deliveries)
+	s.mu.Unlock()
+	r := &s.res
+	r.Events = len(s.committed)
+	r.Deliveries = len(deliveries)
+
+	seen := map[uuid]bool{}
+	maxSeq := map[string]int{}
+	for _, d := range deliveries {
+		if seen[d.id] {
+			r.Duplicates++
+			continue
+		}
+		seen[d.id] = true
+		want, ok := s.committed[d.id]
+		if !ok {
+			r.Ghosts++
+			if s.rolledBack[d.id] {
+				t.Errorf("ghost: event %s of a rolled-back transaction was delivered (aggregate %s, seq %d)", d.id, d.aggregate, d.seq)
+			} else {
+				t.Errorf("ghost: event %s was delivered but never committed (aggregate %s, seq %d)", d.id, d.aggregate, d.seq)
+			}
+			continue
+		}
+		if d.aggregate != want.aggregate || d.seq != want.seq {
+			t.Errorf("event %s arrived as aggregate %q seq %d, committed as aggregate %q seq %d", d.id, d.aggregate, d.seq, want.aggregate, want.seq)
+		}
+		if d.seq < maxSeq[d.aggregate] {
+			r.OrderViolations++
+			if r.OrderViolations <= 5 {
+				t.Logf("order: aggregate %s seq %d delivered after seq %d", d.aggregate, d.seq, maxSeq[d.aggregate])
+			}
+		}
+		maxSeq[d.aggregate] = max(maxSeq[d.aggregate], d.seq)
+	}
+	for id, d := range s.committed {
+		if !seen[id] {
+			r.Lost++
+			if r.Lost <= 5 {
+				t.Errorf("lost: event %s (aggregate %s, seq %d) committed, never delivered", id, d.aggregate, d.seq)
+			}
+		}
+	}
+
+	var effects []effect
+	must(t, s.db.Order("n").Find(&effects).Error)
+	r.Applied = len(effects)
+	applied := map[string]int{}
+	last := map[string]int{}
+	for _, e := range effects {
+		applied[e.EventID]++
+		if applied[e.EventID] == 2 {
+			r.AppliedTwice++
+			t.Errorf("event %s (aggregate %s, seq %d) applied twice", e.EventID, e.Aggregate, e.Seq)
+		}
+		if e.Seq != last[e.Aggregate]+1 {
+			r.ApplyOutOfOrder++
+		}
+		last[e.Aggregate] = max(last[e.Aggregate], e.Seq)
+	}
+	for id := range s.committed {
+		if applied[id] == 0 {
+			t.Errorf("event %s committed, never applied", id)
+			break
+		}
+	}
+
+	if r.Lost > 0 {
+		t.Errorf("%d of %d committed events lost", r.Lost, r.Events)
+	}
+	if s.g.OrderPerAggregate {
+		if r.OrderViolations > 0 {
+			t.Errorf("%d per-aggregate order violations (the broker promises order)", r.OrderViolations)
+		}
+		if r.ApplyOutOfOrder > 0 {
+			t.Errorf("%d events applied out of order or with a gap", r.ApplyOutOfOrder)
+		}
+	}
+	if s.g.Dedup && r.Duplicates > 0 {
+		t.Errorf("%d duplicate deliveries (the broker deduplicates by event id)", r.Duplicates)
+	}
+	t.Logf("conformance %s: events=%d rollbacks=%d kills=%d republished=%d deliveries=%d lost=%d ghosts=%d order_violations=%d duplicates=%d applied=%d applied_twice=%d",
+		s.cfg.BrokerURL, r.Events, r.Rollbacks, r.RelayKills, r.Republished, r.Deliveries, r.Lost, r.Ghosts, r.OrderViolations, r.Duplicates, r.Applied, r.AppliedTwice)
+}
+
+func (s *suite) report() {
+	path := os.Getenv(EnvReport)
+	if path == "" {
+		return
+	}
+	line, err := json.Marshal(s.res)
+	must(s.t, err)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	must(s.t, err)
+	defer f.Close()
+	_, err = f.Write(append(line, '\n'))
+	must(s.t, err)
+}
+
+func (s *suite) count(where string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int64
+	must(s.t, s.db.WithContext(ctx).Raw(`SELECT count(*) FROM `+table+` WHERE `+where).Scan(&n).Error)
+	return n
+}
+
+// waitDrained waits until every committed row is published, failing on a
+// parked row.
+func (s *suite) waitDrained() {
+	s.waitUntil("the outbox to drain", func() bool {
+		if p := s.count("parked_at IS NOT NULL AND published_at IS NULL"); p > 0 {
+			var lastErr string
+			s.db.Raw(`SELECT coalesce(last_error, '') FROM ` + table + ` WHERE parked_at IS NOT NULL LIMIT 1`).Scan(&lastErr)
+			s.t.Fatalf("%d rows parked; first error: %s", p, lastErr)
+		}
+		return s.count("published_at IS NULL") == 0
+	})
+}
+
+func (s *suite) allDelivered() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.committed {
+		if !s.seen[id] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *suite) waitDelivered(cond func() bool) {
+	s.waitUntil("deliveries", cond)
+}
+
+// waitUntil polls cond (a database query or the delivery log) until it
+// holds or the run's deadline passes.
+func (s *suite) waitUntil(what string, cond func() bool) {
+	s.t.Helper()
+	for !cond() {
+		select {
+		case <-s.ctx.Done():
+			s.mu.Lock()
+			n := len(s.deliveries)
+			s.mu.Unlock()
+			s.t.Fatalf("timed out waiting for %s (%d committed, %d delivered, %d unpublished)", what, len(s.committed), n, s.count("published_at IS NULL"))
+		case <-time.After(20 * time.Millisecond): // polling a database or the log
+		}
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lockedBuffer collects a process's output.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
