@@ -6,6 +6,12 @@
 //	go run ./examples/relaybench                       # local PostgreSQL, database test
 //	go run ./examples/relaybench -events 100000 -rate 1000 -duration 10s
 //
+// With -broker-urls it drains the same pre-filled outbox through each broker
+// adapter named by URL (package adapters/broker), -reps times interleaved,
+// and prints events/s per broker:
+//
+//	go run ./examples/relaybench -events 20000 -broker-urls kafka://kfake,amqp://guest:guest@127.0.0.1:5672/,memory://
+//
 // It prints events/s draining a pre-filled outbox for both relays and their
 // ratio, then the commit → broker-ack latency (p50, p99) of the relay at a
 // steady offered rate with default settings (LISTEN/NOTIFY wake-ups).
@@ -80,6 +86,9 @@ type options struct {
 	bigBytes      int
 	maxBatchBytes int64
 	rssLimit      int64
+
+	brokerURLs string
+	reps       int
 }
 
 // Account is the benchmark's aggregate.
@@ -114,6 +123,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.bigBytes, "big-bytes", 900_000, "payload size of each large event")
 	fs.Int64Var(&o.maxBatchBytes, "max-batch-bytes", 0, "relay MaxBatchBytes in the large-event mode (default: the relay's default, 8 MiB)")
 	fs.Int64Var(&o.rssLimit, "rss-limit", 8<<30, "large-event mode: exit with status 3 when the RSS exceeds this many bytes (0: no limit)")
+	fs.StringVar(&o.brokerURLs, "broker-urls", "", "broker mode: comma-separated broker URLs (adapters/broker; kafka://kfake starts one in-process) to drain the same pre-filled outbox through, and nothing else")
+	fs.IntVar(&o.reps, "reps", 3, "broker mode: repetitions per broker")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h printed the usage: not a failure
 			return nil
@@ -126,13 +137,6 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if o.bigEvents > 0 {
 		return bigRun(ctx, o, out)
 	}
-
-	cluster, err := kafkatest.Start(kafkatest.Config{Brokers: 1, Partitions: 8})
-	if err != nil {
-		return err
-	}
-	defer cluster.Close()
-	brokers := cluster.Addrs()
 
 	db, cleanup, err := openSchema(o.dsn)
 	if err != nil {
@@ -156,6 +160,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.brokerURLs != "" {
+		return brokerRun(ctx, db, plugin, store, o, out)
+	}
+
+	cluster, err := kafkatest.Start(kafkatest.Config{Brokers: 1, Partitions: 8})
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	brokers := cluster.Addrs()
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers, AllowAutoTopicCreation: true}, nil)
 	if err != nil {
 		return err
