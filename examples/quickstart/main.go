@@ -36,7 +36,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/gooutbox/outbox/adapters/kafka"
+	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
@@ -60,6 +60,7 @@ const topic = "order"
 type options struct {
 	databaseURL  string
 	kafkaBrokers string
+	brokerURL    string
 	orders       int
 	verbose      bool
 }
@@ -72,6 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var opt options
 	fs.StringVar(&opt.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable (default: $DATABASE_URL, else SQLite in a temporary directory)")
 	fs.StringVar(&opt.kafkaBrokers, "kafka-brokers", os.Getenv("KAFKA_BROKERS"), "comma-separated Kafka brokers (default: $KAFKA_BROKERS, else an in-process broker)")
+	fs.StringVar(&opt.brokerURL, "broker-url", os.Getenv("BROKER_URL"), "any broker by URL: kafka://, amqp://, nats://, redis://, postgres://, memory://, sqs:// (see adapters/broker; default: $BROKER_URL, else Kafka per -kafka-brokers)")
 	fs.IntVar(&opt.orders, "orders", 10, "number of orders to place")
 	fs.BoolVar(&opt.verbose, "v", false, "log debug output to stderr (default: warnings only)")
 	if err := fs.Parse(args); err != nil {
@@ -110,26 +112,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	// 2. Kafka: a real cluster, or an in-process one.
-	brokers := splitBrokers(opt.kafkaBrokers)
-	kafkaName := strings.Join(brokers, ",")
-	if len(brokers) == 0 {
-		cluster, err := kafkatest.Start(kafkatest.Config{Brokers: 1})
-		if err != nil {
-			return fmt.Errorf("start in-process Kafka: %w", err)
+	// 2. The broker, chosen by URL: Kafka (a real cluster, or an in-process
+	// one) unless -broker-url names another.
+	brokerURL, brokerName := opt.brokerURL, opt.brokerURL
+	if brokerURL == "" {
+		brokers := splitBrokers(opt.kafkaBrokers)
+		brokerName = strings.Join(brokers, ",")
+		if len(brokers) == 0 {
+			cluster, err := kafkatest.Start(kafkatest.Config{Brokers: 1})
+			if err != nil {
+				return fmt.Errorf("start in-process Kafka: %w", err)
+			}
+			defer cluster.Close()
+			brokers, brokerName = cluster.Addrs(), "in-process Kafka (kfake)"
 		}
-		defer cluster.Close()
-		brokers, kafkaName = cluster.Addrs(), "in-process Kafka (kfake)"
+		brokerURL = "kafka://" + strings.Join(brokers, ",")
 	}
-	fmt.Fprintf(out, "database: %s; broker: %s\n", dbName, kafkaName)
-
-	// 3. The producing side: the relay, woken by NOTIFY on PostgreSQL and by
-	// the plugin after each commit it sees (what SQLite relies on).
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers}, wmLog)
+	fmt.Fprintf(out, "database: %s; broker: %s\n", dbName, brokerName)
+	b, err := broker.Open(ctx, brokerURL, broker.Config{Logger: log})
 	if err != nil {
 		return err
 	}
-	defer pub.Close()
+	defer b.Close()
+
+	// 3. The producing side: the relay, woken by NOTIFY on PostgreSQL and by
+	// the plugin after each commit it sees (what SQLite relies on).
+	pub := b.Publisher()
 	store, err := hooks.NewStore(db, hooks.StoreConfig{})
 	if err != nil {
 		return err
@@ -150,7 +158,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// 4. The consuming side: a shipping service that applies each event
 	// once, through its inbox, in a Watermill router.
 	shipping := newShipping(out)
-	router, err := shipping.router(db, brokers, pub, log, wmLog)
+	router, err := shipping.router(db, b, pub, log, wmLog)
 	if err != nil {
 		return err
 	}
@@ -267,7 +275,7 @@ func newShipping(out io.Writer) *shipping {
 
 // router returns a Watermill router that feeds the topic's messages to a
 // runtime/consumer consumer with an inbox in db.
-func (s *shipping) router(db *gorm.DB, brokers []string, dlq message.Publisher, log *slog.Logger, wmLog watermill.LoggerAdapter) (*message.Router, error) {
+func (s *shipping) router(db *gorm.DB, b *broker.Broker, dlq message.Publisher, log *slog.Logger, wmLog watermill.LoggerAdapter) (*message.Router, error) {
 	reg := runtime.NewRegistry()
 	if err := Register(reg); err != nil { // generated: every version of every event
 		return nil, err
@@ -302,14 +310,16 @@ func (s *shipping) router(db *gorm.DB, brokers []string, dlq message.Publisher, 
 		return nil, err
 	}
 
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
-		Brokers: brokers, ConsumerGroup: "quickstart-shipping", MaxWait: 100 * time.Millisecond,
-	}, wmLog)
+	sub, err := b.Subscriber("quickstart-shipping")
 	if err != nil {
 		return nil, err
 	}
-	if err := sub.SubscribeInitialize(topic); err != nil {
-		return nil, errors.Join(err, sub.Close())
+	// Kafka topics are created by whoever subscribes first (or by an
+	// operator); the other adapters declare what they need themselves.
+	if init, ok := sub.(message.SubscribeInitializer); ok {
+		if err := init.SubscribeInitialize(topic); err != nil {
+			return nil, err
+		}
 	}
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, wmLog)
 	if err != nil {

@@ -1,8 +1,11 @@
 // Command relay runs the outbox relay as its own process: it publishes the
-// committed rows of a PostgreSQL outbox table to Kafka until it receives
-// SIGINT or SIGTERM, then finishes the batch in flight and exits.
+// committed rows of a PostgreSQL outbox table to a broker chosen by URL
+// (package adapters/broker: kafka://, amqp://, nats://, redis://,
+// postgres://, sqs://) until it receives SIGINT or SIGTERM, then finishes
+// the batch in flight and exits.
 //
-//	go run ./examples/relay -database-url postgres://postgres@127.0.0.1:5432/shop -kafka-brokers 127.0.0.1:9092
+//	go run ./examples/relay -database-url postgres://postgres@127.0.0.1:5432/shop -broker-url kafka://127.0.0.1:9092
+//	go run ./examples/relay -database-url postgres://postgres@127.0.0.1:5432/shop -broker-url amqp://guest:guest@127.0.0.1:5672/
 //
 // Run several for availability: claims are exclusive and keep each
 // aggregate's events in order. The application's processes register the
@@ -18,16 +21,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/gooutbox/outbox/adapters/kafka"
+	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime/relay"
 )
@@ -45,7 +46,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dsn := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default: $DATABASE_URL)")
-	brokers := fs.String("kafka-brokers", os.Getenv("KAFKA_BROKERS"), "comma-separated Kafka brokers (default: $KAFKA_BROKERS)")
+	brokerURL := fs.String("broker-url", os.Getenv("BROKER_URL"), "broker URL, e.g. kafka://127.0.0.1:9092 or amqp://guest:guest@127.0.0.1:5672/ (default: $BROKER_URL)")
+	brokers := fs.String("kafka-brokers", os.Getenv("KAFKA_BROKERS"), "shorthand for -broker-url kafka://<brokers> (default: $KAFKA_BROKERS)")
 	table := fs.String("table", "", "outbox table (default: "+hooks.DefaultTable+")")
 	batch := fs.Int("batch", 0, fmt.Sprintf("relay batch size (default: %d)", relay.DefaultBatchSize))
 	poll := fs.Duration("poll", 0, "poll interval besides LISTEN/NOTIFY (default: 1s)")
@@ -57,8 +59,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		return err
 	}
-	if *dsn == "" || *brokers == "" {
-		return errors.New("-database-url and -kafka-brokers are required")
+	if *brokerURL == "" && *brokers != "" {
+		*brokerURL = "kafka://" + *brokers
+	}
+	if *dsn == "" || *brokerURL == "" {
+		return errors.New("-database-url and -broker-url (or -kafka-brokers) are required")
 	}
 	level := slog.LevelInfo
 	if *debug {
@@ -83,12 +88,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer store.Close()
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: strings.Split(*brokers, ",")}, watermill.NewSlogLogger(log))
+	b, err := broker.Open(ctx, *brokerURL, broker.Config{Logger: log})
 	if err != nil {
 		return err
 	}
-	defer pub.Close()
-	r, err := relay.New(store, pub, relay.Config{
+	defer b.Close()
+	r, err := relay.New(store, b.Publisher(), relay.Config{
 		BatchSize:       *batch,
 		PollInterval:    *poll,
 		ShutdownTimeout: 20 * time.Second,
