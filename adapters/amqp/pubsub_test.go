@@ -1,0 +1,92 @@
+package amqp_test
+
+import (
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+
+	"github.com/gooutbox/outbox/adapters/amqp"
+)
+
+// features are the adapter's honest Watermill features, in both modes.
+func features(consumerGroups bool) tests.Features {
+	return tests.Features{
+		// ModePubSub: one queue per (topic, group), each group gets every
+		// message. ModeQueue: one queue per topic, so no groups.
+		ConsumerGroups: consumerGroups,
+		// Delivery is at least once: a message being handled when a
+		// subscription closes is requeued and delivered again, and a
+		// publish whose confirm was lost is republished.
+		ExactlyOnceDelivery: false,
+		// Queues are declared with x-single-active-consumer: RabbitMQ
+		// delivers a queue to one consumer at a time, with prefetch 1 and
+		// one message in flight, so order holds even with the suite's 10
+		// competing subscribers.
+		GuaranteedOrder:                     true,
+		GuaranteedOrderWithSingleSubscriber: false,
+		// Messages live in durable queues, not in the Subscriber.
+		Persistent: true,
+		// A consumed message is gone from its queue.
+		NewSubscriberReceivesOldMessages: false,
+		RequireSingleInstance:            false,
+		// The message context does not cross the wire.
+		ContextPreserved: false,
+		// No restart command: the test server is shared, so TestReconnect
+		// is skipped; TestPublishAfterConnectionLoss covers reconnects.
+	}
+}
+
+func newSuitePubSub(t *testing.T, cfg amqp.Config) (message.Publisher, message.Subscriber) {
+	t.Helper()
+	pubCfg := cfg
+	pubCfg.Group = ""
+	pub, err := amqp.NewPublisher(pubCfg, testLogger())
+	if err != nil {
+		t.Fatalf("NewPublisher: %v", err)
+	}
+	sub, err := amqp.NewSubscriber(cfg, testLogger())
+	if err != nil {
+		t.Fatalf("NewSubscriber: %v", err)
+	}
+	// The suite closes what it builds but for the subscribers of a
+	// multiplied subscriber; Close is idempotent.
+	t.Cleanup(func() {
+		_ = pub.Close()
+		_ = sub.Close()
+	})
+	return pub, sub
+}
+
+// TestPubSub runs Watermill's conformance suite in ModeQueue, the default.
+// The suite's queues expire (x-expires) once unused.
+func TestPubSub(t *testing.T) {
+	cfg := testConfig(t)
+	tests.TestPubSub(t, features(false),
+		func(t *testing.T) (message.Publisher, message.Subscriber) {
+			return newSuitePubSub(t, cfg)
+		},
+		nil,
+	)
+}
+
+// TestPubSubGroups runs Watermill's conformance suite in ModePubSub. Its
+// exchanges are deleted afterwards by the suite's topic cleanup... they are
+// not: the suite names its own topics, so they stay (fanout exchanges with no
+// queues bound cost nothing); the queues expire.
+func TestPubSubGroups(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Mode = amqp.ModePubSub
+	tests.TestPubSub(t, features(true),
+		func(t *testing.T) (message.Publisher, message.Subscriber) {
+			c := cfg
+			c.Group = "test"
+			return newSuitePubSub(t, c)
+		},
+		func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
+			c := cfg
+			c.Group = group
+			return newSuitePubSub(t, c)
+		},
+	)
+}
