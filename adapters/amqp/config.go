@@ -129,7 +129,9 @@ type Config struct {
 	// ConfirmTimeout bounds how long [Publisher.Publish] waits for the
 	// broker's confirmations of one call (and for the dial and topology
 	// declaration before it). Messages still unconfirmed then fail with
-	// [ErrUnconfirmed].
+	// [ErrUnconfirmed], and the publisher abandons the connection (it is
+	// dead, or the broker is blocking publishers on a resource alarm) and
+	// dials a new one on the next Publish.
 	//
 	// Default: 30s.
 	ConfirmTimeout time.Duration

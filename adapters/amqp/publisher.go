@@ -18,6 +18,10 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 )
 
+// errConfirmTimeout is the cause of a publish context that ran out of
+// Config.ConfirmTimeout.
+var errConfirmTimeout = errors.New("no confirmation within ConfirmTimeout")
+
 // returnBuffer is the capacity of a channel's basic.return listener.
 // amqp091-go blocks its reader while the listener is full, and Publish
 // drains it after every message it sends and while it waits for confirms.
@@ -151,8 +155,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if err != nil {
 		return fmt.Errorf("amqp: publish %d messages to topic %q: %w", len(msgs), topic, err)
 	}
-	errs, healthy := p.publish(ctx, pc, topic, pubs)
-	p.release(pc, healthy)
+	errs, timedOut := p.publish(ctx, pc, topic, pubs)
+	if timedOut && context.Cause(ctx) == errConfirmTimeout {
+		p.abandon(pc.conn)
+	}
+	p.release(pc, !timedOut)
 	failed := 0
 	for _, e := range errs {
 		if e != nil {
@@ -193,8 +200,7 @@ func (p *Publisher) validateTopic(topic string) error {
 // publishContext returns a context that ends after timeout or when the
 // context of any of msgs is done.
 func publishContext(msgs []*message.Message, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeoutCause(context.Background(), timeout,
-		fmt.Errorf("no confirmation within ConfirmTimeout %s", timeout))
+	ctx, cancel := context.WithTimeoutCause(context.Background(), timeout, errConfirmTimeout)
 	var stops []func() bool
 	seen := map[<-chan struct{}]bool{}
 	for _, msg := range msgs {
@@ -310,14 +316,37 @@ func (p *Publisher) openChannel() (*pubChannel, error) {
 	}, nil
 }
 
-// closeChannel closes pc, draining its listeners so amqp091-go never blocks
-// on them.
+// closeChannel closes pc in the background (channel.close waits for the
+// broker's answer, which a dead connection never sends), draining its
+// listeners so amqp091-go never blocks on them.
 func (p *Publisher) closeChannel(pc *pubChannel) {
 	go func() {
 		for range pc.returns {
 		}
 	}()
-	_ = pc.ch.Close()
+	go func() { _ = pc.ch.Close() }()
+}
+
+// abandon stops using conn: the next Publish dials again, and conn is
+// closed in the background. A confirmation that does not arrive within
+// ConfirmTimeout means the connection is dead (half-open) or the broker is
+// blocking publishers (a memory or disk alarm); in both cases a new
+// connection is the way out, and amqp091-go's heartbeat would take longer to
+// notice the first. Publish calls still waiting on conn fail with
+// [ErrUnconfirmed].
+func (p *Publisher) abandon(conn *amqp091.Connection) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != conn {
+		return
+	}
+	for _, pc := range p.idle {
+		p.closeChannel(pc)
+	}
+	p.idle = nil
+	p.conn = nil
+	p.logger.Info("abandoning connection: no confirmation within ConfirmTimeout", nil)
+	go func() { _ = conn.CloseDeadline(time.Now().Add(p.cfg.ConfirmTimeout)) }()
 }
 
 // declare declares topic's topology on ch, the same that [NewSubscriber]'s
@@ -354,7 +383,7 @@ func (p *Publisher) declare(ch *amqp091.Channel, topic string) error {
 func (p *Publisher) release(pc *pubChannel, healthy bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if healthy && !p.closed && pc.conn == p.conn && !pc.ch.IsClosed() {
+	if healthy && !p.closed && pc.conn == p.conn && !pc.ch.IsClosed() && pc.closeError() == nil {
 		p.idle = append(p.idle, pc)
 		return
 	}
@@ -371,7 +400,8 @@ func (p *Publisher) forget(pc *pubChannel, topic string) {
 }
 
 // publish publishes pubs on pc in order, waits for their confirmations and
-// returns one error per message, and whether pc may be used again.
+// returns one error per message, and whether it stopped waiting for
+// confirmations because ctx ended.
 func (p *Publisher) publish(ctx context.Context, pc *pubChannel, topic string, pubs []amqp091.Publishing) (runtime.PublishErrors, bool) {
 	exchange, key := p.cfg.exchangeName(topic), p.cfg.routingKey(topic)
 	errs := make(runtime.PublishErrors, len(pubs))
@@ -479,8 +509,7 @@ wait:
 		// (ModePubSub) no group has a queue yet: declare again next time.
 		p.forget(pc, topic)
 	}
-	healthy := !timedOut && closeErr == nil && !pc.ch.IsClosed()
-	return errs, healthy
+	return errs, timedOut
 }
 
 // unsentCause explains why a message was not sent or not confirmed.
@@ -560,7 +589,7 @@ func (p *Publisher) Close() error {
 	if p.conn == nil || p.conn.IsClosed() {
 		return nil
 	}
-	if err := p.conn.Close(); err != nil && !errors.Is(err, amqp091.ErrClosed) {
+	if err := p.conn.CloseDeadline(time.Now().Add(p.cfg.ConfirmTimeout)); err != nil && !errors.Is(err, amqp091.ErrClosed) {
 		return fmt.Errorf("amqp: close connection: %w", err)
 	}
 	return nil
