@@ -86,7 +86,11 @@ type Config struct {
 	// Quorum declares queues with x-queue-type=quorum: replicated with Raft
 	// on a cluster, and a confirm means a majority of nodes has the message.
 	// Use it on a cluster; on one node a classic durable queue is as safe.
-	// A queue's type cannot change once declared.
+	// A queue's type cannot change once declared. A quorum queue redelivers
+	// a nacked (requeued) message after messages published later (seen on
+	// RabbitMQ 3.10), so with Quorum a handler that must keep per-aggregate
+	// order retries in process (Watermill's Retry middleware) rather than
+	// nacking.
 	//
 	// Default: false (classic queues).
 	Quorum bool
@@ -114,8 +118,10 @@ type Config struct {
 	// the marshaler leaves it empty, and forces persistent delivery unless
 	// NotDurable.
 	//
-	// Default: watermill-amqp's DefaultMarshaler (UUID in the
-	// _watermill_message_uuid header, metadata as headers).
+	// Default: [Marshaler], watermill-amqp's DefaultMarshaler (UUID in
+	// the _watermill_message_uuid header, metadata as headers) reading
+	// non-string headers too. A custom marshaler must accept the integer
+	// x-delivery-count header quorum queues add on redelivery.
 	Marshaler wamqp.Marshaler
 
 	// PrefetchCount is the subscriber's QoS: how many unacknowledged
@@ -162,7 +168,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Marshaler == nil {
-		c.Marshaler = wamqp.DefaultMarshaler{NotPersistentDeliveryMode: c.NotDurable}
+		c.Marshaler = Marshaler{wamqp.DefaultMarshaler{NotPersistentDeliveryMode: c.NotDurable}}
 	}
 	if c.PrefetchCount == 0 {
 		c.PrefetchCount = 1

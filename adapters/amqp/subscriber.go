@@ -18,9 +18,10 @@ import (
 // Each subscription consumes its queue on its own channel with
 // [Config.PrefetchCount] (default 1) and manual acknowledgement, and hands
 // out one message at a time: the next only after the current one is acked or
-// nacked. Ack acknowledges the delivery; Nack requeues it, and RabbitMQ
-// delivers it again before the rest of the queue (with prefetch 1 and a
-// single active consumer, which is the default). Delivery is at least once: a
+// nacked. Ack acknowledges the delivery; Nack requeues it, and a classic
+// queue delivers it again before the rest of the queue (with prefetch 1 and
+// a single active consumer, the defaults; a quorum queue delivers it after
+// later messages, see [Config.Quorum]). Delivery is at least once: a
 // message being handled when the connection drops is delivered again, with
 // the same UUID and the _watermill_amqp_redelivered metadata set to "true".
 type Subscriber struct {
