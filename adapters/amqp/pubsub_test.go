@@ -90,3 +90,18 @@ func TestPubSubGroups(t *testing.T) {
 		},
 	)
 }
+
+// TestPubSubStress runs the conformance suite (ModeQueue) many times in
+// parallel: STRESS_TEST_COUNT copies, 10 by default. Skipped with -short.
+func TestPubSubStress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stress test")
+	}
+	cfg := testConfig(t)
+	tests.TestPubSubStressTest(t, features(false),
+		func(t *testing.T) (message.Publisher, message.Subscriber) {
+			return newSuitePubSub(t, cfg)
+		},
+		nil,
+	)
+}
