@@ -70,9 +70,9 @@ func TestConstructorsCheckGroup(t *testing.T) {
 func TestWatermillConfig(t *testing.T) {
 	type shape struct {
 		Queue, Exchange, ExchangeType, PublishKey, BindKey string
-		Durable, Mandatory, Confirm                       bool
-		Prefetch                                          int
-		Args                                              amqp091.Table
+		Durable, Mandatory, Confirm                        bool
+		Prefetch                                           int
+		Args                                               amqp091.Table
 	}
 	get := func(cfg amqp.Config, group, topic string) shape {
 		wc := cfg.WatermillConfig(group)
