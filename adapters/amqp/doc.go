@@ -104,6 +104,16 @@
 // back after later messages, so with quorum queues retry in the handler
 // (Watermill's Retry middleware) instead of nacking when order matters.
 //
+// # Queues that already exist
+//
+// RabbitMQ refuses to redeclare a queue with other arguments, and declaring
+// fails Publish (retryably: nothing is lost, but nothing goes out). Queues
+// created by watermill-amqp's NewDurableQueueConfig or NewDurablePubSubConfig
+// have no arguments, while this package declares x-single-active-consumer:
+// either set [Config.CompetingConsumers] to use them as they are (and run a
+// single subscriber per queue to keep order), or delete them once drained so
+// that they are declared again.
+//
 // # Testing
 //
 // The tests run against the RabbitMQ at OUTBOX_TEST_AMQP_URI (default

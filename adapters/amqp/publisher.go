@@ -234,6 +234,12 @@ func (p *Publisher) channel(ctx context.Context, topic string) (*pubChannel, err
 			return nil, err
 		}
 	}
+	// Opening a channel and declaring are RPCs without a deadline of their
+	// own: if ctx ends first, close the connection under them, which ends
+	// them with an error (and the next Publish dials again).
+	conn := p.conn
+	stop := context.AfterFunc(ctx, func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) })
+	defer stop()
 	var pc *pubChannel
 	for len(p.idle) > 0 && pc == nil {
 		pc = p.idle[len(p.idle)-1]

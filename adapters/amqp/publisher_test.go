@@ -405,4 +405,17 @@ func TestConfirmTimeout(t *testing.T) {
 	if err := pub.Publish(topic, newEvent("a", 3)); err != nil {
 		t.Fatalf("Publish after the timeout: %v", err)
 	}
+	// A connection that goes silent before a topic's queue is declared:
+	// the declaration is cut off at ConfirmTimeout too.
+	topic2 := newTopic(t, direct)
+	proxy.Blackhole()
+	if err := pub.Publish(topic2, newEvent("b", 1)); err == nil || runtime.IsPermanent(err) {
+		t.Fatalf("Publish needing a declaration on a silent connection = %v, want a retryable error", err)
+	}
+	if err := pub.Publish(topic2, newEvent("b", 2)); err != nil {
+		t.Fatalf("Publish after the failed declaration: %v", err)
+	}
+	if n := queueDepth(t, direct, topic2); n != 1 {
+		t.Errorf("queue %s holds %d messages, want 1", topic2, n)
+	}
 }
