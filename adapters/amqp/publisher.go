@@ -156,7 +156,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		return fmt.Errorf("amqp: publish %d messages to topic %q: %w", len(msgs), topic, err)
 	}
 	errs, timedOut := p.publish(ctx, pc, topic, pubs)
-	if timedOut && context.Cause(ctx) == errConfirmTimeout {
+	if timedOut && errors.Is(context.Cause(ctx), errConfirmTimeout) {
 		p.abandon(pc.conn)
 	}
 	p.release(pc, !timedOut)

@@ -419,3 +419,33 @@ func TestConfirmTimeout(t *testing.T) {
 		t.Errorf("queue %s holds %d messages, want 1", topic2, n)
 	}
 }
+
+// TestQueueWithOtherArguments: a topic whose queue exists with other
+// arguments (here, declared by plain watermill-amqp) fails Publish
+// retryably, never nil, until the config matches it (CompetingConsumers).
+func TestQueueWithOtherArguments(t *testing.T) {
+	cfg := testConfig(t)
+	topic := newTopic(t, cfg.URL)
+	conn, err := amqp091.Dial(cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(topic, true, false, false, false, nil); err != nil {
+		t.Fatalf("QueueDeclare: %v", err)
+	}
+	pub := newPublisher(t, cfg)
+	err = pub.Publish(topic, newEvent("a", 1))
+	if err == nil || runtime.IsPermanent(err) {
+		t.Fatalf("Publish to a queue declared with other arguments = %v, want a retryable error", err)
+	}
+	t.Logf("error: %v", err)
+	plain := amqp.Config{URL: cfg.URL, CompetingConsumers: true}
+	if err := newPublisher(t, plain).Publish(topic, newEvent("a", 2)); err != nil {
+		t.Fatalf("Publish with CompetingConsumers: %v", err)
+	}
+}
