@@ -3,7 +3,10 @@ package amqp_test
 import (
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 
 	"github.com/gooutbox/outbox/adapters/amqp"
@@ -70,13 +73,27 @@ func TestPubSub(t *testing.T) {
 	)
 }
 
-// TestPubSubGroups runs Watermill's conformance suite in ModePubSub. Its
-// exchanges are deleted afterwards by the suite's topic cleanup... they are
-// not: the suite names its own topics, so they stay (fanout exchanges with no
-// queues bound cost nothing); the queues expire.
+// autoDeleteExchanges declares exchanges auto-deleted, so that the suite's
+// exchanges go away with their last binding when the queues expire.
+type autoDeleteExchanges struct{ wamqp.DefaultTopologyBuilder }
+
+func (b *autoDeleteExchanges) BuildTopology(ch *amqp091.Channel, params wamqp.BuildTopologyParams, cfg wamqp.Config, logger watermill.LoggerAdapter) error {
+	cfg.Exchange.AutoDeleted = true
+	return b.DefaultTopologyBuilder.BuildTopology(ch, params, cfg, logger)
+}
+
+func (b *autoDeleteExchanges) ExchangeDeclare(ch *amqp091.Channel, name string, cfg wamqp.Config) error {
+	cfg.Exchange.AutoDeleted = true
+	return b.DefaultTopologyBuilder.ExchangeDeclare(ch, name, cfg)
+}
+
+// TestPubSubGroups runs Watermill's conformance suite in ModePubSub. The
+// suite names its own topics; their queues expire and their exchanges are
+// auto-deleted with the last queue.
 func TestPubSubGroups(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Mode = amqp.ModePubSub
+	cfg.TopologyBuilder = &autoDeleteExchanges{}
 	tests.TestPubSub(t, features(true),
 		func(t *testing.T) (message.Publisher, message.Subscriber) {
 			c := cfg
