@@ -6,8 +6,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/gooutbox/outbox/adapters/amqp"
 )
