@@ -1,0 +1,154 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/go-cmp/cmp"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/gooutbox/outbox/adapters/broker"
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// amqpURL returns the test RabbitMQ's URL, skipping t (failing it when
+// OUTBOX_TEST_REQUIRE_INTEGRATION=1) if it does not answer.
+func amqpURL(t *testing.T) string {
+	t.Helper()
+	u := os.Getenv("OUTBOX_TEST_AMQP_URI")
+	if u == "" {
+		u = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	conn, err := amqp091.DialConfig(u, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
+	if err != nil {
+		if os.Getenv("OUTBOX_TEST_REQUIRE_INTEGRATION") == "1" {
+			t.Fatalf("RabbitMQ at %s is required (OUTBOX_TEST_REQUIRE_INTEGRATION=1) but unreachable: %v", u, err)
+		}
+		t.Skipf("RabbitMQ at %s unreachable (set OUTBOX_TEST_AMQP_URI to use another): %v", u, err)
+	}
+	_ = conn.Close()
+	return u
+}
+
+// amqpTopic returns a unique topic; t's cleanup deletes its queue, its
+// exchange and the queues of groups.
+func amqpTopic(t *testing.T, url string, groups ...string) string {
+	topic := "outbox-broker-test-" + watermill.NewShortUUID()
+	t.Cleanup(func() {
+		conn, err := amqp091.Dial(url)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		for _, q := range append([]string{topic}, prefixAll(topic+"_", groups)...) {
+			if ch, err := conn.Channel(); err == nil {
+				_, _ = ch.QueueDelete(q, false, false, false)
+				_ = ch.Close()
+			}
+		}
+		if ch, err := conn.Channel(); err == nil {
+			_ = ch.ExchangeDelete(topic, false, false)
+			_ = ch.Close()
+		}
+	})
+	return topic
+}
+
+func prefixAll(prefix string, s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = prefix + v
+	}
+	return out
+}
+
+// TestOpenAMQP opens RabbitMQ by URL, publishes for two aggregates before any
+// subscriber exists, and reads them back in order through Subscriber("g1"),
+// in both modes.
+func TestOpenAMQP(t *testing.T) {
+	base := amqpURL(t)
+	for _, tc := range []struct{ name, query string }{
+		{"queue", ""},
+		{"pubsub", "?mode=pubsub&groups=g1"},
+		{"quorum", "?quorum=true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := broker.Open(context.Background(), base+tc.query, broker.Config{})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer b.Close()
+			if b.Scheme() != "amqp" {
+				t.Errorf("Scheme() = %q", b.Scheme())
+			}
+			g := b.Guarantees()
+			if !g.Durable || g.Dedup || !g.SharedAcrossProcesses || g.OrderPerAggregate != (tc.name != "quorum") {
+				t.Errorf("Guarantees() = %+v", g)
+			}
+			topic := amqpTopic(t, base, "g1")
+
+			var msgs []*message.Message
+			want := map[string][]string{}
+			for i := range 10 {
+				agg := fmt.Sprintf("agg-%d", i%2)
+				msg := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"n":%d}`, i)))
+				msg.Metadata.Set(runtime.MetadataAggregateID, agg)
+				msgs = append(msgs, msg)
+				want[agg] = append(want[agg], msg.UUID)
+			}
+			if err := b.Publisher().Publish(topic, msgs...); err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+			sub, err := b.Subscriber("g1")
+			if err != nil {
+				t.Fatalf("Subscriber: %v", err)
+			}
+			ch, err := sub.Subscribe(context.Background(), topic)
+			if err != nil {
+				t.Fatalf("Subscribe: %v", err)
+			}
+			got := map[string][]string{}
+			seen := map[string]bool{}
+			timeout := time.After(20 * time.Second)
+			for len(seen) < len(msgs) {
+				select {
+				case m := <-ch:
+					if !seen[m.UUID] {
+						seen[m.UUID] = true
+						agg := m.Metadata.Get(runtime.MetadataAggregateID)
+						got[agg] = append(got[agg], m.UUID)
+					}
+					m.Ack()
+				case <-timeout:
+					t.Fatalf("received %d of %d messages", len(seen), len(msgs))
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("order per aggregate (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestOpenAMQPBadParameters: unknown or invalid parameters are rejected
+// before anything is dialled.
+func TestOpenAMQPBadParameters(t *testing.T) {
+	for _, u := range []string{
+		"amqp://guest:guest@127.0.0.1:5672/?mdoe=pubsub",
+		"amqp://guest:guest@127.0.0.1:5672/?mode=topic",
+		"amqp://guest:guest@127.0.0.1:5672/?quorum=yes",
+		"amqp://guest:guest@127.0.0.1:5672/?groups=a,b",
+		"amqp://guest:guest@127.0.0.1:5672/?mode=pubsub&groups=a,,b",
+		"amqps:///vhost",
+	} {
+		if _, err := broker.Open(context.Background(), u, broker.Config{}); !errors.Is(err, broker.ErrInvalidURL) {
+			t.Errorf("Open(%q) = %v, want ErrInvalidURL", u, err)
+		}
+	}
+}
