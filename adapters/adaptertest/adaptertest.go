@@ -51,6 +51,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -329,6 +330,9 @@ func newSuite(t *testing.T, cfg Config) *suite {
 	t.Cleanup(cancel)
 	s := &suite{t: t, cfg: cfg, ctx: ctx, seen: map[uuid]bool{}, committed: map[uuid]delivery{}, rolledBack: map[uuid]bool{}}
 	s.res.Broker = cfg.BrokerURL
+	if u, err := url.Parse(cfg.BrokerURL); err == nil {
+		s.res.Broker = u.Redacted()
+	}
 	s.dsn = cmp.Or(cfg.DSN, hookstest.PostgresDSN(t))
 	db, err := gorm.Open(postgres.Open(s.dsn), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
@@ -349,7 +353,7 @@ func newSuite(t *testing.T, cfg Config) *suite {
 
 	b, err := broker.Open(ctx, cfg.BrokerURL, broker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
-		t.Fatalf("open %s: %v", cfg.BrokerURL, err)
+		t.Fatalf("open %s: %v", s.res.Broker, err)
 	}
 	t.Cleanup(func() { b.Close() })
 	s.b, s.g = b, b.Guarantees()
@@ -712,7 +716,7 @@ func (s *suite) check() {
 		t.Errorf("%d duplicate deliveries (the broker deduplicates by event id)", r.Duplicates)
 	}
 	t.Logf("conformance %s: events=%d rollbacks=%d kills=%d republished=%d deliveries=%d lost=%d ghosts=%d order_violations=%d duplicates=%d applied=%d applied_twice=%d",
-		s.cfg.BrokerURL, r.Events, r.Rollbacks, r.RelayKills, r.Republished, r.Deliveries, r.Lost, r.Ghosts, r.OrderViolations, r.Duplicates, r.Applied, r.AppliedTwice)
+		r.Broker, r.Events, r.Rollbacks, r.RelayKills, r.Republished, r.Deliveries, r.Lost, r.Ghosts, r.OrderViolations, r.Duplicates, r.Applied, r.AppliedTwice)
 }
 
 func (s *suite) report() {
