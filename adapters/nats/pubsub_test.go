@@ -1,6 +1,7 @@
 package nats_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -13,6 +14,19 @@ import (
 
 // TestPubSub runs Watermill's conformance suite against the adapter.
 func TestPubSub(t *testing.T) {
+	runSuite(t, tests.TestPubSub)
+}
+
+// TestPubSubStress runs the suite STRESS_TEST_COUNT times (default 10) in
+// parallel. It takes minutes, so it runs only with OUTBOX_TEST_STRESS=1.
+func TestPubSubStress(t *testing.T) {
+	if os.Getenv("OUTBOX_TEST_STRESS") != "1" {
+		t.Skip("set OUTBOX_TEST_STRESS=1 to run the stress variant of the suite")
+	}
+	runSuite(t, tests.TestPubSubStressTest)
+}
+
+func runSuite(t *testing.T, suite func(*testing.T, tests.Features, tests.PubSubConstructor, tests.ConsumerGroupPubSubConstructor)) {
 	_, js := connect(t)
 	prefix := streamPrefix(t, js)
 	run := watermill.NewShortUUID()
@@ -44,7 +58,7 @@ func TestPubSub(t *testing.T) {
 		sub := newSubscriber(t, nats.SubscriberConfig{ConsumerGroup: group, Stream: stream})
 		return pub, sub
 	}
-	tests.TestPubSub(t, features,
+	suite(t, features,
 		func(t *testing.T) (message.Publisher, message.Subscriber) {
 			return newPubSub(t, groupName(t, run))
 		},
