@@ -91,6 +91,7 @@ type opener func(ctx context.Context, u *url.URL, logger watermill.LoggerAdapter
 // written after package initialisation.
 var openers = map[string]opener{
 	"kafka": openKafka,
+	"nats":  openNATS,
 }
 
 // Schemes returns the URL schemes [Open] accepts, sorted.
