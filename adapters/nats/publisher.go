@@ -2,7 +2,6 @@ package nats
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -202,8 +201,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		if key := aggregateKey(msgs[i]); key != "" {
 			failedAggs[key] = true
 		}
-		if errors.Is(err, natsgo.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
-			p.streams.forget(subject) // deleted? look again next time
+		if !permanent(err) {
+			// The stream may be gone (no responders) or another stream may
+			// capture the subject now (Nats-Expected-Stream refused): look
+			// it up again on the next call.
+			p.streams.forget(subject)
 		}
 	}
 	type inFlight struct {
