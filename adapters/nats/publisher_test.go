@@ -351,3 +351,30 @@ func TestDeletedStream(t *testing.T) {
 		t.Fatalf("second Publish after the stream was deleted = %v, want nil (stream created again)", err)
 	}
 }
+
+// TestStreamUpdated publishes with one duplicate window, then through a new
+// publisher with another: the publisher creates or updates its stream, so
+// the stream takes the new window.
+func TestStreamUpdated(t *testing.T) {
+	_, js := connect(t)
+	prefix := streamPrefix(t, js)
+	topic := "updated." + watermill.NewShortUUID()
+	name := nats.StreamName(prefix, topic)
+	for _, window := range []time.Duration{0, 20 * time.Minute} {
+		pub := newPublisher(t, nats.PublisherConfig{Stream: nats.StreamConfig{Prefix: prefix, DedupWindow: window}})
+		if err := pub.Publish(topic, eventMessage("a", 1)); err != nil {
+			t.Fatal(err)
+		}
+		s, err := js.Stream(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := window
+		if want == 0 {
+			want = 10 * time.Minute // the default
+		}
+		if got := s.CachedInfo().Config.Duplicates; got != want {
+			t.Errorf("with DedupWindow %s: stream Duplicates = %s, want %s", window, got, want)
+		}
+	}
+}
