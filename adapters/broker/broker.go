@@ -92,6 +92,8 @@ type opener func(ctx context.Context, u *url.URL, logger watermill.LoggerAdapter
 var openers = map[string]opener{
 	"kafka": openKafka,
 	"amqp":  openAMQP, "amqps": openAMQP,
+	"nats":  openNATS,
+	"redis": openRedis,
 }
 
 // Schemes returns the URL schemes [Open] accepts, sorted.

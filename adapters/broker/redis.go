@@ -1,0 +1,65 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/gooutbox/outbox/adapters/redis"
+)
+
+// openRedis opens redis://[user:password@]host:port[/db] (Redis Streams; one
+// stream key per topic). Parameters:
+//
+//	maxlen=N   trim streams to about N entries on publish (default: no
+//	           trimming; trimming deletes entries a slow group has not read)
+//	maxage=D   trim entries older than D, a Go duration (default: none)
+//
+// Redis does not deduplicate, and keeps acknowledged entries across a
+// restart only as its persistence settings say, so Guarantees reports
+// Dedup and Durable false.
+func openRedis(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error) {
+	q, err := query(u, "maxlen", "maxage")
+	if err != nil {
+		return nil, err
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("%w: redis:// needs host:port", ErrInvalidURL)
+	}
+	var pcfg redis.PublisherConfig
+	if v := q.Get("maxlen"); v != "" {
+		if pcfg.MaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || pcfg.MaxLen < 1 {
+			return nil, fmt.Errorf("%w: maxlen=%q is not a positive integer", ErrInvalidURL, v)
+		}
+	}
+	if v := q.Get("maxage"); v != "" {
+		if pcfg.MaxAge, err = time.ParseDuration(v); err != nil || pcfg.MaxAge <= 0 {
+			return nil, fmt.Errorf("%w: maxage=%q is not a positive duration", ErrInvalidURL, v)
+		}
+	}
+	if err := pcfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
+	}
+	server := *u
+	server.RawQuery = ""
+	pcfg.URL = server.String()
+	pub, err := redis.NewPublisher(pcfg, logger)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
+	}
+	return &Broker{
+		// Order: entries in stream order, one subscriber per group hands
+		// them out in order. No dedup. Durability depends on the server's
+		// persistence (AOF), which the adapter cannot see: reported false.
+		guarantees: Guarantees{OrderPerAggregate: true, Dedup: false, Durable: false, SharedAcrossProcesses: true},
+		publisher:  pub,
+		subscriber: func(group string) (message.Subscriber, error) {
+			return redis.NewSubscriber(redis.SubscriberConfig{URL: pcfg.URL, ConsumerGroup: group}, logger)
+		},
+	}, nil
+}

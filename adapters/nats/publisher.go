@@ -1,0 +1,320 @@
+package nats
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// PublisherConfig configures a [Publisher]. Every zero value means the
+// documented default.
+type PublisherConfig struct {
+	// URL is the server URL, or a comma-separated list of them.
+	//
+	// Default: nats.DefaultURL ("nats://127.0.0.1:4222"). Ignored when Conn
+	// is set.
+	URL string
+
+	// Conn, if set, is the connection to publish on. The Publisher does not
+	// close it.
+	//
+	// Default: nil (NewPublisher connects to URL and Close closes it).
+	Conn *natsgo.Conn
+
+	// NatsOptions are passed to nats.Connect (credentials, TLS, name,
+	// reconnect settings).
+	//
+	// Default: none (nats.go's defaults: reconnect forever, 2s apart).
+	NatsOptions []natsgo.Option
+
+	// Stream configures the streams the publisher creates or updates.
+	Stream StreamConfig
+
+	// PublishTimeout bounds one Publish call: finding or creating the
+	// topic's stream, and waiting for the PubAcks. A message without a
+	// PubAck by then fails (retryably: it may be stored, and its republish
+	// is then deduplicated).
+	//
+	// Default: 10s.
+	PublishTimeout time.Duration
+
+	// MaxInFlight is how many messages of one Publish call are sent before
+	// the publisher waits for their PubAcks. Larger values save round trips
+	// for large batches; nats.go stalls at 4000 pending acks per connection.
+	//
+	// Default: 256.
+	MaxInFlight int
+}
+
+func (c *PublisherConfig) setDefaults() {
+	if c.URL == "" {
+		c.URL = natsgo.DefaultURL
+	}
+	c.Stream.setDefaults()
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = 10 * time.Second
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 256
+	}
+}
+
+// Validate reports whether c is usable; zero values are valid, since they
+// mean the default. The error wraps [ErrInvalidConfig].
+func (c PublisherConfig) Validate() error {
+	if err := c.Stream.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.PublishTimeout < 0:
+		return fmt.Errorf("%w: negative PublishTimeout %s", ErrInvalidConfig, c.PublishTimeout)
+	case c.MaxInFlight < 0 || c.MaxInFlight > 4000:
+		return fmt.Errorf("%w: MaxInFlight %d is not in 0..4000", ErrInvalidConfig, c.MaxInFlight)
+	}
+	return nil
+}
+
+// Publisher is a Watermill [message.Publisher] that publishes to NATS
+// JetStream. It is safe for concurrent use.
+type Publisher struct {
+	cfg       PublisherConfig
+	nc        *natsgo.Conn
+	ownsConn  bool
+	js        jetstream.JetStream
+	streams   *provisioner
+	marshaler wmnats.Marshaler
+	logger    watermill.LoggerAdapter
+
+	// mu is held for reading by every Publish in flight and for writing by
+	// Close, so Close waits for in-flight publishes.
+	mu     sync.RWMutex
+	closed bool
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher configured by cfg, connected to
+// cfg.URL unless cfg.Conn is set. A nil logger means watermill.NopLogger.
+// Streams are created on first publish to a topic. The error wraps
+// [ErrInvalidConfig] when cfg is invalid.
+func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	logger = logger.With(watermill.LogFields{"component": "nats_publisher"})
+	nc, owned, err := connect(cfg.Conn, cfg.URL, cfg.NatsOptions)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(4000),
+		jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout))
+	if err != nil {
+		if owned {
+			nc.Close()
+		}
+		return nil, fmt.Errorf("nats: jetstream: %w", err)
+	}
+	return &Publisher{
+		cfg:       cfg,
+		nc:        nc,
+		ownsConn:  owned,
+		js:        js,
+		streams:   newProvisioner(js, cfg.Stream, true, logger),
+		marshaler: &wmnats.NATSMarshaler{},
+		logger:    logger,
+	}, nil
+}
+
+// Publish publishes msgs to topic and returns nil only when JetStream has
+// acknowledged every message (a PubAck: the message is stored in the
+// stream, on disk with the default file storage).
+//
+// The topic is the subject ([Subject]); on first use, the publisher finds
+// the stream that captures it or creates its own ([StreamName]). Each
+// message's Nats-Msg-Id is its UUID (the event id), so a republish within
+// [StreamConfig.DedupWindow] is acknowledged as a duplicate and not stored
+// again: that counts as success. Metadata travels as headers and the UUID
+// in the _watermill_message_uuid header (watermill-nats's NATSMarshaler).
+//
+// Messages are sent in order, [PublisherConfig.MaxInFlight] at a time,
+// before their PubAcks are awaited, so one Publish costs about one round trip
+// per MaxInFlight messages. JetStream stores one connection's messages in
+// the order sent. When a message of an aggregate (aggregate_type and
+// aggregate_id metadata) fails before it is sent (too large, say), or its
+// PubAck reports an error, the later messages of that aggregate in the call
+// are not sent (they fail with a retryable error), so they never overtake
+// it; messages already in flight in the same window are the exception, as
+// with any pipelined broker.
+//
+// When some messages fail, the error wraps a [runtime.PublishErrors] with one
+// entry per message. An entry is a [*runtime.PermanentError] when retrying
+// cannot help: nats.ErrMaxPayload (larger than the server's max_payload),
+// JetStream error 10054 (larger than the stream's max_msg_size), or an
+// invalid subject. A topic that is not a valid subject fails the whole call
+// with a permanent error wrapping [ErrInvalidTopic]. No responders (no
+// stream, JetStream down), timeouts and connection errors are retryable.
+// After [Publisher.Close], Publish returns [ErrPublisherClosed].
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrPublisherClosed
+	}
+	subject, err := Subject(topic)
+	if err != nil {
+		return runtime.Permanent(fmt.Errorf("nats: publish: %w", err))
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	ctx, cancel := publishContext(msgs, p.cfg.PublishTimeout)
+	defer cancel()
+	start := time.Now()
+	stream, err := p.streams.stream(ctx, topic, subject)
+	if err != nil {
+		return fmt.Errorf("nats: publish %d messages to topic %q: %w", len(msgs), topic, err)
+	}
+
+	errs := make(runtime.PublishErrors, len(msgs))
+	failed := 0
+	failedAggs := make(map[string]bool)
+	fail := func(i int, err error) {
+		if permanent(err) {
+			err = runtime.Permanent(err)
+		}
+		errs[i] = err
+		failed++
+		if key := aggregateKey(msgs[i]); key != "" {
+			failedAggs[key] = true
+		}
+		if !permanent(err) {
+			// The stream may be gone (no responders) or another stream may
+			// capture the subject now (Nats-Expected-Stream refused): look
+			// it up again on the next call.
+			p.streams.forget(subject)
+		}
+	}
+	type inFlight struct {
+		i   int
+		fut jetstream.PubAckFuture
+	}
+	window := make([]inFlight, 0, min(len(msgs), p.cfg.MaxInFlight))
+	duplicates := 0
+	for lo := 0; lo < len(msgs); lo += p.cfg.MaxInFlight {
+		hi := min(lo+p.cfg.MaxInFlight, len(msgs))
+		window = window[:0]
+		for i := lo; i < hi; i++ {
+			msg := msgs[i]
+			if key := aggregateKey(msg); key != "" && failedAggs[key] {
+				errs[i] = errEarlierFailed
+				failed++
+				continue
+			}
+			fut, err := p.send(subject, stream, msg)
+			if err != nil {
+				fail(i, fmt.Errorf("nats: publish message %s to topic %q: %w", msg.UUID, topic, err))
+				continue
+			}
+			window = append(window, inFlight{i, fut})
+		}
+		for _, f := range window {
+			select {
+			case ack := <-f.fut.Ok():
+				if ack.Duplicate {
+					duplicates++
+				}
+			case err := <-f.fut.Err():
+				fail(f.i, fmt.Errorf("nats: publish message %s to topic %q: %w", msgs[f.i].UUID, topic, err))
+			case <-ctx.Done():
+				fail(f.i, fmt.Errorf("nats: publish message %s to topic %q: no PubAck: %w", msgs[f.i].UUID, topic, context.Cause(ctx)))
+			}
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("nats: publish %d messages to topic %q: %w", len(msgs), topic, errs)
+	}
+	p.logger.Debug("published messages", watermill.LogFields{
+		"topic":      topic,
+		"stream":     stream,
+		"messages":   len(msgs),
+		"duplicates": duplicates,
+		"duration":   time.Since(start),
+	})
+	return nil
+}
+
+// send marshals msg and publishes it asynchronously, with the UUID as
+// Nats-Msg-Id and the stream it must land in as Nats-Expected-Stream.
+func (p *Publisher) send(subject, stream string, msg *message.Message) (jetstream.PubAckFuture, error) {
+	nm, err := p.marshaler.Marshal(subject, msg)
+	if err != nil {
+		return nil, err
+	}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(stream)}
+	if msg.UUID != "" {
+		opts = append(opts, jetstream.WithMsgID(msg.UUID))
+	}
+	return p.js.PublishMsgAsync(nm, opts...)
+}
+
+// aggregateKey returns the key of msg's aggregate, or "" when it has no
+// aggregate_id.
+func aggregateKey(msg *message.Message) string {
+	id := msg.Metadata.Get(runtime.MetadataAggregateID)
+	if id == "" {
+		return ""
+	}
+	return msg.Metadata.Get(runtime.MetadataAggregateType) + "\x00" + id
+}
+
+// publishContext returns a context that ends after timeout or when the
+// context of any of msgs is done.
+func publishContext(msgs []*message.Message, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	var stops []func() bool
+	seen := map[<-chan struct{}]bool{}
+	for _, msg := range msgs {
+		mctx := msg.Context()
+		done := mctx.Done()
+		if done == nil || seen[done] {
+			continue
+		}
+		seen[done] = true
+		stops = append(stops, context.AfterFunc(mctx, cancel))
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// Close waits for in-flight Publish calls, then closes the connection if
+// the Publisher opened it. It is safe to call more than once.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	if p.ownsConn {
+		p.nc.Close()
+	}
+	return nil
+}

@@ -1,0 +1,44 @@
+// Package redis is a Watermill [message.Publisher] and [message.Subscriber]
+// for Redis Streams, built on github.com/redis/go-redis/v9 and
+// watermill-redisstream (whose wire format and subscriber it uses).
+//
+// It is a broker adapter of the outbox relay: the relay publishes outbox
+// rows through a [Publisher], and consumers read them back with a
+// [Subscriber]. A topic is a stream key.
+//
+// # Publishing
+//
+// [Publisher.Publish] sends one XADD per message, all in one pipeline (one
+// round trip per call; watermill-redisstream's publisher makes one round
+// trip per message and stops at the first error), in order, and returns nil
+// only when Redis has replied to each with an entry id. Errors are per
+// message ([runtime.PublishErrors]); WRONGTYPE (the key holds something
+// other than a stream) and a message too large are [runtime.Permanent], so
+// the outbox parks them; OOM (maxmemory reached) and connection errors are
+// retried by the relay.
+//
+// Streams are not trimmed unless [PublisherConfig.MaxLen] or
+// [PublisherConfig.MaxAge] says so, because trimming deletes entries that a
+// slow group has not read: see [PublisherConfig] for the trade-off.
+//
+// # What Redis promises
+//
+// Order: one stream per topic holds entries in the order added, and one
+// subscriber hands them out in that order, a nacked message again before
+// the next. Several subscribers in one group share entries with no regard
+// to aggregates, so run one subscriber per group where order matters (see
+// [Subscriber] for what a crash does to order).
+//
+// Deduplication: none. Redis Streams do not drop an entry whose event id
+// they already hold, so a relay's republish after an ambiguous failure is
+// delivered twice, with the same UUID; consumers deduplicate with the inbox
+// (runtime/consumer).
+//
+// Durability: an XADD is acknowledged once the entry is in the server's
+// memory. Whether it survives a restart depends on the server's
+// persistence: with appendonly yes and appendfsync always nothing
+// acknowledged is lost, with everysec up to a second is, with RDB snapshots
+// only (or nothing, as on the test server here) everything since the last
+// snapshot is. The adapter cannot check or change that; configure the
+// server.
+package redis
