@@ -11,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/gooutbox/outbox/adapters/adaptertest"
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
+	outboxnats "github.com/gooutbox/outbox/adapters/nats"
 	"github.com/gooutbox/outbox/hooks/hookstest"
 )
 
@@ -56,6 +59,21 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { deleteQueue(t, uri, topic) })
 		adaptertest.Run(t, adaptertest.Config{BrokerURL: uri, Topic: topic})
 	})
+	t.Run("nats", func(t *testing.T) {
+		base := envOr("OUTBOX_TEST_NATS_URL", "nats://127.0.0.1:4222")
+		reachable(t, "NATS", base, "OUTBOX_TEST_NATS_URL")
+		topic := "conformance." + strconv.FormatUint(rand.Uint64(), 16)
+		prefix := "CONF" + strconv.FormatUint(rand.Uint64()%1e9, 10)
+		t.Cleanup(func() { deleteStream(t, base, outboxnats.StreamName(prefix, topic)) })
+		adaptertest.Run(t, adaptertest.Config{BrokerURL: base + "?stream_prefix=" + prefix, Topic: topic})
+	})
+	t.Run("redis", func(t *testing.T) {
+		uri := envOr("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+		reachable(t, "Redis", uri, "OUTBOX_TEST_REDIS_URL")
+		topic := "conformance." + strconv.FormatUint(rand.Uint64(), 16)
+		t.Cleanup(func() { deleteKey(t, uri, topic) })
+		adaptertest.Run(t, adaptertest.Config{BrokerURL: uri, Topic: topic})
+	})
 	t.Run("kafka", func(t *testing.T) {
 		brokers := kafkatest.NewCluster(t)
 		adaptertest.Run(t, adaptertest.Config{
@@ -89,5 +107,38 @@ func deleteQueue(t *testing.T, uri, queue string) {
 	}
 	if _, err := ch.QueueDelete(queue, false, false, false); err != nil {
 		t.Logf("delete queue %s: %v", queue, err)
+	}
+}
+
+// deleteStream deletes a JetStream stream the suite left on the shared server.
+func deleteStream(t *testing.T, uri, stream string) {
+	nc, err := natsgo.Connect(uri)
+	if err != nil {
+		t.Logf("delete stream %s: %v", stream, err)
+		return
+	}
+	defer nc.Close()
+	js, err := nc.JetStream()
+	if err == nil {
+		err = js.DeleteStream(stream)
+	}
+	if err != nil {
+		t.Logf("delete stream %s: %v", stream, err)
+	}
+}
+
+// deleteKey deletes a Redis stream the suite left on the shared server.
+func deleteKey(t *testing.T, uri, key string) {
+	opt, err := goredis.ParseURL(uri)
+	if err != nil {
+		t.Logf("delete %s: %v", key, err)
+		return
+	}
+	c := goredis.NewClient(opt)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Del(ctx, key).Err(); err != nil {
+		t.Logf("delete %s: %v", key, err)
 	}
 }
