@@ -90,7 +90,8 @@ type opener func(ctx context.Context, u *url.URL, logger watermill.LoggerAdapter
 // openers maps every scheme [Open] accepts to its opener. It is never
 // written after package initialisation.
 var openers = map[string]opener{
-	"kafka": openKafka,
+	"kafka":  openKafka,
+	"memory": openMemory,
 }
 
 // Schemes returns the URL schemes [Open] accepts, sorted.
