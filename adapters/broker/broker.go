@@ -90,8 +90,10 @@ type opener func(ctx context.Context, u *url.URL, logger watermill.LoggerAdapter
 // openers maps every scheme [Open] accepts to its opener. It is never
 // written after package initialisation.
 var openers = map[string]opener{
-	"kafka":  openKafka,
-	"memory": openMemory,
+	"kafka":      openKafka,
+	"memory":     openMemory,
+	"postgres":   openPostgres,
+	"postgresql": openPostgres,
 }
 
 // Schemes returns the URL schemes [Open] accepts, sorted.
