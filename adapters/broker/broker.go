@@ -90,10 +90,14 @@ type opener func(ctx context.Context, u *url.URL, logger watermill.LoggerAdapter
 // openers maps every scheme [Open] accepts to its opener. It is never
 // written after package initialisation.
 var openers = map[string]opener{
-	"kafka": openKafka,
-	"amqp":  openAMQP, "amqps": openAMQP,
-	"nats":  openNATS,
-	"redis": openRedis,
+	"amqp":       openAMQP,
+	"amqps":      openAMQP,
+	"kafka":      openKafka,
+	"memory":     openMemory,
+	"nats":       openNATS,
+	"postgres":   openPostgres,
+	"postgresql": openPostgres,
+	"redis":      openRedis,
 }
 
 // Schemes returns the URL schemes [Open] accepts, sorted.

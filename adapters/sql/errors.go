@@ -1,0 +1,21 @@
+package sql
+
+import "errors"
+
+// ErrInvalidConfig is wrapped by the errors of [PublisherConfig.Validate],
+// [SubscriberConfig.Validate], [NewPublisher] and [NewSubscriber] when a
+// setting is missing or out of range.
+var ErrInvalidConfig = errors.New("sql: invalid config")
+
+// ErrInvalidTopic is wrapped, inside a [runtime.PermanentError], by the error
+// of [Publisher.Publish] and returned wrapped by [Subscriber.Subscribe] for a
+// topic name that cannot name a table.
+var ErrInvalidTopic = errors.New("sql: invalid topic name")
+
+// ErrPublisherClosed is returned by [Publisher.Publish] after
+// [Publisher.Close].
+var ErrPublisherClosed = errors.New("sql: publisher closed")
+
+// ErrSubscriberClosed is returned by [Subscriber.Subscribe] after
+// [Subscriber.Close].
+var ErrSubscriberClosed = errors.New("sql: subscriber closed")

@@ -1,0 +1,52 @@
+package sql_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/gooutbox/outbox/adapters/sql"
+)
+
+// A publisher and a subscriber on one PostgreSQL database. (It needs the
+// server, so it has no Output line and only compiles.)
+func Example() {
+	cfg, err := pgx.ParseConfig("postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	if err != nil {
+		panic(err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+
+	pub, err := sql.NewPublisher(db, sql.PublisherConfig{}, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer pub.Close()
+	// One statement: both messages are committed, in this order, or neither.
+	if err := pub.Publish("orders",
+		message.NewMessage(watermill.NewUUID(), []byte(`{"status":"created"}`)),
+		message.NewMessage(watermill.NewUUID(), []byte(`{"status":"paid"}`)),
+	); err != nil {
+		panic(err)
+	}
+
+	sub, err := sql.NewSubscriber(db, sql.SubscriberConfig{ConsumerGroup: "billing"}, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer sub.Close()
+	msgs, err := sub.Subscribe(context.Background(), "orders")
+	if err != nil {
+		panic(err)
+	}
+	for range 2 {
+		msg := <-msgs
+		fmt.Println(string(msg.Payload))
+		msg.Ack()
+	}
+}

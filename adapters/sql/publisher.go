@@ -1,0 +1,131 @@
+package sql
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	watermillsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// PublisherConfig configures [NewPublisher]. Its zero value is ready to use.
+type PublisherConfig struct {
+	// SkipSchemaInitialization stops the publisher from creating a topic's
+	// table (CREATE TABLE IF NOT EXISTS, under an advisory lock) the first
+	// time it publishes to the topic. Set it when the tables are created by
+	// migrations and the database user may not create tables.
+	//
+	// Default: false, the tables are created on first use.
+	SkipSchemaInitialization bool
+}
+
+// setDefaults fills in the zero-value defaults (there are none to fill).
+func (c *PublisherConfig) setDefaults() {}
+
+// Validate reports a missing or out-of-range setting, wrapping
+// [ErrInvalidConfig]. Every PublisherConfig is valid today.
+func (c PublisherConfig) Validate() error { return nil }
+
+// Publisher writes messages to PostgreSQL tables, one per topic (see the
+// package documentation). It is safe for concurrent use. Close it when done;
+// it does not close the *sql.DB.
+type Publisher struct {
+	pub *watermillsql.Publisher
+
+	// mu is held for reading by every Publish and for writing by Close, so
+	// Close waits for the calls in flight.
+	mu     sync.RWMutex
+	closed bool
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher writing through db, which must be a
+// PostgreSQL database (the pgx driver, github.com/jackc/pgx/v5/stdlib, is
+// the tested one). A nil logger logs nothing.
+func NewPublisher(db *sql.DB, cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	pub, err := watermillsql.NewPublisher(watermillsql.BeginnerFromStdSQL(db), watermillsql.PublisherConfig{
+		SchemaAdapter:        schemaAdapter(0),
+		AutoInitializeSchema: !cfg.SkipSchemaInitialization,
+	}, logger)
+	if err != nil {
+		return nil, fmt.Errorf("sql: new publisher: %w", err)
+	}
+	return &Publisher{pub: pub}, nil
+}
+
+// Publish inserts msgs into topic's table with one INSERT statement, so all
+// of them are committed, in the order given, or none, and returns once they
+// are committed. The statement runs with the first message's context. More
+// than [MaxMessagesPerInsert] messages take several statements, in order; if
+// one fails, the error is a [runtime.PublishErrors] saying which messages
+// were committed.
+//
+// An invalid topic ([ErrInvalidTopic]) and data PostgreSQL refuses are
+// permanent errors ([runtime.Permanent]); every other error may succeed when
+// retried. After [Publisher.Close] it returns [ErrPublisherClosed].
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrPublisherClosed
+	}
+	if err := validateTopic(topic); err != nil {
+		return runtime.Permanent(err)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	if len(msgs) <= MaxMessagesPerInsert {
+		return p.insert(topic, msgs)
+	}
+	for start := 0; start < len(msgs); start += MaxMessagesPerInsert {
+		end := min(start+MaxMessagesPerInsert, len(msgs))
+		if err := p.insert(topic, msgs[start:end]); err != nil {
+			errs := make(runtime.PublishErrors, len(msgs))
+			for i := start; i < len(msgs); i++ {
+				errs[i] = err
+			}
+			return errs
+		}
+	}
+	return nil
+}
+
+// insert inserts msgs with one statement.
+func (p *Publisher) insert(topic string, msgs []*message.Message) error {
+	if err := p.pub.Publish(topic, msgs...); err != nil {
+		if errors.Is(err, watermillsql.ErrInvalidTopicName) {
+			return runtime.Permanent(fmt.Errorf("sql: publish to %s: %w: %w", topic, ErrInvalidTopic, err))
+		}
+		return classify(fmt.Errorf("sql: publish to %s: %w", topic, err))
+	}
+	return nil
+}
+
+// Close waits for the Publish calls in flight and makes later calls fail
+// with [ErrPublisherClosed]. It does not close the *sql.DB. It is idempotent.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	return p.pub.Close()
+}

@@ -1,0 +1,91 @@
+package sql_test
+
+import (
+	stdSQL "database/sql"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+)
+
+// features are the honest Features of this adapter for Watermill's suite.
+var features = tests.Features{
+	// Every group reads every message; a group's subscribers take turns on
+	// the group's offset row (SELECT ... FOR UPDATE).
+	ConsumerGroups: true,
+	// At least once: the offset is committed once per batch, so acked
+	// messages of an unfinished batch are delivered again after a crash.
+	ExactlyOnceDelivery: false,
+	// One group reads a topic in (transaction_id, offset) order, one message
+	// at a time, and its subscribers take turns, so order holds with the
+	// suite's 10 competing subscribers.
+	GuaranteedOrder:                     true,
+	GuaranteedOrderWithSingleSubscriber: false,
+	// Messages are rows: any Publisher or Subscriber on the database sees
+	// them.
+	Persistent: true,
+	// The default constructor puts every subscriber of a test in one group,
+	// which continues where the group stopped; the suite's test needs a new
+	// group per subscriber (see TestPubSubNewGroups).
+	NewSubscriberReceivesOldMessages: false,
+	RequireSingleInstance:            false,
+	ContextPreserved:                 false,
+}
+
+func suiteConstructors(db *stdSQL.DB) (tests.PubSubConstructor, tests.ConsumerGroupPubSubConstructor) {
+	withGroup := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
+		return newPublisher(t, db), newSubscriber(t, db, testSubscriberConfig(group))
+	}
+	return func(t *testing.T) (message.Publisher, message.Subscriber) {
+		return withGroup(t, groupName(t))
+	}, withGroup
+}
+
+// groupName returns a consumer group name for the suite test t (the same for
+// every constructor call of one test).
+func groupName(t *testing.T) string {
+	name := t.Name()
+	if len(name) > 200 {
+		name = name[len(name)-200:]
+	}
+	return strings.ReplaceAll(name, "/", "-")
+}
+
+// TestPubSub runs Watermill's conformance suite on one fresh schema.
+func TestPubSub(t *testing.T) {
+	db := newDB(t, 0)
+	pubSub, withGroup := suiteConstructors(db)
+	tests.TestPubSub(t, features, pubSub, withGroup)
+}
+
+// TestPubSubNewGroups runs the suite with a new consumer group per
+// constructor call, so that TestNewSubscriberReceivesOldMessages runs: a
+// subscriber of a new group reads the topic from its first message.
+func TestPubSubNewGroups(t *testing.T) {
+	db := newDB(t, 0)
+	f := features
+	f.NewSubscriberReceivesOldMessages = true
+	_, withGroup := suiteConstructors(db)
+	newGroup := func(t *testing.T) (message.Publisher, message.Subscriber) {
+		return withGroup(t, "g-"+watermill.NewShortUUID())
+	}
+	tests.TestNewSubscriberReceivesOldMessages(t, tests.TestContext{TestID: tests.NewTestID(), Features: f}, newGroup)
+}
+
+// TestPubSubStress runs the suite several times in parallel
+// (STRESS_TEST_COUNT, default here 3: about 50s, and up to about 30
+// connections). It is skipped with -short.
+func TestPubSubStress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stress test skipped with -short")
+	}
+	if os.Getenv("STRESS_TEST_COUNT") == "" {
+		t.Setenv("STRESS_TEST_COUNT", "3")
+	}
+	db := newDB(t, 0)
+	pubSub, withGroup := suiteConstructors(db)
+	tests.TestPubSubStressTest(t, features, pubSub, withGroup)
+}

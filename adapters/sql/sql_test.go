@@ -1,0 +1,275 @@
+package sql_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/gooutbox/outbox/adapters/sql"
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// newMessage returns a message of aggregate agg carrying seq.
+func newMessage(agg, seq int) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"seq":%d}`, seq)))
+	msg.Metadata.Set(runtime.MetadataAggregateID, fmt.Sprintf("agg-%d", agg))
+	msg.Metadata.Set("seq", fmt.Sprint(seq))
+	return msg
+}
+
+// checkOrder receives n messages from ch, acking each, and checks that every
+// aggregate's seq metadata counts up from 0 with no gap or repeat.
+func checkOrder(t *testing.T, ch <-chan *message.Message, n int) {
+	t.Helper()
+	next := map[string]int{}
+	deadline := time.After(waitTimeout)
+	for i := range n {
+		select {
+		case msg, ok := <-ch:
+			if !ok {
+				t.Fatalf("channel closed after %d of %d messages", i, n)
+			}
+			agg, seq := msg.Metadata.Get(runtime.MetadataAggregateID), msg.Metadata.Get("seq")
+			if want := fmt.Sprint(next[agg]); seq != want {
+				t.Fatalf("message %d: aggregate %s seq %s, want %s", i, agg, seq, want)
+			}
+			next[agg]++
+			msg.Ack()
+		case <-deadline:
+			t.Fatalf("received %d of %d messages within %s", i, n, waitTimeout)
+		}
+	}
+}
+
+// TestOrderBacklog publishes 5,000 messages over 200 aggregates as the relay
+// does (sequential Publish calls of batches), then reads them back with two
+// competing subscribers of one group and checks count and per-aggregate
+// order.
+func TestOrderBacklog(t *testing.T) {
+	db := newDB(t, 0)
+	pub := newPublisher(t, db)
+	const n, aggs, batch = 5000, 200, 500
+	for i := 0; i < n; i += batch {
+		msgs := make([]*message.Message, batch)
+		for j := range msgs {
+			msgs[j] = newMessage((i+j)%aggs, (i+j)/aggs)
+		}
+		if err := pub.Publish("orders", msgs...); err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan *message.Message)
+	for range 2 {
+		sub := newSubscriber(t, db, testSubscriberConfig("g1"))
+		ch, err := sub.Subscribe(ctx, "orders")
+		if err != nil {
+			t.Fatalf("Subscribe: %v", err)
+		}
+		go func() {
+			for msg := range ch {
+				select {
+				case out <- msg:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	checkOrder(t, out, n)
+	select {
+	case msg := <-out:
+		t.Fatalf("extra message %s", msg.UUID)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestRowCommittedOutOfOrderIsNotSkipped holds a transaction that inserted a
+// row open while a later row commits and is read: the subscriber must not
+// read past the open transaction, and delivers its row once it commits.
+// (A subscriber reading by offset alone would deliver the later row, move
+// its offset past the earlier one, and skip it for good.)
+func TestRowCommittedOutOfOrderIsNotSkipped(t *testing.T) {
+	db := newDB(t, 0)
+	pub := newPublisher(t, db)
+	if err := pub.Publish("t", newMessage(1, 0)); err != nil { // creates the table
+		t.Fatalf("Publish: %v", err)
+	}
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatalf("BeginTx: %v", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO "watermill_t" (uuid, payload, metadata, transaction_id)
+		VALUES ($1, $2, '{"aggregate_id":"agg-2","seq":"0"}', pg_current_xact_id())`, watermill.NewUUID(), []byte("slow")); err != nil {
+		t.Fatalf("insert in open transaction: %v", err)
+	}
+	if err := pub.Publish("t", newMessage(1, 1)); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+
+	sub := newSubscriber(t, db, testSubscriberConfig("g1"))
+	ch, err := sub.Subscribe(ctx, "t")
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	first := <-ch
+	if got := first.Metadata.Get("seq"); got != "0" || first.Metadata.Get(runtime.MetadataAggregateID) != "agg-1" {
+		t.Fatalf("first message = %s seq %s, want agg-1 seq 0", first.Metadata.Get(runtime.MetadataAggregateID), got)
+	}
+	first.Ack()
+	select {
+	case msg := <-ch:
+		t.Fatalf("delivered %s seq %s while an older transaction is open", msg.Metadata.Get(runtime.MetadataAggregateID), msg.Metadata.Get("seq"))
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	for _, want := range []string{"agg-2", "agg-1"} {
+		select {
+		case msg := <-ch:
+			if got := msg.Metadata.Get(runtime.MetadataAggregateID); got != want {
+				t.Fatalf("got %s, want %s", got, want)
+			}
+			msg.Ack()
+		case <-time.After(waitTimeout):
+			t.Fatalf("no message from %s within %s", want, waitTimeout)
+		}
+	}
+}
+
+// TestPublishPermanentErrors checks which errors are permanent.
+func TestPublishPermanentErrors(t *testing.T) {
+	db := newDB(t, 0)
+	pub := newPublisher(t, db)
+	for _, tc := range []struct {
+		name  string
+		topic string
+		msg   *message.Message
+		is    error
+	}{
+		{"invalid character", "orders;drop", newMessage(1, 0), sql.ErrInvalidTopic},
+		{"space", "two words", newMessage(1, 0), sql.ErrInvalidTopic},
+		{"empty", "", newMessage(1, 0), sql.ErrInvalidTopic},
+		{"too long", strings.Repeat("x", sql.MaxTopicLength+1), newMessage(1, 0), sql.ErrInvalidTopic},
+		{"uuid too long", "t", message.NewMessage(strings.Repeat("u", 37), []byte("x")), nil},
+		{"nul in uuid", "t", message.NewMessage("a\x00b", []byte("x")), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := pub.Publish(tc.topic, newMessage(2, 0), tc.msg)
+			if !runtime.IsPermanent(err) {
+				t.Fatalf("Publish = %v, want a permanent error", err)
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Errorf("Publish = %v, want it to wrap %v", err, tc.is)
+			}
+		})
+	}
+	// The longest valid topic works, and nothing of the failed calls above
+	// was written.
+	long := strings.Repeat("y", sql.MaxTopicLength)
+	if err := pub.Publish(long, newMessage(1, 0)); err != nil {
+		t.Fatalf("Publish to a %d-byte topic: %v", len(long), err)
+	}
+	var rows int
+	if err := db.QueryRow(`SELECT count(*) FROM "watermill_t"`).Scan(&rows); err != nil {
+		t.Fatalf("count: %v", err)
+	}
+	if rows != 0 {
+		t.Errorf("watermill_t has %d rows after failed publishes, want 0", rows)
+	}
+}
+
+// TestPublishConnectionErrorIsRetryable checks that a database that cannot
+// be reached gives an error that is not permanent.
+func TestPublishConnectionErrorIsRetryable(t *testing.T) {
+	db := newDB(t, 0)
+	pub := newPublisher(t, db)
+	db.Close()
+	err := pub.Publish("t", newMessage(1, 0))
+	if err == nil || runtime.IsPermanent(err) {
+		t.Fatalf("Publish on a closed database = %v, want a retryable error", err)
+	}
+}
+
+// TestPublishLargeBatch publishes more messages than one INSERT carries.
+func TestPublishLargeBatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large batch skipped with -short")
+	}
+	db := newDB(t, 0)
+	pub := newPublisher(t, db)
+	n := sql.MaxMessagesPerInsert + 10
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = newMessage(i%7, i/7)
+	}
+	if err := pub.Publish("big", msgs...); err != nil {
+		t.Fatalf("Publish(%d messages): %v", n, err)
+	}
+	var rows int
+	if err := db.QueryRow(`SELECT count(*) FROM "watermill_big"`).Scan(&rows); err != nil {
+		t.Fatalf("count: %v", err)
+	}
+	if rows != n {
+		t.Fatalf("%d rows, want %d", rows, n)
+	}
+}
+
+func TestClosed(t *testing.T) {
+	db := newDB(t, 0)
+	pub := newPublisher(t, db)
+	if err := pub.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := pub.Publish("t", newMessage(1, 0)); !errors.Is(err, sql.ErrPublisherClosed) {
+		t.Fatalf("Publish after Close = %v, want ErrPublisherClosed", err)
+	}
+	sub := newSubscriber(t, db, testSubscriberConfig("g1"))
+	ch, err := sub.Subscribe(context.Background(), "t")
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatalf("Subscriber.Close: %v", err)
+	}
+	select {
+	case _, ok := <-ch:
+		if ok {
+			t.Fatal("message after Close")
+		}
+	default:
+		t.Fatal("subscription channel open when Close returned")
+	}
+	if _, err := sub.Subscribe(context.Background(), "t"); !errors.Is(err, sql.ErrSubscriberClosed) {
+		t.Fatalf("Subscribe after Close = %v, want ErrSubscriberClosed", err)
+	}
+}
+
+func TestInvalidConfig(t *testing.T) {
+	for _, cfg := range []sql.SubscriberConfig{
+		{PollInterval: -1},
+		{AckDeadline: -time.Second},
+		{BatchSize: -1},
+		{ConsumerGroup: strings.Repeat("g", 256)},
+	} {
+		if err := cfg.Validate(); !errors.Is(err, sql.ErrInvalidConfig) {
+			t.Errorf("%+v.Validate() = %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+	if _, err := sql.NewPublisher(nil, sql.PublisherConfig{}, nil); !errors.Is(err, sql.ErrInvalidConfig) {
+		t.Errorf("NewPublisher(nil) = %v, want ErrInvalidConfig", err)
+	}
+	if _, err := sql.NewSubscriber(nil, sql.SubscriberConfig{}, nil); !errors.Is(err, sql.ErrInvalidConfig) {
+		t.Errorf("NewSubscriber(nil) = %v, want ErrInvalidConfig", err)
+	}
+}
