@@ -330,7 +330,7 @@ func newSuite(t *testing.T, cfg Config) *suite {
 	t.Cleanup(cancel)
 	s := &suite{t: t, cfg: cfg, ctx: ctx, seen: map[uuid]bool{}, committed: map[uuid]delivery{}, rolledBack: map[uuid]bool{}}
 	s.res.Broker = cfg.BrokerURL
-	if u, err := url.Parse(cfg.BrokerURL); err == nil {
+	if u, err := url.Parse(cfg.BrokerURL); err == nil && u.User != nil {
 		s.res.Broker = u.Redacted()
 	}
 	s.dsn = cmp.Or(cfg.DSN, hookstest.PostgresDSN(t))

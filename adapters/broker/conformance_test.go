@@ -74,6 +74,15 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { deleteKey(t, uri, topic) })
 		adaptertest.Run(t, adaptertest.Config{BrokerURL: uri, Topic: topic})
 	})
+	t.Run("postgres", func(t *testing.T) {
+		// watermill-sql's tables in a schema of their own, dropped after.
+		adaptertest.Run(t, adaptertest.Config{BrokerURL: hookstest.PostgresDSN(t)})
+	})
+	t.Run("memory", func(t *testing.T) {
+		// In one process: the relays run in the test process and are
+		// stopped by cancelling them instead of SIGKILL.
+		adaptertest.Run(t, adaptertest.Config{BrokerURL: "memory://"})
+	})
 	t.Run("kafka", func(t *testing.T) {
 		brokers := kafkatest.NewCluster(t)
 		adaptertest.Run(t, adaptertest.Config{
