@@ -43,7 +43,9 @@ const (
 	// TestPublishSubscribeInOrder checks, so that keying that does not
 	// follow the kind (round robin, say) puts one kind on several partitions
 	// and fails the test. (With 8 partitions, 16 kinds sent round robin land
-	// one kind per partition and the test cannot see it.)
+	// one kind per partition and the test cannot see it. Checked by hand:
+	// with AggregateIDKey returning nil, all 16 kinds fail the order check
+	// at 5 partitions, and the test passes at 8.)
 	testPartitions = 5
 )
 
