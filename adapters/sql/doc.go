@@ -18,6 +18,12 @@
 //     offset was already read is not skipped, which a plain offset (BIGSERIAL)
 //     cursor does. Its payload column is BYTEA instead of the default JSON,
 //     so any payload is stored as given.
+//     The price: a row becomes visible to subscribers only once every
+//     transaction that was running when it was inserted has ended, in the
+//     whole database, not only on this table. A long transaction (a batch
+//     job, a session left idle in transaction) delays delivery on every
+//     topic until it ends; keep such work out of the database the broker
+//     tables live in, or keep transactions short.
 //   - Offsets: DefaultPostgreSQLOffsetsAdapter, one row per consumer group
 //     locked FOR UPDATE while a batch is delivered, so the subscribers of a
 //     group take turns and each group reads the topic in order.
