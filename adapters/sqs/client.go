@@ -199,7 +199,11 @@ func TopicName(topic string) (string, error) { return fifoName(topic, maxTopicNa
 
 // GroupQueueName returns the name of the SQS FIFO queue that consumer group
 // group reads a fanned-out SNS topic from: "<topic>-<group>.fifo",
-// sanitised as by [QueueName], at most 80 characters.
+// sanitised as by [QueueName]. When that is longer than SQS's 80
+// characters, its first 62 characters are kept, followed by "-", the first
+// 12 hex digits of the SHA-256 of topic and group, and ".fifo", so that
+// distinct pairs keep distinct queues. The error wraps [ErrInvalidTopic]
+// for an empty topic or group.
 func GroupQueueName(topic, group string) (string, error) {
 	if group == "" {
 		return "", fmt.Errorf("%w: empty consumer group", ErrInvalidTopic)
@@ -208,7 +212,13 @@ func GroupQueueName(topic, group string) (string, error) {
 	if base == "" {
 		return "", fmt.Errorf("%w: empty topic %q", ErrInvalidTopic, topic)
 	}
-	return fifoName(base+"-"+group, maxQueueName)
+	name := sanitize(base+"-"+group) + fifoSuffix
+	if len(name) <= maxQueueName {
+		return name, nil
+	}
+	sum := sha256.Sum256([]byte(topic + "\x00" + group))
+	keep := maxQueueName - len(fifoSuffix) - 1 - 12
+	return name[:keep] + "-" + hex.EncodeToString(sum[:])[:12] + fifoSuffix, nil
 }
 
 // validID reports whether s is a valid MessageGroupId or

@@ -1,0 +1,69 @@
+package sqs_test
+
+import (
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+
+	"github.com/gooutbox/outbox/adapters/sqs"
+	"github.com/gooutbox/outbox/adapters/sqs/sqstest"
+)
+
+// TestPubSub runs Watermill's conformance suite against the SQS publisher
+// and subscriber (one FIFO queue per topic).
+func TestPubSub(t *testing.T) {
+	endpoint := sqstest.Endpoint(t)
+	features := tests.Features{
+		// A queue has no consumer groups: all its subscribers share it.
+		// Groups need the SNS fan-out (TestPubSubSNS).
+		ConsumerGroups: false,
+		// At least once: a message whose delete fails, or whose handler
+		// outlives the visibility timeout, is delivered again.
+		ExactlyOnceDelivery: false,
+		// FIFO: a message group is handed out in order, one message at a
+		// time, even to competing subscribers. The suite's messages carry
+		// no aggregate_id, so they all fall in the topic's group.
+		GuaranteedOrder:                     true,
+		GuaranteedOrderWithSingleSubscriber: false,
+		// Messages live in the queue until deleted.
+		Persistent: true,
+		// Acked messages are deleted; nothing is replayed.
+		NewSubscriberReceivesOldMessages: false,
+		RequireSingleInstance:            false,
+		// Message contexts derive from the Subscribe context.
+		ContextPreserved: false,
+	}
+	constructor := func(t *testing.T) (message.Publisher, message.Subscriber) {
+		pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(endpoint), CreateQueue: true})
+		sub := newSubscriber(t, sqs.SubscriberConfig{AWS: clientConfig(endpoint), CreateQueue: true})
+		return pub, sub
+	}
+	tests.TestPubSub(t, features, constructor, nil)
+}
+
+// TestPubSubSNS runs the suite against the SNS publisher and subscribers
+// that read the fan-out, one queue per consumer group.
+func TestPubSubSNS(t *testing.T) {
+	endpoint := sqstest.Endpoint(t)
+	features := tests.Features{
+		// Every group has its own queue subscribed to the topic.
+		ConsumerGroups:                      true,
+		ExactlyOnceDelivery:                 false,
+		GuaranteedOrder:                     true,
+		GuaranteedOrderWithSingleSubscriber: false,
+		Persistent:                          true,
+		NewSubscriberReceivesOldMessages:    false,
+		RequireSingleInstance:               false,
+		ContextPreserved:                    false,
+	}
+	newPubSub := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
+		pub := newSNSPublisher(t, sqs.SNSPublisherConfig{AWS: clientConfig(endpoint)})
+		sub := newSubscriber(t, sqs.SubscriberConfig{AWS: clientConfig(endpoint), ConsumerGroup: group, CreateQueue: true})
+		return pub, sub
+	}
+	tests.TestPubSub(t, features,
+		func(t *testing.T) (message.Publisher, message.Subscriber) { return newPubSub(t, "default") },
+		newPubSub,
+	)
+}
