@@ -50,7 +50,10 @@ type groupFunc func(topic string, msg *message.Message) (string, error)
 // message was taken, or a [runtime.PublishErrors] (wrapped) with one element
 // per message. A message too large for maxBytes fails alone, permanently. A
 // message of a group that has already failed in this call is not sent (it
-// would overtake the failed one); it fails with errEarlierFailed.
+// would overtake the failed one); it fails with errEarlierFailed. A request
+// holds at most one message of each group: the service reports failures per
+// entry, and a later entry of a group whose earlier entry failed in the
+// same request would already be on the queue, ahead of the retry.
 func publishBatches(ctx context.Context, pkg, topic string, msgs []*message.Message, groupID groupFunc, maxBytes int, send sendFunc) error {
 	errs := make(runtime.PublishErrors, len(msgs))
 	failedGroups := make(map[string]bool)
@@ -63,12 +66,16 @@ func publishBatches(ctx context.Context, pkg, topic string, msgs []*message.Mess
 
 	var batch []*entry
 	batchBytes := 0
+	batchGroups := make(map[string]bool)
 	var stopErr error // a request failed as a whole: nothing more is sent
 	flush := func() {
 		if len(batch) == 0 {
 			return
 		}
-		defer func() { batch, batchBytes = batch[:0], 0 }()
+		defer func() {
+			batch, batchBytes = batch[:0], 0
+			clear(batchGroups)
+		}()
 		if stopErr != nil {
 			for _, e := range batch {
 				fail(e, stopErr)
@@ -123,7 +130,7 @@ func publishBatches(ctx context.Context, pkg, topic string, msgs []*message.Mess
 			fail(e, runtime.Permanent(fmt.Errorf("%s: message %s: %w: %d bytes (body and attributes), limit %d", pkg, msg.UUID, ErrMessageTooLarge, e.enc.size, maxBytes)))
 			continue
 		}
-		if len(batch) == maxBatchEntries || batchBytes+e.enc.size > maxBytes {
+		if len(batch) == maxBatchEntries || batchBytes+e.enc.size > maxBytes || batchGroups[group] {
 			flush()
 			if failedGroups[group] {
 				errs[i] = fmt.Errorf("%s: message %s: %w", pkg, msg.UUID, errEarlierFailed)
@@ -133,6 +140,7 @@ func publishBatches(ctx context.Context, pkg, topic string, msgs []*message.Mess
 		}
 		batch = append(batch, e)
 		batchBytes += e.enc.size
+		batchGroups[group] = true
 	}
 	flush()
 	if !failed {

@@ -131,8 +131,8 @@ func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publish
 
 // Publish sends msgs to the queue of topic and returns nil once SQS has
 // stored every message. Messages are sent in order, in SendMessageBatch
-// requests of at most 10 entries and MaxMessageBytes bytes, one request at
-// a time, each message with its group id ([PublisherConfig.GroupID]) and the
+// requests of at most 10 entries, MaxMessageBytes bytes and one message per
+// message group, one request at a time, each message with its group id ([PublisherConfig.GroupID]) and the
 // message UUID as MessageDeduplicationId. SQS drops a message whose
 // deduplication id it has seen on the queue in the last 5 minutes, and
 // still reports it as sent.
