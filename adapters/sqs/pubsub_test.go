@@ -1,6 +1,8 @@
 package sqs_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -9,6 +11,25 @@ import (
 	"github.com/gooutbox/outbox/adapters/sqs"
 	"github.com/gooutbox/outbox/adapters/sqs/sqstest"
 )
+
+// suiteGroupID groups a message like the default, by its aggregate_id, and
+// otherwise by its payload, or its UUID when it has none.
+// TestPublishSubscribeInOrder publishes 16 kinds of message told apart only
+// by their payload and checks the order within each kind, which one group
+// per payload keeps; the other tests' messages then spread over many
+// groups and are delivered in parallel, as an application's aggregates are.
+// (The default would put all of them in the topic's one group, correct but
+// one message at a time.)
+func suiteGroupID(topic string, msg *message.Message) (string, error) {
+	if msg.Metadata.Get("aggregate_id") != "" {
+		return sqs.AggregateGroupID(topic, msg)
+	}
+	if len(msg.Payload) == 0 {
+		return msg.UUID, nil
+	}
+	sum := sha256.Sum256(msg.Payload)
+	return hex.EncodeToString(sum[:]), nil
+}
 
 // TestPubSub runs Watermill's conformance suite against the SQS publisher
 // and subscriber (one FIFO queue per topic).
@@ -22,8 +43,8 @@ func TestPubSub(t *testing.T) {
 		// outlives the visibility timeout, is delivered again.
 		ExactlyOnceDelivery: false,
 		// FIFO: a message group is handed out in order, one message at a
-		// time, even to competing subscribers. The suite's messages carry
-		// no aggregate_id, so they all fall in the topic's group.
+		// time, even to competing subscribers (see suiteGroupID for the
+		// suite's groups).
 		GuaranteedOrder:                     true,
 		GuaranteedOrderWithSingleSubscriber: false,
 		// Messages live in the queue until deleted.
@@ -35,7 +56,7 @@ func TestPubSub(t *testing.T) {
 		ContextPreserved: false,
 	}
 	constructor := func(t *testing.T) (message.Publisher, message.Subscriber) {
-		pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(endpoint), CreateQueue: true})
+		pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(endpoint), CreateQueue: true, GroupID: suiteGroupID})
 		sub := newSubscriber(t, sqs.SubscriberConfig{AWS: clientConfig(endpoint), CreateQueue: true})
 		return pub, sub
 	}
@@ -58,7 +79,7 @@ func TestPubSubSNS(t *testing.T) {
 		ContextPreserved:                    false,
 	}
 	newPubSub := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
-		pub := newSNSPublisher(t, sqs.SNSPublisherConfig{AWS: clientConfig(endpoint)})
+		pub := newSNSPublisher(t, sqs.SNSPublisherConfig{AWS: clientConfig(endpoint), GroupID: suiteGroupID})
 		sub := newSubscriber(t, sqs.SubscriberConfig{AWS: clientConfig(endpoint), ConsumerGroup: group, CreateQueue: true})
 		return pub, sub
 	}
