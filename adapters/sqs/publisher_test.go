@@ -498,3 +498,38 @@ func TestSNSFanOut(t *testing.T) {
 		}
 	}
 }
+
+// TestSNSPublishEntryFailures maps PublishBatch's per-entry failures as
+// SendMessageBatch's are mapped, and refuses oversized messages before
+// sending them.
+func TestSNSPublishEntryFailures(t *testing.T) {
+	srv := sqstest.NewServer(t)
+	topic := newTopic()
+	pub := newSNSPublisher(t, sqs.SNSPublisherConfig{AWS: clientConfig(srv.URL())})
+	srv.FailEntries(func(e sqstest.Entry) *sqstest.Fault {
+		switch e.GroupID {
+		case "a":
+			return &sqstest.Fault{Code: "InternalError", Message: "try again"}
+		case "b":
+			return &sqstest.Fault{Code: "InvalidParameter", Message: "refused", SenderFault: true}
+		}
+		return nil
+	})
+	msgs := []*message.Message{
+		event("a", 0, nil), event("b", 0, nil), event("c", 0, nil),
+		event("d", 0, bytes.Repeat([]byte("x"), 256*1024)), event("a", 1, nil),
+	}
+	errs := publishErrors(t, pub.Publish(topic, msgs...), len(msgs))
+	switch {
+	case errs[0] == nil || runtime.IsPermanent(errs[0]):
+		t.Errorf("a/0: %v, want retryable", errs[0])
+	case !runtime.IsPermanent(errs[1]):
+		t.Errorf("b/0: %v, want permanent", errs[1])
+	case errs[2] != nil:
+		t.Errorf("c/0: %v, want nil", errs[2])
+	case !errors.Is(errs[3], sqs.ErrMessageTooLarge) || !runtime.IsPermanent(errs[3]):
+		t.Errorf("d/0: %v, want permanent ErrMessageTooLarge", errs[3])
+	case errs[4] == nil || runtime.IsPermanent(errs[4]):
+		t.Errorf("a/1: %v, want retryable (held back behind a/0)", errs[4])
+	}
+}

@@ -57,7 +57,10 @@ type SubscriberConfig struct {
 	TopicAttributes map[string]string
 
 	// WaitTime is the long-polling wait of each ReceiveMessage call (whole
-	// seconds, at most 20s). Close interrupts a wait in progress.
+	// seconds, at most 20s). Close and the end of a Subscribe context wait
+	// for a call in progress rather than interrupt it (SQS would hide the
+	// messages it hands out to an abandoned call for their visibility
+	// timeout), so they take up to WaitTime.
 	//
 	// Default: 20s.
 	WaitTime time.Duration
@@ -288,11 +291,20 @@ func (s *Subscriber) consume(ctx context.Context, topic, url string, out chan<- 
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 	}
 	for ctx.Err() == nil {
-		resp, err := s.client.ReceiveMessage(ctx, in)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		// The receive is not interrupted when ctx ends: SQS hides the
+		// messages it hands out for their visibility timeout (and blocks
+		// their groups) even when the caller has gone, so the subscriber
+		// waits for the answer, at most WaitTime, and releases them.
+		recvCtx, cancelRecv := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WaitTime+30*time.Second)
+		resp, err := s.client.ReceiveMessage(recvCtx, in)
+		cancelRecv()
+		if ctx.Err() != nil {
+			if err == nil {
+				s.release(url, resp.Messages, 0, logFields)
 			}
+			return
+		}
+		if err != nil {
 			s.logger.Error("ReceiveMessage failed", err, logFields)
 			select {
 			case <-ctx.Done():
@@ -346,7 +358,10 @@ func (s *Subscriber) deliver(ctx context.Context, topic, url string, m types.Mes
 	}
 	select {
 	case <-msg.Acked():
-		_, err := s.client.DeleteMessage(context.WithoutCancel(ctx), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
+		// The delete runs even when ctx ends now: the message was handled.
+		delCtx, cancelDel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		_, err := s.client.DeleteMessage(delCtx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
+		cancelDel()
 		if err != nil {
 			// At least once: the message comes back after its visibility
 			// timeout.
@@ -376,9 +391,10 @@ func (s *Subscriber) release(url string, msgs []types.Message, delay time.Durati
 	}
 }
 
-// Close stops every subscription, interrupting their ReceiveMessage calls,
-// and waits until their channels are closed. It is safe to call more than
-// once.
+// Close stops every subscription and waits until their channels are
+// closed: up to WaitTime, as a ReceiveMessage call in progress is waited
+// for and the messages it returns are made visible again at once. It is
+// safe to call more than once.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {

@@ -59,7 +59,6 @@ type Server struct {
 	url  string
 
 	mu      sync.Mutex
-	changed chan struct{} // closed and replaced whenever a queue changes
 	queues  map[string]*queue
 	topics  map[string]*topic // by ARN
 	seq     int64
@@ -73,7 +72,11 @@ type queue struct {
 	visibility     time.Duration
 	attrs          map[string]string
 	msgs           []*storedMessage
+	byReceipt      map[string]*storedMessage
+	groups         map[string]int // undeleted messages per message group
+	deleted        int // messages in msgs marked deleted
 	dedup          map[string]dedupRecord
+	changed        chan struct{} // closed and replaced whenever q changes
 }
 
 type dedupRecord struct {
@@ -89,6 +92,7 @@ type storedMessage struct {
 	visibleAt                     time.Time
 	receives                      int
 	sent                          time.Time
+	deleted                       bool
 }
 
 type topic struct {
@@ -113,7 +117,6 @@ func Start() (*Server, error) {
 	s := &Server{
 		ln:      ln,
 		url:     "http://" + ln.Addr().String(),
-		changed: make(chan struct{}),
 		queues:  make(map[string]*queue),
 		topics:  make(map[string]*topic),
 	}
@@ -145,10 +148,10 @@ func (s *Server) FailEntries(fn func(Entry) *Fault) {
 	s.mu.Unlock()
 }
 
-// notifyLocked wakes long polls. s.mu must be held.
-func (s *Server) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
+// notifyLocked wakes the long polls of q. The server's mutex must be held.
+func (q *queue) notifyLocked() {
+	close(q.changed)
+	q.changed = make(chan struct{})
 }
 
 // apiError is an error response.
@@ -307,6 +310,8 @@ func (s *Server) createQueue(in map[string]json.RawMessage) (any, error) {
 		name: name, url: s.url + "/" + Account + "/" + name, arn: "arn:aws:sqs:" + Region + ":" + Account + ":" + name,
 		fifo: fifo, contentDedup: attrs["ContentBasedDeduplication"] == "true", visibility: defaultVisibility,
 		attrs: make(map[string]string), dedup: make(map[string]dedupRecord),
+		byReceipt: make(map[string]*storedMessage), changed: make(chan struct{}),
+		groups: make(map[string]int),
 	}
 	for k, v := range attrs {
 		q.attrs[k] = v
@@ -344,6 +349,9 @@ func (s *Server) getQueueAttributes(in map[string]json.RawMessage) (any, error) 
 	visible, inFlight := 0, 0
 	now := time.Now()
 	for _, m := range q.msgs {
+		if m.deleted {
+			continue
+		}
 		if m.visibleAt.After(now) {
 			inFlight++
 		} else {
@@ -477,7 +485,8 @@ func (s *Server) enqueueLocked(q *queue, body, group, dedupID string, attrs map[
 		q.dedup[dedupID] = dedupRecord{at: now, messageID: id, seq: seq}
 	}
 	q.msgs = append(q.msgs, &storedMessage{id: id, body: body, group: group, dedupID: dedupID, seq: seq, attrs: attrs, sent: now})
-	s.notifyLocked()
+	q.groups[group]++
+	q.notifyLocked()
 	return id, seq, nil
 }
 
@@ -600,7 +609,7 @@ func (s *Server) receiveMessage(ctx context.Context, in map[string]json.RawMessa
 			visibility = time.Duration(vis) * time.Second
 		}
 		msgs, next := q.takeLocked(max, visibility)
-		changed := s.changed
+		changed := q.changed
 		s.mu.Unlock()
 		if len(msgs) > 0 || !time.Now().Before(deadline) {
 			out := make([]map[string]any, 0, len(msgs))
@@ -634,33 +643,37 @@ func max0(d time.Duration) time.Duration {
 
 // takeLocked hands out up to max visible messages, making them invisible
 // for visibility, and returns the time the next in-flight message becomes
-// visible (zero when none). On a FIFO queue a message group whose earliest
-// message is in flight hands out nothing: a group's messages come in order,
-// the next only after the earlier ones are deleted or visible again.
+// visible (zero when none). On a FIFO queue a message group with a message
+// in flight hands out nothing: a group's messages come in order, the next
+// only after the earlier ones are deleted or visible again.
 func (q *queue) takeLocked(max int, visibility time.Duration) ([]*storedMessage, time.Time) {
 	now := time.Now()
-	var taken []*storedMessage
 	var next time.Time
 	blocked := make(map[string]bool)
-	for _, m := range q.msgs {
-		inFlight := m.visibleAt.After(now)
-		if inFlight && (next.IsZero() || m.visibleAt.Before(next)) {
-			next = m.visibleAt
-		}
-		if len(taken) == max {
-			continue
-		}
-		if q.fifo && blocked[m.group] {
-			continue
-		}
-		if inFlight {
-			if q.fifo {
-				blocked[m.group] = true
+	// Only received messages can be in flight; byReceipt holds each once.
+	for _, m := range q.byReceipt {
+		if m.visibleAt.After(now) {
+			blocked[m.group] = true
+			if next.IsZero() || m.visibleAt.Before(next) {
+				next = m.visibleAt
 			}
+		}
+	}
+	if q.fifo && len(blocked) == len(q.groups) {
+		return nil, next // every group waits for a message in flight
+	}
+	var taken []*storedMessage
+	for _, m := range q.msgs {
+		if len(taken) == max {
+			break
+		}
+		if m.deleted || m.visibleAt.After(now) || q.fifo && blocked[m.group] {
 			continue
 		}
 		m.receives++
+		delete(q.byReceipt, m.receipt)
 		m.receipt = newID() + "-" + m.id
+		q.byReceipt[m.receipt] = m
 		m.visibleAt = now.Add(visibility)
 		taken = append(taken, m)
 	}
@@ -712,14 +725,30 @@ func (m *storedMessage) result(attrNames, sysNames []string) map[string]any {
 	return res
 }
 
-// byReceiptLocked finds the message a receipt handle was issued for.
-func (q *queue) byReceiptLocked(receipt string) (int, *storedMessage) {
-	for i, m := range q.msgs {
-		if m.receipt == receipt && receipt != "" {
-			return i, m
+// byReceiptLocked finds the message a receipt handle was last issued for.
+func (q *queue) byReceiptLocked(receipt string) *storedMessage {
+	return q.byReceipt[receipt]
+}
+
+// deleteLocked removes m, compacting msgs once half of it is deleted.
+func (q *queue) deleteLocked(m *storedMessage) {
+	delete(q.byReceipt, m.receipt)
+	m.deleted = true
+	q.deleted++
+	if q.groups[m.group]--; q.groups[m.group] == 0 {
+		delete(q.groups, m.group)
+	}
+	if q.deleted*2 < len(q.msgs) {
+		return
+	}
+	kept := q.msgs[:0]
+	for _, m := range q.msgs {
+		if !m.deleted {
+			kept = append(kept, m)
 		}
 	}
-	return -1, nil
+	clear(q.msgs[len(kept):])
+	q.msgs, q.deleted = kept, 0
 }
 
 func (s *Server) deleteMessage(in map[string]json.RawMessage) (any, error) {
@@ -735,9 +764,9 @@ func (s *Server) deleteMessage(in map[string]json.RawMessage) (any, error) {
 	}
 	// As SQS does, a receipt handle of a message already deleted (or
 	// received again since) deletes nothing and is no error.
-	if i, _ := q.byReceiptLocked(receipt); i >= 0 {
-		q.msgs = append(q.msgs[:i], q.msgs[i+1:]...)
-		s.notifyLocked()
+	if m := q.byReceiptLocked(receipt); m != nil {
+		q.deleteLocked(m)
+		q.notifyLocked()
 	}
 	return map[string]string{}, nil
 }
@@ -753,12 +782,12 @@ func (s *Server) changeVisibility(in map[string]json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, m := q.byReceiptLocked(str(in, "ReceiptHandle"))
+	m := q.byReceiptLocked(str(in, "ReceiptHandle"))
 	if m == nil || !m.visibleAt.After(time.Now()) {
 		return nil, &apiError{status: http.StatusBadRequest, code: "MessageNotInflight", query: "AWS.SimpleQueueService.MessageNotInflight", msg: "the message is not in flight", sender: true}
 	}
 	m.visibleAt = time.Now().Add(time.Duration(vis) * time.Second)
-	s.notifyLocked()
+	q.notifyLocked()
 	return map[string]string{}, nil
 }
 
@@ -769,7 +798,9 @@ func (s *Server) purgeQueue(in map[string]json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	q.msgs = nil
-	s.notifyLocked()
+	q.msgs, q.deleted = nil, 0
+	clear(q.byReceipt)
+	clear(q.groups)
+	q.notifyLocked()
 	return map[string]string{}, nil
 }
