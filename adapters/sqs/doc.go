@@ -81,7 +81,11 @@
 // together with the not yet delivered messages of the same receive, so the
 // FIFO queue delivers the group again from the nacked message. Delivery is
 // at least once: a message whose delete fails, or whose handler outlives
-// the visibility timeout, is delivered again with the same UUID.
+// the visibility timeout, is delivered again with the same UUID. Close (or
+// the end of the Subscribe context) waits for a ReceiveMessage call in
+// progress, up to [SubscriberConfig.WaitTime], and makes what it returns
+// visible again: SQS would otherwise hide those messages, and block their
+// groups, for the visibility timeout.
 //
 // # Configuration
 //

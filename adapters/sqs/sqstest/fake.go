@@ -58,11 +58,11 @@ type Server struct {
 	http *http.Server
 	url  string
 
-	mu      sync.Mutex
-	queues  map[string]*queue
-	topics  map[string]*topic // by ARN
-	seq     int64
-	fail    func(Entry) *Fault
+	mu     sync.Mutex
+	queues map[string]*queue
+	topics map[string]*topic // by ARN
+	seq    int64
+	fail   func(Entry) *Fault
 }
 
 type queue struct {
@@ -74,7 +74,7 @@ type queue struct {
 	msgs           []*storedMessage
 	byReceipt      map[string]*storedMessage
 	groups         map[string]int // undeleted messages per message group
-	deleted        int // messages in msgs marked deleted
+	deleted        int            // messages in msgs marked deleted
 	dedup          map[string]dedupRecord
 	changed        chan struct{} // closed and replaced whenever q changes
 }
@@ -115,10 +115,10 @@ func Start() (*Server, error) {
 		return nil, fmt.Errorf("sqstest: listen: %w", err)
 	}
 	s := &Server{
-		ln:      ln,
-		url:     "http://" + ln.Addr().String(),
-		queues:  make(map[string]*queue),
-		topics:  make(map[string]*topic),
+		ln:     ln,
+		url:    "http://" + ln.Addr().String(),
+		queues: make(map[string]*queue),
+		topics: make(map[string]*topic),
 	}
 	s.http = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.http.Serve(ln) }()

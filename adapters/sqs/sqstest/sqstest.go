@@ -46,6 +46,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -123,3 +124,15 @@ func AWSConfig() aws.Config {
 
 // String describes the server.
 func (s *Server) String() string { return fmt.Sprintf("sqstest.Server(%s)", s.url) }
+
+// BrokerURL returns a URL for package adapters/broker's Open: scheme ("sqs"
+// or "sns") and the host of [Endpoint](t), with create=1 so that queues,
+// topics and subscriptions are created on first use: "sqs://127.0.0.1:PORT?create=1".
+func BrokerURL(t testing.TB, scheme string) string {
+	t.Helper()
+	u, err := url.Parse(Endpoint(t))
+	if err != nil {
+		t.Fatalf("sqstest: endpoint: %v", err)
+	}
+	return scheme + "://" + u.Host + "?create=1"
+}
