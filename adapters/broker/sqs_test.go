@@ -78,6 +78,18 @@ func TestOpenSQSAndSNS(t *testing.T) {
 	}
 }
 
+// TestOpenSQSDefaultChain: sqs:// without a host is AWS itself, through
+// the default credential chain; opening it contacts nothing.
+func TestOpenSQSDefaultChain(t *testing.T) {
+	b, err := broker.Open(context.Background(), "sqs://?region=eu-west-1", broker.Config{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestOpenSQSInvalidURL(t *testing.T) {
 	for _, raw := range []string{
 		"sqs://127.0.0.1:1?bogus=1",

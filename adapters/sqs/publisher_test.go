@@ -533,3 +533,34 @@ func TestSNSPublishEntryFailures(t *testing.T) {
 		t.Errorf("a/1: %v, want retryable (held back behind a/0)", errs[4])
 	}
 }
+
+// TestCloseReleasesMessages: messages a subscription received but did not
+// get acked are visible again at once after Close, not after the queue's
+// 30s visibility timeout, so another subscriber continues with them in
+// order.
+func TestCloseReleasesMessages(t *testing.T) {
+	endpoint := sqstest.Endpoint(t)
+	topic := newTopic()
+	pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(endpoint), CreateQueue: true})
+	if err := pub.Publish(topic, event("a", 0, nil), event("a", 1, nil), event("a", 2, nil)); err != nil {
+		t.Fatal(err)
+	}
+	first, err := sqs.NewSubscriber(sqs.SubscriberConfig{AWS: clientConfig(endpoint), WaitTime: testWaitTime}, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := first.Subscribe(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := receive(t, ch) // handed out, never acked; 1 and 2 wait in the subscription
+	if m.Metadata.Get("seq") != "0" {
+		t.Fatalf("first delivery seq %s, want 0", m.Metadata.Get("seq"))
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(t, endpoint, topic, 3); fmt.Sprint(got) != "map[a:[0 1 2]]" {
+		t.Fatalf("after Close, received %v, want map[a:[0 1 2]]", got)
+	}
+}

@@ -29,7 +29,9 @@ type SNSPublisherConfig struct {
 	// Default: nil: the ARN comes from CreateTopic (FifoTopic=true,
 	// ContentBasedDeduplication=false, plus TopicAttributes) on the topic
 	// named by [TopicName]. CreateTopic is idempotent, so this also creates
-	// a missing topic.
+	// a missing topic; but SNS refuses it for an existing topic with other
+	// attributes (ContentBasedDeduplication=true, say), so set TopicARN for
+	// topics created elsewhere.
 	TopicARN func(topic string) (string, error)
 
 	// TopicAttributes are further attributes for topics the publisher or
