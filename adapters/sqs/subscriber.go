@@ -76,7 +76,9 @@ type SubscriberConfig struct {
 	// VisibilityTimeout is how long a received message stays hidden from
 	// other consumers (and, on a FIFO queue, blocks its message group) until
 	// it is acked or nacked. A handler that takes longer lets the message be
-	// delivered again.
+	// delivered again. It is also how long messages stay hidden when the
+	// response of a ReceiveMessage call is lost on the way (the SDK then
+	// retries the call, and SQS has already handed them out).
 	//
 	// Default: 0: the queue's VisibilityTimeout attribute (30s unless set).
 	VisibilityTimeout time.Duration

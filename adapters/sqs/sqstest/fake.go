@@ -237,11 +237,25 @@ func (s *Server) serveSQS(w http.ResponseWriter, r *http.Request, op string) {
 			fault = "Sender"
 		}
 		w.Header().Set("x-amzn-query-error", e.query+";"+fault)
+		b, _ := json.Marshal(map[string]string{"__type": "com.amazonaws.sqs#" + e.code, "message": e.msg})
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 		w.WriteHeader(e.status)
-		_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#" + e.code, "message": e.msg})
+		_, _ = w.Write(b)
 		return
 	}
-	_ = json.NewEncoder(w).Encode(out)
+	writeJSON(w, out)
+}
+
+// writeJSON writes v as the whole body, with its Content-Length and no
+// trailing newline, so that a client that decodes one JSON value has read
+// the body to its end.
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = []byte(`{}`)
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	_, _ = w.Write(b)
 }
 
 func str(in map[string]json.RawMessage, key string) string {
