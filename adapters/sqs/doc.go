@@ -57,7 +57,7 @@
 // # Message format
 //
 // The body is the payload when it is valid UTF-8 made of characters SQS
-// allows (JSON always is). Otherwise it is the payload in standard base64,
+// allows, as JSON payloads are. Otherwise it is the payload in standard base64,
 // and the attribute [AttrBody] says "base64"; an empty payload travels as
 // the body "-" with [AttrBody] "empty". Metadata travels as String message
 // attributes of the same names when they fit: at most 10 attributes in all
