@@ -9,6 +9,7 @@
 //	postgres://user@host:5432/db          adapters/sql (watermill-sql on PostgreSQL)
 //	memory://                             adapters/memory (in-process)
 //	sqs://host:port                       adapters/sqs (SQS FIFO)
+//	sns://host:port                       adapters/sqs (SNS FIFO fan-out to SQS FIFO)
 //
 // Each scheme's query parameters are documented on its open function and in
 // the README's broker table. Unknown query parameters are an error, so a typo
@@ -98,6 +99,8 @@ var openers = map[string]opener{
 	"postgres":   openPostgres,
 	"postgresql": openPostgres,
 	"redis":      openRedis,
+	"sns":        openSNS,
+	"sqs":        openSQS,
 }
 
 // Schemes returns the URL schemes [Open] accepts, sorted.

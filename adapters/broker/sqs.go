@@ -1,0 +1,104 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/gooutbox/outbox/adapters/sqs"
+)
+
+// openSQS opens sqs://[host:port] (SQS FIFO queues, one per topic). With a
+// host, the endpoint is http://host:port (an emulator: LocalStack,
+// adapters/sqs/sqstest) and the credentials are dummies unless the URL
+// carries user:password; without one, it is AWS itself, with the region and
+// credentials of the AWS SDK's default chain. Parameters:
+//
+//	region=NAME  AWS region (default: the default chain's; us-east-1 with a host)
+//	create=1     create missing queues (default 0)
+//
+// SQS has no consumer groups: every Subscriber(group) of one topic shares
+// the topic's queue. Use sns:// for groups.
+func openSQS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error) {
+	client, create, err := awsURL(u)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := sqs.NewPublisher(sqs.PublisherConfig{AWS: client, CreateQueue: create}, logger)
+	if err != nil {
+		return nil, err
+	}
+	return &Broker{
+		guarantees: Guarantees{OrderPerAggregate: true, Dedup: true, Durable: true, SharedAcrossProcesses: true},
+		publisher:  pub,
+		subscriber: func(string) (message.Subscriber, error) {
+			return sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client, CreateQueue: create}, logger)
+		},
+	}, nil
+}
+
+// openSNS opens sns://[host:port] (SNS FIFO topics fanned out to one SQS
+// FIFO queue per consumer group), with the host, credentials and parameters
+// of sqs://. The publisher creates missing topics (CreateTopic is
+// idempotent); create=1 makes subscribers create their group's queue and
+// subscription, which must exist before messages are published for the
+// group to get them.
+func openSNS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error) {
+	client, create, err := awsURL(u)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := sqs.NewSNSPublisher(sqs.SNSPublisherConfig{AWS: client}, logger)
+	if err != nil {
+		return nil, err
+	}
+	return &Broker{
+		guarantees: Guarantees{OrderPerAggregate: true, Dedup: true, Durable: true, SharedAcrossProcesses: true},
+		publisher:  pub,
+		subscriber: func(group string) (message.Subscriber, error) {
+			return sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client, ConsumerGroup: group, CreateQueue: create}, logger)
+		},
+	}, nil
+}
+
+// awsURL reads the endpoint, credentials and parameters of sqs:// and
+// sns:// URLs.
+func awsURL(u *url.URL) (sqs.ClientConfig, bool, error) {
+	q, err := query(u, "region", "create")
+	if err != nil {
+		return sqs.ClientConfig{}, false, err
+	}
+	create := false
+	switch c := q.Get("create"); c {
+	case "", "0", "false":
+	case "1", "true":
+		create = true
+	default:
+		return sqs.ClientConfig{}, false, fmt.Errorf("%w: create=%q (want 0 or 1)", ErrInvalidURL, c)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return sqs.ClientConfig{}, false, fmt.Errorf("%w: %s:// takes no path (got %q)", ErrInvalidURL, u.Scheme, u.Path)
+	}
+	cfg := sqs.ClientConfig{Region: q.Get("region")}
+	if u.Host != "" {
+		cfg.Endpoint = "http://" + u.Host
+		key, secret := "test", "test"
+		if u.User != nil {
+			key = u.User.Username()
+			secret, _ = u.User.Password()
+		}
+		region := cfg.Region
+		if region == "" {
+			region = "us-east-1"
+		}
+		cfg.AWSConfig = &aws.Config{Region: region, Credentials: credentials.NewStaticCredentialsProvider(key, secret, "")}
+	} else if u.User != nil {
+		return sqs.ClientConfig{}, false, fmt.Errorf("%w: %s:// without a host uses the default AWS credential chain; credentials in the URL need a host", ErrInvalidURL, u.Scheme)
+	}
+	return cfg, create, nil
+}

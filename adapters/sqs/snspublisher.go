@@ -1,0 +1,255 @@
+package sqs
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
+)
+
+// SNSPublisherConfig configures an [SNSPublisher]. Every field's zero value
+// means the documented default.
+type SNSPublisherConfig struct {
+	// AWS says how to reach SNS.
+	//
+	// Default: the AWS SDK's default configuration chain.
+	AWS ClientConfig
+
+	// TopicARN returns the ARN of the SNS FIFO topic of a Watermill topic,
+	// for topics created elsewhere (then the publisher needs no
+	// sns:CreateTopic permission).
+	//
+	// Default: nil: the ARN comes from CreateTopic (FifoTopic=true,
+	// ContentBasedDeduplication=false, plus TopicAttributes) on the topic
+	// named by [TopicName]. CreateTopic is idempotent, so this also creates
+	// a missing topic; but SNS refuses it for an existing topic with other
+	// attributes (ContentBasedDeduplication=true, say), so set TopicARN for
+	// topics created elsewhere.
+	TopicARN func(topic string) (string, error)
+
+	// TopicAttributes are further attributes for topics the publisher or
+	// subscriber creates ("KmsMasterKeyId", "ArchivePolicy", ...).
+	//
+	// Default: none.
+	TopicAttributes map[string]string
+
+	// GroupID returns the MessageGroupId of a message, as
+	// [PublisherConfig.GroupID]. SNS passes it on to the subscribed SQS FIFO
+	// queues.
+	//
+	// Default: [AggregateGroupID].
+	GroupID func(topic string, msg *message.Message) (string, error)
+
+	// MaxMessageBytes is the largest message (body and attributes) and the
+	// largest PublishBatch request.
+	//
+	// Default: [DefaultMaxMessageBytes] (256 KiB, SNS's limit).
+	MaxMessageBytes int
+}
+
+func (c *SNSPublisherConfig) setDefaults() {
+	if c.GroupID == nil {
+		c.GroupID = AggregateGroupID
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+}
+
+// Validate reports whether c is usable. The error wraps [ErrInvalidConfig].
+func (c SNSPublisherConfig) Validate() error {
+	if c.MaxMessageBytes < 0 {
+		return fmt.Errorf("%w: negative MaxMessageBytes %d", ErrInvalidConfig, c.MaxMessageBytes)
+	}
+	if _, ok := c.TopicAttributes["FifoTopic"]; ok {
+		return fmt.Errorf("%w: TopicAttributes sets FifoTopic; topics are always FIFO", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// SNSPublisher is a Watermill [message.Publisher] that publishes to SNS FIFO
+// topics with PublishBatch, for fan-out: every consumer group reads its own
+// SQS FIFO queue subscribed to the topic (see [SubscriberConfig.ConsumerGroup]).
+// It is safe for concurrent use.
+type SNSPublisher struct {
+	cfg    SNSPublisherConfig
+	client SNSAPI
+	logger watermill.LoggerAdapter
+	topics *topicCache
+
+	mu     sync.RWMutex
+	closed bool
+}
+
+var _ message.Publisher = (*SNSPublisher)(nil)
+
+// NewSNSPublisher returns an SNSPublisher configured by cfg. A nil logger
+// means watermill.NopLogger. It does not contact SNS; the first Publish does.
+func NewSNSPublisher(cfg SNSPublisherConfig, logger watermill.LoggerAdapter) (*SNSPublisher, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.TopicAttributes = maps.Clone(cfg.TopicAttributes)
+	client, err := cfg.AWS.snsClient(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &SNSPublisher{
+		cfg:    cfg,
+		client: client,
+		logger: logger.With(watermill.LogFields{"component": "sns_publisher"}),
+		topics: newTopicCache(client, cfg.TopicARN, cfg.TopicAttributes),
+	}, nil
+}
+
+// Publish publishes msgs to the SNS FIFO topic of topic and returns nil once
+// SNS has accepted every message, in PublishBatch requests of at most 10
+// entries and MaxMessageBytes bytes, one at a time, in order. Group ids,
+// deduplication ids (the message UUID; SNS FIFO deduplicates for 5
+// minutes), message format and error classification are those of
+// [Publisher.Publish]. A topic whose name is invalid fails the whole call
+// permanently; one whose ARN cannot be had fails it retryably.
+func (p *SNSPublisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrPublisherClosed
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	if _, err := TopicName(topic); err != nil && p.cfg.TopicARN == nil {
+		return permanentf("sns: publish to %q: %w", topic, err)
+	}
+	ctx, cancel := mergedContext(msgs)
+	defer cancel()
+	arn, err := p.topics.arn(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("sns: publish to %q: %w", topic, err)
+	}
+	start := time.Now()
+	err = publishBatches(ctx, "sns", topic, msgs, p.cfg.GroupID, p.cfg.MaxMessageBytes,
+		func(ctx context.Context, batch []*entry) ([]entryResult, error) {
+			return p.sendBatch(ctx, arn, batch)
+		})
+	if err != nil {
+		return err
+	}
+	p.logger.Debug("published messages", watermill.LogFields{
+		"topic": topic, "topic_arn": arn, "messages": len(msgs), "duration": time.Since(start),
+	})
+	return nil
+}
+
+func (p *SNSPublisher) sendBatch(ctx context.Context, arn string, batch []*entry) ([]entryResult, error) {
+	in := &sns.PublishBatchInput{TopicArn: aws.String(arn), PublishBatchRequestEntries: make([]snstypes.PublishBatchRequestEntry, len(batch))}
+	for i, e := range batch {
+		attrs := make(map[string]snstypes.MessageAttributeValue, len(e.enc.attrs))
+		for k, v := range e.enc.attrs {
+			attrs[k] = snstypes.MessageAttributeValue{DataType: aws.String(stringType), StringValue: aws.String(v)}
+		}
+		in.PublishBatchRequestEntries[i] = snstypes.PublishBatchRequestEntry{
+			Id:                     aws.String(batchID(i)),
+			Message:                aws.String(e.enc.body),
+			MessageAttributes:      attrs,
+			MessageGroupId:         aws.String(e.group),
+			MessageDeduplicationId: aws.String(e.dedup),
+		}
+	}
+	out, err := p.client.PublishBatch(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("PublishBatch to %s: %w", arn, err)
+	}
+	results := make([]entryResult, len(batch))
+	seen := make([]bool, len(batch))
+	for _, s := range out.Successful {
+		if i, ok := entryIndex(s.Id, len(batch)); ok {
+			seen[i] = true
+		}
+	}
+	for _, f := range out.Failed {
+		if i, ok := entryIndex(f.Id, len(batch)); ok {
+			seen[i] = true
+			results[i] = entryResult{
+				err:         fmt.Errorf("PublishBatch to %s: %s: %s", arn, aws.ToString(f.Code), aws.ToString(f.Message)),
+				senderFault: f.SenderFault,
+			}
+		}
+	}
+	for i := range batch {
+		if !seen[i] {
+			results[i] = entryResult{err: fmt.Errorf("PublishBatch to %s: no result for entry %d", arn, i)}
+		}
+	}
+	return results, nil
+}
+
+// Close waits for in-flight Publish calls. It is safe to call more than once.
+func (p *SNSPublisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	return nil
+}
+
+// topicCache resolves Watermill topics to SNS topic ARNs.
+type topicCache struct {
+	client SNSAPI
+	lookup func(topic string) (string, error)
+	attrs  map[string]string
+
+	mu   sync.Mutex
+	arns map[string]string
+}
+
+func newTopicCache(client SNSAPI, lookup func(string) (string, error), attrs map[string]string) *topicCache {
+	return &topicCache{client: client, lookup: lookup, attrs: attrs, arns: make(map[string]string)}
+}
+
+func (c *topicCache) arn(ctx context.Context, topic string) (string, error) {
+	c.mu.Lock()
+	a, ok := c.arns[topic]
+	c.mu.Unlock()
+	if ok {
+		return a, nil
+	}
+	if c.lookup != nil {
+		a, err := c.lookup(topic)
+		if err != nil {
+			return "", fmt.Errorf("TopicARN: %w", err)
+		}
+		return a, nil
+	}
+	name, err := TopicName(topic)
+	if err != nil {
+		return "", err
+	}
+	attrs := maps.Clone(c.attrs)
+	if attrs == nil {
+		attrs = make(map[string]string, 2)
+	}
+	attrs["FifoTopic"] = "true"
+	if _, ok := attrs["ContentBasedDeduplication"]; !ok {
+		attrs["ContentBasedDeduplication"] = "false"
+	}
+	out, err := c.client.CreateTopic(ctx, &sns.CreateTopicInput{Name: aws.String(name), Attributes: attrs})
+	if err != nil {
+		return "", fmt.Errorf("CreateTopic %s: %w", name, err)
+	}
+	a = aws.ToString(out.TopicArn)
+	c.mu.Lock()
+	c.arns[topic] = a
+	c.mu.Unlock()
+	return a, nil
+}
