@@ -11,14 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	natsgo "github.com/nats-io/nats.go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/gooutbox/outbox/adapters/adaptertest"
+	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
 	outboxnats "github.com/gooutbox/outbox/adapters/nats"
+	"github.com/gooutbox/outbox/adapters/sqs/sqstest"
 	"github.com/gooutbox/outbox/hooks/hookstest"
 )
 
@@ -82,6 +85,30 @@ func TestConformance(t *testing.T) {
 		// In one process: the relays run in the test process and are
 		// stopped by cancelling them instead of SIGKILL.
 		adaptertest.Run(t, adaptertest.Config{BrokerURL: "memory://"})
+	})
+	t.Run("sqs", func(t *testing.T) {
+		adaptertest.Run(t, adaptertest.Config{BrokerURL: sqstest.BrokerURL(t, "sqs")})
+	})
+	t.Run("sns", func(t *testing.T) {
+		// SNS delivers a message only to the queues subscribed when it is
+		// published: a group's queue is set up (as an operator or the
+		// group's first deployment would) before anything is written.
+		uri := sqstest.BrokerURL(t, "sns")
+		adaptertest.Run(t, adaptertest.Config{
+			BrokerURL: uri,
+			Provision: func(ctx context.Context, topic string) error {
+				b, err := broker.Open(ctx, uri, broker.Config{})
+				if err != nil {
+					return err
+				}
+				defer b.Close()
+				sub, err := b.Subscriber("conformance")
+				if err != nil {
+					return err
+				}
+				return sub.(message.SubscribeInitializer).SubscribeInitialize(topic)
+			},
+		})
 	})
 	t.Run("kafka", func(t *testing.T) {
 		brokers := kafkatest.NewCluster(t)

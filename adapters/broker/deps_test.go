@@ -1,0 +1,56 @@
+package broker_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// clients lists, per adapter package, the module path prefixes of the broker
+// client it is built on.
+var clients = map[string][]string{
+	"./adapters/kafka":  {"github.com/segmentio/kafka-go"},
+	"./adapters/amqp":   {"github.com/rabbitmq/amqp091-go", "github.com/ThreeDotsLabs/watermill-amqp"},
+	"./adapters/nats":   {"github.com/nats-io/", "github.com/ThreeDotsLabs/watermill-nats"},
+	"./adapters/redis":  {"github.com/redis/go-redis", "github.com/ThreeDotsLabs/watermill-redisstream"},
+	"./adapters/sql":    {"github.com/ThreeDotsLabs/watermill-sql"},
+	"./adapters/sqs":    {"github.com/aws/"},
+	"./adapters/memory": nil,
+}
+
+// TestAdaptersCompileOnlyTheirBroker checks that a program importing one
+// adapter compiles no other broker's client, and that runtime, hooks, the
+// relay and the consumer compile none.
+func TestAdaptersCompileOnlyTheirBroker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	pkgs := []string{"./runtime", "./runtime/relay", "./runtime/consumer", "./hooks"}
+	for p := range clients {
+		pkgs = append(pkgs, p)
+	}
+	for _, pkg := range pkgs {
+		out, err := exec.Command("go", "list", "-deps", "github.com/gooutbox/outbox/"+strings.TrimPrefix(pkg, "./")).CombinedOutput()
+		if err != nil {
+			if strings.Contains(string(out), "matched no packages") || strings.Contains(string(out), "cannot find") || strings.Contains(string(out), "no Go files") || strings.Contains(string(out), "directory not found") {
+				t.Logf("%s: not present yet", pkg)
+				continue
+			}
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		deps := strings.Fields(string(out))
+		for other, prefixes := range clients {
+			if other == pkg {
+				continue
+			}
+			for _, prefix := range prefixes {
+				for _, d := range deps {
+					if strings.HasPrefix(d, prefix) {
+						t.Errorf("%s compiles %s, the client of %s", pkg, d, other)
+						break
+					}
+				}
+			}
+		}
+	}
+}
