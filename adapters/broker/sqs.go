@@ -47,7 +47,9 @@ func openSQS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Br
 // of sqs://. The publisher creates missing topics (CreateTopic is
 // idempotent); create=1 makes subscribers create their group's queue and
 // subscription, which must exist before messages are published for the
-// group to get them.
+// group to get them. While a topic has no subscription at all, the
+// publisher fails retryably (sqs.ErrNoSubscribers) instead of letting SNS
+// drop the messages.
 func openSNS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error) {
 	client, create, err := awsURL(u)
 	if err != nil {

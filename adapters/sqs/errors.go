@@ -28,3 +28,10 @@ var ErrMessageTooLarge = errors.New("sqs: message too large")
 // message of its message group failed in the same Publish call: sending it
 // would put it on the queue ahead of the one that failed.
 var errEarlierFailed = errors.New("sqs: not sent: an earlier message of its message group failed")
+
+// ErrNoSubscribers is wrapped by [SNSPublisher.Publish]'s error when the SNS
+// topic has no confirmed subscription, so that SNS would accept the messages
+// and deliver them to no one. It is retryable: the relay publishes the
+// messages once a group's queue is subscribed. See
+// [SNSPublisherConfig.AllowNoSubscribers].
+var ErrNoSubscribers = errors.New("sns: topic has no subscriptions")

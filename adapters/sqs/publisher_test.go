@@ -452,6 +452,43 @@ func TestNackRedeliversGroupInOrder(t *testing.T) {
 	}
 }
 
+// TestSNSPublishWithoutSubscribers: SNS accepts a message for a topic with
+// no subscription and delivers it to no one, so the publisher refuses,
+// retryably, until a group's queue is subscribed; then the same messages go
+// out and the group receives them.
+func TestSNSPublishWithoutSubscribers(t *testing.T) {
+	endpoint := sqstest.Endpoint(t)
+	topic := newTopic()
+	pub := newSNSPublisher(t, sqs.SNSPublisherConfig{AWS: clientConfig(endpoint)})
+	msgs := []*message.Message{event("a", 0, []byte(`{}`)), event("a", 1, []byte(`{}`))}
+	err := pub.Publish(topic, msgs...)
+	if !errors.Is(err, sqs.ErrNoSubscribers) || runtime.IsPermanent(err) {
+		t.Fatalf("Publish to a topic without subscriptions: %v, want a retryable ErrNoSubscribers", err)
+	}
+	sub := newSubscriber(t, sqs.SubscriberConfig{AWS: clientConfig(endpoint), ConsumerGroup: "billing", CreateQueue: true})
+	if err := sub.SubscribeInitialize(topic); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(topic, msgs...); err != nil {
+		t.Fatalf("Publish after a group subscribed: %v", err)
+	}
+	ch, err := sub.Subscribe(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range msgs {
+		select {
+		case m := <-ch:
+			if m.UUID != want.UUID {
+				t.Fatalf("message %d: %s, want %s", i, m.UUID, want.UUID)
+			}
+			m.Ack()
+		case <-time.After(2 * testWaitTime):
+			t.Fatalf("message %d not received", i)
+		}
+	}
+}
+
 // TestSNSFanOut publishes through SNS to two consumer groups: each gets
 // every message, per aggregate in order, and the SNS requests carry the
 // group and deduplication ids.
@@ -505,7 +542,7 @@ func TestSNSFanOut(t *testing.T) {
 func TestSNSPublishEntryFailures(t *testing.T) {
 	srv := sqstest.NewServer(t)
 	topic := newTopic()
-	pub := newSNSPublisher(t, sqs.SNSPublisherConfig{AWS: clientConfig(srv.URL())})
+	pub := newSNSPublisher(t, sqs.SNSPublisherConfig{AWS: clientConfig(srv.URL()), AllowNoSubscribers: true})
 	srv.FailEntries(func(e sqstest.Entry) *sqstest.Fault {
 		switch e.GroupID {
 		case "a":

@@ -52,7 +52,26 @@ type SNSPublisherConfig struct {
 	//
 	// Default: [DefaultMaxMessageBytes] (256 KiB, SNS's limit).
 	MaxMessageBytes int
+
+	// AllowNoSubscribers lets Publish succeed on a topic with no confirmed
+	// subscription. SNS accepts such a message and delivers it to no one,
+	// so by default the publisher asks SNS (GetTopicAttributes,
+	// SubscriptionsConfirmed) before it publishes to a topic, and again at
+	// most every [SubscriptionCheckInterval], and fails the call with a
+	// retryable error wrapping [ErrNoSubscribers] while there is none: the
+	// relay keeps the events until a consumer group's queue is subscribed
+	// (see [SubscriberConfig.ConsumerGroup] and [EnsureGroupQueue]). A
+	// subscription removed between two checks still loses what is
+	// published in between; and a group subscribed later never receives
+	// what was published before, whatever this setting.
+	//
+	// Default: false (needs the sns:GetTopicAttributes permission).
+	AllowNoSubscribers bool
 }
+
+// SubscriptionCheckInterval is how long an [SNSPublisher] trusts that a
+// topic has a subscription before it asks SNS again.
+const SubscriptionCheckInterval = 30 * time.Second
 
 func (c *SNSPublisherConfig) setDefaults() {
 	if c.GroupID == nil {
@@ -84,11 +103,39 @@ type SNSPublisher struct {
 	logger watermill.LoggerAdapter
 	topics *topicCache
 
+	subMu      sync.Mutex
+	subscribed map[string]time.Time // topic ARN → when a subscription was last seen
+
 	mu     sync.RWMutex
 	closed bool
 }
 
 var _ message.Publisher = (*SNSPublisher)(nil)
+
+// checkSubscribed fails with [ErrNoSubscribers] when the topic has no
+// confirmed subscription (see [SNSPublisherConfig.AllowNoSubscribers]).
+func (p *SNSPublisher) checkSubscribed(ctx context.Context, arn string) error {
+	if p.cfg.AllowNoSubscribers {
+		return nil
+	}
+	p.subMu.Lock()
+	seen, ok := p.subscribed[arn]
+	p.subMu.Unlock()
+	if ok && time.Since(seen) < SubscriptionCheckInterval {
+		return nil
+	}
+	out, err := p.client.GetTopicAttributes(ctx, &sns.GetTopicAttributesInput{TopicArn: aws.String(arn)})
+	if err != nil {
+		return fmt.Errorf("GetTopicAttributes %s: %w", arn, err)
+	}
+	if n := out.Attributes["SubscriptionsConfirmed"]; n == "" || n == "0" {
+		return fmt.Errorf("%w: %s (SNS would accept the messages and deliver them to no one; subscribe a group's queue first)", ErrNoSubscribers, arn)
+	}
+	p.subMu.Lock()
+	p.subscribed[arn] = time.Now()
+	p.subMu.Unlock()
+	return nil
+}
 
 // NewSNSPublisher returns an SNSPublisher configured by cfg. A nil logger
 // means watermill.NopLogger. It does not contact SNS; the first Publish does.
@@ -110,6 +157,8 @@ func NewSNSPublisher(cfg SNSPublisherConfig, logger watermill.LoggerAdapter) (*S
 		client: client,
 		logger: logger.With(watermill.LogFields{"component": "sns_publisher"}),
 		topics: newTopicCache(client, cfg.TopicARN, cfg.TopicAttributes),
+
+		subscribed: make(map[string]time.Time),
 	}, nil
 }
 
@@ -136,6 +185,9 @@ func (p *SNSPublisher) Publish(topic string, msgs ...*message.Message) error {
 	defer cancel()
 	arn, err := p.topics.arn(ctx, topic)
 	if err != nil {
+		return fmt.Errorf("sns: publish to %q: %w", topic, err)
+	}
+	if err := p.checkSubscribed(ctx, arn); err != nil {
 		return fmt.Errorf("sns: publish to %q: %w", topic, err)
 	}
 	start := time.Now()

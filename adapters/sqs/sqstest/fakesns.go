@@ -27,6 +27,8 @@ func (s *Server) serveSNS(w http.ResponseWriter, form url.Values) {
 		result, err = s.publish(form)
 	case "PublishBatch":
 		result, err = s.publishBatch(form)
+	case "GetTopicAttributes":
+		result, err = s.getTopicAttributes(form)
 	default:
 		err = &apiError{status: http.StatusBadRequest, code: "InvalidAction", msg: "sqstest does not implement " + action, sender: true}
 	}
@@ -135,6 +137,33 @@ func (s *Server) createTopic(form url.Values) (any, *apiError) {
 		s.topics[arn] = &topic{name: name, arn: arn, fifo: fifo, contentDedup: attrs["ContentBasedDeduplication"] == "true", dedup: map[string]dedupRecord{}}
 	}
 	return createTopicResult{TopicArn: arn}, nil
+}
+
+type topicAttribute struct {
+	Key   string `xml:"key"`
+	Value string `xml:"value"`
+}
+
+type getTopicAttributesResult struct {
+	XMLName    xml.Name         `xml:"GetTopicAttributesResult"`
+	Attributes []topicAttribute `xml:"Attributes>entry"`
+}
+
+// getTopicAttributes answers TopicArn, FifoTopic and the subscription
+// counts (every subscription of the fake is confirmed at once).
+func (s *Server) getTopicAttributes(form url.Values) (any, *apiError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.topics[form.Get("TopicArn")]
+	if t == nil {
+		return nil, &apiError{status: http.StatusNotFound, code: "NotFound", msg: "Topic does not exist", sender: true}
+	}
+	return getTopicAttributesResult{Attributes: []topicAttribute{
+		{Key: "TopicArn", Value: t.arn},
+		{Key: "FifoTopic", Value: strconv.FormatBool(t.fifo)},
+		{Key: "SubscriptionsConfirmed", Value: strconv.Itoa(len(t.subs))},
+		{Key: "SubscriptionsPending", Value: "0"},
+	}}, nil
 }
 
 type subscribeResult struct {
