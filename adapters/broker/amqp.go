@@ -69,7 +69,7 @@ func openAMQP(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*B
 	subCfg := cfg
 	subCfg.Groups = nil
 	return &Broker{
-		guarantees: Guarantees{OrderPerAggregate: !cfg.Quorum, Durable: true, SharedAcrossProcesses: true},
+		guarantees: Guarantees{OrderPerAggregate: !cfg.Quorum, Durable: true, SharedAcrossProcesses: true, ConsumerGroups: cfg.Mode == amqp.ModePubSub},
 		publisher:  pub,
 		subscriber: func(group string) (message.Subscriber, error) {
 			c := subCfg

@@ -69,6 +69,13 @@ type Guarantees struct {
 	// SharedAcrossProcesses: a subscriber in another process sees what this
 	// process published (false only for the in-memory broker).
 	SharedAcrossProcesses bool
+
+	// ConsumerGroups: every group named in [Broker.Subscriber] receives
+	// every message, and the subscribers of one group share them. When
+	// false the group is ignored: all subscribers of a topic share one
+	// queue (amqp:// in queue mode, sqs://), or every subscriber receives
+	// every message (memory://).
+	ConsumerGroups bool
 }
 
 // Broker is an opened broker: one publisher, and subscribers made on demand.
@@ -151,8 +158,10 @@ func (b *Broker) Publisher() message.Publisher { return b.publisher }
 
 // Subscriber returns a new subscriber in the consumer group (or durable
 // subscription, or queue suffix: each adapter's documentation says what a
-// group is there) named group. Every group receives every message; the
-// subscribers of one group share them. It is closed by [Broker.Close].
+// group is there) named group. Where [Guarantees.ConsumerGroups] holds,
+// every group receives every message and the subscribers of one group share
+// them; elsewhere the group is ignored (see ConsumerGroups). It is closed by
+// [Broker.Close].
 func (b *Broker) Subscriber(group string) (message.Subscriber, error) {
 	if group == "" {
 		return nil, fmt.Errorf("%w: empty consumer group", ErrInvalidURL)

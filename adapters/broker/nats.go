@@ -61,7 +61,7 @@ func openNATS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*B
 		// (MaxAckPending 1). Dedup: Nats-Msg-Id is the event id, within the
 		// duplicate window. Durable: file storage and PubAck before Publish
 		// returns.
-		guarantees: Guarantees{OrderPerAggregate: true, Dedup: true, Durable: true, SharedAcrossProcesses: true},
+		guarantees: Guarantees{OrderPerAggregate: true, Dedup: true, Durable: true, SharedAcrossProcesses: true, ConsumerGroups: true},
 		publisher:  pub,
 		subscriber: func(group string) (message.Subscriber, error) {
 			return nats.NewSubscriber(nats.SubscriberConfig{URL: server, ConsumerGroup: group, Stream: stream}, logger)

@@ -38,7 +38,7 @@ func openPostgres(_ context.Context, u *url.URL, logger watermill.LoggerAdapter)
 		return nil, err
 	}
 	return &Broker{
-		guarantees: Guarantees{OrderPerAggregate: true, Durable: true, SharedAcrossProcesses: true},
+		guarantees: Guarantees{OrderPerAggregate: true, Durable: true, SharedAcrossProcesses: true, ConsumerGroups: true},
 		publisher:  pub,
 		subscriber: func(group string) (message.Subscriber, error) {
 			return sql.NewSubscriber(db, sql.SubscriberConfig{ConsumerGroup: group}, logger)

@@ -56,7 +56,7 @@ func openRedis(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*
 		// Order: entries in stream order, one subscriber per group hands
 		// them out in order. No dedup. Durability depends on the server's
 		// persistence (AOF), which the adapter cannot see: reported false.
-		guarantees: Guarantees{OrderPerAggregate: true, Dedup: false, Durable: false, SharedAcrossProcesses: true},
+		guarantees: Guarantees{OrderPerAggregate: true, Dedup: false, Durable: false, SharedAcrossProcesses: true, ConsumerGroups: true},
 		publisher:  pub,
 		subscriber: func(group string) (message.Subscriber, error) {
 			return redis.NewSubscriber(redis.SubscriberConfig{URL: pcfg.URL, ConsumerGroup: group}, logger)

@@ -60,7 +60,7 @@ func openSNS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Br
 		return nil, err
 	}
 	return &Broker{
-		guarantees: Guarantees{OrderPerAggregate: true, Dedup: true, Durable: true, SharedAcrossProcesses: true},
+		guarantees: Guarantees{OrderPerAggregate: true, Dedup: true, Durable: true, SharedAcrossProcesses: true, ConsumerGroups: true},
 		publisher:  pub,
 		subscriber: func(group string) (message.Subscriber, error) {
 			return sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client, ConsumerGroup: group, CreateQueue: create}, logger)
