@@ -13,6 +13,7 @@ import (
 	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
+	"github.com/gooutbox/outbox/adapters/sqs/sqstest"
 	"github.com/gooutbox/outbox/hooks"
 )
 
@@ -41,6 +42,14 @@ func brokerRun(ctx context.Context, db *gorm.DB, plugin *hooks.Plugin, store *ho
 			}
 			sub.Close()
 			u = "kafka://" + strings.Join(cluster.Addrs(), ",")
+		}
+		if u == "sqs://sqstest" {
+			srv, err := sqstest.Start()
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			u = "sqs://" + strings.TrimPrefix(srv.URL(), "http://") + "?create=1"
 		}
 		b, err := broker.Open(ctx, u, broker.Config{Logger: quiet})
 		if err != nil {
