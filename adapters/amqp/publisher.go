@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/gooutbox/outbox/adapters/internal/publishing"
 	"github.com/gooutbox/outbox/runtime"
 )
 
@@ -148,7 +149,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		pubs[i] = pub
 	}
 
-	ctx, cancel := publishContext(msgs, p.cfg.ConfirmTimeout)
+	ctx, cancel := publishing.Context(msgs, p.cfg.ConfirmTimeout, errConfirmTimeout)
 	defer cancel()
 	start := time.Now()
 	pc, err := p.channel(ctx, topic)
@@ -195,33 +196,6 @@ func (p *Publisher) validateTopic(topic string) error {
 		return fmt.Errorf("%w: %q starts with the reserved prefix amq.", ErrInvalidTopic, topic)
 	}
 	return nil
-}
-
-// publishContext returns a context that ends after timeout or when the
-// context of any of msgs is done.
-func publishContext(msgs []*message.Message, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeoutCause(context.Background(), timeout, errConfirmTimeout)
-	var stops []func() bool
-	seen := map[<-chan struct{}]bool{}
-	for _, msg := range msgs {
-		mctx := msg.Context()
-		done := mctx.Done()
-		if done == nil || seen[done] {
-			continue
-		}
-		seen[done] = true
-		if mctx.Err() != nil {
-			cancel()
-			break
-		}
-		stops = append(stops, context.AfterFunc(mctx, cancel))
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
 }
 
 // channel returns an idle confirm-mode channel, or a new one, on a

@@ -12,6 +12,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gooutbox/outbox/adapters/internal/publishing"
 	"github.com/gooutbox/outbox/runtime"
 )
 
@@ -181,7 +182,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	ctx, cancel := publishContext(msgs, p.cfg.PublishTimeout)
+	ctx, cancel := publishing.Context(msgs, p.cfg.PublishTimeout, nil)
 	defer cancel()
 	start := time.Now()
 	stream, err := p.streams.stream(ctx, topic, subject)
@@ -198,7 +199,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 		errs[i] = err
 		failed++
-		if key := aggregateKey(msgs[i]); key != "" {
+		if key := publishing.AggregateKey(msgs[i]); key != "" {
 			failedAggs[key] = true
 		}
 		if !permanent(err) {
@@ -219,7 +220,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		window = window[:0]
 		for i := lo; i < hi; i++ {
 			msg := msgs[i]
-			if key := aggregateKey(msg); key != "" && failedAggs[key] {
+			if key := publishing.AggregateKey(msg); key != "" && failedAggs[key] {
 				errs[i] = errEarlierFailed
 				failed++
 				continue
@@ -269,39 +270,6 @@ func (p *Publisher) send(subject, stream string, msg *message.Message) (jetstrea
 		opts = append(opts, jetstream.WithMsgID(msg.UUID))
 	}
 	return p.js.PublishMsgAsync(nm, opts...)
-}
-
-// aggregateKey returns the key of msg's aggregate, or "" when it has no
-// aggregate_id.
-func aggregateKey(msg *message.Message) string {
-	id := msg.Metadata.Get(runtime.MetadataAggregateID)
-	if id == "" {
-		return ""
-	}
-	return msg.Metadata.Get(runtime.MetadataAggregateType) + "\x00" + id
-}
-
-// publishContext returns a context that ends after timeout or when the
-// context of any of msgs is done.
-func publishContext(msgs []*message.Message, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	var stops []func() bool
-	seen := map[<-chan struct{}]bool{}
-	for _, msg := range msgs {
-		mctx := msg.Context()
-		done := mctx.Done()
-		if done == nil || seen[done] {
-			continue
-		}
-		seen[done] = true
-		stops = append(stops, context.AfterFunc(mctx, cancel))
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
 }
 
 // Close waits for in-flight Publish calls, then closes the connection if

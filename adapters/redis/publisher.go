@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/gooutbox/outbox/adapters/internal/publishing"
 	"github.com/gooutbox/outbox/runtime"
 )
 
@@ -190,7 +190,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	ctx, cancel := publishContext(msgs, p.cfg.PublishTimeout)
+	ctx, cancel := publishing.Context(msgs, p.cfg.PublishTimeout, nil)
 	defer cancel()
 	start := time.Now()
 
@@ -203,14 +203,14 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 		errs[i] = err
 		failed++
-		if key := aggregateKey(msgs[i]); key != "" {
+		if key := publishing.AggregateKey(msgs[i]); key != "" {
 			failedAggs[key] = true
 		}
 	}
 	pipe := p.client.Pipeline()
 	cmds := make([]*goredis.StringCmd, len(msgs))
 	for i, msg := range msgs {
-		if key := aggregateKey(msg); key != "" && failedAggs[key] {
+		if key := publishing.AggregateKey(msg); key != "" && failedAggs[key] {
 			errs[i] = errEarlierFailed
 			failed++
 			continue
@@ -272,39 +272,6 @@ func (p *Publisher) xaddArgs(stream string, msg *message.Message) (*goredis.XAdd
 		args.MinID, args.Approx = strconv.FormatInt(p.now().Add(-p.cfg.MaxAge).UnixMilli(), 10), true
 	}
 	return args, nil
-}
-
-// aggregateKey returns the key of msg's aggregate, or "" when it has no
-// aggregate_id.
-func aggregateKey(msg *message.Message) string {
-	id := msg.Metadata.Get(runtime.MetadataAggregateID)
-	if id == "" {
-		return ""
-	}
-	return msg.Metadata.Get(runtime.MetadataAggregateType) + "\x00" + id
-}
-
-// publishContext returns a context that ends after timeout or when the
-// context of any of msgs is done.
-func publishContext(msgs []*message.Message, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	var stops []func() bool
-	seen := map[<-chan struct{}]bool{}
-	for _, msg := range msgs {
-		mctx := msg.Context()
-		done := mctx.Done()
-		if done == nil || seen[done] {
-			continue
-		}
-		seen[done] = true
-		stops = append(stops, context.AfterFunc(mctx, cancel))
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
 }
 
 // Close waits for in-flight Publish calls, then closes the client if the

@@ -167,31 +167,3 @@ func permanentRequestError(err error) bool {
 
 // batchID is the Id of the i-th entry of a batch request.
 func batchID(i int) string { return strconv.Itoa(i) }
-
-// mergedContext returns a context that is done when the context of any of
-// msgs is done, carrying the values of the first message's context.
-func mergedContext(msgs []*message.Message) (context.Context, context.CancelFunc) {
-	first := msgs[0].Context()
-	ctx, cancel := context.WithCancelCause(first)
-	var stops []func() bool
-	seen := map[<-chan struct{}]bool{first.Done(): true}
-	for _, msg := range msgs[1:] {
-		mctx := msg.Context()
-		done := mctx.Done()
-		if done == nil || seen[done] {
-			continue
-		}
-		seen[done] = true
-		if mctx.Err() != nil {
-			cancel(context.Cause(mctx))
-			break
-		}
-		stops = append(stops, context.AfterFunc(mctx, func() { cancel(context.Cause(mctx)) }))
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel(nil)
-	}
-}

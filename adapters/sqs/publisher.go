@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/gooutbox/outbox/adapters/internal/publishing"
 )
 
 // PublisherConfig configures a [Publisher]. Every field's zero value means
@@ -163,7 +165,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if err != nil {
 		return permanentf("sqs: publish to %q: %w", topic, err)
 	}
-	ctx, cancel := mergedContext(msgs)
+	ctx, cancel := publishing.Context(msgs, 0, nil)
 	defer cancel()
 	url, err := p.queues.url(ctx, name)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
+
+	"github.com/gooutbox/outbox/adapters/internal/publishing"
 )
 
 // SNSPublisherConfig configures an [SNSPublisher]. Every field's zero value
@@ -181,7 +183,7 @@ func (p *SNSPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if _, err := TopicName(topic); err != nil && p.cfg.TopicARN == nil {
 		return permanentf("sns: publish to %q: %w", topic, err)
 	}
-	ctx, cancel := mergedContext(msgs)
+	ctx, cancel := publishing.Context(msgs, 0, nil)
 	defer cancel()
 	arn, err := p.topics.arn(ctx, topic)
 	if err != nil {

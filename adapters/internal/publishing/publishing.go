@@ -1,0 +1,71 @@
+// Package publishing holds what the broker adapters' publishers share: the
+// context a Publish call runs under, and the key that groups a call's
+// messages by aggregate. It is internal to package adapters and makes no
+// compatibility promise.
+package publishing
+
+import (
+	"context"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// Context returns the context of a Publish call of msgs: it is done when the
+// context of any message is done (the relay gives every message of a batch
+// the batch's deadline), or, when timeout > 0, after timeout, with cause as
+// its cause (context.DeadlineExceeded when cause is nil). It carries the
+// values of the first message's context. Call the returned function when the
+// call is over.
+func Context(msgs []*message.Message, timeout time.Duration, cause error) (context.Context, context.CancelFunc) {
+	parent := context.Background()
+	if len(msgs) > 0 {
+		parent = context.WithoutCancel(msgs[0].Context())
+	}
+	stopTimer := context.CancelFunc(func() {})
+	if timeout > 0 {
+		// A real deadline, not a timer: clients (go-redis, the AMQP and
+		// NATS clients) read it to set their connections' deadlines.
+		if cause == nil {
+			cause = context.DeadlineExceeded
+		}
+		parent, stopTimer = context.WithTimeoutCause(parent, timeout, cause)
+	}
+	ctx, cancelCause := context.WithCancelCause(parent)
+	var stops []func() bool
+	seen := map[<-chan struct{}]bool{}
+	for _, msg := range msgs {
+		mctx := msg.Context()
+		done := mctx.Done()
+		if done == nil || seen[done] {
+			continue
+		}
+		seen[done] = true
+		if mctx.Err() != nil {
+			cancelCause(context.Cause(mctx))
+			break
+		}
+		stops = append(stops, context.AfterFunc(mctx, func() { cancelCause(context.Cause(mctx)) }))
+	}
+	return ctx, func() {
+		stopTimer()
+		for _, stop := range stops {
+			stop()
+		}
+		cancelCause(context.Canceled)
+	}
+}
+
+// AggregateKey returns the key of msg's aggregate (its aggregate_type and
+// aggregate_id metadata), or "" when it has no aggregate_id. A publisher
+// that fails a message holds back the call's later messages with the same
+// key, so that none overtakes it.
+func AggregateKey(msg *message.Message) string {
+	id := msg.Metadata.Get(runtime.MetadataAggregateID)
+	if id == "" {
+		return ""
+	}
+	return msg.Metadata.Get(runtime.MetadataAggregateType) + "\x00" + id
+}

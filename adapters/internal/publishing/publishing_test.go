@@ -1,0 +1,82 @@
+package publishing
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/gooutbox/outbox/runtime"
+)
+
+type key struct{}
+
+func TestContextEndsWithAnyMessage(t *testing.T) {
+	a, b := message.NewMessage("a", nil), message.NewMessage("b", nil)
+	actx, acancel := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+	defer acancel()
+	bctx, bcancel := context.WithCancelCause(context.Background())
+	a.SetContext(actx)
+	b.SetContext(bctx)
+	ctx, done := Context([]*message.Message{a, b}, 0, nil)
+	defer done()
+	if ctx.Value(key{}) != "v" {
+		t.Error("the first message's values are lost")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("done before any message context ended")
+	}
+	stop := errors.New("batch deadline")
+	bcancel(stop)
+	<-ctx.Done()
+	if !errors.Is(context.Cause(ctx), stop) {
+		t.Errorf("cause %v, want %v", context.Cause(ctx), stop)
+	}
+}
+
+func TestContextAlreadyDone(t *testing.T) {
+	m := message.NewMessage("a", nil)
+	mctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	m.SetContext(mctx)
+	ctx, done := Context([]*message.Message{message.NewMessage("z", nil), m}, 0, nil)
+	defer done()
+	if ctx.Err() == nil {
+		t.Error("not done although a message's context is")
+	}
+}
+
+func TestContextTimeout(t *testing.T) {
+	cause := errors.New("confirm timeout")
+	ctx, done := Context([]*message.Message{message.NewMessage("a", nil)}, time.Millisecond, cause)
+	defer done()
+	<-ctx.Done()
+	if !errors.Is(context.Cause(ctx), cause) {
+		t.Errorf("cause %v, want %v", context.Cause(ctx), cause)
+	}
+}
+
+func TestAggregateKey(t *testing.T) {
+	m := message.NewMessage("a", nil)
+	if AggregateKey(m) != "" {
+		t.Error("a message without aggregate_id has a key")
+	}
+	m.Metadata.Set(runtime.MetadataAggregateType, "order")
+	m.Metadata.Set(runtime.MetadataAggregateID, "1")
+	n := message.NewMessage("b", nil)
+	n.Metadata.Set(runtime.MetadataAggregateType, "invoice")
+	n.Metadata.Set(runtime.MetadataAggregateID, "1")
+	if AggregateKey(m) == AggregateKey(n) {
+		t.Error("aggregates of two types with one id share a key")
+	}
+}
+
+func TestContextHasDeadline(t *testing.T) {
+	ctx, done := Context([]*message.Message{message.NewMessage("a", nil)}, time.Minute, nil)
+	defer done()
+	if _, ok := ctx.Deadline(); !ok {
+		t.Error("no deadline: clients that set connection deadlines from it would wait forever")
+	}
+}
