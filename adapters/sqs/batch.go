@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/smithy-go"
 
 	"github.com/gooutbox/outbox/runtime"
@@ -36,6 +37,41 @@ type entry struct {
 type entryResult struct {
 	err         error
 	senderFault bool
+}
+
+// entryFailure is one failed entry of a batch response.
+type entryFailure struct {
+	id, code, message *string
+	senderFault       bool
+}
+
+// entryResults maps a batch response of n entries to one result per entry:
+// successful ids to nil, failures to their error (prefixed with what, the
+// request and its target), and an entry the response does not mention to
+// a retryable error.
+func entryResults(what string, n int, successful []*string, failed []entryFailure) []entryResult {
+	results := make([]entryResult, n)
+	seen := make([]bool, n)
+	for _, id := range successful {
+		if i, ok := entryIndex(id, n); ok {
+			seen[i] = true
+		}
+	}
+	for _, f := range failed {
+		if i, ok := entryIndex(f.id, n); ok {
+			seen[i] = true
+			results[i] = entryResult{
+				err:         fmt.Errorf("%s: %s: %s", what, aws.ToString(f.code), aws.ToString(f.message)),
+				senderFault: f.senderFault,
+			}
+		}
+	}
+	for i := range results {
+		if !seen[i] {
+			results[i] = entryResult{err: fmt.Errorf("%s: no result for entry %d", what, i)}
+		}
+	}
+	return results
 }
 
 // sendFunc sends one batch request (at most 10 entries, at most the byte

@@ -209,28 +209,15 @@ func (p *Publisher) sendBatch(ctx context.Context, name, url string, batch []*en
 		}
 		return nil, fmt.Errorf("SendMessageBatch to %s: %w", name, err)
 	}
-	results := make([]entryResult, len(batch))
-	seen := make([]bool, len(batch))
-	for _, s := range out.Successful {
-		if i, ok := entryIndex(s.Id, len(batch)); ok {
-			seen[i] = true
-		}
+	ok := make([]*string, len(out.Successful))
+	for k, e := range out.Successful {
+		ok[k] = e.Id
 	}
-	for _, f := range out.Failed {
-		if i, ok := entryIndex(f.Id, len(batch)); ok {
-			seen[i] = true
-			results[i] = entryResult{
-				err:         fmt.Errorf("SendMessageBatch to %s: %s: %s", name, aws.ToString(f.Code), aws.ToString(f.Message)),
-				senderFault: f.SenderFault,
-			}
-		}
+	failed := make([]entryFailure, len(out.Failed))
+	for k, f := range out.Failed {
+		failed[k] = entryFailure{id: f.Id, code: f.Code, message: f.Message, senderFault: f.SenderFault}
 	}
-	for i := range batch {
-		if !seen[i] {
-			results[i] = entryResult{err: fmt.Errorf("SendMessageBatch to %s: no result for entry %d", name, i)}
-		}
-	}
-	return results, nil
+	return entryResults("SendMessageBatch to "+name, len(batch), ok, failed), nil
 }
 
 // Close waits for in-flight Publish calls. It is safe to call more than

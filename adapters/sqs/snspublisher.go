@@ -225,28 +225,15 @@ func (p *SNSPublisher) sendBatch(ctx context.Context, arn string, batch []*entry
 	if err != nil {
 		return nil, fmt.Errorf("PublishBatch to %s: %w", arn, err)
 	}
-	results := make([]entryResult, len(batch))
-	seen := make([]bool, len(batch))
-	for _, s := range out.Successful {
-		if i, ok := entryIndex(s.Id, len(batch)); ok {
-			seen[i] = true
-		}
+	ok := make([]*string, len(out.Successful))
+	for k, e := range out.Successful {
+		ok[k] = e.Id
 	}
-	for _, f := range out.Failed {
-		if i, ok := entryIndex(f.Id, len(batch)); ok {
-			seen[i] = true
-			results[i] = entryResult{
-				err:         fmt.Errorf("PublishBatch to %s: %s: %s", arn, aws.ToString(f.Code), aws.ToString(f.Message)),
-				senderFault: f.SenderFault,
-			}
-		}
+	failed := make([]entryFailure, len(out.Failed))
+	for k, f := range out.Failed {
+		failed[k] = entryFailure{id: f.Id, code: f.Code, message: f.Message, senderFault: f.SenderFault}
 	}
-	for i := range batch {
-		if !seen[i] {
-			results[i] = entryResult{err: fmt.Errorf("PublishBatch to %s: no result for entry %d", arn, i)}
-		}
-	}
-	return results, nil
+	return entryResults("PublishBatch to "+arn, len(batch), ok, failed), nil
 }
 
 // Close waits for in-flight Publish calls. It is safe to call more than once.
