@@ -20,7 +20,8 @@ var clients = map[string][]string{
 
 // TestAdaptersCompileOnlyTheirBroker checks that a program importing one
 // adapter compiles no other broker's client, and that runtime, hooks, the
-// relay and the consumer compile none.
+// relay and the consumer compile none. It is the one dependency test of the
+// adapters: the client lists live here, beside the openers that name them.
 func TestAdaptersCompileOnlyTheirBroker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")

@@ -2,7 +2,6 @@ package sqs_test
 
 import (
 	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -80,21 +79,5 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := sqs.NewSubscriber(sqs.SubscriberConfig{MaxMessages: -1}, nil); !errors.Is(err, sqs.ErrInvalidConfig) {
 		t.Errorf("NewSubscriber: %v", err)
-	}
-}
-
-// TestDependencies: the AWS SDK stays out of runtime and the Kafka adapter.
-func TestDependencies(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go list")
-	}
-	for _, pkg := range []string{"../../runtime", "../kafka"} {
-		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
-		}
-		if strings.Contains(string(out), "github.com/aws/") {
-			t.Errorf("%s depends on the AWS SDK", pkg)
-		}
 	}
 }
