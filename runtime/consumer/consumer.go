@@ -114,8 +114,9 @@ func (c *Consumer) Name() string { return c.cfg.Name }
 //
 // fn runs inside a GORM transaction of [Config.DB] whose first statement
 // inserts (consumer name, event id) into the inbox (on MySQL and MariaDB,
-// the first after setting the session's timeouts; see [Config.TxTimeout]); fn must make its database
-// writes through tx, and neither commit nor roll it back. When fn returns
+// the first after setting the session's timeouts; see [Config.TxTimeout]);
+// fn must make its database writes through tx, and neither commit nor roll
+// it back. When fn returns
 // nil the transaction commits, its writes and the inbox marker together,
 // and the message is acked. When the marker already exists (a redelivery,
 // or a concurrent duplicate that committed first) fn does not run, nothing

@@ -103,8 +103,10 @@ func DDL(dialect, table string) ([]string, error) {
 			`CREATE INDEX IF NOT EXISTS ` + base + `_processed_at ON ` + table + ` (consumer, processed_at)`,
 		}, nil
 	case DialectMySQL:
-		// One statement: MySQL has no CREATE INDEX IF NOT EXISTS. The
-		// binary collation makes consumer names compare as Go strings do.
+		// One statement: MySQL has no CREATE INDEX IF NOT EXISTS. Index
+		// names are per table there (and at most 64 bytes), so the index
+		// is plainly processed_at. The binary collation makes consumer
+		// names compare as Go strings do.
 		return []string{
 			`CREATE TABLE IF NOT EXISTS ` + table + ` (
 	consumer     VARCHAR(255) NOT NULL,
@@ -112,7 +114,7 @@ func DDL(dialect, table string) ([]string, error) {
 	event_type   VARCHAR(255) NOT NULL,
 	processed_at DATETIME(6)  NOT NULL,
 	PRIMARY KEY (consumer, event_id),
-	KEY ` + base + `_processed_at (consumer, processed_at)
+	KEY processed_at (consumer, processed_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 		}, nil
 	}
