@@ -1,9 +1,11 @@
 package consumer
 
 import (
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
@@ -68,12 +70,30 @@ type Config struct {
 	// the value of [MetadataDeadLetterConsumer]. Required.
 	Name string
 
-	// DB is the database of the inbox and of the handlers' transactions.
-	// It is required by [Handle]; a consumer with only
-	// [HandleWithoutInbox] handlers may leave it nil. PostgreSQL and
-	// SQLite are supported; create the table with [Migrate] or [DDL].
+	// DB is the database of the inbox and of the handlers' transactions,
+	// for handlers that take a *gorm.DB ([Handle]); handlers registered
+	// with [HandleTx] use its connection pool. PostgreSQL, SQLite, and
+	// MySQL 8 or MariaDB 10.6+ (GORM's "mysql" dialector) are supported;
+	// create the table with [Migrate] or [DDL]. A consumer without GORM
+	// sets SQLDB instead; one with only [HandleWithoutInbox] handlers
+	// needs neither.
 	// Default: nil.
 	DB *gorm.DB
+
+	// SQLDB is the database of the inbox and of the handlers'
+	// transactions for a consumer without GORM: its handlers take a
+	// *sql.Tx ([HandleTx]). Set DB or SQLDB, not both; with SQLDB, set
+	// Dialect. Create the table with [MigrateSQL] or [DDL].
+	// Default: nil.
+	SQLDB *sql.DB
+
+	// Dialect is SQLDB's SQL dialect: "postgres" (or "pgx", for pgx's
+	// stdlib driver), "sqlite", or "mysql" (MySQL 8 or MariaDB 10.6+
+	// through github.com/go-sql-driver/mysql, whose DSN must have
+	// parseTime=true). Required with SQLDB; with DB it must be empty or
+	// match DB's dialector.
+	// Default: "".
+	Dialect string
 
 	// Table is the inbox table, optionally schema-qualified. It must be a
 	// plain SQL identifier.
@@ -103,6 +123,14 @@ type Config struct {
 	// idle_in_transaction_session_timeout to TxTimeout (SET LOCAL), so the
 	// server ends a transaction whose client is gone and releases its
 	// inbox marker's lock, which the redelivery would otherwise wait on.
+	// MySQL and MariaDB have no SET LOCAL: the transaction sets the
+	// session's wait_timeout and innodb_lock_wait_timeout to TxTimeout in
+	// whole seconds (rounded up) and restores the session's own values
+	// before it commits or rolls back, which bounds an abandoned
+	// transaction and a wait on a marker's lock in the same way; a
+	// statement still running when the client vanishes runs to its end
+	// first (MySQL's max_execution_time covers only SELECT, and neither
+	// server has a per-transaction statement timeout).
 	//
 	// The deadline reaches only what honours the context: the handler's
 	// statements through tx (do not replace its context), and whatever the
@@ -303,10 +331,42 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: UnknownVersion is ActionDeadLetter but DeadLetterPublisher is nil", ErrInvalidConfig)
 		}
 	}
-	if c.DB != nil && c.DB.Dialector != nil {
-		if _, err := dialectOf(c.DB.Dialector.Name()); err != nil {
-			return err
-		}
+	dialect, err := c.dialect()
+	if err != nil {
+		return err
+	}
+	// INSERT IGNORE would truncate a longer name to the column's 255
+	// characters, merging the inboxes of two consumers.
+	if dialect == DialectMySQL && utf8.RuneCountInString(c.Name) > 255 {
+		return fmt.Errorf("%w: Name is longer than 255 characters, the inbox's consumer column on MySQL", ErrInvalidConfig)
 	}
 	return nil
+}
+
+// dialect returns the inbox dialect of the configured database, "" for
+// none. The error wraps [ErrInvalidConfig] or [ErrUnsupportedDialect].
+func (c Config) dialect() (string, error) {
+	switch {
+	case c.DB != nil && c.SQLDB != nil:
+		return "", fmt.Errorf("%w: set DB or SQLDB, not both", ErrInvalidConfig)
+	case c.SQLDB != nil:
+		if c.Dialect == "" {
+			return "", fmt.Errorf("%w: SQLDB needs Dialect (postgres, sqlite or mysql)", ErrInvalidConfig)
+		}
+		return dialectOf(c.Dialect)
+	case c.DB != nil && c.DB.Dialector != nil:
+		d, err := dialectOf(c.DB.Dialector.Name())
+		if err != nil {
+			return "", err
+		}
+		if c.Dialect != "" {
+			if want, err := dialectOf(c.Dialect); err != nil || want != d {
+				return "", fmt.Errorf("%w: Dialect %q does not match DB's dialector %q", ErrInvalidConfig, c.Dialect, c.DB.Dialector.Name())
+			}
+		}
+		return d, nil
+	case c.Dialect != "":
+		return "", fmt.Errorf("%w: Dialect is set but SQLDB is nil", ErrInvalidConfig)
+	}
+	return "", nil
 }

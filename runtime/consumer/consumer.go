@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,11 +30,12 @@ import (
 // router handlers) may share one. Register every handler before the first
 // message arrives.
 type Consumer struct {
-	reg *runtime.Registry
-	cfg Config
-	db  *gorm.DB
-	sql inboxSQL
-	log *slog.Logger
+	reg   *runtime.Registry
+	cfg   Config
+	db    *gorm.DB // nil without GORM
+	sqlDB *sql.DB  // cfg.SQLDB, or db's pool; nil without a database
+	sql   inboxSQL
+	log   *slog.Logger
 
 	mu     sync.RWMutex
 	routes map[string]*route // by event type
@@ -49,9 +51,24 @@ const maxTrackedNacks = 10_000
 
 // route is the handler of one event type.
 type route struct {
-	inbox bool
-	// call runs the handler; tx is nil for handlers without the inbox.
-	call func(ctx context.Context, tx *gorm.DB, evt runtime.Event, m Meta) error
+	kind routeKind
+	// call runs the handler; tx holds the transaction its kind takes.
+	call func(ctx context.Context, tx txs, evt runtime.Event, m Meta) error
+}
+
+// routeKind is how a handler gets its inbox transaction.
+type routeKind int
+
+const (
+	withoutInbox routeKind = iota // HandleWithoutInbox: none
+	gormInbox                     // Handle: a GORM transaction of Config.DB
+	sqlInbox                      // HandleTx: a *sql.Tx
+)
+
+// txs is the transaction a handler runs in: one of the fields, or none.
+type txs struct {
+	gorm *gorm.DB
+	sql  *sql.Tx
 }
 
 // New returns a consumer that decodes with reg, configured by cfg. It
@@ -66,11 +83,22 @@ func New(reg *runtime.Registry, cfg Config) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	dialect, err := cfg.dialect()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB := cfg.SQLDB
+	if cfg.DB != nil {
+		if sqlDB, err = cfg.DB.DB(); err != nil {
+			return nil, fmt.Errorf("%w: DB has no database/sql pool: %w", ErrInvalidConfig, err)
+		}
+	}
 	c := &Consumer{
 		reg:    reg,
 		cfg:    cfg,
 		db:     cfg.DB,
-		sql:    newInboxSQL(cfg.Table, dialectName(cfg.DB)),
+		sqlDB:  sqlDB,
+		sql:    newInboxSQL(cfg.Table, dialect, cfg.TxTimeout),
 		log:    cfg.Logger.With(slog.String("consumer", cfg.Name)),
 		routes: make(map[string]*route),
 	}
@@ -84,9 +112,11 @@ func (c *Consumer) Name() string { return c.cfg.Name }
 // latest registered version of its event: the consumer decodes every
 // version it knows and upcasts it to E before calling fn.
 //
-// fn runs inside a transaction of [Config.DB] whose first statement inserts
-// (consumer name, event id) into the inbox; fn must make its database
-// writes through tx, and neither commit nor roll it back. When fn returns
+// fn runs inside a GORM transaction of [Config.DB] whose first statement
+// inserts (consumer name, event id) into the inbox (on MySQL and MariaDB,
+// the first after setting the session's timeouts; see [Config.TxTimeout]);
+// fn must make its database writes through tx, and neither commit nor roll
+// it back. When fn returns
 // nil the transaction commits, its writes and the inbox marker together,
 // and the message is acked. When the marker already exists (a redelivery,
 // or a concurrent duplicate that committed first) fn does not run, nothing
@@ -103,13 +133,33 @@ func (c *Consumer) Name() string { return c.cfg.Name }
 //
 // Handle returns an error wrapping [ErrInvalidHandler] when the consumer has
 // no DB, E is not the latest registered version of its type, or the type
-// already has a handler.
+// already has a handler. Without GORM, use [HandleTx].
 func Handle[E runtime.Event](c *Consumer, fn func(ctx context.Context, tx *gorm.DB, e E, m Meta) error) error {
 	if c.db == nil {
 		var zero E
-		return fmt.Errorf("%w: %T: the inbox needs Config.DB (use HandleWithoutInbox for handlers without a database)", ErrInvalidHandler, zero)
+		return fmt.Errorf("%w: %T: a *gorm.DB handler needs Config.DB (use HandleTx with Config.SQLDB, or HandleWithoutInbox for handlers without a database)", ErrInvalidHandler, zero)
 	}
-	return register(c, true, func(ctx context.Context, tx *gorm.DB, e E, m Meta) error { return fn(ctx, tx, e, m) })
+	return register(c, gormInbox, func(ctx context.Context, tx txs, e E, m Meta) error { return fn(ctx, tx.gorm, e, m) })
+}
+
+// HandleTx is [Handle] for handlers that take a *sql.Tx: database/sql,
+// sqlc (whose generated New takes a DBTX a *sql.Tx satisfies), or pgx
+// through its stdlib driver. The consumer begins tx on [Config.SQLDB] (or
+// on [Config.DB]'s pool), inserts the inbox marker in it, runs fn, and
+// commits or rolls back; fn makes its writes through tx and neither commits
+// nor rolls it back. Everything Handle says about duplicates, retries and
+// [Config.TxTimeout] holds: ctx carries the deadline, and tx was begun with
+// it, so fn's statements through tx fail once it passes.
+//
+// HandleTx returns an error wrapping [ErrInvalidHandler] when the consumer
+// has neither SQLDB nor DB, E is not the latest registered version of its
+// type, or the type already has a handler.
+func HandleTx[E runtime.Event](c *Consumer, fn func(ctx context.Context, tx *sql.Tx, e E, m Meta) error) error {
+	if c.sqlDB == nil {
+		var zero E
+		return fmt.Errorf("%w: %T: the inbox needs Config.SQLDB or Config.DB (use HandleWithoutInbox for handlers without a database)", ErrInvalidHandler, zero)
+	}
+	return register(c, sqlInbox, func(ctx context.Context, tx txs, e E, m Meta) error { return fn(ctx, tx.sql, e, m) })
 }
 
 // HandleWithoutInbox registers fn as the handler of event type E (the latest
@@ -119,10 +169,10 @@ func Handle[E runtime.Event](c *Consumer, fn func(ctx context.Context, tx *gorm.
 // tolerate duplicates (a cache refresh, an idempotent API call keyed by
 // [Meta].EventID). Errors are retried and dead-lettered as with Handle.
 func HandleWithoutInbox[E runtime.Event](c *Consumer, fn func(ctx context.Context, e E, m Meta) error) error {
-	return register(c, false, func(ctx context.Context, _ *gorm.DB, e E, m Meta) error { return fn(ctx, e, m) })
+	return register(c, withoutInbox, func(ctx context.Context, _ txs, e E, m Meta) error { return fn(ctx, e, m) })
 }
 
-func register[E runtime.Event](c *Consumer, inbox bool, fn func(ctx context.Context, tx *gorm.DB, e E, m Meta) error) error {
+func register[E runtime.Event](c *Consumer, kind routeKind, fn func(ctx context.Context, tx txs, e E, m Meta) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil handler", ErrInvalidHandler)
 	}
@@ -139,8 +189,8 @@ func register[E runtime.Event](c *Consumer, inbox bool, fn func(ctx context.Cont
 			ErrInvalidHandler, key, reflect.TypeFor[E](), latest)
 	}
 	r := &route{
-		inbox: inbox,
-		call: func(ctx context.Context, tx *gorm.DB, evt runtime.Event, m Meta) error {
+		kind: kind,
+		call: func(ctx context.Context, tx txs, evt runtime.Event, m Meta) error {
 			e, err := convert[E](evt)
 			if err != nil {
 				return err
@@ -376,7 +426,7 @@ func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result,
 	herr := &HandlerError{EventType: res.Meta.EventType, Attempts: res.Meta.Attempt, Err: err}
 	// A handler error while the database is down is not the message's
 	// fault: nack it rather than dead-letter it.
-	if r.inbox && c.cfg.DeadLetterPublisher != nil {
+	if r.kind != withoutInbox && c.cfg.DeadLetterPublisher != nil {
 		if perr := c.ping(ctx); perr != nil {
 			c.fail(ctx, res, ReasonInbox, errors.Join(herr, &InboxError{Err: perr}))
 			return
@@ -390,8 +440,8 @@ func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result,
 // the inbox transaction (its deadline, [Config.TxTimeout], included), and
 // otherwise the handler's error.
 func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m Meta) error {
-	if !r.inbox {
-		return call(ctx, r, nil, evt, m)
+	if r.kind == withoutInbox {
+		return call(ctx, r, txs{}, evt, m)
 	}
 	// The deadline covers begin, the marker insert, the handler's
 	// statements and commit: the driver fails each of them once it passes
@@ -400,20 +450,35 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 	tctx, cancel := context.WithTimeoutCause(ctx, c.cfg.TxTimeout, errTxDeadline)
 	defer cancel()
 	var handlerErr error
-	err := c.db.WithContext(tctx).Transaction(func(tx *gorm.DB) error {
-		ins := tx.Exec(c.sql.insert, c.sql.insertArgs(c.cfg, m)...)
-		if ins.Error != nil {
-			return &InboxError{Err: fmt.Errorf("insert marker: %w", ins.Error)}
+	// inTx inserts the marker in tx, then runs the handler.
+	inTx := func(tx execer, handler txs) error {
+		inserted, err := c.sql.mark(tctx, tx, c.cfg, m)
+		if err != nil {
+			return &InboxError{Err: err}
 		}
-		if ins.RowsAffected == 0 {
+		if !inserted {
+			if err := c.sql.restore(tctx, tx); err != nil {
+				return &InboxError{Err: err}
+			}
 			return errDuplicate
 		}
-		if err := call(tctx, r, tx, evt, m); err != nil {
+		if err := call(tctx, r, handler, evt, m); err != nil {
 			handlerErr = err
-			return err
+			return errors.Join(err, c.sql.restore(tctx, tx))
+		}
+		if err := c.sql.restore(tctx, tx); err != nil {
+			return &InboxError{Err: err}
 		}
 		return nil
-	})
+	}
+	var err error
+	if r.kind == gormInbox {
+		err = c.db.WithContext(tctx).Transaction(func(tx *gorm.DB) error {
+			return inTx(tx.Statement.ConnPool, txs{gorm: tx})
+		})
+	} else {
+		err = c.sqlTransaction(tctx, func(tx *sql.Tx) error { return inTx(tx, txs{sql: tx}) })
+	}
 	if err != nil && !errors.Is(err, errDuplicate) && ctx.Err() == nil && errors.Is(context.Cause(tctx), errTxDeadline) {
 		// Whatever failed, the deadline is why: the database or the
 		// connection is too slow, or the handler blocked. Not the
@@ -440,12 +505,38 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 	return &InboxError{Err: err}
 }
 
+// sqlTransaction runs fn in a transaction of the consumer's *sql.DB, begun
+// with ctx: it commits when fn returns nil, and rolls back when fn returns
+// an error or panics (the panic goes on).
+func (c *Consumer) sqlTransaction(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	tx, err := c.sqlDB.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// Rollback fails when the deadline already ended the
+			// transaction; the server discards it either way.
+			_ = tx.Rollback()
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	committed = true
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
 // errTxDeadline is the cause of an inbox transaction's context when its
 // deadline passes.
 var errTxDeadline = errors.New("consumer: inbox transaction deadline")
 
 // call runs a handler, turning a panic into a *PanicError.
-func call(ctx context.Context, r *route, tx *gorm.DB, evt runtime.Event, m Meta) (err error) {
+func call(ctx context.Context, r *route, tx txs, evt runtime.Event, m Meta) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &PanicError{Value: p}
@@ -454,23 +545,11 @@ func call(ctx context.Context, r *route, tx *gorm.DB, evt runtime.Event, m Meta)
 	return r.call(ctx, tx, evt, m)
 }
 
-// dialectName returns the GORM dialect of db, "" for none.
-func dialectName(db *gorm.DB) string {
-	if db == nil || db.Dialector == nil {
-		return ""
-	}
-	return db.Dialector.Name()
-}
-
 // ping checks that the inbox database answers.
 func (c *Consumer) ping(ctx context.Context) error {
-	sqlDB, err := c.db.DB()
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return sqlDB.PingContext(ctx)
+	return c.sqlDB.PingContext(ctx)
 }
 
 // backoff returns the wait before the given retry (1-based): a random

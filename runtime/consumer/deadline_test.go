@@ -62,60 +62,68 @@ func TestHandlerBlockingPastTxTimeoutIsRetriedNotDeadLettered(t *testing.T) {
 			wantOutcome: consumer.OutcomeApplied, wantAttempt: 2, wantEffects: 1,
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			db := nil2sqlite(t)
-			dlq := &recordingPublisher{}
-			var o outcomes
-			c := newConsumer(t, newRegistry(t, 2), consumer.Config{
-				Name: "c", DB: db, TxTimeout: txTimeout, MaxRetries: 1,
-				MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, NackDelay: time.Millisecond,
-				DeadLetterPublisher: dlq, OnOutcome: o.record,
+		for name, open := range databases(t) {
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				db := open(t)
+				dlq := &recordingPublisher{}
+				var o outcomes
+				c := newConsumer(t, newRegistry(t, 2), consumer.Config{
+					Name: "c", DB: db, TxTimeout: txTimeout, MaxRetries: 1,
+					MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, NackDelay: time.Millisecond,
+					DeadLetterPublisher: dlq, OnOutcome: o.record,
+				})
+				write := writeEffect("c")
+				must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+					if err := write(ctx, tx, e, m); err != nil {
+						return err
+					}
+					return tc.block(ctx, tx, m.Attempt)
+				}))
+				err := c.HandlerFunc()(paidMessage(t, 2, "o-1", 1))
+				r := o.last()
+				if r.Outcome != tc.wantOutcome || r.Meta.Attempt != tc.wantAttempt {
+					t.Errorf("result = %v after %d attempts (%v), want %v after %d", r.Outcome, r.Meta.Attempt, r.Err, tc.wantOutcome, tc.wantAttempt)
+				}
+				if tc.wantOutcome == consumer.OutcomeFailed {
+					var ie *consumer.InboxError
+					if !errors.As(err, &ie) || !errors.Is(err, consumer.ErrTxTimeout) || r.Reason != consumer.ReasonInbox {
+						t.Errorf("handler = %v (reason %q), want an InboxError wrapping ErrTxTimeout (reason inbox)", err, r.Reason)
+					}
+				} else if err != nil {
+					t.Errorf("handler = %v", err)
+				}
+				if n := len(dlq.topic("c.dlq")); n != 0 {
+					t.Errorf("dead-lettered %d messages; a timed-out attempt is not the handler's fault", n)
+				}
+				if n := len(effects(t, db)); n != tc.wantEffects {
+					t.Errorf("effects = %d, want %d (a timed-out attempt commits nothing)", n, tc.wantEffects)
+				}
+				if n := count(t, db, consumer.DefaultTable); n != int64(tc.wantEffects) {
+					t.Errorf("inbox entries = %d, want %d", n, tc.wantEffects)
+				}
 			})
-			write := writeEffect("c")
-			must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
-				if err := write(ctx, tx, e, m); err != nil {
-					return err
-				}
-				return tc.block(ctx, tx, m.Attempt)
-			}))
-			err := c.HandlerFunc()(paidMessage(t, 2, "o-1", 1))
-			r := o.last()
-			if r.Outcome != tc.wantOutcome || r.Meta.Attempt != tc.wantAttempt {
-				t.Errorf("result = %v after %d attempts (%v), want %v after %d", r.Outcome, r.Meta.Attempt, r.Err, tc.wantOutcome, tc.wantAttempt)
-			}
-			if tc.wantOutcome == consumer.OutcomeFailed {
-				var ie *consumer.InboxError
-				if !errors.As(err, &ie) || !errors.Is(err, consumer.ErrTxTimeout) || r.Reason != consumer.ReasonInbox {
-					t.Errorf("handler = %v (reason %q), want an InboxError wrapping ErrTxTimeout (reason inbox)", err, r.Reason)
-				}
-			} else if err != nil {
-				t.Errorf("handler = %v", err)
-			}
-			if n := len(dlq.topic("c.dlq")); n != 0 {
-				t.Errorf("dead-lettered %d messages; a timed-out attempt is not the handler's fault", n)
-			}
-			if n := len(effects(t, db)); n != tc.wantEffects {
-				t.Errorf("effects = %d, want %d (a timed-out attempt commits nothing)", n, tc.wantEffects)
-			}
-			if n := count(t, db, consumer.DefaultTable); n != int64(tc.wantEffects) {
-				t.Errorf("inbox entries = %d, want %d", n, tc.wantEffects)
-			}
-		})
+		}
 	}
 }
 
 // TestTxTimeoutBeyondPostgresRange: a TxTimeout longer than PostgreSQL's
-// largest statement_timeout (2^31-1 ms, about 24.8 days) is capped for the
-// server-side timeouts rather than failing every transaction.
+// largest statement_timeout (2^31-1 ms, about 24.8 days), or MySQL's largest
+// wait_timeout (a year), is capped for the server-side timeouts rather than
+// failing every transaction.
 func TestTxTimeoutBeyondPostgresRange(t *testing.T) {
-	db := databases(t)["postgres"](t)
-	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, TxTimeout: 1000 * time.Hour})
-	must(t, consumer.Handle(c, writeEffect("c")))
-	if err := c.HandlerFunc()(paidMessage(t, 2, "o-1", 1)); err != nil {
-		t.Fatalf("handler = %v", err)
-	}
-	if n := len(effects(t, db)); n != 1 {
-		t.Errorf("effects = %d, want 1", n)
+	for _, name := range []string{"postgres", "mysql"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := databases(t)[name](t)
+			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, TxTimeout: 10000 * time.Hour})
+			must(t, consumer.Handle(c, writeEffect("c")))
+			if err := c.HandlerFunc()(paidMessage(t, 2, "o-1", 1)); err != nil {
+				t.Fatalf("handler = %v", err)
+			}
+			if n := len(effects(t, db)); n != 1 {
+				t.Errorf("effects = %d, want 1", n)
+			}
+		})
 	}
 }

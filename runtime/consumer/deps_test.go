@@ -7,8 +7,9 @@ import (
 )
 
 // TestDependencies guards the package's promise: it builds on runtime,
-// Watermill and GORM only, so a consumer works with any Watermill subscriber
-// and any GORM dialector without pulling in a broker client or a driver.
+// Watermill and GORM only (plus database/sql), so a consumer works with any
+// Watermill subscriber, any GORM dialector and any database/sql driver
+// (HandleTx) without pulling in a broker client or a driver.
 func TestDependencies(t *testing.T) {
 	goCmd, err := exec.LookPath("go")
 	if err != nil {

@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -205,4 +206,65 @@ func ExampleConfig_deadLetter() {
 	// 0195a0d1-0000-7000-8000-000000000003 orders.order_paid
 	// handler 3
 	// consumer: handler for orders.order_paid failed after 3 attempt(s): mail server rejects order A-3
+}
+
+// ExampleHandleTx builds a consumer on a database/sql pool, with no GORM:
+// the handler's writes go through the *sql.Tx the consumer began, which
+// also holds the inbox marker. sqlc's generated New(db DBTX) takes that tx
+// as it is.
+func ExampleHandleTx() {
+	dir, _ := os.MkdirTemp("", "consumer-example")
+	defer os.RemoveAll(dir)
+	// Any database/sql driver of a supported dialect: "pgx" (PostgreSQL),
+	// "mysql" (MySQL 8, MariaDB 10.6+), or a SQLite driver as here.
+	db, err := sql.Open("sqlite", filepath.Join(dir, "billing.db"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if err := consumer.MigrateSQL(ctx, db, "sqlite", ""); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE invoices (order_id TEXT PRIMARY KEY, amount TEXT, currency TEXT)`); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	reg := runtime.NewRegistry()
+	if err := registerOrders(reg); err != nil {
+		fmt.Println(err)
+		return
+	}
+	c, err := consumer.New(reg, consumer.Config{Name: "billing", SQLDB: db, Dialect: "sqlite"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = consumer.HandleTx(c, func(ctx context.Context, tx *sql.Tx, e OrderPaid, m consumer.Meta) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_id, amount, currency) VALUES (?, ?, ?)`, e.OrderID, e.Amount, e.Currency)
+		return err
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	msg := orderPaidMessage("0195a0d1-0000-7000-8000-000000000003", OrderPaidV1{EventVersion: 1, OccurredAt: time.Now(), OrderID: "A-3", Amount: "7.00"}, "A-3")
+	for range 2 { // delivered twice: applied once
+		if err := c.HandlerFunc()(msg.Copy()); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM invoices`).Scan(&n); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("invoices:", n)
+	// Output:
+	// invoices: 1
 }

@@ -182,11 +182,13 @@ type Effect struct {
 }
 
 // databases returns the dialects the inbox supports, each on a fresh
-// database with the inbox table and the effects table.
+// database with the inbox table and the effects table: "mysql" is the
+// MySQL or MariaDB of OUTBOX_TEST_MYSQL_DSN (MariaDB here).
 func databases(t *testing.T) map[string]func(t *testing.T) *gorm.DB {
 	return map[string]func(t *testing.T) *gorm.DB{
 		"postgres": func(t *testing.T) *gorm.DB { return prepare(t, hookstest.Postgres(t, nil)) },
 		"sqlite":   func(t *testing.T) *gorm.DB { return prepare(t, hookstest.SQLite(t, nil)) },
+		"mysql":    func(t *testing.T) *gorm.DB { return prepare(t, hookstest.MariaDB(t, nil)) },
 	}
 }
 

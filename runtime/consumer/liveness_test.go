@@ -2,7 +2,7 @@ package consumer_test
 
 // Liveness of the inbox: a consumer whose database connection goes
 // half-open recovers by itself, through a loopback fault proxy
-// (runtimetest.Proxy) between the consumer and PostgreSQL.
+// (runtimetest.Proxy) between the consumer and PostgreSQL or MySQL/MariaDB.
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/go-sql-driver/mysql"
+	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -23,27 +25,51 @@ import (
 )
 
 // TestHalfOpenInboxConnectionRecovers: a consumer applies a stream of events
-// from Kafka with its inbox on PostgreSQL, through a proxy. Twice, every
+// from Kafka with its inbox on PostgreSQL or MariaDB, through a proxy. Twice, every
 // connection of the consumer goes half-open (bytes vanish, nothing is
 // closed: a dropped NAT entry). The first cut is made inside a handler,
 // after the inbox marker was inserted, so the server keeps that transaction
 // open with the marker's row lock; the second lands wherever the consumer
 // is. Each time the consumer applies every event exactly once, in order per
-// aggregate, within 5 TxTimeouts of the cut, and dead-letters nothing.
+// aggregate, within 5 TxTimeouts of the cut, and dead-letters nothing. On
+// PostgreSQL the server ends the abandoned transaction through SET LOCAL
+// idle_in_transaction_session_timeout; on MariaDB through the session's
+// wait_timeout, set for the transaction.
 func TestHalfOpenInboxConnectionRecovers(t *testing.T) {
+	for _, name := range []string{"postgres", "mysql"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var admin, viaProxy *gorm.DB
+			var proxy *runtimetest.Proxy
+			if name == "postgres" {
+				dsn := hookstest.PostgresDSN(t)
+				admin = openPostgres(t, dsn)
+				u, err := url.Parse(dsn)
+				must(t, err)
+				proxy = runtimetest.StartProxy(t, u.Host)
+				u.Host = proxy.Addr()
+				viaProxy = openPostgres(t, u.String())
+			} else {
+				dsn := hookstest.MySQLDSN(t)
+				admin = gormOn(t, gormmysql.Open(dsn))
+				cfg, err := mysql.ParseDSN(dsn)
+				must(t, err)
+				proxy = runtimetest.StartProxy(t, cfg.Addr)
+				cfg.Addr = proxy.Addr()
+				viaProxy = gormOn(t, gormmysql.Open(cfg.FormatDSN()))
+			}
+			prepare(t, admin)
+			halfOpenRecovers(t, admin, viaProxy, proxy)
+		})
+	}
+}
+
+func halfOpenRecovers(t *testing.T, admin, viaProxy *gorm.DB, proxy *runtimetest.Proxy) {
 	const (
 		txTimeout = time.Second
 		orders    = 10
 		perPhase  = 100
 	)
-	dsn := hookstest.PostgresDSN(t)
-	admin := openPostgres(t, dsn)
-	prepare(t, admin)
-	u, err := url.Parse(dsn)
-	must(t, err)
-	proxy := runtimetest.StartProxy(t, u.Host)
-	u.Host = proxy.Addr()
-	viaProxy := openPostgres(t, u.String())
 
 	b := newBroker(t, 1)
 	var o outcomes
