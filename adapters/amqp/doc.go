@@ -30,9 +30,11 @@
 //     topic's fanout exchange and the queues of [Config.Groups].
 //   - It publishes on a channel in confirm mode, with the mandatory flag,
 //     and waits for every confirmation. A message the broker returns
-//     (basic.return: no queue took it) fails with a permanent
-//     [*UnroutableError] naming the exchange and routing key, and the
-//     topology is declared again on the next call.
+//     (basic.return: no queue took it) fails with an [*UnroutableError]
+//     naming the exchange and routing key, and the topology is declared
+//     again on the next call. The error is permanent when the same call
+//     declared the topology, and retryable when an earlier call did (the
+//     queue was deleted or expired since; the retry declares it again).
 //
 // One Publish call publishes its messages in order on one channel, so the
 // broker enqueues them in that order. The result is per message
@@ -40,7 +42,8 @@
 // broker took:
 //
 //   - confirmed (basic.ack) and not returned: published;
-//   - returned unroutable: permanent ([*UnroutableError]);
+//   - returned unroutable: [*UnroutableError], permanent when the call
+//     declared the topology, retryable otherwise;
 //   - larger than the broker's max_message_size (RabbitMQ closes the
 //     channel with 406 PRECONDITION_FAILED "message size N is larger than
 //     configured max size M"): permanent ([ErrMessageTooLarge]); the

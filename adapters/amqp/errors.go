@@ -41,12 +41,14 @@ var ErrMessageTooLarge = errors.New("amqp: message larger than the broker's max_
 // longer than 255 bytes, or starting with the reserved "amq." prefix.
 var ErrInvalidTopic = errors.New("amqp: invalid topic")
 
-// UnroutableError is the error [Publisher.Publish] reports, wrapped in a
-// [runtime.PermanentError], for a message the broker returned (basic.return)
-// because no queue was bound to take it. The publisher declares the topology
-// before it publishes, so an unroutable message means a misconfiguration: in
-// [ModePubSub], no group has declared its queue and [Config.Groups] names
-// none; in any mode, a binding or queue deleted behind the publisher's back.
+// UnroutableError is the error [Publisher.Publish] reports for a message the
+// broker returned (basic.return) because no queue was bound to take it. When
+// the same Publish call declared the topology, it is wrapped in a
+// [runtime.PermanentError]: a misconfiguration, such as [ModePubSub] with no
+// group's queue declared and [Config.Groups] naming none. When the topology
+// was declared by an earlier call on the connection, a binding or queue was
+// deleted (or expired, x-expires) behind the publisher's back: the error is
+// then retryable, and the retry declares the topology again.
 type UnroutableError struct {
 	// Exchange is the exchange the message was published to ("" is the
 	// default exchange).

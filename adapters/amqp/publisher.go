@@ -103,8 +103,11 @@ func NewPublisher(cfg Config, logger watermill.LoggerAdapter) (*Publisher, error
 // [runtime.PublishErrors] with one entry per message, nil for the messages
 // the broker took:
 //
-//   - returned unroutable: a [runtime.PermanentError] wrapping an
-//     [*UnroutableError] naming the exchange and routing key;
+//   - returned unroutable: an [*UnroutableError] naming the exchange and
+//     routing key, wrapped in a [runtime.PermanentError] when this call
+//     declared the topology; retryable when the topology was declared by an
+//     earlier call (the queue may have been deleted or expired since, and
+//     the retry declares it again);
 //   - larger than the broker's max_message_size: permanent,
 //     [ErrMessageTooLarge];
 //   - nacked by the broker: [ErrNacked], retryable;
@@ -152,11 +155,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	ctx, cancel := publishing.Context(msgs, p.cfg.ConfirmTimeout, errConfirmTimeout)
 	defer cancel()
 	start := time.Now()
-	pc, err := p.channel(ctx, topic)
+	pc, declared, err := p.channel(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("amqp: publish %d messages to topic %q: %w", len(msgs), topic, err)
 	}
-	errs, timedOut := p.publish(ctx, pc, topic, pubs)
+	errs, timedOut := p.publish(ctx, pc, topic, pubs, declared)
 	if timedOut && errors.Is(context.Cause(ctx), errConfirmTimeout) {
 		p.abandon(pc.conn)
 	}
@@ -199,13 +202,15 @@ func (p *Publisher) validateTopic(topic string) error {
 }
 
 // channel returns an idle confirm-mode channel, or a new one, on a
-// connection that is dialled if needed, with topic's topology declared.
-func (p *Publisher) channel(ctx context.Context, topic string) (*pubChannel, error) {
+// connection that is dialled if needed, with topic's topology declared, and
+// whether this call declared it (rather than an earlier one on the same
+// connection).
+func (p *Publisher) channel(ctx context.Context, topic string) (*pubChannel, bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil || p.conn.IsClosed() {
 		if err := p.dial(); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	// Opening a channel and declaring are RPCs without a deadline of their
@@ -225,21 +230,22 @@ func (p *Publisher) channel(ctx context.Context, topic string) (*pubChannel, err
 	if pc == nil {
 		var err error
 		if pc, err = p.openChannel(); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	if ctx.Err() != nil {
 		p.closeChannel(pc)
-		return nil, fmt.Errorf("%w: %w", ErrUnconfirmed, context.Cause(ctx))
+		return nil, false, fmt.Errorf("%w: %w", ErrUnconfirmed, context.Cause(ctx))
 	}
-	if !p.declared[topic] {
-		if err := p.declare(pc.ch, topic); err != nil {
-			p.closeChannel(pc)
-			return nil, fmt.Errorf("amqp: declare topology for topic %q: %w", topic, err)
-		}
-		p.declared[topic] = true
+	if p.declared[topic] {
+		return pc, false, nil
 	}
-	return pc, nil
+	if err := p.declare(pc.ch, topic); err != nil {
+		p.closeChannel(pc)
+		return nil, false, fmt.Errorf("amqp: declare topology for topic %q: %w", topic, err)
+	}
+	p.declared[topic] = true
+	return pc, true, nil
 }
 
 // dial connects to the broker. p.mu is held.
@@ -381,8 +387,11 @@ func (p *Publisher) forget(pc *pubChannel, topic string) {
 
 // publish publishes pubs on pc in order, waits for their confirmations and
 // returns one error per message, and whether it stopped waiting for
-// confirmations because ctx ended.
-func (p *Publisher) publish(ctx context.Context, pc *pubChannel, topic string, pubs []amqp091.Publishing) (runtime.PublishErrors, bool) {
+// confirmations because ctx ended. declared says whether the topology was
+// declared for this call: a return is permanent only then; otherwise the
+// topology declared earlier may be gone (a queue deleted, or expired by
+// x-expires), and the retry declares it again.
+func (p *Publisher) publish(ctx context.Context, pc *pubChannel, topic string, pubs []amqp091.Publishing, declared bool) (runtime.PublishErrors, bool) {
 	exchange, key := p.cfg.exchangeName(topic), p.cfg.routingKey(topic)
 	errs := make(runtime.PublishErrors, len(pubs))
 	dcs := make([]*amqp091.DeferredConfirmation, len(pubs))
@@ -466,10 +475,13 @@ wait:
 		case returned[i] != nil:
 			r := returned[i]
 			anyReturned = true
-			errs[i] = runtime.Permanent(&UnroutableError{
+			errs[i] = &UnroutableError{
 				Exchange: r.Exchange, RoutingKey: r.RoutingKey, MessageID: r.MessageId,
 				ReplyCode: r.ReplyCode, ReplyText: r.ReplyText,
-			})
+			}
+			if declared {
+				errs[i] = runtime.Permanent(errs[i])
+			}
 		case i == tooLarge:
 			errs[i] = runtime.Permanent(fmt.Errorf("%w: %d bytes: %s", ErrMessageTooLarge, len(pubs[i].Body), closeErr.Reason))
 		case dc == nil:

@@ -151,15 +151,16 @@ func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publish
 // again: that counts as success. Metadata travels as headers and the UUID
 // in the _watermill_message_uuid header (watermill-nats's NATSMarshaler).
 //
-// Messages are sent in order, [PublisherConfig.MaxInFlight] at a time,
-// before their PubAcks are awaited, so one Publish costs about one round trip
-// per MaxInFlight messages. JetStream stores one connection's messages in
-// the order sent. When a message of an aggregate (aggregate_type and
-// aggregate_id metadata) fails before it is sent (too large, say), or its
-// PubAck reports an error, the later messages of that aggregate in the call
-// are not sent (they fail with a retryable error), so they never overtake
-// it; messages already in flight in the same window are the exception, as
-// with any pipelined broker.
+// Messages are sent in order, up to [PublisherConfig.MaxInFlight] at a time,
+// before their PubAcks are awaited, but at most one message of an aggregate
+// (aggregate_type and aggregate_id metadata) is in flight: the next one of
+// that aggregate waits for its PubAck. So one Publish costs about one round
+// trip per MaxInFlight messages of distinct aggregates, and one per message
+// of a call that holds a single aggregate. JetStream stores one connection's
+// messages in the order sent. When a message of an aggregate fails before
+// it is sent (too large, say), or its PubAck reports an error or never
+// comes, the later messages of that aggregate in the call are not sent (they
+// fail with a retryable error), so they never overtake it.
 //
 // When some messages fail, the error wraps a [runtime.PublishErrors] with one
 // entry per message. An entry is a [*runtime.PermanentError] when retrying
@@ -214,24 +215,13 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		fut jetstream.PubAckFuture
 	}
 	window := make([]inFlight, 0, min(len(msgs), p.cfg.MaxInFlight))
+	// inWindow holds the aggregates with a message in the window: a second
+	// message of one waits for the first's PubAck, since JetStream may
+	// refuse the first in its PubAck (max_msg_size, stream limits) or lose
+	// it with the connection, and store the second anyway.
+	inWindow := make(map[string]bool)
 	duplicates := 0
-	for lo := 0; lo < len(msgs); lo += p.cfg.MaxInFlight {
-		hi := min(lo+p.cfg.MaxInFlight, len(msgs))
-		window = window[:0]
-		for i := lo; i < hi; i++ {
-			msg := msgs[i]
-			if key := publishing.AggregateKey(msg); key != "" && failedAggs[key] {
-				errs[i] = errEarlierFailed
-				failed++
-				continue
-			}
-			fut, err := p.send(subject, stream, msg)
-			if err != nil {
-				fail(i, fmt.Errorf("nats: publish message %s to topic %q: %w", msg.UUID, topic, err))
-				continue
-			}
-			window = append(window, inFlight{i, fut})
-		}
+	await := func() {
 		for _, f := range window {
 			select {
 			case ack := <-f.fut.Ok():
@@ -244,7 +234,30 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 				fail(f.i, fmt.Errorf("nats: publish message %s to topic %q: no PubAck: %w", msgs[f.i].UUID, topic, context.Cause(ctx)))
 			}
 		}
+		window = window[:0]
+		clear(inWindow)
 	}
+	for i, msg := range msgs {
+		key := publishing.AggregateKey(msg)
+		if len(window) == p.cfg.MaxInFlight || (key != "" && inWindow[key]) {
+			await()
+		}
+		if key != "" && failedAggs[key] {
+			errs[i] = errEarlierFailed
+			failed++
+			continue
+		}
+		fut, err := p.send(subject, stream, msg)
+		if err != nil {
+			fail(i, fmt.Errorf("nats: publish message %s to topic %q: %w", msg.UUID, topic, err))
+			continue
+		}
+		window = append(window, inFlight{i, fut})
+		if key != "" {
+			inWindow[key] = true
+		}
+	}
+	await()
 	if failed > 0 {
 		return fmt.Errorf("nats: publish %d messages to topic %q: %w", len(msgs), topic, errs)
 	}

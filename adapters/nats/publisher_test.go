@@ -378,3 +378,42 @@ func TestStreamUpdated(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamMaxMsgSizeHoldsAggregate publishes, in one call, a message the
+// stream refuses (larger than its max_msg_size: the refusal comes in the
+// PubAck, after later messages were sent) followed by another message of the
+// same aggregate: the later one must not be stored ahead of the refused one.
+func TestStreamMaxMsgSizeHoldsAggregate(t *testing.T) {
+	_, js := connect(t)
+	stream := nats.StreamConfig{
+		Prefix:    streamPrefix(t, js),
+		Configure: func(c *jetstream.StreamConfig) { c.MaxMsgSize = 1024 },
+	}
+	topic := "maxmsgsize." + watermill.NewShortUUID()
+	pub := newPublisher(t, nats.PublisherConfig{Stream: stream})
+	big := eventMessage("a", 1)
+	big.Payload = make([]byte, 2048)
+	after := eventMessage("a", 2)
+	other := eventMessage("b", 1)
+	err := pub.Publish(topic, big, after, other)
+	var perMessage runtime.PublishErrors
+	if !errors.As(err, &perMessage) || len(perMessage) != 3 {
+		t.Fatalf("Publish = %v, want runtime.PublishErrors of 3", err)
+	}
+	if !runtime.IsPermanent(perMessage[0]) {
+		t.Errorf("message 0 (above max_msg_size): %v, want permanent", perMessage[0])
+	}
+	if perMessage[1] == nil || runtime.IsPermanent(perMessage[1]) {
+		t.Errorf("message 1 (same aggregate, after the refused one): %v, want a retryable error", perMessage[1])
+	}
+	if perMessage[2] != nil {
+		t.Errorf("message 2 (other aggregate): %v, want nil", perMessage[2])
+	}
+	s, err := js.Stream(context.Background(), nats.StreamName(stream.Prefix, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.CachedInfo().State.Msgs; n != 1 {
+		t.Errorf("stream holds %d messages, want 1 (the other aggregate's)", n)
+	}
+}
