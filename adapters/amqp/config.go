@@ -110,6 +110,16 @@ type Config struct {
 	// x-dead-letter-exchange, ...). They must not set x-queue-type or
 	// x-single-active-consumer; use Quorum and CompetingConsumers.
 	//
+	// They are an escape hatch outside this package's guarantees. Arguments
+	// that make RabbitMQ drop messages lose events after they were
+	// confirmed: x-message-ttl, x-max-length or x-max-length-bytes with the
+	// default overflow (drop-head), x-expires on a queue nobody consumes.
+	// x-overflow=reject-publish makes a full queue nack instead (retryable),
+	// but one Publish call sends its messages before the confirms come
+	// back, so if the queue drains between a nacked message and the next
+	// message of the same aggregate, that next one is accepted first and
+	// overtakes it. Size queues so that they never fill.
+	//
 	// Default: none.
 	QueueArguments amqp091.Table
 
