@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/internal/backoff"
 )
 
 // Consumer applies the events of a topic through typed handlers: it decodes
@@ -413,7 +413,7 @@ func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result,
 		wait := c.backoff(attempt)
 		c.log.Warn("consumer: attempt failed, retrying", append(c.attrs(res),
 			slog.Duration("backoff", wait), slog.String("error", err.Error()))...)
-		if !sleep(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			c.fail(ctx, res, ReasonCanceled, errors.Join(err, context.Cause(ctx)))
 			return
 		}
@@ -555,20 +555,13 @@ func (c *Consumer) ping(ctx context.Context) error {
 // backoff returns the wait before the given retry (1-based): a random
 // duration between half and all of min(MinBackoff*2^(retry-1), MaxBackoff).
 func (c *Consumer) backoff(retry int) time.Duration {
-	d := c.cfg.MinBackoff
-	for i := 1; i < retry && d < c.cfg.MaxBackoff; i++ {
-		d *= 2 // stops doubling at MaxBackoff, so it cannot overflow
-	}
-	d = min(d, c.cfg.MaxBackoff)
-	if d <= 1 {
-		return d
-	}
-	half := d / 2
-	return half + rand.N(d-half+1)
+	return backoff.Jitter(backoff.Exponential(c.cfg.MinBackoff, c.cfg.MaxBackoff, retry))
 }
 
 // nackDelay holds a message about to be nacked for its next nack delay.
-func (c *Consumer) nackDelay(ctx context.Context, uuid string) { sleep(ctx, c.nextNackDelay(uuid)) }
+func (c *Consumer) nackDelay(ctx context.Context, uuid string) {
+	backoff.Sleep(ctx, c.nextNackDelay(uuid))
+}
 
 // nextNackDelay returns NackDelay doubled for each time the message was
 // nacked before in a row, capped at MaxNackDelay, and counts this nack.
@@ -580,11 +573,7 @@ func (c *Consumer) nextNackDelay(uuid string) time.Duration {
 	n := c.nacks[uuid]
 	c.nacks[uuid] = n + 1
 	c.nackMu.Unlock()
-	d, ceiling := c.cfg.NackDelay, max(c.cfg.MaxNackDelay, c.cfg.NackDelay)
-	for i := 0; i < n && d < ceiling; i++ {
-		d *= 2
-	}
-	return min(d, ceiling)
+	return backoff.Exponential(c.cfg.NackDelay, c.cfg.MaxNackDelay, n+1)
 }
 
 // forgetNacks drops a message's nack count once it is acked.
@@ -592,21 +581,6 @@ func (c *Consumer) forgetNacks(uuid string) {
 	c.nackMu.Lock()
 	delete(c.nacks, uuid)
 	c.nackMu.Unlock()
-}
-
-// sleep waits for d or until ctx is done, and reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // attrs returns the log attributes of a delivery.

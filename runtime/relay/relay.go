@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/internal/backoff"
 )
 
 // Log attribute keys, defined once so every log line uses the same names.
@@ -181,7 +181,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				wait = r.backoff(failures)
 			}
 			r.logFailure(res, failures, wait)
-			if wait == 0 || !sleep(ctx, wait) {
+			if wait == 0 || !backoff.Sleep(ctx, wait) {
 				return nil
 			}
 			continue
@@ -389,7 +389,7 @@ func (r *Relay) listen(ctx context.Context) {
 		failures++
 		wait := r.backoff(failures)
 		r.log.Warn("relay: listen failed", errAttr(err), attrAttempt, failures, attrBackoff, wait)
-		if !sleep(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return
 		}
 	}
@@ -399,15 +399,7 @@ func (r *Relay) listen(ctx context.Context) {
 // random duration between half and all of min(MinBackoff*2^(attempt-1),
 // MaxBackoff).
 func (r *Relay) backoff(attempt int) time.Duration {
-	d := r.cfg.MinBackoff
-	for i := 1; i < attempt && d < r.cfg.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, r.cfg.MaxBackoff)
-	if half := d / 2; half > 0 {
-		d = half + rand.N(d-half+1)
-	}
-	return max(d, 1)
+	return max(backoff.Jitter(backoff.Exponential(r.cfg.MinBackoff, r.cfg.MaxBackoff, attempt)), 1)
 }
 
 // errAttr is the log attribute of an error: its message on one line. (slog
@@ -418,16 +410,4 @@ func errAttr(err error) slog.Attr {
 		return slog.String(attrError, "")
 	}
 	return slog.String(attrError, err.Error())
-}
-
-// sleep waits for d or until ctx is done; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

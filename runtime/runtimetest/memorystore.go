@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/internal/backoff"
 	"github.com/gooutbox/outbox/runtime/relay"
 )
 
@@ -260,10 +261,7 @@ func (s *MemoryStore) retryDelay(attempts int) time.Duration {
 	if maxD <= 0 {
 		maxD = 30 * time.Second
 	}
-	for i := 1; i < attempts && d < maxD; i++ {
-		d *= 2
-	}
-	return min(d, maxD)
+	return backoff.Exponential(d, maxD, attempts)
 }
 
 // Release implements [relay.Releaser]: it drops every claim owner holds.
