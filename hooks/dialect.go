@@ -44,8 +44,9 @@ type dialect interface {
 	// than limit (a relay SIGSTOPped or hung mid-transaction would otherwise
 	// hold the lease rows, and so every other relay's takeover, for as long
 	// as its connection lives). A dialect that cannot leaves it to the
-	// server's own timeouts.
-	guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) error
+	// server's own timeouts. A non-nil restore undoes what the guard set
+	// on the session; it runs just before the commit.
+	guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) (restore func(context.Context) error, err error)
 	// leases returns the lease bookkeeping of a store's tables.
 	leases(t storeTables) leaseOps
 

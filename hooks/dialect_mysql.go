@@ -337,7 +337,21 @@ func (mysqlDialect) listen(context.Context, *Store, func()) error {
 	return fmt.Errorf("hooks: listen: %w: LISTEN/NOTIFY needs PostgreSQL; the relay polls", errors.ErrUnsupported)
 }
 
-// guardLeaseTx does nothing: a MySQL session stalled in the lease
-// transaction holds its row locks until the server's wait_timeout ends it;
-// the other relays' waits end with innodb_lock_wait_timeout.
-func (mysqlDialect) guardLeaseTx(context.Context, *sql.Tx, time.Duration) error { return nil }
+// guardLeaseTx sets the session's wait_timeout and innodb_lock_wait_timeout
+// to limit (whole seconds, at least 1) for the lease transaction: the server
+// then closes the session of a relay stalled inside it, which rolls the
+// transaction back and releases the lease rows, instead of holding them
+// until the default wait_timeout (8 hours). MySQL has no SET LOCAL, so the
+// previous values are kept in session variables and restored by the
+// returned function before the commit.
+func (mysqlDialect) guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) (func(context.Context) error, error) {
+	secs := max(int64((limit+time.Second-1)/time.Second), 1)
+	_, err := tx.ExecContext(ctx, `SET @outbox_lease_wait = @@SESSION.wait_timeout, @outbox_lease_lock = @@SESSION.innodb_lock_wait_timeout, SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?`, secs, secs)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		_, err := tx.ExecContext(ctx, `SET SESSION wait_timeout = @outbox_lease_wait, SESSION innodb_lock_wait_timeout = @outbox_lease_lock`)
+		return err
+	}, nil
+}

@@ -337,11 +337,21 @@ func (s *switchPublisher) Publish(topic string, msgs ...*message.Message) error 
 // TestRelayStalledInLeaseTransactionIsTakenOver: a relay that stops in the
 // middle of its lease transaction (SIGSTOPped, or hung) holds the lease rows'
 // locks. On PostgreSQL the transaction carries idle_in_transaction and
-// statement timeouts of LeaseTTL/2, so the server ends it and another relay
-// takes the shards over once the lease expires, instead of skipping the
-// locked rows for as long as the stalled connection lives.
+// statement timeouts of LeaseTTL/2, on MySQL/MariaDB the session's
+// wait_timeout and innodb_lock_wait_timeout (whole seconds), so the server
+// ends it and another relay takes the shards over once the lease expires,
+// instead of skipping or waiting on the locked rows for as long as the
+// stalled connection lives.
 func TestRelayStalledInLeaseTransactionIsTakenOver(t *testing.T) {
-	db := postgresWithPlugin(t)
+	for _, dialect := range []string{"postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			testRelayStalledInLeaseTransaction(t, withPlugin(t, dialect))
+		})
+	}
+}
+
+func testRelayStalledInLeaseTransaction(t *testing.T, db *gorm.DB) {
 	const ttl = time.Second
 	stalled := mustStore(t, db, hooks.StoreConfig{LeaseTTL: ttl})
 	ctx := context.Background()
@@ -391,5 +401,33 @@ func TestRelayStalledInLeaseTransactionIsTakenOver(t *testing.T) {
 			t.Fatalf("no shard taken over %v after a relay stalled in its lease transaction", 10*ttl)
 		}
 		time.Sleep(20 * time.Millisecond) // leases expire by time
+	}
+}
+
+// TestLeaseGuardRestoresMySQLSession: the lease transaction's short
+// wait_timeout and innodb_lock_wait_timeout are the session's, on MySQL, so
+// they are put back before the commit; the pooled connection keeps the
+// server's values for whatever uses it next.
+func TestLeaseGuardRestoresMySQLSession(t *testing.T) {
+	db := withPlugin(t, "mysql")
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB.SetMaxOpenConns(1) // the store's transactions and the checks share one session
+	var wait, lock int64
+	if err := db.Raw(`SELECT @@SESSION.wait_timeout, @@SESSION.innodb_lock_wait_timeout`).Row().Scan(&wait, &lock); err != nil {
+		t.Fatal(err)
+	}
+	s := mustStore(t, db, hooks.StoreConfig{LeaseTTL: 2 * time.Second})
+	if _, err := s.Claim(context.Background(), relay.ClaimRequest{Owner: "r", Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var wait2, lock2 int64
+	if err := db.Raw(`SELECT @@SESSION.wait_timeout, @@SESSION.innodb_lock_wait_timeout`).Row().Scan(&wait2, &lock2); err != nil {
+		t.Fatal(err)
+	}
+	if wait2 != wait || lock2 != lock {
+		t.Errorf("after a renewal the session has wait_timeout %d, innodb_lock_wait_timeout %d; before: %d, %d", wait2, lock2, wait, lock)
 	}
 }

@@ -255,7 +255,8 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease) error {
 		return fmt.Errorf("hooks: lease: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }() // no-op after Commit
-	if err := s.dialect.guardLeaseTx(ctx, tx, ttl/2); err != nil {
+	restore, err := s.dialect.guardLeaseTx(ctx, tx, ttl/2)
+	if err != nil {
 		return fmt.Errorf("hooks: lease: %w", err)
 	}
 	l := s.lease
@@ -290,6 +291,11 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease) error {
 	}
 	if s.inRenew != nil {
 		s.inRenew()
+	}
+	if restore != nil {
+		if err := restore(ctx); err != nil {
+			return fmt.Errorf("hooks: lease: restore session timeouts: %w", err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("hooks: lease: commit: %w", err)
