@@ -20,8 +20,11 @@ import (
 // benchDB opens a fresh database of dialect, "postgres" or "mysql".
 func benchDB(b *testing.B, dialect string) *gorm.DB {
 	b.Helper()
-	if dialect == "mysql" {
+	switch dialect {
+	case "mysql":
 		return hookstest.MariaDB(b, nil)
+	case "sqlite":
+		return hookstest.SQLite(b, nil)
 	}
 	return hookstest.Postgres(b, nil)
 }
@@ -191,16 +194,20 @@ func (discardPublisher) Publish(string, ...*message.Message) error { return nil 
 func (discardPublisher) Close() error                              { return nil }
 
 // BenchmarkRelayDrain measures how fast 1, 2 and 4 relays sharing one
-// PostgreSQL outbox drain a pre-filled backlog of 60,000 events over 1,000
-// aggregates, publishing to a publisher that acknowledges at once (so the
+// outbox (PostgreSQL and MySQL/MariaDB; SQLite with 1 relay) drain a
+// pre-filled backlog of 60,000 events over 1,000 aggregates, publishing to a publisher that acknowledges at once (so the
 // figure is the relay's and the database's). It reports events/s.
 //
 //	go test -run '^$' -bench RelayDrain -benchtime 1x ./hooks/
 func BenchmarkRelayDrain(b *testing.B) {
 	const events, aggregates = 60_000, 1_000
-	for _, relays := range []int{1, 2, 4} {
-		b.Run(fmt.Sprintf("relays=%d", relays), func(b *testing.B) {
-			db := hookstest.Postgres(b, nil)
+	for _, c := range []struct {
+		dialect string
+		relays  int
+	}{{"postgres", 1}, {"postgres", 2}, {"postgres", 4}, {"mysql", 1}, {"mysql", 2}, {"mysql", 4}, {"sqlite", 1}} {
+		relays := c.relays
+		b.Run(fmt.Sprintf("%s/relays=%d", c.dialect, relays), func(b *testing.B) {
+			db := benchDB(b, c.dialect)
 			if err := hooks.Migrate(context.Background(), db, ""); err != nil {
 				b.Fatal(err)
 			}
@@ -224,7 +231,12 @@ func BenchmarkRelayDrain(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				db.Exec(`VACUUM ANALYZE outbox_messages`)
+				switch c.dialect {
+				case "postgres":
+					db.Exec(`VACUUM ANALYZE outbox_messages`)
+				case "mysql":
+					db.Exec(`ANALYZE TABLE outbox_messages`)
+				}
 				b.StartTimer()
 				began := time.Now()
 				var published atomic.Int64
