@@ -145,7 +145,7 @@ func BenchmarkSaveConcurrent(b *testing.B) {
 	for _, c := range []struct {
 		dialect string
 		locks   bool
-	}{{"postgres", true}, {"postgres", false}, {"mysql", true}, {"mysql", false}} {
+	}{{"postgres", true}, {"postgres", false}, {"mysql", true}, {"mysql", false}, {"sqlite", true}} {
 		locks := c.locks
 		name := c.dialect + "/locks"
 		if !locks {
