@@ -154,8 +154,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if opt.Matrix {
 		return runMatrix(ctx, opt, stdout)
 	}
-	fmt.Fprintf(stdout, "correctness: seed %d (replay with -seed %d), scenario %s, paths %s, %d relays, batch %d, %v load\n",
-		opt.Seed, opt.Seed, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays, opt.BatchSize, opt.Duration)
+	fmt.Fprintf(stdout, "correctness: seed %d (replay with -seed %d), db %s, scenario %s, paths %s, %d relays, batch %d, %v load\n",
+		opt.Seed, opt.Seed, opt.DB, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays, opt.BatchSize, opt.Duration)
 	res, err := runSuite(ctx, opt)
 	if err != nil {
 		fmt.Fprintln(stderr, "correctness:", err)
@@ -253,13 +253,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&opt.BatchSize, "batch", opt.BatchSize, "relay batch size")
 	fs.IntVar(&opt.MaxAttempts, "max-attempts", opt.MaxAttempts, "hooks.StoreConfig.MaxAttempts of the relays (0: never park transient failures)")
 	fs.DurationVar(&opt.Pace, "pace", opt.Pace, "mean pause of a writer between transactions")
-	fs.StringVar(&opt.BaseDSN, "database-url", hookstest.PostgresBaseDSN(), "PostgreSQL; each run creates a fresh schema in it")
+	fs.StringVar(&opt.DB, "db", "postgres", "the outbox's database: postgres, or mysql (MySQL 8 or MariaDB; the consumer's inbox stays on PostgreSQL)")
+	fs.StringVar(&opt.BaseDSN, "database-url", hookstest.PostgresBaseDSN(), "PostgreSQL; each run creates a fresh schema in it (with -db mysql, the consumer's)")
+	fs.StringVar(&opt.MySQLDSN, "mysql-dsn", hookstest.MySQLBaseDSN(), "MySQL or MariaDB for -db mysql (go-sql-driver DSN); each run creates a fresh database on it")
 	fs.BoolVar(&opt.Keep, "keep", false, "keep the schema and the logs even when the run passes")
 	paths := fs.String("paths", "all", "write paths of the writers: all, save (aggregate saves only) or enqueue (Enqueue on hot aggregates only)")
 	fs.BoolVar(&opt.Unpark, "unpark", false, "after draining, unpark the healthy parked messages (what an operator does) and drain again")
 	fs.BoolVar(&opt.Matrix, "matrix", false, "run the core tier and one run per ordering problem (seeds -seed, -seed+1, ...) and print one table")
 	quiet := fs.Bool("q", false, "do not print progress")
 	if err := fs.Parse(args); err != nil {
+		return opt, err
+	}
+	if _, err := databaseOf(opt.DB); err != nil {
 		return opt, err
 	}
 	faults, err := parseScenario(*scenario)
