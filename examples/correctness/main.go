@@ -27,6 +27,7 @@
 //	go run ./examples/correctness -scenario none -relays 2
 //	go run ./examples/correctness -scenario longtx -relays 1 -paths enqueue
 //	go run ./examples/correctness -matrix -q -duration 20s   # the presets below, one table
+//	go run ./examples/correctness -db mysql           # the outbox on MySQL or MariaDB
 //
 // -scenario picks the faults (all, none, or a list of kill, stop,
 // partition, ambiguous, longtx, poison, consumer, dbfreeze, dbrefuse,
@@ -113,7 +114,20 @@
 // Every run prints its seed; the writers' choices and the fault schedule
 // derive from it. PostgreSQL comes from -database-url (default
 // $OUTBOX_TEST_POSTGRES_DSN or the local test database); each run uses a
-// fresh schema. The exit status is 1 when a check fails; the processes' logs
+// fresh schema.
+//
+// # MySQL and MariaDB
+//
+// With -db mysql the accounts, the ledger, the outbox and the relays are on
+// MySQL 8 or MariaDB (-mysql-dsn, default $OUTBOX_TEST_MYSQL_DSN or
+// root@tcp(127.0.0.1:3306)/; each run creates a fresh database), and so are
+// every fault on the relays' connections; terminate becomes KILL
+// CONNECTION of the sessions that came through the fault proxy (MySQL has
+// no application_name). The consumer's inbox and apply log stay on a
+// PostgreSQL schema of their own, since the inbox has no MySQL SQL yet; the
+// consumer's side is not what -db tests. TestCorrectnessMySQL is the core
+// tier on MySQL. The database-specific code is in database_postgres.go and
+// database_mysql.go, behind suiteDB. The exit status is 1 when a check fails; the processes' logs
 // and the violating ids are then kept in the directory printed.
 package main
 
