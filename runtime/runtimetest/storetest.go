@@ -260,6 +260,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 				if time.Now().After(deadline) {
 					t.Fatalf("message %d of another aggregate not claimed within %v while %d is parked", other, waitLimit, parkedID)
 				}
+				time.Sleep(10 * time.Millisecond) // pacing the claims
 			}
 			// Well past any retry delay, the parked aggregate still waits.
 			until := time.Now().Add(2 * StoreTimings.MaxRetryDelay)
