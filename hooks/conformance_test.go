@@ -14,6 +14,15 @@ import (
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
+// hooks.Store implements every optional part of the suite, so that every
+// case runs on every database.
+var (
+	_ runtimetest.Parker      = (*hooks.Store)(nil)
+	_ runtimetest.Discarder   = (*hooks.Store)(nil)
+	_ runtimetest.StatsReader = (*hooks.Store)(nil)
+	_ runtimetest.Retainer    = (*hooks.Store)(nil)
+)
+
 // TestStoreConformance runs the relay.Store conformance suite on every
 // dialect.
 func TestStoreConformance(t *testing.T) {

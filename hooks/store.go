@@ -587,19 +587,10 @@ func (s *Store) DeletePublished(ctx context.Context, olderThan time.Duration, ba
 
 // Stats is the state of the outbox table, for monitoring: the three figures
 // to watch are how many messages are pending, how long the oldest has been
-// waiting, and how many failed or were parked.
-type Stats struct {
-	// Pending counts messages not yet published and not parked.
-	Pending int64
-	// Retrying counts pending messages that failed at least once.
-	Retrying int64
-	// Parked counts messages set aside after a permanent failure or too
-	// many attempts (see [Store.Unpark] and [Store.Discard]).
-	Parked int64
-	// OldestPending is the age of the oldest pending message (zero when
-	// none), measured on the database's clock on PostgreSQL.
-	OldestPending time.Duration
-}
+// waiting, and how many failed or were parked (see [Store.Unpark] and
+// [Store.Discard]). It is [relay.Stats]; OldestPending is measured on the
+// database's clock (the process's on SQLite).
+type Stats = relay.Stats
 
 // Stats reads the outbox's [Stats] with one query over the pending and
 // parked rows' partial indexes; published rows are not read. On a large

@@ -24,7 +24,9 @@ const consumerName = "correctness"
 
 // runConsumer is the consumer role: one group member on the topic whose
 // handlers append to the apply log inside the inbox transaction, until ctx
-// is done.
+// is done. Its database is PostgreSQL whatever -db says (the inbox has no
+// MySQL SQL yet): cfg.DSN is the run's schema, or with -db mysql a schema
+// of the consumer's own.
 func runConsumer(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 	db, err := gorm.Open(postgres.Open(cfg.DSN), &gorm.Config{Logger: logger.Discard})
 	if err != nil {

@@ -50,6 +50,18 @@ const (
 // dbrefuse, terminate, brokerdown) whose probes reached the broker later
 // than its liveness bound.
 func TestCorrectness(t *testing.T) {
+	testCorrectness(t, "postgres")
+}
+
+// TestCorrectnessMySQL runs the core tier as TestCorrectness does with the
+// outbox, the writers' transactions and the relays on the local MySQL or
+// MariaDB (OUTBOX_TEST_MYSQL_DSN, default hookstest.DefaultMySQLDSN); the
+// consumer's inbox and apply log stay on PostgreSQL.
+func TestCorrectnessMySQL(t *testing.T) {
+	testCorrectness(t, "mysql")
+}
+
+func testCorrectness(t *testing.T, db string) {
 	if testing.Short() {
 		t.Skip("the correctness suite runs real processes for about a minute")
 	}
@@ -58,7 +70,9 @@ func TestCorrectness(t *testing.T) {
 	if os.Getenv(envLong) == "1" {
 		opt.Name, opt.Duration, opt.Drain, opt.Relays, opt.Writers = "long", 3*time.Minute, 60*time.Second, 4, 8
 	}
+	opt.DB = db
 	opt.BaseDSN = hookstest.PostgresBaseDSN()
+	opt.MySQLDSN = hookstest.MySQLBaseDSN()
 	opt.Seed = time.Now().UnixNano() % 1_000_000_000
 	if s := os.Getenv(envSeed); s != "" {
 		seed, err := strconv.ParseInt(s, 10, 64)
@@ -90,13 +104,16 @@ func TestCorrectness(t *testing.T) {
 	}
 	var progress strings.Builder
 	opt.Verbose = &progress
-	t.Logf("seed %d (replay: %s=%d), scenario %s, paths %s, %d relays",
-		opt.Seed, envSeed, opt.Seed, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays)
+	t.Logf("seed %d (replay: %s=%d), db %s, scenario %s, paths %s, %d relays",
+		opt.Seed, envSeed, opt.Seed, opt.DB, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays)
 
 	ctx, cancel := context.WithTimeout(context.Background(), opt.Duration+opt.Drain+2*time.Minute)
 	defer cancel()
 	res, err := runSuite(ctx, opt)
 	if errors.Is(err, errUnavailable) {
+		if db == "mysql" { // the error says which of the two did not answer
+			hookstest.Unavailable(t, "MySQL or PostgreSQL", "its address", "OUTBOX_TEST_MYSQL_DSN or OUTBOX_TEST_POSTGRES_DSN", err)
+		}
 		hookstest.Unavailable(t, "PostgreSQL", redact(opt.BaseDSN), "OUTBOX_TEST_POSTGRES_DSN", err)
 	}
 	t.Log("progress:\n" + progress.String())

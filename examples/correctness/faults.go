@@ -484,7 +484,7 @@ func (e *faultEnv) brokerDown(hold time.Duration) func(context.Context) error {
 	return func(ctx context.Context) error {
 		e.add(func(c *faultCounts) { c.BrokerOutages++ })
 		var since time.Time
-		if err := e.db.WithContext(ctx).Raw(`SELECT clock_timestamp()`).Scan(&since).Error; err != nil {
+		if err := e.db.WithContext(ctx).Raw(e.ob.sdb.clockSQL()).Scan(&since).Error; err != nil {
 			return fmt.Errorf("database clock: %w", err)
 		}
 		at := time.Now()
@@ -538,15 +538,15 @@ func (e *faultEnv) dbRefuse(hold time.Duration) func(context.Context) error {
 	}
 }
 
-// terminate ends every relay backend with pg_terminate_backend, found by
-// the relays' application_name.
+// terminate ends every relay connection on the server's side
+// (pg_terminate_backend of the relays' application_name on PostgreSQL,
+// KILL CONNECTION of the proxy's sessions on MySQL).
 func (e *faultEnv) terminate(ctx context.Context) error {
 	e.add(func(c *faultCounts) { c.Terminations++ })
 	at := time.Now()
-	var n int64
-	err := e.db.WithContext(ctx).Raw(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ?) t`, e.relayApp).Scan(&n).Error
+	n, err := e.ob.sdb.terminate(ctx, e.db, e.relayApp, e.proxy)
 	if err != nil {
-		return fmt.Errorf("terminate relay backends: %w", err)
+		return err
 	}
 	return e.measure(ctx, faultTerminate, at, 0, nil, func() (string, error) {
 		note := fmt.Sprintf("(%d backends terminated)", n)

@@ -6,8 +6,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -187,17 +185,13 @@ func (p *proxyTB) close() {
 
 type proxyFatal struct{ err error }
 
-// startDBProxy starts a fault proxy to the PostgreSQL of dsn and returns
-// it, the relays' DSN (through the proxy, with application_name app), and
-// a function that stops it.
-func startDBProxy(dsn, app string) (proxy *runtimetest.Proxy, relayDSN string, stop func(), err error) {
-	u, err := url.Parse(dsn)
-	if err != nil || u.Host == "" {
-		return nil, "", nil, fmt.Errorf("the relays' database proxy needs a URL DSN with a TCP host (%v)", err)
-	}
-	target := u.Host
-	if u.Port() == "" {
-		target = net.JoinHostPort(u.Hostname(), "5432")
+// startDBProxy starts a fault proxy to the database of dsn and returns it,
+// the relays' DSN (through the proxy, named app where the database can),
+// and a function that stops it.
+func startDBProxy(sdb suiteDB, dsn, app string) (proxy *runtimetest.Proxy, relayDSN string, stop func(), err error) {
+	target, err := sdb.proxyTarget(dsn)
+	if err != nil {
+		return nil, "", nil, err
 	}
 	tb := &proxyTB{}
 	defer func() {
@@ -211,9 +205,10 @@ func startDBProxy(dsn, app string) (proxy *runtimetest.Proxy, relayDSN string, s
 		}
 	}()
 	proxy = runtimetest.StartProxy(tb, target)
-	u.Host = proxy.Addr()
-	q := u.Query()
-	q.Set("application_name", app)
-	u.RawQuery = q.Encode()
-	return proxy, u.String(), tb.close, nil
+	relayDSN, err = sdb.relayDSN(dsn, proxy.Addr(), app)
+	if err != nil {
+		tb.close()
+		return nil, "", nil, err
+	}
+	return proxy, relayDSN, tb.close, nil
 }

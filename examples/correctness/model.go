@@ -89,6 +89,9 @@ type txMeta struct {
 	writer int
 	id     int64
 	seq    int // ledger rows written so far: the order of events in the transaction
+	// onDup is the ledger INSERT's suffix that skips an existing row
+	// (suiteDB.ignoreDuplicate).
+	onDup string
 }
 
 type txKey struct{}
@@ -97,22 +100,11 @@ func withTx(ctx context.Context, m *txMeta) context.Context {
 	return context.WithValue(ctx, txKey{}, m)
 }
 
-// schemaDDL returns the statements that create the suite's own tables: the
-// ledger, the commit windows, and the consumer's apply log. The accounts
-// table comes from AutoMigrate.
-func schemaDDL() []string {
+// applyLogDDL returns the statements that create the consumer's apply log,
+// on the consumer's PostgreSQL. The ledger and the commit windows are
+// suiteDB.ledgerDDL's; the accounts table comes from AutoMigrate.
+func applyLogDDL() []string {
 	return []string{
-		`CREATE TABLE cs_ledger (
-		event_id uuid PRIMARY KEY,
-		aggregate_id text NOT NULL,
-		tx_id bigint NOT NULL,
-		seq int NOT NULL,
-		writer int NOT NULL)`,
-		`CREATE TABLE cs_commits (
-		tx_id bigint PRIMARY KEY,
-		writer int NOT NULL,
-		before_ns bigint NOT NULL,
-		after_ns bigint NOT NULL)`,
 		`CREATE TABLE cs_apply_log (
 		id bigserial PRIMARY KEY,
 		event_id uuid NOT NULL,
@@ -135,7 +127,7 @@ func writeLedger(tx *gorm.DB, m *txMeta, aggregateID string, ids []uuid.UUID) er
 		m.seq++
 		args = append(args, id.String(), aggregateID, m.id, m.seq, m.writer)
 	}
-	sb.WriteString(" ON CONFLICT (event_id) DO NOTHING")
+	sb.WriteString(m.onDup)
 	if err := tx.Session(&gorm.Session{NewDB: true}).Exec(sb.String(), args...).Error; err != nil {
 		return fmt.Errorf("write ledger: %w", err)
 	}

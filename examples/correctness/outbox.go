@@ -26,16 +26,21 @@ import (
 type outbox struct {
 	plugin *hooks.Plugin
 	store  *hooks.Store
+	sdb    suiteDB
 }
 
-// setupOutbox creates the outbox and inbox tables and registers the plugin
-// on db.
-func setupOutbox(ctx context.Context, db *gorm.DB) (*outbox, error) {
+// setupInbox creates the consumer's inbox table on cdb.
+func setupInbox(ctx context.Context, cdb *gorm.DB) error {
+	if err := consumer.Migrate(ctx, cdb, ""); err != nil {
+		return fmt.Errorf("migrate inbox: %w", err)
+	}
+	return nil
+}
+
+// setupOutbox creates the outbox tables and registers the plugin on db.
+func setupOutbox(ctx context.Context, db *gorm.DB, sdb suiteDB) (*outbox, error) {
 	if err := hooks.Migrate(ctx, db, ""); err != nil {
 		return nil, fmt.Errorf("migrate outbox: %w", err)
-	}
-	if err := consumer.Migrate(ctx, db, ""); err != nil {
-		return nil, fmt.Errorf("migrate inbox: %w", err)
 	}
 	plugin, err := hooks.New(hooks.Config{})
 	if err != nil {
@@ -48,7 +53,7 @@ func setupOutbox(ctx context.Context, db *gorm.DB) (*outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &outbox{plugin: plugin, store: store}, nil
+	return &outbox{plugin: plugin, store: store, sdb: sdb}, nil
 }
 
 // enqueue writes events of aggregateID through tx without touching any
@@ -78,7 +83,7 @@ func (o *outbox) stats(ctx context.Context) (outboxStats, error) {
 // unpark puts every parked message back in the queue except those of the
 // events in keep (the poison ones) and returns how many it unparked.
 func (o *outbox) unpark(ctx context.Context, db *gorm.DB, keep map[string]bool) (int64, error) {
-	ids, err := parked(ctx, db, func(eventID string) bool { return !keep[eventID] })
+	ids, err := o.parked(ctx, db, func(eventID string) bool { return !keep[eventID] })
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
@@ -94,7 +99,7 @@ func (o *outbox) unpark(ctx context.Context, db *gorm.DB, keep map[string]bool) 
 // holds its aggregate's later messages back until it is unparked or
 // discarded. It returns how many it discarded.
 func (o *outbox) discard(ctx context.Context, db *gorm.DB, poison map[string]bool) (int64, error) {
-	ids, err := parked(ctx, db, func(eventID string) bool { return poison[eventID] })
+	ids, err := o.parked(ctx, db, func(eventID string) bool { return poison[eventID] })
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
@@ -107,12 +112,12 @@ func (o *outbox) discard(ctx context.Context, db *gorm.DB, poison map[string]boo
 
 // parked returns the outbox ids of the parked messages whose event id keep
 // accepts; it reads the outbox table's parked_at column to find them.
-func parked(ctx context.Context, db *gorm.DB, keep func(eventID string) bool) ([]int64, error) {
+func (o *outbox) parked(ctx context.Context, db *gorm.DB, keep func(eventID string) bool) ([]int64, error) {
 	var rows []struct {
 		ID      int64
 		EventID string
 	}
-	err := db.WithContext(ctx).Raw(`SELECT id, event_id::text AS event_id FROM ` + hooks.DefaultTable +
+	err := db.WithContext(ctx).Raw(`SELECT id, ` + o.sdb.uuidText("event_id") + ` AS event_id FROM ` + hooks.DefaultTable +
 		` WHERE parked_at IS NOT NULL AND published_at IS NULL ORDER BY id`).Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("find parked messages: %w", err)
@@ -131,7 +136,7 @@ func parked(ctx context.Context, db *gorm.DB, keep func(eventID string) bool) ([
 func (o *outbox) countPublished(ctx context.Context, db *gorm.DB, ids []string) (int64, error) {
 	var n int64
 	err := db.WithContext(ctx).Raw(`SELECT count(*) FROM `+hooks.DefaultTable+
-		` WHERE event_id::text IN ? AND published_at IS NOT NULL`, ids).Scan(&n).Error
+		` WHERE `+o.sdb.uuidText("event_id")+` IN ? AND published_at IS NOT NULL`, ids).Scan(&n).Error
 	if err != nil {
 		return 0, fmt.Errorf("count published probes: %w", err)
 	}
@@ -145,13 +150,13 @@ func (o *outbox) countPublished(ctx context.Context, db *gorm.DB, ids []string) 
 // taken on others); it reads the outbox table's created_at,
 // last_error and attempts columns.
 func (o *outbox) outageAttempts(ctx context.Context, db *gorm.DB, since time.Time, errText string) (rows, counted int64, err error) {
-	var r struct{ Rows, Counted int64 }
-	err = db.WithContext(ctx).Raw(`SELECT count(*) AS rows, count(*) FILTER (WHERE attempts > 1) AS counted FROM `+
+	var r struct{ Failed, Counted int64 }
+	err = db.WithContext(ctx).Raw(`SELECT count(*) AS failed, COALESCE(SUM(CASE WHEN attempts > 1 THEN 1 ELSE 0 END), 0) AS counted FROM `+
 		hooks.DefaultTable+` WHERE created_at >= ? AND last_error LIKE ?`, since, "%"+errText+"%").Scan(&r).Error
 	if err != nil {
 		return 0, 0, fmt.Errorf("read outage attempts: %w", err)
 	}
-	return r.Rows, r.Counted, nil
+	return r.Failed, r.Counted, nil
 }
 
 // probeAggregates returns one aggregate id per shard, each named prefix-N.

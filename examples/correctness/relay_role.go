@@ -11,7 +11,6 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
@@ -23,7 +22,11 @@ import (
 // runRelay is the relay role: one relay on the run's outbox table,
 // publishing to the broker role, until ctx is done.
 func runRelay(ctx context.Context, cfg childConfig, log *slog.Logger) error {
-	db, err := gorm.Open(postgres.Open(cfg.DSN), &gorm.Config{Logger: logger.Discard})
+	sdb, err := databaseOf(cfg.DB)
+	if err != nil {
+		return err
+	}
+	db, err := gorm.Open(sdb.dialector(cfg.DSN), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}

@@ -36,8 +36,8 @@ func printSummary(w io.Writer, r *result) {
 	if ws.Attempts > 0 {
 		pct = 100 * float64(rolled) / float64(ws.Attempts)
 	}
-	fmt.Fprintf(w, "%s, seed %d: %d transactions, %d committed, %d rolled back (%d of them by deadlock detection) + %d savepoints rolled back (%.1f%%), %d aggregates retried, %d abandoned\n",
-		r.Opts.Name, r.Seed, ws.Attempts, ws.Committed, ws.RolledBack, ws.Deadlocks, ws.Savepoints, pct, ws.Retried, ws.Abandoned)
+	fmt.Fprintf(w, "%s on %s, seed %d: %d transactions, %d committed, %d rolled back (%d of them by deadlock detection) + %d savepoints rolled back (%.1f%%), %d aggregates retried, %d abandoned\n",
+		r.Opts.Name, dbName(r.Opts.DB), r.Seed, ws.Attempts, ws.Committed, ws.RolledBack, ws.Deadlocks, ws.Savepoints, pct, ws.Retried, ws.Abandoned)
 	paths := make([]string, 0, len(ws.ByPath))
 	for p, n := range ws.ByPath {
 		paths = append(paths, fmt.Sprintf("%s=%d", p, n))
@@ -95,4 +95,12 @@ func pathsName(paths map[string]bool) string {
 		return pathSave
 	}
 	return pathEnqueue
+}
+
+// dbName is the outbox's database as the summary names it.
+func dbName(db string) string {
+	if db == "" {
+		return "postgres"
+	}
+	return db
 }

@@ -35,9 +35,12 @@ const topic = aggregateType
 type childConfig struct {
 	// Name identifies the process in its logs ("relay-2").
 	Name string
-	// DSN is the PostgreSQL DSN, search_path included. The relays' DSN
-	// goes through the driving process's fault proxy and names them with
-	// an application_name of their own.
+	// DB is the relays' database, a -db value: "postgres" or "mysql".
+	DB string
+	// DSN is the role's database: for the relays the outbox's (DB), for
+	// the consumer the PostgreSQL schema of its inbox and apply log. The
+	// relays' DSN goes through the driving process's fault proxy and, on
+	// PostgreSQL, names them with an application_name of their own.
 	DSN string
 	// Brokers are the Kafka brokers' addresses.
 	Brokers []string

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -41,7 +38,9 @@ type options struct {
 	Pace        time.Duration // mean pause of a writer between transactions
 	Faults      map[string]bool
 	Paths       map[string]bool // write paths of the writers
-	BaseDSN     string          // PostgreSQL; a fresh schema is created in it
+	DB          string          // the outbox's database: "postgres" (default) or "mysql"
+	BaseDSN     string          // PostgreSQL; a fresh schema is created in it (the consumer's in every case)
+	MySQLDSN    string          // MySQL or MariaDB with -db mysql; a fresh database is created on it
 	Keep        bool            // keep the schema and the logs even when the run passes
 	Matrix      bool            // run the presets of matrix instead
 	Unpark      bool            // act as an operator: unpark healthy parked messages while draining
@@ -80,7 +79,7 @@ type result struct {
 	Wall      time.Duration
 	Failures  []string
 	Dir       string // logs of the processes (kept on failure)
-	Schema    string
+	Schema    string // the run's schema, or database and consumer's schema
 	// Liveness are the measured faults' recovery times and bounds.
 	Liveness []livenessResult
 }
@@ -88,9 +87,9 @@ type result struct {
 // passed reports whether the run found nothing wrong.
 func (r *result) passed() bool { return len(r.Failures) == 0 }
 
-// errUnavailable wraps the error of a PostgreSQL that does not answer, so
+// errUnavailable wraps the error of a database that does not answer, so
 // the test can skip.
-var errUnavailable = errors.New("PostgreSQL unavailable")
+var errUnavailable = errors.New("database unavailable")
 
 // runSuite runs the suite once: it starts the broker, the consumer and the
 // relays as processes, runs the writers and the fault schedule, waits for
@@ -108,12 +107,35 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	}
 	res = &result{Seed: opt.Seed, Opts: opt}
 
-	// PostgreSQL: a fresh schema for this run.
-	dsn, schema, drop, err := newSchema(ctx, opt.BaseDSN)
+	// A fresh schema (or database) for this run; with -db mysql the
+	// consumer gets a PostgreSQL schema of its own.
+	sdb, err := databaseOf(opt.DB)
+	if err != nil {
+		return nil, err
+	}
+	schema, err := randomName("correctness_")
+	if err != nil {
+		return nil, err
+	}
+	base := opt.BaseDSN
+	if sdb.name() == "mysql" {
+		base = opt.MySQLDSN
+	}
+	dsn, drop, err := sdb.create(ctx, base, schema)
 	if err != nil {
 		return nil, err
 	}
 	res.Schema = schema
+	consumerDSN := dsn
+	if sdb.name() != "postgres" {
+		cdsn, cdrop, err := postgresDB{}.create(ctx, opt.BaseDSN, schema+"_consumer")
+		if err != nil {
+			return nil, errors.Join(err, drop())
+		}
+		consumerDSN, res.Schema = cdsn, fmt.Sprintf("%s (%s database) and %s_consumer (PostgreSQL)", schema, sdb.name(), schema)
+		odrop := drop
+		drop = func() error { return errors.Join(odrop(), cdrop()) }
+	}
 	dir, err := os.MkdirTemp("", fmt.Sprintf("outbox-correctness-seed%d-", opt.Seed))
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("log dir: %w", err), drop())
@@ -128,7 +150,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 			err = errors.Join(drop(), os.RemoveAll(dir))
 		}
 	}()
-	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	db, err := gorm.Open(sdb.dialector(dsn), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
@@ -138,24 +160,43 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	}
 	defer sqlDB.Close()
 	sqlDB.SetMaxOpenConns(opt.Writers + 6)
+	cdb := db
+	if consumerDSN != dsn {
+		if cdb, err = gorm.Open(postgres.Open(consumerDSN), &gorm.Config{Logger: logger.Discard}); err != nil {
+			return nil, fmt.Errorf("open the consumer's database: %w", err)
+		}
+		csqlDB, err := cdb.DB()
+		if err != nil {
+			return nil, fmt.Errorf("database handle: %w", err)
+		}
+		defer csqlDB.Close()
+	}
 	if err := db.AutoMigrate(&Account{}); err != nil {
 		return nil, fmt.Errorf("migrate accounts: %w", err)
 	}
-	for _, stmt := range schemaDDL() {
+	for _, stmt := range sdb.ledgerDDL() {
 		if err := db.Exec(stmt).Error; err != nil {
 			return nil, fmt.Errorf("create suite tables: %w", err)
 		}
 	}
-	ob, err := setupOutbox(ctx, db)
+	for _, stmt := range applyLogDDL() {
+		if err := cdb.Exec(stmt).Error; err != nil {
+			return nil, fmt.Errorf("create the apply log: %w", err)
+		}
+	}
+	if err := setupInbox(ctx, cdb); err != nil {
+		return nil, err
+	}
+	ob, err := setupOutbox(ctx, db, sdb)
 	if err != nil {
 		return nil, err
 	}
 	defer ob.close()
 
-	// The relays reach PostgreSQL through a fault proxy, under an
-	// application_name of this run's own.
+	// The relays reach the database through a fault proxy, under an
+	// application_name of this run's own on PostgreSQL.
 	relayApp := "relay_" + schema
-	proxy, relayDSN, stopProxy, err := startDBProxy(dsn, relayApp)
+	proxy, relayDSN, stopProxy, err := startDBProxy(sdb, dsn, relayApp)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +218,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	}
 	brokers := []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(kport))}
 	cfg := childConfig{
-		DSN: dsn, Brokers: brokers, BrokerPort: kport,
+		DB: sdb.name(), DSN: consumerDSN, Brokers: brokers, BrokerPort: kport,
 		ControlAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(cport)),
 		Partitions:  opt.Partitions, MaxMessageBytes: maxMessageBytes,
 		BatchSize: opt.BatchSize, MaxAttempts: opt.MaxAttempts, WriteTimeout: writeTimeout,
@@ -208,7 +249,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	logf("seed %d: schema %s, broker %s, logs in %s", opt.Seed, schema, brokers[0], dir)
 
 	// Load and faults.
-	wl := newWorkload(db, ob, opt.Seed, opt.Pace, opt.Hot, opt.Paths)
+	wl := newWorkload(db, sdb, ob, opt.Seed, opt.Pace, opt.Hot, opt.Paths)
 	env := &faultEnv{relays: relays, consumer: consumerProc, control: control, workload: wl,
 		db: db, ob: ob, proxy: proxy, relayApp: relayApp, excl: make(chan struct{}, 1),
 		partitions: opt.Partitions, writeTO: writeTimeout, maxMsg: maxMessageBytes, logf: logf}
@@ -301,7 +342,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	var applied []delivery
 	left, perr := pollUntil(ctx, deadline, func() (bool, int, error) {
 		var lerr error
-		applied, lerr = loadApplied(ctx, db)
+		applied, lerr = loadApplied(ctx, cdb)
 		for _, d := range applied {
 			delete(logIDs, d.EventID) // what is left was never applied
 		}
@@ -314,7 +355,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	}
 
 	// Check.
-	ledger, err := loadLedger(ctx, db)
+	ledger, err := loadLedger(ctx, db, sdb)
 	if err != nil {
 		return nil, err
 	}
@@ -394,51 +435,6 @@ func pollUntil[T any](ctx context.Context, deadline time.Time, f func() (bool, T
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-// newSchema creates a schema named correctness_<random> in the database of
-// baseDSN and returns a DSN whose search_path is that schema, and a
-// function that drops it.
-func newSchema(ctx context.Context, baseDSN string) (dsn, schema string, drop func() error, err error) {
-	admin, err := gorm.Open(postgres.Open(baseDSN), &gorm.Config{Logger: logger.Discard})
-	if err == nil {
-		var sqlDB interface{ PingContext(context.Context) error }
-		if sqlDB, err = admin.DB(); err == nil {
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err = sqlDB.PingContext(pctx)
-			cancel()
-		}
-	}
-	if err != nil {
-		return "", "", nil, fmt.Errorf("%w: %w", errUnavailable, err)
-	}
-	b := make([]byte, 5)
-	if _, err := crand.Read(b); err != nil {
-		return "", "", nil, fmt.Errorf("random schema name: %w", err)
-	}
-	schema = "correctness_" + hex.EncodeToString(b)
-	if err := admin.WithContext(ctx).Exec("CREATE SCHEMA " + schema).Error; err != nil {
-		return "", "", nil, fmt.Errorf("create schema: %w", err)
-	}
-	u, err := url.Parse(baseDSN)
-	if err != nil {
-		return "", "", nil, fmt.Errorf("parse DSN: %w", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	drop = func() error {
-		defer func() {
-			if db, err := admin.DB(); err == nil {
-				db.Close()
-			}
-		}()
-		if err := admin.Exec("DROP SCHEMA " + schema + " CASCADE").Error; err != nil {
-			return fmt.Errorf("drop schema %s: %w", schema, err)
-		}
-		return nil
-	}
-	return u.String(), schema, drop, nil
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
@@ -522,8 +518,8 @@ func loadCommits(ctx context.Context, db *gorm.DB) (map[int64]commitWindow, erro
 	return out, nil
 }
 
-func loadLedger(ctx context.Context, db *gorm.DB) (map[string]ledgerEvent, error) {
-	rows, err := db.WithContext(ctx).Raw(`SELECT event_id::text, aggregate_id, tx_id, seq FROM cs_ledger`).Rows()
+func loadLedger(ctx context.Context, db *gorm.DB, sdb suiteDB) (map[string]ledgerEvent, error) {
+	rows, err := db.WithContext(ctx).Raw(`SELECT ` + sdb.uuidText("event_id") + `, aggregate_id, tx_id, seq FROM cs_ledger`).Rows()
 	if err != nil {
 		return nil, fmt.Errorf("load ledger: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 
@@ -49,6 +50,7 @@ var errRollback = errors.New("correctness: rolled back on purpose")
 // the commit window of every transaction that may have committed.
 type workload struct {
 	db    *gorm.DB
+	sdb   suiteDB
 	ob    *outbox
 	seed  int64
 	start time.Time // the monotonic clock's origin
@@ -72,14 +74,14 @@ type workloadStats struct {
 	Savepoints int // savepoints rolled back inside committed transactions
 	Retried    int // rolled-back aggregates saved again (same in-memory value)
 	Abandoned  int // rolled-back aggregates reloaded, their events dropped
-	Deadlocks  int // rolled back by PostgreSQL's deadlock detection (counted in RolledBack too)
+	Deadlocks  int // rolled back by the database's deadlock detection (counted in RolledBack too)
 	Unexpected int // transactions that failed for a reason the suite did not cause
 	ByPath     map[string]int
 	LastError  string
 }
 
-func newWorkload(db *gorm.DB, ob *outbox, seed int64, pace time.Duration, hot int, paths map[string]bool) *workload {
-	w := &workload{db: db, ob: ob, seed: seed, start: time.Now(), pace: pace, paths: paths,
+func newWorkload(db *gorm.DB, sdb suiteDB, ob *outbox, seed int64, pace time.Duration, hot int, paths map[string]bool) *workload {
+	w := &workload{db: db, sdb: sdb, ob: ob, seed: seed, start: time.Now(), pace: pace, paths: paths,
 		commits: map[int64]commitWindow{}, poison: map[string]bool{}}
 	w.stats.ByPath = map[string]int{}
 	for i := range hot {
@@ -92,7 +94,7 @@ func newWorkload(db *gorm.DB, ob *outbox, seed int64, pace time.Duration, hot in
 func (w *workload) now() int64 { return int64(time.Since(w.start)) }
 
 func (w *workload) newTx(writer int) *txMeta {
-	return &txMeta{writer: writer, id: w.nextTx.Add(1)}
+	return &txMeta{writer: writer, id: w.nextTx.Add(1), onDup: w.sdb.ignoreDuplicate()}
 }
 
 // finish records the outcome of one transaction attempt. Every attempt that
@@ -127,10 +129,12 @@ func (w *workload) finish(m *txMeta, path string, before, after int64, err error
 	w.commits[m.id] = commitWindow{Before: before, After: after}
 }
 
-// isDeadlock reports a transaction PostgreSQL aborted to break a deadlock.
+// isDeadlock reports a transaction the database aborted to break a
+// deadlock (PostgreSQL's 40P01, MySQL's 1213).
 func isDeadlock(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "40P01"
+	var me *mysql.MySQLError
+	return errors.As(err, &pe) && pe.Code == "40P01" || errors.As(err, &me) && me.Number == 1213
 }
 
 // errPanicked marks a transaction that a panic rolled back.

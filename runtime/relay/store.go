@@ -112,3 +112,21 @@ type Notifier interface {
 	// and polls as it does for a store that is not a Notifier.
 	Listen(ctx context.Context, notify func()) error
 }
+
+// Stats is the state of an outbox, for monitoring: the three figures to
+// watch are how many messages are pending, how long the oldest has been
+// waiting, and how many failed or were parked. Stores report it from a
+// Stats(ctx) (Stats, error) method (hooks.Store, runtimetest.MemoryStore);
+// the relay does not call it.
+type Stats struct {
+	// Pending counts messages not yet published and not parked.
+	Pending int64
+	// Retrying counts pending messages that failed at least once.
+	Retrying int64
+	// Parked counts messages set aside after a permanent failure or too
+	// many attempts, until an operator unparks or discards them.
+	Parked int64
+	// OldestPending is the age of the oldest pending message (zero when
+	// none), measured on the store's clock.
+	OldestPending time.Duration
+}

@@ -9,6 +9,11 @@
 //		})
 //	}
 //
+// Beyond [relay.Store], the suite checks the operator's side of a store
+// when the store has it: [Parker], [Discarder], [StatsReader] and
+// [Retainer], which hooks.Store and MemoryStore both implement.
+//
 // Nothing here is meant for production: MemoryStore keeps every message in
-// memory forever and loses them all when the process exits.
+// memory until [MemoryStore.DeletePublished] or [MemoryStore.Discard]
+// drops it, and loses them all when the process exits.
 package runtimetest

@@ -17,6 +17,10 @@ import (
 var (
 	_ relay.Store    = (*MemoryStore)(nil)
 	_ relay.Releaser = (*MemoryStore)(nil)
+	_ Parker         = (*MemoryStore)(nil)
+	_ Discarder      = (*MemoryStore)(nil)
+	_ StatsReader    = (*MemoryStore)(nil)
+	_ Retainer       = (*MemoryStore)(nil)
 )
 
 // MemoryStore is an in-memory outbox that implements [relay.Store] with the
@@ -36,6 +40,10 @@ var (
 //     MaxRetryDelay) and parks it after MaxAttempts; a batch in which
 //     nothing was published (the broker is down for everyone) delays the
 //     retry by RetryDelay without counting an attempt.
+//
+// For operators, like hooks.Store, it has [MemoryStore.Unpark],
+// [MemoryStore.Discard], [MemoryStore.Stats] and
+// [MemoryStore.DeletePublished].
 //
 // It does not implement [relay.Notifier]; call [relay.Relay.Notify] after
 // [MemoryStore.Add].
@@ -64,6 +72,7 @@ type memoryRow struct {
 	claim      int64 // the claim holding the row, 0 when none
 	claimOwner string
 	claimUntil time.Time
+	deleted    bool // by DeletePublished or Discard: gone for good
 }
 
 // StoredMessage is a message held by a [MemoryStore] with its delivery state.
@@ -141,7 +150,7 @@ func (s *MemoryStore) Claim(ctx context.Context, req relay.ClaimRequest) (relay.
 		if len(msgs) == req.Limit {
 			break
 		}
-		if r.Published() {
+		if r.Published() || r.deleted {
 			continue
 		}
 		agg := [2]string{r.AggregateType, r.AggregateID}
@@ -289,7 +298,7 @@ func (s *MemoryStore) Unpark(ctx context.Context, ids ...int64) (int64, error) {
 		if id < 1 || id > int64(len(s.rows)) {
 			continue
 		}
-		if r := s.rows[id-1]; !r.ParkedAt.IsZero() && !r.Published() {
+		if r := s.rows[id-1]; !r.ParkedAt.IsZero() && !r.Published() && !r.deleted {
 			r.ParkedAt, r.NextAttemptAt, r.Attempts = time.Time{}, time.Time{}, 0
 			n++
 		}
@@ -297,15 +306,95 @@ func (s *MemoryStore) Unpark(ctx context.Context, ids ...int64) (int64, error) {
 	return n, nil
 }
 
-// Messages returns a copy of every message, published or not, in ID order.
+// Discard deletes parked messages that will never be published, so their
+// aggregates' later messages go out, and returns how many it deleted. It
+// leaves messages that are not parked alone.
+func (s *MemoryStore) Discard(ctx context.Context, ids ...int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, id := range ids {
+		if id < 1 || id > int64(len(s.rows)) {
+			continue
+		}
+		if r := s.rows[id-1]; !r.ParkedAt.IsZero() && !r.Published() && !r.deleted {
+			r.deleted = true
+			n++
+		}
+	}
+	return n, nil
+}
+
+// DeletePublished deletes the messages published before now minus
+// olderThan, and returns how many it deleted; pending and parked messages
+// stay. It takes batch for compatibility with the SQL store and ignores it.
+func (s *MemoryStore) DeletePublished(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cutoff := time.Now().Add(-olderThan)
+	var n int64
+	for _, r := range s.rows {
+		if r.Published() && !r.deleted && r.PublishedAt.Before(cutoff) {
+			r.deleted = true
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Stats reports the store's [relay.Stats].
+func (s *MemoryStore) Stats(ctx context.Context) (relay.Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return relay.Stats{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var (
+		st     relay.Stats
+		oldest time.Time
+	)
+	for _, r := range s.rows {
+		switch {
+		case r.Published() || r.deleted:
+		case !r.ParkedAt.IsZero():
+			st.Parked++
+		default:
+			st.Pending++
+			if r.Attempts > 0 {
+				st.Retrying++
+			}
+			if oldest.IsZero() || r.CreatedAt.Before(oldest) {
+				oldest = r.CreatedAt
+			}
+		}
+	}
+	if !oldest.IsZero() {
+		st.OldestPending = time.Since(oldest)
+	}
+	return st, nil
+}
+
+// Messages returns a copy of every message, published or not, in ID order;
+// deleted messages ([MemoryStore.DeletePublished], [MemoryStore.Discard])
+// are left out.
 func (s *MemoryStore) Messages() []StoredMessage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]StoredMessage, len(s.rows))
-	for i, r := range s.rows {
-		out[i] = r.StoredMessage
-		out[i].Payload = bytes.Clone(r.Payload)
-		out[i].Headers = maps.Clone(r.Headers)
+	out := make([]StoredMessage, 0, len(s.rows))
+	for _, r := range s.rows {
+		if r.deleted {
+			continue
+		}
+		m := r.StoredMessage
+		m.Payload = bytes.Clone(r.Payload)
+		m.Headers = maps.Clone(r.Headers)
+		out = append(out, m)
 	}
 	return out
 }
@@ -326,7 +415,7 @@ func (s *MemoryStore) ids(published bool) []int64 {
 	defer s.mu.Unlock()
 	var ids []int64
 	for _, r := range s.rows {
-		if r.Published() == published {
+		if r.Published() == published && !r.deleted {
 			ids = append(ids, r.ID)
 		}
 	}

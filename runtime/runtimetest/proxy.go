@@ -73,6 +73,20 @@ func (p *Proxy) Blackhole() int {
 	return n
 }
 
+// ServerAddrs returns the local addresses of the proxy's open connections
+// to the target: the client addresses the target sees (a database's list
+// of sessions), so that a test can find the sessions that came through the
+// proxy.
+func (p *Proxy) ServerAddrs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	addrs := make([]string, 0, len(p.conns))
+	for c := range p.conns {
+		addrs = append(addrs, c.server.LocalAddr().String())
+	}
+	return addrs
+}
+
 // Pause stops forwarding until Resume; bytes read meanwhile are held and
 // delivered, in order, after Resume.
 func (p *Proxy) Pause() {

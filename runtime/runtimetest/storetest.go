@@ -41,9 +41,35 @@ var StoreTimings = struct {
 const waitLimit = 20 * time.Second
 
 // Parker is implemented by stores that can put parked messages back in the
-// queue; [TestStore] checks it when the store has it.
+// queue (hooks.Store, [MemoryStore]); [TestStore] checks it when the store
+// has it. Unpark resets the messages' attempts and returns how many of ids
+// were parked; it leaves other messages alone.
 type Parker interface {
 	Unpark(ctx context.Context, ids ...int64) (int64, error)
+}
+
+// Discarder is implemented by stores that can delete parked messages for
+// good (hooks.Store, [MemoryStore]); [TestStore] checks it when the store
+// has it. Discard returns how many of ids were parked and deleted; it
+// leaves other messages alone.
+type Discarder interface {
+	Discard(ctx context.Context, ids ...int64) (int64, error)
+}
+
+// StatsReader is implemented by stores that report their state for
+// monitoring (hooks.Store, [MemoryStore]); [TestStore] checks it when the
+// store has it.
+type StatsReader interface {
+	Stats(ctx context.Context) (relay.Stats, error)
+}
+
+// Retainer is implemented by stores that delete published messages after a
+// retention period (hooks.Store, [MemoryStore]); [TestStore] checks it when
+// the store has it. DeletePublished deletes the messages published more
+// than olderThan ago, at most batch per statement, and returns how many it
+// deleted; it never deletes a pending or parked message.
+type Retainer interface {
+	DeletePublished(ctx context.Context, olderThan time.Duration, batch int) (int64, error)
 }
 
 // TestStore is the conformance suite of [relay.Store]: every implementation
@@ -51,12 +77,22 @@ type Parker interface {
 // one part of the contract documented on [relay.Store]: claims in ID order
 // within the row and byte limits; for each aggregate a prefix of what it has
 // pending; exactly the published IDs marked; a failed message delaying its
-// aggregate (and only it) until its retry, with attempts counted only while
-// others were published; permanent failures and too many attempts parking
-// the message and holding its aggregate back; claims exclusive between
-// owners; a claim's lease passing to another owner after it expires, with
-// the first owner's marks then ignored; and [relay.Releaser] freeing a
-// stopped owner's share at once.
+// aggregate (and only it) until its retry, not claimed before its retry
+// delay (doubling per counted attempt) and claimed after it, with attempts
+// counted only while others were published; permanent failures and too
+// many attempts parking the message and holding its aggregate back while
+// other aggregates flow; claims exclusive between owners; a claim's lease
+// passing to another owner after it expires, with the first owner's marks
+// then ignored; and [relay.Releaser] freeing a stopped owner's share at
+// once.
+//
+// The operator's side is checked on stores that implement it: [Parker]
+// (an unparked message is published before its aggregate's later ones, in
+// order), [Discarder] (a discarded message is gone and its aggregate goes
+// on), [StatsReader] (pending, retrying, parked and the oldest pending
+// age follow the messages' state) and [Retainer] (retention deletes only
+// published messages older than the cutoff). A subtest whose interface the
+// store lacks is skipped.
 func TestStore(t *testing.T, newStore NewStoreFunc) {
 	ctx := context.Background()
 	ttl := StoreTimings.LeaseTTL
@@ -150,65 +186,294 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 		}
 	})
 
-	t.Run("PermanentFailureParksAndHoldsAggregate", func(t *testing.T) {
+	t.Run("RetryDelay", func(t *testing.T) {
 		store, add := newStore(t)
+		ids := add(testMessages(2, "a")...)
+		b := claim(t, store, req("a", 10))
+		// The message's own failure (another one was published): attempt 1
+		// waits RetryDelay, attempt 2 twice that (capped at MaxRetryDelay).
+		for attempt := 1; attempt <= 2; attempt++ {
+			delay := min(StoreTimings.RetryDelay<<(attempt-1), StoreTimings.MaxRetryDelay)
+			failedAt := time.Now() // before Mark: the retry time is later
+			markOutcome(t, store, b, relay.Outcome{
+				Published: idsOf(b.Messages[1:]),
+				Failed:    []relay.Failure{{ID: ids[0], Err: errors.New("rejected")}},
+			})
+			deadline := time.Now().Add(waitLimit)
+			for {
+				// A message of another aggregate in every claim: when the
+				// failed one comes back, one is published beside it.
+				add(testMessages(1, "a")...)
+				b = claim(t, store, req("a", 10))
+				claimedBy := time.Now() // the claim ran before this
+				if len(b.Messages) > 0 && b.Messages[0].ID == ids[0] {
+					if early := failedAt.Add(delay); claimedBy.Before(early) {
+						t.Fatalf("attempt %d: message %d claimed again %v after its failure; want not before its retry delay %v",
+							attempt, ids[0], claimedBy.Sub(failedAt), delay)
+					}
+					if b.Messages[0].Attempts != attempt {
+						t.Errorf("attempt %d: Attempts = %d, want %d", attempt, b.Messages[0].Attempts, attempt)
+					}
+					if len(b.Messages) < 2 {
+						t.Fatalf("attempt %d: claim = %v, want the retried message and the one added", attempt, idsOf(b.Messages))
+					}
+					break
+				}
+				mark(t, store, b, nil) // the other aggregates go on meanwhile
+				if time.Now().After(deadline) {
+					t.Fatalf("attempt %d: message %d not claimed again within %v of its failure", attempt, ids[0], waitLimit)
+				}
+				time.Sleep(10 * time.Millisecond) // polling for a retry time to pass
+			}
+		}
+		mark(t, store, b, nil)
+	})
+
+	for _, permanent := range []bool{true, false} {
+		name := "MaxAttemptsParks"
+		if permanent {
+			name = "PermanentFailureParksAndHoldsAggregate"
+		}
+		t.Run(name, func(t *testing.T) {
+			store, add := newStore(t)
+			parkedID, agg := park(t, store, add, permanent)
+			// The parked aggregate's later message waits behind it; another
+			// aggregate's message goes out.
+			msgs := testMessages(2, "a")
+			msgs[0].AggregateID = agg
+			ids := add(msgs...)
+			behind, other := ids[0], ids[1]
+			held := func(got []runtime.OutboxMessage) {
+				t.Helper()
+				for _, m := range got {
+					if m.ID == parkedID || m.ID == behind {
+						t.Fatalf("claimed %d while message %d of its aggregate is parked; want it held back", m.ID, parkedID)
+					}
+				}
+			}
+			var got []int64
+			deadline := time.Now().Add(waitLimit)
+			for !slices.Contains(got, other) {
+				b := publishAll(t, store, "a", 10)
+				held(b)
+				got = append(got, idsOf(b)...)
+				if time.Now().After(deadline) {
+					t.Fatalf("message %d of another aggregate not claimed within %v while %d is parked", other, waitLimit, parkedID)
+				}
+				time.Sleep(10 * time.Millisecond) // pacing the claims
+			}
+			// Well past any retry delay, the parked aggregate still waits.
+			until := time.Now().Add(2 * StoreTimings.MaxRetryDelay)
+			for time.Now().Before(until) {
+				held(publishAll(t, store, "a", 10))
+				time.Sleep(50 * time.Millisecond) // pacing a negative check, not synchronisation
+			}
+		})
+	}
+
+	t.Run("UnparkPublishesInOrder", func(t *testing.T) {
+		store, add := newStore(t)
+		p, ok := store.(Parker)
+		if !ok {
+			t.Skip("the store does not implement runtimetest.Parker")
+		}
+		msgs := testMessages(4, "a")
+		for i := 1; i < 3; i++ {
+			msgs[i].AggregateID = msgs[0].AggregateID // 0, 1, 2: one aggregate
+		}
+		ids := add(msgs...)
+		b := claim(t, store, req("a", 10))
+		markOutcome(t, store, b, relay.Outcome{
+			Published: ids[3:],
+			Failed: []relay.Failure{
+				{ID: ids[0], Err: errors.New("too large"), Permanent: true},
+				{ID: ids[1], Err: errors.New("behind")},
+				{ID: ids[2], Err: errors.New("behind")},
+			},
+		})
+		if n, err := p.Unpark(ctx, ids[1], ids[3]); err != nil || n != 0 {
+			t.Errorf("Unpark(%d waiting behind, %d published) = %d, %v; want 0, nil", ids[1], ids[3], n, err)
+		}
+		if n, err := p.Unpark(ctx, ids[0]); err != nil || n != 1 {
+			t.Fatalf("Unpark(%d) = %d, %v; want 1, nil", ids[0], n, err)
+		}
+		// Two messages at a time: the unparked one first, then the rest
+		// of its aggregate, in order.
+		first := pollClaim(t, store, "a", 2)
+		if diff := cmp.Diff(ids[:2], idsOf(first)); diff != "" {
+			t.Fatalf("first claim after Unpark (-want +got):\n%s", diff)
+		}
+		if first[0].Attempts != 0 {
+			t.Errorf("Attempts of the unparked message = %d, want 0 (reset)", first[0].Attempts)
+		}
+		second := pollClaim(t, store, "a", 2)
+		if diff := cmp.Diff(ids[2:3], idsOf(second)); diff != "" {
+			t.Errorf("second claim after Unpark (-want +got):\n%s", diff)
+		}
+		if n, err := p.Unpark(ctx, ids[0]); err != nil || n != 0 {
+			t.Errorf("Unpark(%d) once published = %d, %v; want 0, nil", ids[0], n, err)
+		}
+	})
+
+	t.Run("DiscardLetsAggregateGoOn", func(t *testing.T) {
+		store, add := newStore(t)
+		d, ok := store.(Discarder)
+		if !ok {
+			t.Skip("the store does not implement runtimetest.Discarder")
+		}
 		msgs := testMessages(3, "a")
 		msgs[1].AggregateID = msgs[0].AggregateID
 		ids := add(msgs...)
 		b := claim(t, store, req("a", 10))
 		markOutcome(t, store, b, relay.Outcome{
-			Published: []int64{ids[2]},
+			Published: ids[2:],
 			Failed: []relay.Failure{
 				{ID: ids[0], Err: errors.New("too large"), Permanent: true},
 				{ID: ids[1], Err: errors.New("behind")},
 			},
 		})
-		// Well past the retry delay, the parked message and its aggregate's
-		// later message are still not claimed.
-		deadline := time.Now().Add(3 * StoreTimings.MaxRetryDelay)
-		for time.Now().Before(deadline) {
-			if got := publishAll(t, store, "a", 10); len(got) != 0 {
-				t.Fatalf("claimed %v while message %d of the aggregate is parked; want nothing", idsOf(got), ids[0])
-			}
-			time.Sleep(50 * time.Millisecond) // pacing a negative check, not synchronisation
+		if n, err := d.Discard(ctx, ids[1], ids[2]); err != nil || n != 0 {
+			t.Errorf("Discard(%d waiting behind, %d published) = %d, %v; want 0, nil", ids[1], ids[2], n, err)
 		}
-		p, ok := store.(Parker)
-		if !ok {
-			return
-		}
-		if n, err := p.Unpark(ctx, ids[0]); err != nil || n != 1 {
-			t.Fatalf("Unpark(%d) = %d, %v; want 1, nil", ids[0], n, err)
+		if n, err := d.Discard(ctx, ids[0]); err != nil || n != 1 {
+			t.Fatalf("Discard(%d) = %d, %v; want 1, nil", ids[0], n, err)
 		}
 		got := pollClaim(t, store, "a", 10)
-		if diff := cmp.Diff(ids[:2], idsOf(got)); diff != "" {
-			t.Errorf("claim after Unpark (-want +got), the aggregate in order:\n%s", diff)
+		if diff := cmp.Diff(ids[1:2], idsOf(got)); diff != "" {
+			t.Errorf("claim after Discard (-want +got), the discarded message gone:\n%s", diff)
+		}
+		if n, err := d.Discard(ctx, ids[0]); err != nil || n != 0 {
+			t.Errorf("second Discard(%d) = %d, %v; want 0, nil", ids[0], n, err)
+		}
+		if p, ok := store.(Parker); ok {
+			if n, err := p.Unpark(ctx, ids[0]); err != nil || n != 0 {
+				t.Errorf("Unpark(%d) after Discard = %d, %v; want 0, nil", ids[0], n, err)
+			}
+		}
+		if got := publishAll(t, store, "a", 10); len(got) != 0 {
+			t.Errorf("claimed %v after everything was published or discarded", idsOf(got))
 		}
 	})
 
-	t.Run("MaxAttemptsParks", func(t *testing.T) {
+	t.Run("Stats", func(t *testing.T) {
 		store, add := newStore(t)
-		ids := add(testMessages(1, "a")...)
-		for attempt := 1; attempt <= StoreTimings.MaxAttempts; attempt++ {
-			// Another message in the same batch is published, so the
-			// failure is the message's own.
-			other := add(testMessages(1, "a")...)
-			b := claim(t, store, req("a", 10))
-			if diff := cmp.Diff([]int64{ids[0], other[0]}, idsOf(b.Messages)); diff != "" {
-				t.Fatalf("attempt %d: claim (-want +got):\n%s", attempt, diff)
-			}
-			markOutcome(t, store, b, relay.Outcome{
-				Published: other,
-				Failed:    []relay.Failure{{ID: ids[0], Err: errors.New("rejected")}},
-			})
-			// The retry time is a time: wait it out.
-			time.Sleep(StoreTimings.MaxRetryDelay + 100*time.Millisecond)
+		sr, ok := store.(StatsReader)
+		if !ok {
+			t.Skip("the store does not implement runtimetest.StatsReader")
 		}
-		deadline := time.Now().Add(3 * StoreTimings.MaxRetryDelay)
-		for time.Now().Before(deadline) {
-			if got := publishAll(t, store, "a", 10); len(got) != 0 {
-				t.Fatalf("claimed %v after %d failed attempts of message %d; want it parked", idsOf(got), StoreTimings.MaxAttempts, ids[0])
+		stats := func() relay.Stats {
+			t.Helper()
+			st, err := sr.Stats(ctx)
+			if err != nil {
+				t.Fatalf("Stats() = %v", err)
 			}
-			time.Sleep(50 * time.Millisecond) // pacing a negative check
+			return st
+		}
+		if st := stats(); st != (relay.Stats{}) {
+			t.Errorf("Stats() of an empty store = %+v, want zero", st)
+		}
+		before := time.Now()
+		ids := add(testMessages(3, "a")...) // published, retrying, parked
+		b := claim(t, store, req("a", 10))
+		markOutcome(t, store, b, relay.Outcome{
+			Published: ids[:1],
+			Failed: []relay.Failure{
+				{ID: ids[1], Err: errors.New("rejected")},
+				{ID: ids[2], Err: errors.New("too large"), Permanent: true},
+			},
+		})
+		add(testMessages(1, "a")...) // pending, never tried
+		st := stats()
+		if st.Pending != 2 || st.Retrying != 1 || st.Parked != 1 {
+			t.Errorf("Stats() = %+v; want 2 pending (1 retrying), 1 parked", st)
+		}
+		// The store's clock may have a coarser grain than the process's:
+		// a second of slack above.
+		if maxAge := time.Since(before) + time.Second; st.OldestPending <= 0 || st.OldestPending > maxAge {
+			t.Errorf("Stats().OldestPending = %v; want above 0 and at most %v", st.OldestPending, maxAge)
+		}
+		deadline := time.Now().Add(waitLimit)
+		for st.Pending > 0 {
+			publishAll(t, store, "a", 10)
+			if time.Now().After(deadline) {
+				t.Fatalf("Stats() = %+v %v after publishing everything claimable; want nothing pending", st, waitLimit)
+			}
+			time.Sleep(10 * time.Millisecond) // polling for a retry time to pass
+			st = stats()
+		}
+		if want := (relay.Stats{Parked: 1}); st != want {
+			t.Errorf("Stats() once everything but the parked message is published = %+v, want %+v", st, want)
+		}
+		if d, ok := store.(Discarder); ok {
+			if _, err := d.Discard(ctx, ids[2]); err != nil {
+				t.Fatal(err)
+			}
+			if st := stats(); st != (relay.Stats{}) {
+				t.Errorf("Stats() after Discard of the parked message = %+v, want zero", st)
+			}
+		}
+	})
+
+	t.Run("RetentionDeletesOnlyOldPublished", func(t *testing.T) {
+		store, add := newStore(t)
+		r, ok := store.(Retainer)
+		if !ok {
+			t.Skip("the store does not implement runtimetest.Retainer")
+		}
+		// Three published, one parked, one retrying, one never claimed.
+		ids := add(testMessages(5, "a")...)
+		b := claim(t, store, req("a", 10))
+		markOutcome(t, store, b, relay.Outcome{
+			Published: ids[:3],
+			Failed: []relay.Failure{
+				{ID: ids[3], Err: errors.New("too large"), Permanent: true},
+				{ID: ids[4], Err: errors.New("rejected")},
+			},
+		})
+		fresh := add(testMessages(1, "a")...)[0]
+		if n, err := r.DeletePublished(ctx, time.Hour, 0); err != nil || n != 0 {
+			t.Fatalf("DeletePublished(1h) = %d, %v; want 0 (nothing was published an hour ago)", n, err)
+		}
+		// Published just now: each becomes older than a zero retention as
+		// soon as the store's clock moves on. One row per statement.
+		var deleted int64
+		deadline := time.Now().Add(waitLimit)
+		for deleted < 3 {
+			n, err := r.DeletePublished(ctx, 0, 1)
+			if err != nil {
+				t.Fatalf("DeletePublished(0, 1) = %v", err)
+			}
+			if deleted += n; deleted > 3 || time.Now().After(deadline) {
+				t.Fatalf("DeletePublished(0) deleted %d rows in all; want the 3 published", deleted)
+			}
+			time.Sleep(time.Millisecond) // polling for the store's clock to move past published_at
+		}
+		if n, err := r.DeletePublished(ctx, 0, 0); err != nil || n != 0 {
+			t.Errorf("DeletePublished(0) with nothing published left = %d, %v; want 0", n, err)
+		}
+		if sr, ok := store.(StatsReader); ok {
+			if st, err := sr.Stats(ctx); err != nil || st.Pending != 2 || st.Parked != 1 {
+				t.Errorf("Stats() after retention = %+v, %v; want 2 pending and 1 parked kept", st, err)
+			}
+		}
+		// The pending messages are still there and go out; so does the
+		// parked one once unparked.
+		want := []int64{ids[4], fresh}
+		if p, ok := store.(Parker); ok {
+			if n, err := p.Unpark(ctx, ids[3]); err != nil || n != 1 {
+				t.Errorf("Unpark(%d) after retention = %d, %v; want 1 (a parked message is kept)", ids[3], n, err)
+			}
+			want = []int64{ids[3], ids[4], fresh}
+		}
+		var got []int64
+		deadline = time.Now().Add(waitLimit)
+		for len(got) < len(want) && time.Now().Before(deadline) {
+			got = append(got, idsOf(publishAll(t, store, "a", 10))...)
+			time.Sleep(10 * time.Millisecond) // polling for a retry time to pass
+		}
+		slices.Sort(got)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("messages published after retention (-want +got):\n%s", diff)
 		}
 	})
 
@@ -351,6 +616,44 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 			}
 		}
 	})
+}
+
+// park adds a message and fails it until the store parks it: once with a
+// permanent failure, or StoreTimings.MaxAttempts times while another
+// message of the batch is published (so each attempt counts). It returns
+// the message's ID and aggregate.
+func park(t *testing.T, store relay.Store, add func(...runtime.OutboxMessage) []int64, permanent bool) (int64, string) {
+	t.Helper()
+	msg := testMessages(1, "a")[0]
+	id := add(msg)[0]
+	want := StoreTimings.MaxAttempts
+	if permanent {
+		want = 1
+	}
+	deadline := time.Now().Add(waitLimit)
+	for failures := 0; failures < want; {
+		add(testMessages(1, "a")...) // something else to publish beside it
+		b := claim(t, store, req("a", 10))
+		if !slices.ContainsFunc(b.Messages, func(m runtime.OutboxMessage) bool { return m.ID == id }) {
+			mark(t, store, b, nil) // it waits for its retry time
+			if time.Now().After(deadline) {
+				t.Fatalf("message %d not claimed again within %v after %d failures", id, waitLimit, failures)
+			}
+			time.Sleep(20 * time.Millisecond) // polling for a retry time to pass
+			continue
+		}
+		out := relay.Outcome{Failed: []relay.Failure{{ID: id, Err: errors.New("rejected"), Permanent: permanent}}}
+		for _, m := range b.Messages {
+			if m.ID != id {
+				out.Published = append(out.Published, m.ID)
+			}
+		}
+		markOutcome(t, store, b, out)
+		if len(out.Published) > 0 || permanent {
+			failures++
+		}
+	}
+	return id, msg.AggregateID
 }
 
 func req(owner string, limit int) relay.ClaimRequest {
