@@ -129,14 +129,15 @@
 // tier on MySQL. The database-specific code is in database_postgres.go and
 // database_mysql.go, behind suiteDB.
 //
-// Known gap on MySQL: when dbfreeze catches a relay inside its lease
-// transaction, the server keeps that session, and its row locks on the
-// lease tables, until wait_timeout (hooks has no MySQL counterpart of the
-// idle_in_transaction_session_timeout it sets on PostgreSQL; MariaDB's
-// idle_transaction_timeout would be one), and go-sql-driver's Rollback has
-// no deadline on a half-open connection unless the DSN sets readTimeout.
-// The relays then stall past dbfreeze's bound until the connections are
-// closed (by a later dbrefuse, say), and the run fails its liveness check. The exit status is 1 when a check fails; the processes' logs
+// On MySQL, when dbfreeze catches a relay inside its lease transaction,
+// the server ends that session after the lease transaction's wait_timeout
+// (hooks sets it, and innodb_lock_wait_timeout, to LeaseTTL/2 for that
+// transaction), releasing the lease rows; go-sql-driver's Rollback still has
+// no deadline on a half-open connection unless the DSN sets readTimeout, so
+// the frozen relay itself may stay stuck until its connection is closed
+// while the others take its shards over.
+//
+// The exit status is 1 when a check fails; the processes' logs
 // and the violating ids are then kept in the directory printed.
 package main
 
