@@ -88,7 +88,7 @@ func TestOpenAMQP(t *testing.T) {
 				t.Errorf("Scheme() = %q", b.Scheme())
 			}
 			g := b.Guarantees()
-			if !g.Durable || g.Dedup || !g.SharedAcrossProcesses || g.OrderPerAggregate != (tc.name != "quorum") {
+			if !g.Durable || g.Dedup || !g.SharedAcrossProcesses || g.OrderPerAggregate != (tc.name != "quorum") || g.ConsumerGroups != (tc.name == "pubsub") {
 				t.Errorf("Guarantees() = %+v", g)
 			}
 			topic := amqpTopic(t, base, "g1")

@@ -20,7 +20,7 @@ func TestOpenPostgres(t *testing.T) {
 				t.Fatalf("Open: %v", err)
 			}
 			defer b.Close()
-			want := broker.Guarantees{OrderPerAggregate: true, Durable: true, SharedAcrossProcesses: true}
+			want := broker.Guarantees{OrderPerAggregate: true, Durable: true, SharedAcrossProcesses: true, ConsumerGroups: true}
 			if got := b.Guarantees(); got != want {
 				t.Errorf("Guarantees() = %+v, want %+v", got, want)
 			}
