@@ -22,7 +22,10 @@ import (
 //
 // Redis does not deduplicate, and keeps acknowledged entries across a
 // restart only as its persistence settings say, so Guarantees reports
-// Dedup and Durable false.
+// Dedup and Durable false. OrderPerAggregate holds with one subscriber per
+// group, with one exception: a subscriber that crashed holding a message
+// leaves it pending until another claims it after MaxIdleTime (60 s), and a
+// subscriber started sooner reads newer entries first (see adapters/redis).
 func openRedis(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error) {
 	q, err := query(u, "maxlen", "maxage")
 	if err != nil {
