@@ -33,10 +33,6 @@ func TestAdaptersCompileOnlyTheirBroker(t *testing.T) {
 	for _, pkg := range pkgs {
 		out, err := exec.Command("go", "list", "-deps", "github.com/gooutbox/outbox/"+strings.TrimPrefix(pkg, "./")).CombinedOutput()
 		if err != nil {
-			if strings.Contains(string(out), "matched no packages") || strings.Contains(string(out), "cannot find") || strings.Contains(string(out), "no Go files") || strings.Contains(string(out), "directory not found") {
-				t.Logf("%s: not present yet", pkg)
-				continue
-			}
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
 		}
 		deps := strings.Fields(string(out))
