@@ -18,6 +18,8 @@ const (
 	DefaultStoreTimeout         = 10 * time.Second
 	DefaultPublishTimeout       = 30 * time.Second
 	DefaultPublishConcurrency   = 4
+	DefaultActivePollInterval   = 5 * time.Millisecond
+	DefaultActivePeriod         = 100 * time.Millisecond
 )
 
 // Config tunes a [Relay]. The zero value is valid: every zero field means its
@@ -62,6 +64,22 @@ type Config struct {
 	// [Notifier], 100ms ([DefaultPollInterval]) otherwise or once its
 	// Listen has reported errors.ErrUnsupported.
 	PollInterval time.Duration
+
+	// ActivePollInterval and ActivePeriod keep the relay polling while
+	// messages keep coming: for ActivePeriod after a claim that found
+	// messages, the relay claims again every ActivePollInterval (sooner on
+	// a wake-up) instead of waiting up to PollInterval. A steady stream of
+	// messages is then picked up within ActivePollInterval without any
+	// transaction having to wake the relay; only after ActivePeriod without
+	// a message does the relay go idle, ask a [WakeRequester] store for a
+	// notification, and wait for it (or PollInterval). An idle relay costs
+	// nothing but the PollInterval claims; a busy one costs one claim per
+	// ActivePollInterval when it finds nothing.
+	// Default: ActivePollInterval 5ms ([DefaultActivePollInterval]) but at
+	// most PollInterval; ActivePeriod 100ms ([DefaultActivePeriod]).
+	// ActivePeriod shorter than ActivePollInterval turns active polling off.
+	ActivePollInterval time.Duration
+	ActivePeriod       time.Duration
 
 	// MinBackoff and MaxBackoff bound the exponential backoff after a
 	// batch that failed as a whole (the store returned an error, or
@@ -137,6 +155,12 @@ func (c *Config) setDefaults(notifier bool) {
 			c.PollInterval = DefaultNotifierPollInterval
 		}
 	}
+	if c.ActivePollInterval == 0 {
+		c.ActivePollInterval = min(DefaultActivePollInterval, c.PollInterval)
+	}
+	if c.ActivePeriod == 0 {
+		c.ActivePeriod = DefaultActivePeriod
+	}
 	if c.MinBackoff == 0 {
 		c.MinBackoff = DefaultMinBackoff
 		if c.MaxBackoff > 0 {
@@ -174,6 +198,8 @@ func (c Config) Validate() error {
 	}{
 		{"BatchSize", int64(c.BatchSize)},
 		{"PollInterval", int64(c.PollInterval)},
+		{"ActivePollInterval", int64(c.ActivePollInterval)},
+		{"ActivePeriod", int64(c.ActivePeriod)},
 		{"MinBackoff", int64(c.MinBackoff)},
 		{"MaxBackoff", int64(c.MaxBackoff)},
 		{"ShutdownTimeout", int64(c.ShutdownTimeout)},

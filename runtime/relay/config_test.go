@@ -27,6 +27,8 @@ func TestConfigValidate(t *testing.T) {
 		{"min equals max", relay.Config{MinBackoff: time.Second, MaxBackoff: time.Second}, false},
 		{"negative BatchSize", relay.Config{BatchSize: -1}, true},
 		{"negative PollInterval", relay.Config{PollInterval: -time.Second}, true},
+		{"negative ActivePollInterval", relay.Config{ActivePollInterval: -time.Second}, true},
+		{"negative ActivePeriod", relay.Config{ActivePeriod: -time.Second}, true},
 		{"negative MinBackoff", relay.Config{MinBackoff: -time.Second}, true},
 		{"negative MaxBackoff", relay.Config{MaxBackoff: -time.Second}, true},
 		{"negative ShutdownTimeout", relay.Config{ShutdownTimeout: -time.Second}, true},
@@ -66,11 +68,16 @@ func TestNewDefaults(t *testing.T) {
 		c.PublishTimeout = 30 * time.Second
 		c.PublishConcurrency = 4
 		c.ShutdownTimeout = 10 * time.Second
+		c.ActivePeriod = 100 * time.Millisecond
+		if c.ActivePollInterval == 0 {
+			c.ActivePollInterval = 5 * time.Millisecond
+		}
 		return c
 	}
 	allSet := relay.Config{
 		BatchSize: 7, MaxBatchBytes: 1 << 10, StoreTimeout: time.Second, PublishTimeout: 2 * time.Second, PublishConcurrency: 3,
 		PollInterval: time.Minute, MinBackoff: time.Second, MaxBackoff: time.Hour, ShutdownTimeout: time.Minute,
+		ActivePollInterval: time.Millisecond, ActivePeriod: time.Second,
 	}
 	tests := []struct {
 		name     string
@@ -97,6 +104,11 @@ func TestNewDefaults(t *testing.T) {
 			name: "small MaxBackoff lowers MinBackoff",
 			cfg:  relay.Config{MaxBackoff: 20 * time.Millisecond},
 			want: defaults(relay.Config{PollInterval: 100 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}),
+		},
+		{
+			name: "a short PollInterval caps ActivePollInterval",
+			cfg:  relay.Config{PollInterval: 2 * time.Millisecond},
+			want: defaults(relay.Config{PollInterval: 2 * time.Millisecond, ActivePollInterval: 2 * time.Millisecond, MinBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second}),
 		},
 		{
 			name: "large MinBackoff raises MaxBackoff",

@@ -24,10 +24,16 @@
 //     which failed, and why ([Failure]).
 //
 // A full batch (BatchSize messages, or MaxBatchBytes bytes) is followed at
-// once by the next claim; otherwise the relay waits for a wake-up: a
-// notification from a store that implements [Notifier] (PostgreSQL
-// LISTEN/NOTIFY), a call to [Relay.Notify] (what hooks do after a commit on
-// SQLite), or [Config.PollInterval] elapsing, which bounds the delay of a
+// once by the next claim. While messages keep coming (for
+// [Config.ActivePeriod], 100ms, after a claim that found some) the relay
+// claims again every [Config.ActivePollInterval], 5ms: a busy application's
+// messages are picked up within that without any transaction having to wake
+// the relay. Once idle, the relay asks a [WakeRequester] store to have the
+// next writer wake it (PostgreSQL: a NOTIFY, sent only while a relay asked
+// for one, because a NOTIFY serializes commits), claims once more, and waits
+// for a wake-up: a notification from a store that implements [Notifier], a
+// call to [Relay.Notify] (what hooks do after a commit in the relay's own
+// process), or [Config.PollInterval] elapsing, which bounds the delay of a
 // message whose notification was lost. [Config.OnBatch] sees every batch.
 //
 // # Delivery: at least once

@@ -42,7 +42,8 @@ const (
 // be called from any goroutine.
 type Relay struct {
 	store    Store
-	notifier Notifier // the store as a Notifier, or nil
+	notifier Notifier      // the store as a Notifier, or nil
+	waker    WakeRequester // the store as a WakeRequester (and a Notifier), or nil
 	pub      message.Publisher
 	cfg      Config
 	log      *slog.Logger
@@ -52,6 +53,10 @@ type Relay struct {
 	// turns out unable to notify and PollInterval was left at its default.
 	poll          atomic.Int64
 	pollDefaulted bool
+	// notifying is set while the store's notifications may wake the
+	// relay: it has a Notifier whose Listen has not reported
+	// errors.ErrUnsupported.
+	notifying atomic.Bool
 
 	wake        chan struct{} // capacity 1: a pending wake-up
 	running     chan struct{} // closed by markRunning
@@ -96,15 +101,22 @@ func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 		running:       make(chan struct{}),
 	}
 	r.poll.Store(int64(cfg.PollInterval))
+	if notifier != nil {
+		r.waker, _ = store.(WakeRequester)
+		r.notifying.Store(true)
+	}
 	return r, nil
 }
 
 // Run relays messages until ctx is cancelled. It blocks.
 //
 // Each round claims up to [Config.BatchSize] messages with [Store.Claim] and
-// publishes them. After a full batch Run claims again at once; otherwise it
-// waits for a wake-up: a [Notifier] notification, a [Relay.Notify] call, or
-// [Config.PollInterval] elapsing. When a batch fails as a whole (the store
+// publishes them. After a full batch Run claims again at once. Otherwise,
+// within [Config.ActivePeriod] of its last claim that found messages, it
+// claims again after [Config.ActivePollInterval]; once idle, it asks a
+// [WakeRequester] store for a notification, claims once more, and then waits
+// for a wake-up: a [Notifier] notification, a [Relay.Notify] call, or
+// [Config.PollInterval] elapsing. A wake-up cuts every wait short. When a batch fails as a whole (the store
 // returned an error, or nothing could be published for a reason other than
 // messages rejected for good), Run logs the failure at Warn and backs off
 // exponentially between [Config.MinBackoff] and [Config.MaxBackoff] before
@@ -160,7 +172,9 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	poll := time.NewTimer(time.Duration(r.poll.Load()))
 	defer poll.Stop()
-	failures := 0 // consecutive failed batches
+	failures := 0           // consecutive failed batches
+	var lastFound time.Time // the last claim that found messages
+	requested := false      // the store was asked to wake this relay
 	for ctx.Err() == nil {
 		res, timedOut := r.batch(ctx, owner)
 		if timedOut {
@@ -196,11 +210,23 @@ func (r *Relay) Run(ctx context.Context) error {
 				attrClaimed, res.Claimed,
 				attrPublished, res.Published,
 				attrDuration, res.Duration)
+			lastFound = time.Now()
+			requested = false // the claim ended the store's wake request
 		}
 		if res.Full {
 			continue
 		}
-		poll.Reset(time.Duration(r.poll.Load()))
+		wait := time.Duration(r.poll.Load())
+		switch {
+		case time.Since(lastFound) < r.cfg.ActivePeriod:
+			wait = min(wait, r.cfg.ActivePollInterval)
+		case r.waker != nil && !requested && r.notifying.Load():
+			if r.requestWake(ctx, owner) {
+				requested = true
+				continue // claim once more: a commit may have raced the request
+			}
+		}
+		poll.Reset(wait)
 		select {
 		case <-ctx.Done():
 		case <-r.wake:
@@ -208,6 +234,21 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// requestWake asks the store to wake the relay's owner, and reports
+// whether it did.
+func (r *Relay) requestWake(ctx context.Context, owner string) bool {
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
+	err := r.waker.RequestWake(rctx, owner)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("relay: wake request failed, polling", errAttr(err))
+		}
+		return false
+	}
+	return true
 }
 
 // Notify wakes the relay: a waiting [Relay.Run] claims at once, and a Run in
@@ -372,6 +413,7 @@ func (r *Relay) listen(ctx context.Context) {
 			return
 		}
 		if errors.Is(err, errors.ErrUnsupported) {
+			r.notifying.Store(false)
 			if r.pollDefaulted {
 				r.poll.Store(int64(DefaultPollInterval))
 				r.Notify() // re-arm the poll timer with the shorter interval

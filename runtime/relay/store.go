@@ -113,6 +113,21 @@ type Notifier interface {
 	Listen(ctx context.Context, notify func()) error
 }
 
+// WakeRequester is implemented by a [Notifier] store whose notifications
+// cost the transactions that send them (PostgreSQL serializes the commits
+// of transactions that sent a NOTIFY): its writers notify only while some
+// relay has asked to be woken, so a busy application pays nothing for
+// wake-ups the relay does not need. The relay asks when it goes idle (see
+// [Config.ActivePeriod]) and then claims once more before it waits, so a
+// message committed while it was asking is not left to the next poll.
+type WakeRequester interface {
+	// RequestWake asks for notifications on behalf of owner (the
+	// [ClaimRequest.Owner] of its claims) until owner's next claim that
+	// returns messages, or its [Releaser.Release]. Asking again while
+	// asked is harmless.
+	RequestWake(ctx context.Context, owner string) error
+}
+
 // Stats is the state of an outbox, for monitoring: the three figures to
 // watch are how many messages are pending, how long the oldest has been
 // waiting, and how many failed or were parked. Stores report it from a
