@@ -41,7 +41,11 @@ var (
 )
 
 // Parse parses and resolves a schema file. path is used in diagnostics
-// only. On failure the error is an [ErrorList] holding every problem found.
+// only. On failure the error is an [ErrorList] holding every problem found,
+// and the file is the part that could be parsed, with the events, versions,
+// enums and types that had errors marked Incomplete: the compatibility
+// checker still checks the rest, so one run reports every problem. Only a
+// nil error makes the file fit for code generation.
 func Parse(path string, data []byte) (*File, error) {
 	p := &parser{
 		path:    path,
@@ -51,9 +55,44 @@ func Parse(path string, data []byte) (*File, error) {
 	}
 	p.parse(data)
 	if err := p.errs.Err(); err != nil {
-		return nil, err
+		p.markIncomplete()
+		return p.file, err
 	}
 	return p.file, nil
+}
+
+// markIncomplete propagates parse errors to what depends on them: an object
+// type using an incomplete type, a version whose fields use one, and every
+// event that inherits the file's mode when that mode was unreadable.
+func (p *parser) markIncomplete() {
+	for changed := true; changed; {
+		changed = false
+		for _, o := range p.file.Types {
+			if !o.Incomplete && usesIncomplete(o.Fields) {
+				o.Incomplete, changed = true, true
+			}
+		}
+	}
+	for _, ev := range p.file.Events {
+		if p.badMode && !ev.ownMode {
+			ev.Incomplete = true
+		}
+		for _, v := range ev.Versions {
+			if usesIncomplete(v.Fields) {
+				v.Incomplete = true
+			}
+		}
+	}
+}
+
+func usesIncomplete(fs []*Field) bool {
+	for _, f := range fs {
+		t := f.Type.Innermost()
+		if t.Enum != nil && t.Enum.Incomplete || t.Object != nil && t.Object.Incomplete {
+			return true
+		}
+	}
+	return false
 }
 
 type parser struct {
@@ -62,6 +101,8 @@ type parser struct {
 	file    *File
 	enums   map[string]*Enum
 	objects map[string]*Object
+	// badMode records an unreadable file-level compatibility mode.
+	badMode bool
 }
 
 type entry struct {
@@ -142,13 +183,19 @@ func (p *parser) parse(data []byte) {
 	if e, ok := top["compatibility"]; ok {
 		if m, ok := p.mode(e); ok {
 			p.file.Compatibility = m
+		} else {
+			p.badMode = true
 		}
 	}
 	// Declare enums and object types first, so fields can refer to them in
 	// any order.
 	if e, ok := top["enums"]; ok {
 		for _, en := range p.entries(e.val, "enums") {
+			n := len(p.errs)
 			p.enum(en)
+			if e := p.enums[en.key.Value]; e != nil && len(p.errs) > n {
+				e.Incomplete = true
+			}
 		}
 	}
 	var objectBodies []entry
@@ -169,7 +216,11 @@ func (p *parser) parse(data []byte) {
 		}
 	}
 	for i, en := range objectBodies {
+		n := len(p.errs)
 		p.object(p.file.Types[i], en)
+		if len(p.errs) > n {
+			p.file.Types[i].Incomplete = true
+		}
 	}
 	p.checkCycles()
 	if e, ok := top["events"]; ok {
@@ -178,7 +229,13 @@ func (p *parser) parse(data []byte) {
 			p.errorf(pos(e.val), "events: at least one event is required")
 		}
 		for _, en := range evs {
-			p.event(en)
+			n := len(p.errs)
+			versionErrs := p.event(en)
+			if len(p.errs)-n > versionErrs && len(p.file.Events) > 0 {
+				if ev := p.file.Events[len(p.file.Events)-1]; ev.Pos == pos(en.key) {
+					ev.Incomplete = true
+				}
+			}
 		}
 	}
 	p.checkNames()
@@ -425,7 +482,10 @@ func (p *parser) object(o *Object, en entry) {
 	}
 }
 
-func (p *parser) event(en entry) {
+// event parses one event and appends it to the file (unless its body is
+// not a mapping). It returns how many of the errors it reported are inside
+// versions it could number: those mark the version, the rest the event.
+func (p *parser) event(en entry) (versionErrs int) {
 	name := en.key.Value
 	if !goTypeNameRE.MatchString(name) {
 		p.errorf(pos(en.key), "event name %q must be an exported Go identifier (e.g. OrderPaid)", name)
@@ -434,7 +494,7 @@ func (p *parser) event(en entry) {
 	what := "event " + name
 	m := p.mapping(en.val, what, eventKeys, []string{"type", "aggregate", "versions"}, en.key)
 	if m == nil {
-		return
+		return 0
 	}
 	if e, ok := m["type"]; ok {
 		if s, ok := p.str(e, what+": type"); ok {
@@ -459,8 +519,11 @@ func (p *parser) event(en entry) {
 		ev.Deprecated = p.deprecated(e)
 	}
 	if e, ok := m["compatibility"]; ok {
+		ev.ownMode = true
 		if md, ok := p.mode(e); ok {
 			ev.Compatibility = md
+		} else {
+			ev.Incomplete = true
 		}
 	}
 	if e, ok := m["versions"]; ok {
@@ -469,7 +532,12 @@ func (p *parser) event(en entry) {
 			p.errorf(pos(e.val), "%s: at least one version is required", what)
 		}
 		for _, v := range vs {
+			n := len(p.errs)
 			if ver := p.version(ev, v); ver != nil {
+				if len(p.errs) > n {
+					ver.Incomplete = true
+					versionErrs += len(p.errs) - n
+				}
 				ev.Versions = append(ev.Versions, ver)
 			}
 		}
@@ -481,6 +549,7 @@ func (p *parser) event(en entry) {
 		}
 	}
 	p.file.Events = append(p.file.Events, ev)
+	return versionErrs
 }
 
 func (p *parser) version(ev *Event, en entry) *Version {
