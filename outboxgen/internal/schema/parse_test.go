@@ -211,3 +211,46 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestDidYouMeanAliases: keys and types users bring from JSON Schema, OpenAPI
+// or Go get a suggestion even when edit distance would not find one.
+func TestDidYouMeanAliases(t *testing.T) {
+	const knownField = " (known keys: type, doc, optional, default, min, max, max_length, pattern, values, deprecated)"
+	for _, tc := range []struct {
+		name, field, want string
+	}{
+		{"minimum", "{type: int32, minimum: 1}", `x.yaml:9:28: A v1: field "x": unknown key "minimum"; did you mean "min"?` + knownField},
+		{"maximum", "{type: int64, maximum: 9}", `x.yaml:9:28: A v1: field "x": unknown key "maximum"; did you mean "max"?` + knownField},
+		{"exclusiveMinimum", "{type: int64, exclusiveMinimum: 0}", `x.yaml:9:28: A v1: field "x": unknown key "exclusiveMinimum"; did you mean "min"? (min is inclusive)` + knownField},
+		{"maxLength", "{type: string, maxLength: 9}", `x.yaml:9:29: A v1: field "x": unknown key "maxLength"; did you mean "max_length"?` + knownField},
+		{"required", "{type: string, required: false}", `x.yaml:9:29: A v1: field "x": unknown key "required"; did you mean "optional"? (fields are required unless optional: true)` + knownField},
+		{"nullable", "{type: string, nullable: true}", `x.yaml:9:29: A v1: field "x": unknown key "nullable"; did you mean "optional"?` + knownField},
+		{"description", "{type: string, description: hi}", `x.yaml:9:29: A v1: field "x": unknown key "description"; did you mean "doc"?` + knownField},
+		{"regex", "{type: string, regex: a}", `x.yaml:9:29: A v1: field "x": unknown key "regex"; did you mean "pattern"?` + knownField},
+		{"typo still by edit distance", "{type: string, optinal: true}", `x.yaml:9:29: A v1: field "x": unknown key "optinal"; did you mean "optional"?` + knownField},
+		{"integer type", "integer", `x.yaml:9:14: A v1: field "x": unknown type "integer"; did you mean "int64"? (built-in types: bool, decimal, int32, int64, string, timestamp, uuid, list<T>, map<string,T>; or a name under enums: or types:)`},
+		{"time.Time type", "time.Time", `x.yaml:9:14: A v1: field "x": unknown type "time.Time"; did you mean "timestamp"? (built-in types: bool, decimal, int32, int64, string, timestamp, uuid, list<T>, map<string,T>; or a name under enums: or types:)`},
+		{"float type", "float64", `x.yaml:9:14: A v1: field "x": unknown type "float64"; did you mean "decimal"? (a decimal string; there are no floats) (built-in types: bool, decimal, int32, int64, string, timestamp, uuid, list<T>, map<string,T>; or a name under enums: or types:)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "outboxgen: 1\nevents:\n  A:\n    type: a.a\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: " + tc.field + "\n"
+			_, err := Parse("x.yaml", []byte(src))
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("got  %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+	// Event and top-level keys.
+	_, err := Parse("x.yaml", []byte("outboxgen: 1\ndefinitions: {}\nevents:\n  A:\n    type: a.a\n    aggregate: A\n    description: d\n    versions:\n      1:\n        properties: {x: string}\n"))
+	want := []string{
+		`x.yaml:2:1: schema file: unknown key "definitions"; did you mean "types"? (known keys: outboxgen, package, compatibility, enums, types, events)`,
+		`x.yaml:7:5: event A: unknown key "description"; did you mean "doc"? (known keys: type, aggregate, doc, deprecated, compatibility, versions)`,
+		`x.yaml:10:9: A v1: unknown key "properties"; did you mean "fields"? (known keys: doc, breaking, draft, deprecated, fields, removed)`,
+	}
+	if err == nil {
+		t.Fatal("Parse accepted unknown keys")
+	}
+	if diff := cmp.Diff(want, strings.Split(err.Error(), "\n")); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
