@@ -102,3 +102,48 @@ events:
 		}
 	}
 }
+
+// TestIncompleteVersionSkipped: a version with a parse error is left out of
+// the comparisons, and its neighbours are compared with each other.
+func TestIncompleteVersionSkipped(t *testing.T) {
+	src := `outboxgen: 1
+events:
+  A:
+    type: a.a
+    aggregate: A
+    versions:
+      1:
+        fields:
+          x: int32
+      2:
+        fields:
+          x: Nope
+      3:
+        fields:
+          x: string
+      5:
+        fields:
+          x: string
+`
+	f, err := schema.Parse("events.yaml", []byte(src))
+	if err == nil || f == nil {
+		t.Fatalf("Parse = %v, %v; want the partial file and an error", f, err)
+	}
+	if v := f.Events[0].Versions; len(v) != 4 || !v[1].Incomplete || v[0].Incomplete || v[2].Incomplete {
+		t.Fatalf("versions %+v", v)
+	}
+	var got []string
+	for _, e := range Check(f, nil, Options{}) {
+		got = append(got, e.Error())
+	}
+	want := []string{
+		`events.yaml:15:11: A v3: FIELD_SAME_TYPE (backward): "x" is int32 in v1 but string in v3; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
+		`events.yaml:15:11: A v3: FIELD_SAME_TYPE (forward): "x" is string in v3 but int32 in v1; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
+		`events.yaml:16:7: A v5: VERSION_CONTIGUOUS: expected v4; versions are numbered 1, 2, 3, ... without gaps`,
+		`events.yaml:18:11: A v5: FIELD_SAME_TYPE (backward): "x" is int32 in v1 but string in v5; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
+		`events.yaml:18:11: A v5: FIELD_SAME_TYPE (forward): "x" is string in v5 but int32 in v1; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
