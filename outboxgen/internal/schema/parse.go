@@ -111,38 +111,6 @@ type entry struct {
 
 func pos(n *yaml.Node) Pos { return Pos{Line: n.Line, Col: n.Column} }
 
-// syntaxErrorPos returns where the YAML syntax error in data is: the first
-// line after the longest prefix of data that parses, after its indentation.
-//
-// The YAML parser reports the line where it noticed the error, which is
-// often the start of the enclosing mapping (an over-indented key on line 5 is
-// "line 2: did not find expected key"). Instead, data is cut after each line,
-// from the end, until a prefix parses: the line that follows the longest valid
-// prefix is the one that makes the document invalid. Prefixes that end inside
-// a construct spanning several lines (a flow sequence, a quoted string) fail
-// too, but a longer prefix that closes the construct parses again, so such a
-// construct before the error is not blamed. Parsing stops at the first valid
-// prefix, so a file that is wrong near its end costs few parses.
-func syntaxErrorPos(data []byte) Pos {
-	lines := strings.SplitAfter(string(data), "\n")
-	end := len(data)
-	for i := len(lines) - 1; i > 0; i-- {
-		end -= len(lines[i])
-		var n yaml.Node
-		if yaml.Unmarshal(data[:end], &n) == nil {
-			return linePos(i+1, lines[i])
-		}
-	}
-	return linePos(1, lines[0])
-}
-
-// linePos is the position of the first character of line (the text of line
-// number n) after its indentation. YAML indents with spaces only, so a tab
-// is where the line goes wrong.
-func linePos(n int, line string) Pos {
-	return Pos{Line: n, Col: len(line) - len(strings.TrimLeft(line, " ")) + 1}
-}
-
 func (p *parser) errorf(at Pos, format string, args ...any) {
 	p.errs = append(p.errs, Error{Path: p.path, Pos: at, Msg: fmt.Sprintf(format, args...)})
 }
@@ -156,7 +124,7 @@ func (p *parser) parse(data []byte) {
 		} else {
 			msg = strings.TrimPrefix(msg, "yaml: ")
 		}
-		p.errorf(syntaxErrorPos(data), "syntax error: %s", msg)
+		p.errorf(syntaxErrorPos(data, msg), "syntax error: %s", msg)
 		return
 	}
 	if len(doc.Content) == 0 {

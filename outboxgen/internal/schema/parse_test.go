@@ -109,17 +109,17 @@ func TestSyntaxErrorPosition(t *testing.T) {
 		{
 			name: "unclosed flow sequence, noticed at the end of the file",
 			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        removed: [x, y\n        fields:\n          a: string\n          b: string\n",
-			want: "x.yaml:8:9: syntax error: did not find expected ',' or ']'",
+			want: "x.yaml:8:18: syntax error: did not find expected ',' or ']'",
 		},
 		{
 			name: "unterminated quoted string",
 			src:  "outboxgen: 1\nevents:\n  A:\n    type: \"a.b\n    aggregate: A\n\n    doc: x\n",
-			want: "x.yaml:4:5: syntax error: found unexpected end of stream",
+			want: "x.yaml:4:11: syntax error: found unexpected end of stream",
 		},
 		{
 			name: "valid multi-line flow mapping before the error",
 			src:  "outboxgen: 1\nevents:\n  A:\n    type: {\n      x: 1,\n      y: 2}\n    aggregate: A\n  B: [\n",
-			want: "x.yaml:8:3: syntax error: did not find expected node content",
+			want: "x.yaml:8:6: syntax error: did not find expected node content",
 		},
 		{
 			name: "tab in indentation",
@@ -127,9 +127,53 @@ func TestSyntaxErrorPosition(t *testing.T) {
 			want: "x.yaml:4:1: syntax error: found character that cannot start any token",
 		},
 		{
+			// The parser says "line 2" (the 0-based start of the
+			// flow mapping); the comma missing after "x: string"
+			// makes line 10 invalid.
+			name: "missing comma in a multi-line flow mapping",
+			src:  "outboxgen: 1\nevents:\n  A: {\n    type: a.b,\n    aggregate: A,\n    versions: {\n      1: {\n        fields: {\n          x: string\n          y: string,\n        }}}}\n",
+			want: "x.yaml:10:11: syntax error: did not find expected ',' or '}'",
+		},
+		{
+			name: "unclosed bracket inside a line",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields: {x: string, y: [}\n",
+			want: "x.yaml:8:32: syntax error: did not find expected node content",
+		},
+		{
+			// The parser says "line 7" (the mapping at line 8, 0-based).
+			name: "key indented less than its siblings, deep",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: string\n         y: string\n",
+			want: "x.yaml:10:10: syntax error: did not find expected key",
+		},
+		{
+			name: "key indented more than its siblings",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: string\n           y: string\n",
+			want: "x.yaml:10:13: syntax error: mapping values are not allowed in this context",
+		},
+		{
+			name: "unclosed single quote",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: 'string\n          y: string\n",
+			want: "x.yaml:9:14: syntax error: found unexpected end of stream",
+		},
+		{
+			name: "character that cannot start a token",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: string\n          y: @string\n",
+			want: "x.yaml:10:14: syntax error: found character that cannot start any token",
+		},
+		{
+			name: "tab after the indentation",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: string\n  \t  y: string\n",
+			want: "x.yaml:10:3: syntax error: found a tab character that violates indentation",
+		},
+		{
+			name: "unknown escape in a double-quoted string",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    doc: \"a\\qb\"\n    versions: {1: {fields: {x: string}}}\n",
+			want: "x.yaml:6:10: syntax error: found unknown escape character",
+		},
+		{
 			name: "first line",
 			src:  "outboxgen: [1\nevents: {}\n",
-			want: "x.yaml:1:1: syntax error: did not find expected ',' or ']'",
+			want: "x.yaml:1:12: syntax error: did not find expected ',' or ']'",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,6 +182,23 @@ func TestSyntaxErrorPosition(t *testing.T) {
 				t.Errorf("Parse(%q) = %v, want %s", tc.src, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestDuplicateKey: YAML accepts a repeated key in a mapping node; the schema
+// parser reports it at the repeated key, naming the first.
+func TestDuplicateKey(t *testing.T) {
+	src := "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: string\n          x: int32\n    type: a.c\n"
+	_, err := Parse("x.yaml", []byte(src))
+	want := []string{
+		`x.yaml:10:11: A v1: fields: duplicate key "x" (first at line 9)`,
+		`x.yaml:11:5: event A: duplicate key "type" (first at line 4)`,
+	}
+	if err == nil {
+		t.Fatal("Parse accepted duplicate keys")
+	}
+	if diff := cmp.Diff(want, strings.Split(err.Error(), "\n")); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
 
