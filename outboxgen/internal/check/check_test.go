@@ -147,3 +147,40 @@ events:
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// TestLockSkipsIncomplete: a released version with a parse error is not
+// reported as changed (its fingerprint is unknown), while a released
+// version that did change in the same file still is.
+func TestLockSkipsIncomplete(t *testing.T) {
+	src := `outboxgen: 1
+events:
+  A:
+    type: a.a
+    aggregate: A
+    versions:
+      1:
+        fields:
+          x: int32
+  B:
+    type: b.b
+    aggregate: B
+    versions:
+      1:
+        fields:
+          y: int32
+`
+	lock := Update(parse(t, src), nil)
+	edited := strings.Replace(strings.Replace(src, "x: int32", "x: Nope", 1), "y: int32", "y: int64", 1)
+	f, err := schema.Parse("events.yaml", []byte(edited))
+	if err == nil {
+		t.Fatal("Parse accepted an unknown type")
+	}
+	var got []string
+	for _, e := range Check(f, lock, Options{LockPath: "events.lock"}) {
+		got = append(got, e.Error())
+	}
+	want := []string{"events.yaml:14:7: B v1: VERSION_FROZEN: released version changed (events.lock has sha256:" + strings.TrimPrefix(lock.Entries[1].Fingerprint, "sha256:")[:12] + ", the schema now gives " + short(Fingerprint(f.Events[1], f.Events[1].Versions[0])) + "); revert the change and add a new version instead"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
