@@ -26,6 +26,10 @@
 //	ENUM_VALUE                the writer writes only enum values the reader accepts
 //	UPCASTER_REQUIRED         a non-breaking version can be upcast from the previous
 //	                          one by generated code
+//
+// [Check] compares the versions within one file (and with the lock file);
+// [Against] compares the file with an older copy of itself, such as the
+// schema on the main branch (outboxgen -against), without the lock file.
 package check
 
 import (

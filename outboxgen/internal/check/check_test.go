@@ -1,6 +1,8 @@
 package check
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -183,4 +185,37 @@ events:
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
+}
+
+// FuzzCheck runs the checker on whatever Parse returns, the partial files
+// of broken schemas included, and compares each file with the first seed
+// as -against does: neither may panic, and every diagnostic has a path.
+func FuzzCheck(f *testing.F) {
+	seeds, _ := filepath.Glob("../../testdata/*/events.yaml")
+	var first *schema.File
+	for _, s := range seeds {
+		data, err := os.ReadFile(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+		if first == nil {
+			first, _ = schema.Parse("old.yaml", data)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, _ := schema.Parse("f.yaml", data)
+		if file == nil {
+			t.Fatal("Parse returned no file")
+		}
+		errs := append(Check(file, Update(file, nil), Options{Release: true}), Against(file, first, "HEAD")...)
+		if first != nil {
+			errs = append(errs, Against(first, file, "HEAD")...)
+		}
+		for _, e := range errs {
+			if e.Path == "" || e.Msg == "" {
+				t.Fatalf("diagnostic without path or message: %+v", e)
+			}
+		}
+	})
 }
