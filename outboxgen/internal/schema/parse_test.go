@@ -171,6 +171,18 @@ func TestSyntaxErrorPosition(t *testing.T) {
 			want: "x.yaml:6:10: syntax error: found unknown escape character",
 		},
 		{
+			// Brackets, quotes and comment signs inside a block
+			// scalar are text, not open constructs.
+			name: "block scalar with brackets and quotes before the error",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    doc: |\n      [draft] don't\n      {x\n\n      \"quoted\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: string\n         y: string\n",
+			want: "x.yaml:15:10: syntax error: did not find expected key",
+		},
+		{
+			name: "block scalar, then an unclosed quote",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    doc: >-\n      it's [here]\n    aggregate: 'A\n    versions: {}\n",
+			want: "x.yaml:7:16: syntax error: found unexpected end of stream",
+		},
+		{
 			name: "first line",
 			src:  "outboxgen: [1\nevents: {}\n",
 			want: "x.yaml:1:12: syntax error: did not find expected ',' or ']'",

@@ -179,10 +179,12 @@ func (o flowOpen) closer() byte {
 }
 
 // openFlows scans YAML text for the flow collections it leaves open, and
-// where the quoted string it ends inside starts (the zero Pos if none). It knows quotes, comments and
-// brackets, no more: a bracket or quote counts only where a node may start
-// (after indentation, ": ", "- ", "? ", ",", or another bracket), so the
-// brackets and apostrophes inside plain scalars (a[0], don't) do not.
+// where the quoted string it ends inside starts (the zero Pos if none). It
+// knows quotes, comments, block scalars and brackets, no more: a bracket or
+// quote counts only where a node may start (after indentation, ": ", "- ",
+// "? ", ",", or another bracket), so the brackets and apostrophes inside
+// plain scalars (a[0], don't) do not, and the lines of a block scalar
+// (doc: |) are skipped.
 func openFlows(data []byte) (open []flowOpen, quoteAt Pos) {
 	return openFlowsFunc(data, nil)
 }
@@ -193,6 +195,9 @@ func openFlowsFunc(data []byte, atEOL func(line int, open []flowOpen, quoteAt Po
 	line, col := 1, 0
 	var quote byte
 	prev := byte('\n') // the last character that is not a space, '\n' at a line start
+	// block is the indentation of the line that started a block scalar
+	// (| or >) whose content lines are being skipped, or -1.
+	block, lineIndent := -1, 0
 	for i := 0; i < len(data); i++ {
 		c := data[i]
 		col++
@@ -201,6 +206,25 @@ func openFlowsFunc(data []byte, atEOL func(line int, open []flowOpen, quoteAt Po
 				atEOL(line, open, quoteAt)
 			}
 			line, col, prev = line+1, 0, '\n'
+			// Measure the next line's indentation; inside a block
+			// scalar, skip it when it is blank or indented deeper.
+			n := 0
+			for i+1+n < len(data) && data[i+1+n] == ' ' {
+				n++
+			}
+			lineIndent = n
+			if block >= 0 {
+				rest := i + 1 + n
+				blank := rest >= len(data) || data[rest] == '\n' || data[rest] == '\r'
+				if blank || n > block {
+					for i+1 < len(data) && data[i+1] != '\n' {
+						i++
+					}
+					col = 0
+					continue
+				}
+				block = -1
+			}
 			continue
 		}
 		if quote != 0 {
@@ -237,6 +261,12 @@ func openFlowsFunc(data []byte, atEOL func(line int, open []flowOpen, quoteAt Po
 			if nodeStart {
 				open = append(open, flowOpen{line: line, col: col, ch: c})
 			}
+		case '|', '>':
+			if nodeStart && len(open) == 0 && blockHeader(data[i+1:]) {
+				block = lineIndent
+				prev = c
+				continue
+			}
 		case ']', '}':
 			// A closer of the other kind closes nothing: the
 			// bracket it does not match stays the one to blame.
@@ -247,4 +277,25 @@ func openFlowsFunc(data []byte, atEOL func(line int, open []flowOpen, quoteAt Po
 		prev = c
 	}
 	return open, quoteAt
+}
+
+// blockHeader reports whether rest, the line after a | or >, completes a
+// block scalar header: indentation and chomping indicators, then nothing
+// but spaces and a comment.
+func blockHeader(rest []byte) bool {
+	i := 0
+	for i < len(rest) && (rest[i] == '-' || rest[i] == '+' || rest[i] >= '1' && rest[i] <= '9') {
+		i++
+	}
+	for i < len(rest) && rest[i] != '\n' {
+		switch rest[i] {
+		case ' ', '\t', '\r':
+			i++
+			continue
+		case '#':
+			return i > 0 && (rest[i-1] == ' ' || rest[i-1] == '\t')
+		}
+		return false
+	}
+	return true
 }
