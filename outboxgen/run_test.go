@@ -454,7 +454,7 @@ func TestAllProblemsInOneRun(t *testing.T) {
 		`events.yaml:35:20: OrderShipped v1: field "carrier": unknown type "Carier" (built-in types: bool, decimal, int32, int64, string, timestamp, uuid, list<T>, map<string,T>; or a name under enums: or types:)`,
 		`events.yaml:36:33: OrderShipped v1: field "weight": unknown key "minimum"; did you mean "min"? (known keys: type, doc, optional, default, min, max, max_length, pattern, values, deprecated)`,
 		`events.yaml:52:11: OrderCancelled v2: FIELD_OPTIONALITY (backward): v2 requires "reason" but v1 may omit it; keep it optional or give it a default`,
-		`events.yaml:56:20: unknown compatibility mode "ful"; did you mean "full"? (one of: none, backward, backward_transitive, forward, forward_transitive, full, full_transitive)`,
+		`events.yaml:56:20: event OrderRefunded: unknown compatibility mode "ful"; did you mean "full"? (one of: none, backward, backward_transitive, forward, forward_transitive, full, full_transitive)`,
 	}
 	got := strings.Split(strings.TrimSpace(strings.ReplaceAll(stderr, path, "events.yaml")), "\n")
 	if diff := cmp.Diff(want, got); diff != "" {

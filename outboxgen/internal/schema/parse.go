@@ -149,7 +149,7 @@ func (p *parser) parse(data []byte) {
 		}
 	}
 	if e, ok := top["compatibility"]; ok {
-		if m, ok := p.mode(e); ok {
+		if m, ok := p.mode(e, ""); ok {
 			p.file.Compatibility = m
 		} else {
 			p.badMode = true
@@ -354,8 +354,10 @@ func (p *parser) deprecated(e entry) string {
 	return s
 }
 
-func (p *parser) mode(e entry) (Mode, bool) {
-	s, ok := p.str(e, "compatibility")
+// mode reads a compatibility mode; what names the owner in messages ("" for
+// the file's default).
+func (p *parser) mode(e entry, what string) (Mode, bool) {
+	s, ok := p.str(e, what+"compatibility")
 	if !ok {
 		return "", false
 	}
@@ -366,7 +368,7 @@ func (p *parser) mode(e entry) (Mode, bool) {
 			return m, true
 		}
 	}
-	p.errorf(pos(e.val), "unknown compatibility mode %q%s (one of: %s)", s, didYouMean(s, names), strings.Join(names, ", "))
+	p.errorf(pos(e.val), "%sunknown compatibility mode %q%s (one of: %s)", what, s, didYouMean(s, names), strings.Join(names, ", "))
 	return "", false
 }
 
@@ -488,7 +490,7 @@ func (p *parser) event(en entry) (versionErrs int) {
 	}
 	if e, ok := m["compatibility"]; ok {
 		ev.ownMode = true
-		if md, ok := p.mode(e); ok {
+		if md, ok := p.mode(e, what+": "); ok {
 			ev.Compatibility = md
 		} else {
 			ev.Incomplete = true
