@@ -21,6 +21,32 @@
 //	-export dir     also write one JSON Schema (2020-12) per event version to
 //	                dir/<type>/v<N>.schema.json and an AsyncAPI 3 document to
 //	                dir/asyncapi.json
+//	-against rev    write nothing; check the schema against itself as it was
+//	                at git revision rev (or in the file rev, when one exists):
+//	                independent of the lock file, see below
+//
+// # Checking against the deployed schema
+//
+// The lock file protects released versions within one working tree; a
+// change that edits the lock file together with the schema passes -check.
+// In CI, compare with the main branch as well:
+//
+//	go tool outboxgen -against origin/main events.yaml
+//
+// The old schema is read with git show <rev>:<path>, the path relative to
+// the repository that holds the schema file; -against also accepts a file
+// holding an older copy. Every version that was released there (not
+// draft: true) must still exist, unchanged (VERSION_FROZEN), in an event of
+// the same wire type (TYPE_NAME_STABLE); a changed version is also compared
+// field by field with its old definition in the directions of the event's
+// mode, e.g.
+//
+//	events.yaml:13:11: OrderPaid v1: FIELD_SAME_TYPE (backward, against origin/main): "amount" is int64 in v1 at origin/main but string in v1; ...
+//
+// Versions added since are compared with the released ones by the usual
+// rules. A revision or file that does not exist, or a schema that did not
+// exist at the revision, is an error naming both. With -check, stale
+// generated files are reported too.
 //
 // # Output
 //
@@ -83,9 +109,13 @@
 //
 // # Diagnostics
 //
-// Problems are printed as file:line:col: message, all of them, sorted, and
-// make the command exit 1; a usage error exits 2. Compatibility problems
-// name their rule and direction, e.g.
+// Problems are printed as file:line:col: message, all of them, sorted by
+// position, and make the command exit 1; a usage error exits 2. One run
+// reports everything: parse errors in one event do not hide rule violations
+// in the others, and a version gap does not stop the comparison of the
+// versions around it. A YAML syntax error is reported at the line that
+// makes the file invalid. Compatibility problems name their rule and
+// direction, e.g.
 //
 //	events.yaml:31:11: OrderPaid v2: FIELD_REQUIRED_MISSING (backward): v2 requires "amount" but v1 does not write it; make it optional or give it a default
 package main

@@ -29,6 +29,7 @@ type options struct {
 	pkg     string
 	out     string
 	export  string
+	against string
 	// getenv reads the environment ($GOPACKAGE); tests pass their own.
 	getenv func(string) string
 }
@@ -48,8 +49,9 @@ func runEnv(args []string, stdout, stderr io.Writer, getenv func(string) string)
 	fl.StringVar(&opt.pkg, "package", "", "Go package name (default: the schema's package:, else $GOPACKAGE, else the output directory name)")
 	fl.StringVar(&opt.out, "out", "", "output directory for .gen.go files (default: the schema's directory)")
 	fl.StringVar(&opt.export, "export", "", "also write JSON Schemas and an AsyncAPI 3 document into this directory")
+	fl.StringVar(&opt.against, "against", "", "write nothing; check that the schema keeps what was released in the schema at this git revision (e.g. origin/main) or in this file, whatever the lock file says")
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "usage: outboxgen [-check] [-release] [-package name] [-out dir] [-export dir] events.yaml...")
+		fmt.Fprintln(stderr, "usage: outboxgen [-check] [-release] [-against rev|file] [-package name] [-out dir] [-export dir] events.yaml...")
 		fl.PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil {
@@ -87,14 +89,20 @@ func processSchema(gen *codegen.Generator, path string, opt options, stdout, std
 	if err != nil {
 		return fail(fmt.Errorf("outboxgen: %w", err))
 	}
+	// Parse problems and rule violations are reported together: the
+	// partial file Parse returns with its errors is still checked.
 	f, err := schema.Parse(path, data)
-	if err != nil {
+	var problems schema.ErrorList
+	if err != nil && !errors.As(err, &problems) {
 		return fail(err)
 	}
 	outDir := cmpOr(opt.out, filepath.Dir(path))
 	pkg, err := packageName(f, opt, outDir)
-	if err != nil {
-		return fail(err)
+	var pkgErrs schema.ErrorList
+	if errors.As(err, &pkgErrs) {
+		problems = append(problems, pkgErrs...)
+	} else if err != nil {
+		problems = append(problems, schema.Error{Path: path, Msg: err.Error()})
 	}
 	lockPath := strings.TrimSuffix(path, filepath.Ext(path)) + ".lock"
 	var lock *check.Lock
@@ -105,8 +113,19 @@ func processSchema(gen *codegen.Generator, path string, opt options, stdout, std
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fail(fmt.Errorf("outboxgen: %w", err))
 	}
-	if errs := check.Check(f, lock, check.Options{Release: opt.release, LockPath: filepath.Base(lockPath)}); len(errs) > 0 {
-		return fail(errs)
+	problems = append(problems, check.Check(f, lock, check.Options{Release: opt.release, LockPath: filepath.Base(lockPath)})...)
+	if opt.against != "" {
+		errs, err := againstCheck(f, path, opt.against)
+		if err != nil {
+			return fail(err)
+		}
+		problems = append(problems, errs...)
+	}
+	if len(problems) > 0 {
+		return fail(problems.Sort())
+	}
+	if opt.against != "" && !opt.check {
+		return true // -against writes nothing
 	}
 
 	base := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))

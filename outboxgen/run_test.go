@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -350,5 +352,120 @@ func TestRepoSchemasUpToDate(t *testing.T) {
 		if code, _, stderr := runT(t, map[string]string{"GOPACKAGE": "main"}, "-check", p); code != 0 {
 			t.Errorf("outboxgen -check %s: exit %d (run go generate ./...):\n%s", p, code, stderr)
 		}
+	}
+}
+
+// allProblemsSchema holds, in one file, a version gap (OrderPaid v1 → v3), a
+// field dropped without a tombstone, a type change, an enum value added under
+// full_transitive, a new required field, a dropped name coming back, an
+// optionality change, parse errors in one event (OrderShipped: an unknown
+// type, a misspelled key) and in another event's mode (OrderRefunded).
+const allProblemsSchema = `outboxgen: 1
+compatibility: full_transitive
+enums:
+  Method: [card, bank, wallet]
+events:
+  OrderPaid:
+    type: orders.order_paid
+    aggregate: Order
+    versions:
+      1:
+        fields:
+          order_id: uuid
+          amount: int64
+          note: string
+          method: {type: Method, values: [card]}
+      3:
+        fields:
+          order_id: uuid
+          amount: string
+          method: {type: Method, values: [card, bank]}
+          currency: string
+      4:
+        fields:
+          order_id: uuid
+          amount: string
+          method: {type: Method, values: [card, bank]}
+          currency: string
+          note: {type: string, optional: true}
+  OrderShipped:
+    type: orders.order_shipped
+    aggregate: Order
+    versions:
+      1:
+        fields:
+          carrier: Carier
+          weight: {type: int32, minimum: 1}
+      2:
+        fields:
+          carrier: string
+          weight: int32
+          tracking: string
+  OrderCancelled:
+    type: orders.order_cancelled
+    aggregate: Order
+    compatibility: backward
+    versions:
+      1:
+        fields:
+          reason: {type: string, optional: true}
+      2:
+        fields:
+          reason: string
+  OrderRefunded:
+    type: orders.order_refunded
+    aggregate: Order
+    compatibility: ful
+    versions:
+      1:
+        fields:
+          amount: int64
+      2:
+        fields:
+          amount: string
+`
+
+// TestAllProblemsInOneRun: every problem of a file is reported in one run,
+// sorted by position, each at its own line:col. The gap does not stop the
+// v1 → v3 and v1 → v4 checks, and parse errors in OrderShipped and
+// OrderRefunded do not hide the rule violations of the other events (the
+// broken events themselves are not compared: their versions are unknown).
+func TestAllProblemsInOneRun(t *testing.T) {
+	t.Parallel()
+	path := setup(t, allProblemsSchema)
+	code, _, stderr := runT(t, nil, "-check", "-package", "orders", path)
+	if code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	want := []string{
+		`events.yaml:16:7: OrderPaid v3: FIELD_REMOVED_UNRESERVED: "note" (a field of v1) dropped without listing it under removed:`,
+		`events.yaml:16:7: OrderPaid v3: FIELD_REQUIRED_MISSING (forward): v1 requires "note" but v3 does not write it; make it optional or give it a default`,
+		`events.yaml:16:7: OrderPaid v3: VERSION_CONTIGUOUS: expected v2; versions are numbered 1, 2, 3, ... without gaps`,
+		`events.yaml:19:11: OrderPaid v3: FIELD_SAME_TYPE (backward): "amount" is int64 in v1 but string in v3; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
+		`events.yaml:19:11: OrderPaid v3: FIELD_SAME_TYPE (forward): "amount" is string in v3 but int64 in v1; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
+		`events.yaml:20:11: OrderPaid v3: ENUM_VALUE (forward): v3 may write "method"="bank", which v1 does not accept`,
+		`events.yaml:21:11: OrderPaid v3: FIELD_REQUIRED_MISSING (backward): v3 requires "currency" but v1 does not write it; make it optional or give it a default`,
+		`events.yaml:25:11: OrderPaid v4: FIELD_SAME_TYPE (backward): "amount" is int64 in v1 but string in v4; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
+		`events.yaml:25:11: OrderPaid v4: FIELD_SAME_TYPE (forward): "amount" is string in v4 but int64 in v1; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
+		`events.yaml:26:11: OrderPaid v4: ENUM_VALUE (forward): v4 may write "method"="bank", which v1 does not accept`,
+		`events.yaml:27:11: OrderPaid v4: FIELD_REQUIRED_MISSING (backward): v4 requires "currency" but v1 does not write it; make it optional or give it a default`,
+		`events.yaml:28:11: OrderPaid v4: FIELD_NAME_REUSED: "note" was dropped in v3 and may not come back; choose a new name`,
+		`events.yaml:28:11: OrderPaid v4: FIELD_OPTIONALITY (forward): v1 requires "note" but v4 may omit it; keep it optional or give it a default`,
+		`events.yaml:35:20: OrderShipped v1: field "carrier": unknown type "Carier" (built-in types: bool, decimal, int32, int64, string, timestamp, uuid, list<T>, map<string,T>; or a name under enums: or types:)`,
+		`events.yaml:36:33: OrderShipped v1: field "weight": unknown key "minimum"; did you mean "min"? (known keys: type, doc, optional, default, min, max, max_length, pattern, values, deprecated)`,
+		`events.yaml:52:11: OrderCancelled v2: FIELD_OPTIONALITY (backward): v2 requires "reason" but v1 may omit it; keep it optional or give it a default`,
+		`events.yaml:56:20: event OrderRefunded: unknown compatibility mode "ful"; did you mean "full"? (one of: none, backward, backward_transitive, forward, forward_transitive, full, full_transitive)`,
+	}
+	got := strings.Split(strings.TrimSpace(strings.ReplaceAll(stderr, path, "events.yaml")), "\n")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("diagnostics (-want +got):\n%s", diff)
+	}
+	// Generation (without -check) reports the same and writes nothing.
+	code, _, stderr2 := runT(t, nil, "-package", "orders", path)
+	if code != 1 || stderr2 != stderr {
+		t.Errorf("without -check: exit %d, stderr differs: %v", code, stderr2 != stderr)
+	}
+	if files := snapshot(t, filepath.Dir(path)); len(files) != 2 {
+		t.Errorf("files written: %v", slices.Collect(maps.Keys(files)))
 	}
 }

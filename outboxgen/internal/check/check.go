@@ -26,6 +26,10 @@
 //	ENUM_VALUE                the writer writes only enum values the reader accepts
 //	UPCASTER_REQUIRED         a non-breaking version can be upcast from the previous
 //	                          one by generated code
+//
+// [Check] compares the versions within one file (and with the lock file);
+// [Against] compares the file with an older copy of itself, such as the
+// schema on the main branch (outboxgen -against), without the lock file.
 package check
 
 import (
@@ -75,6 +79,12 @@ func (c *checker) report(at schema.Pos, ev *schema.Event, v *schema.Version, rul
 }
 
 // Check runs every rule on f. lock may be nil (nothing released yet).
+//
+// Every pair of versions that can be compared is compared, whatever else is
+// wrong: a version gap does not stop the comparison of the versions on
+// either side of it, and f may be the partial file [schema.Parse] returns
+// with its errors, in which case events, versions and types marked
+// Incomplete are left out and everything else is still checked.
 func Check(f *schema.File, lock *Lock, opt Options) schema.ErrorList {
 	c := &checker{file: f}
 	for _, ev := range f.Events {
@@ -85,21 +95,20 @@ func Check(f *schema.File, lock *Lock, opt Options) schema.ErrorList {
 }
 
 func (c *checker) event(ev *schema.Event, opt Options) {
-	contiguous := true
-	for i, v := range ev.Versions {
-		if v.Number != i+1 {
-			c.report(v.Pos, ev, v, VersionContiguous, "", "expected v%d; versions are numbered 1, 2, 3, ... without gaps", i+1)
-			contiguous = false
-			break
+	if ev.Incomplete {
+		return
+	}
+	want := 1
+	for _, v := range ev.Versions {
+		if v.Number != want {
+			c.report(v.Pos, ev, v, VersionContiguous, "", "expected v%d; versions are numbered 1, 2, 3, ... without gaps", want)
 		}
+		want = v.Number + 1
 		if v.Draft && opt.Release {
 			c.report(v.Pos, ev, v, DraftInRelease, "", "version is still draft: true; remove the draft flag to release it")
 		}
 	}
 	c.names(ev)
-	if !contiguous {
-		return
-	}
 	mode := ev.Compatibility
 	lineStart := 0
 	for i, v := range ev.Versions {
@@ -107,15 +116,26 @@ func (c *checker) event(ev *schema.Event, opt Options) {
 			lineStart = i
 			continue
 		}
-		if i == 0 {
+		if v.Incomplete {
 			continue
 		}
-		prev := ev.Versions[i-1]
+		// The versions v is compared with: the complete ones of its
+		// compatibility line, the nearest last.
+		var line []*schema.Version
+		for _, o := range ev.Versions[lineStart:i] {
+			if !o.Incomplete {
+				line = append(line, o)
+			}
+		}
+		if len(line) == 0 {
+			continue
+		}
+		prev := line[len(line)-1]
 		if !mode.Backward() {
 			// The generated decoder upcasts every version, so a step
 			// that is not marked breaking must be backward readable
 			// whatever the mode.
-			for _, is := range readable(v, prev) {
+			for _, is := range readable(v, prev, label(v), label(prev)) {
 				c.report(is.pos(v), ev, v, UpcasterRequired, "", "v%d cannot be upcast from v%d by generated code: %s; mark v%d breaking: true and write upcast%sV%dToV%d", v.Number, prev.Number, is.msg, v.Number, ev.Name, prev.Number, v.Number)
 			}
 		}
@@ -124,34 +144,46 @@ func (c *checker) event(ev *schema.Event, opt Options) {
 		}
 		olds := []*schema.Version{prev}
 		if mode.Transitive() {
-			olds = ev.Versions[lineStart:i]
+			olds = line
 		}
 		for _, old := range olds {
-			if mode.Backward() {
-				for _, is := range readable(v, old) {
-					hint := is.hint
-					c.report(is.pos(v), ev, v, is.rule, "backward", "%s%s", is.msg, hint)
-				}
-			}
-			if mode.Forward() {
-				for _, is := range readable(old, v) {
-					c.report(is.pos(v), ev, v, is.rule, "forward", "%s%s", is.msg, is.hint)
-				}
-			}
+			c.pair(ev, v, old, label(v), label(old), mode, "")
 		}
 	}
 }
 
+// pair reports why newer and older (labelled so in messages) are not
+// compatible under mode; suffix is appended to the direction.
+func (c *checker) pair(ev *schema.Event, newer, older *schema.Version, newLabel, oldLabel string, mode schema.Mode, suffix string) {
+	if mode.Backward() {
+		for _, is := range readable(newer, older, newLabel, oldLabel) {
+			c.report(is.pos(newer), ev, newer, is.rule, "backward"+suffix, "%s%s", is.msg, is.hint)
+		}
+	}
+	if mode.Forward() {
+		for _, is := range readable(older, newer, oldLabel, newLabel) {
+			c.report(is.pos(newer), ev, newer, is.rule, "forward"+suffix, "%s%s", is.msg, is.hint)
+		}
+	}
+}
+
+func label(v *schema.Version) string { return fmt.Sprintf("v%d", v.Number) }
+
 // names checks tombstones: a field that disappears must be listed under
-// removed:, and a removed (or vanished) name never comes back.
+// removed:, and a removed (or vanished) name never comes back. Fields of
+// incomplete versions are not compared (their tombstones still count).
 func (c *checker) names(ev *schema.Event) {
 	tombstones := map[string]int{} // name → version that removed it
 	gone := map[string]int{}       // name → first version without it
-	for i, v := range ev.Versions {
+	var prev *schema.Version
+	for _, v := range ev.Versions {
 		for _, r := range v.Removed {
 			if _, ok := tombstones[r.Name]; !ok {
 				tombstones[r.Name] = v.Number
 			}
+		}
+		if v.Incomplete {
+			continue
 		}
 		for _, f := range v.Fields {
 			if rv, ok := tombstones[f.Name]; ok {
@@ -160,20 +192,20 @@ func (c *checker) names(ev *schema.Event) {
 				c.report(f.Pos, ev, v, FieldNameReused, "", "%q was dropped in v%d and may not come back; choose a new name", f.Name, gv)
 			}
 		}
-		if i == 0 {
-			continue
+		if prev != nil {
+			for _, f := range prev.Fields {
+				if v.Field(f.Name) != nil {
+					continue
+				}
+				if _, ok := gone[f.Name]; !ok {
+					gone[f.Name] = v.Number
+				}
+				if _, ok := tombstones[f.Name]; !ok {
+					c.report(v.Pos, ev, v, FieldRemovedUnreserved, "", "%q (a field of v%d) dropped without listing it under removed:", f.Name, prev.Number)
+				}
+			}
 		}
-		for _, f := range ev.Versions[i-1].Fields {
-			if v.Field(f.Name) != nil {
-				continue
-			}
-			if _, ok := gone[f.Name]; !ok {
-				gone[f.Name] = v.Number
-			}
-			if _, ok := tombstones[f.Name]; !ok {
-				c.report(v.Pos, ev, v, FieldRemovedUnreserved, "", "%q dropped without listing it under removed:", f.Name)
-			}
-		}
+		prev = v
 	}
 }
 
@@ -184,57 +216,86 @@ type issue struct {
 	field *schema.Field
 }
 
-// pos points at the field when the newer version holds it, else at the
-// newer version.
+// pos points at the field in the newer version: the one the issue is
+// about, else the one of the same name; else at the newer version.
 func (is issue) pos(newer *schema.Version) schema.Pos {
-	if is.field != nil && slices.Contains(newer.Fields, is.field) {
-		return is.field.Pos
+	if is.field != nil {
+		if f := newer.Field(is.field.Name); f != nil {
+			return f.Pos
+		}
 	}
 	return newer.Pos
 }
 
-// readable lists why reader cannot decode payloads written as writer.
-func readable(reader, writer *schema.Version) []issue {
+// readable lists why reader (labelled rv in messages) cannot decode
+// payloads written as writer (wv).
+func readable(reader, writer *schema.Version, rv, wv string) []issue {
+	return readableFields(reader.Fields, writer.Fields, rv, wv, "", map[[2]*schema.Object]bool{})
+}
+
+// readableFields compares reader's fields with writer's; prefix qualifies
+// field names inside objects ("amount."). seen stops the recursion through
+// self-referencing object types.
+func readableFields(reader, writer []*schema.Field, rv, wv, prefix string, seen map[[2]*schema.Object]bool) []issue {
 	var out []issue
-	rv, wv := fmt.Sprintf("v%d", reader.Number), fmt.Sprintf("v%d", writer.Number)
-	for _, rf := range reader.Fields {
-		wf := writer.Field(rf.Name)
+	for _, rf := range reader {
+		wf := fieldIn(writer, rf.Name)
+		name := prefix + rf.Name
 		required := !rf.Optional && rf.Default == nil
 		if wf == nil {
 			if required {
 				out = append(out, issue{rule: FieldRequiredMissing, field: rf,
-					msg:  fmt.Sprintf("%s requires %q but %s does not write it", rv, rf.Name, wv),
+					msg:  fmt.Sprintf("%s requires %q but %s does not write it", rv, name, wv),
 					hint: "; make it optional or give it a default"})
 			}
 			continue
 		}
 		if !typeReadable(rf.Type, wf.Type) {
 			out = append(out, issue{rule: FieldSameType, field: rf,
-				msg:  fmt.Sprintf("%q is %s in %s but %s in %s", rf.Name, wf.Type, wv, rf.Type, rv),
+				msg:  fmt.Sprintf("%q is %s in %s but %s in %s", name, wf.Type, wv, rf.Type, rv),
 				hint: "; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name"})
 			continue
 		}
 		if required && wf.Optional {
 			out = append(out, issue{rule: FieldOptionality, field: rf,
-				msg:  fmt.Sprintf("%s requires %q but %s may omit it", rv, rf.Name, wv),
+				msg:  fmt.Sprintf("%s requires %q but %s may omit it", rv, name, wv),
 				hint: "; keep it optional or give it a default"})
 		}
 		if rvals, wvals := rf.EnumValues(), wf.EnumValues(); rvals != nil && wvals != nil {
 			for _, w := range wvals {
 				if !slices.Contains(rvals, w) {
 					out = append(out, issue{rule: EnumValue, field: rf,
-						msg: fmt.Sprintf("%s may write %q=%q, which %s does not accept", wv, rf.Name, w, rv)})
+						msg: fmt.Sprintf("%s may write %q=%q, which %s does not accept", wv, name, w, rv)})
 				}
+			}
+		}
+		// Object types of two different files (-against) are compared
+		// field by field; within one file a type is the same everywhere.
+		ro, wo := rf.Type.Innermost().Object, wf.Type.Innermost().Object
+		if ro != nil && wo != nil && ro != wo && !seen[[2]*schema.Object{ro, wo}] {
+			seen[[2]*schema.Object{ro, wo}] = true
+			for _, is := range readableFields(ro.Fields, wo.Fields, rv, wv, name+".", seen) {
+				is.field = rf
+				out = append(out, is)
 			}
 		}
 	}
 	return out
 }
 
+func fieldIn(fs []*schema.Field, name string) *schema.Field {
+	for _, f := range fs {
+		if f.Name == name {
+			return f
+		}
+	}
+	return nil
+}
+
 // typeReadable reports whether a reader of type r decodes JSON written as
 // type w: the same type, or a widening the generated upcasters perform.
 func typeReadable(r, w *schema.Type) bool {
-	if r.Equal(w) {
+	if sameType(r, w) {
 		return true
 	}
 	switch {
@@ -244,4 +305,22 @@ func typeReadable(r, w *schema.Type) bool {
 		return true
 	}
 	return false
+}
+
+// sameType is [schema.Type.Equal] for types that may come from two files
+// (-against): enums and object types are the same when their names are;
+// their values and fields are compared by readableFields.
+func sameType(r, w *schema.Type) bool {
+	if r.Kind != w.Kind {
+		return false
+	}
+	switch r.Kind {
+	case schema.EnumKind:
+		return r.Enum.Name == w.Enum.Name
+	case schema.ObjectKind:
+		return r.Object.Name == w.Object.Name
+	case schema.List, schema.Map:
+		return sameType(r.Elem, w.Elem)
+	}
+	return true
 }

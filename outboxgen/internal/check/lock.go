@@ -118,13 +118,16 @@ func (c *checker) lock(l *Lock, opt Options) {
 		ev := c.eventByType(e.Type)
 		if ev == nil {
 			if byName := c.eventByName(e.Event); byName != nil {
-				if byName.Type != e.Type {
+				if byName.Type != e.Type && !byName.Incomplete {
 					c.report(byName.TypePos, byName, nil, TypeNameStable, "", "wire type changed from %q (released, %s) to %q; released events keep their type: revert it, or declare a new event", e.Type, lockPath, byName.Type)
 				}
 				continue
 			}
 			c.errs = append(c.errs, schema.Error{Path: c.file.Path, Msg: fmt.Sprintf("%s v%d: %s: released version (%s) is no longer in the schema; keep it so old payloads still decode", e.Event, e.Version, VersionFrozen, lockPath)})
 			continue
+		}
+		if ev.Incomplete {
+			continue // parse errors: its versions are not known
 		}
 		var v *schema.Version
 		for _, x := range ev.Versions {
@@ -135,6 +138,9 @@ func (c *checker) lock(l *Lock, opt Options) {
 		if v == nil {
 			c.report(ev.Pos, ev, nil, VersionFrozen, "", "released version v%d (%s) is no longer in the schema; keep it so old payloads still decode", e.Version, lockPath)
 			continue
+		}
+		if v.Incomplete {
+			continue // parse errors: its fingerprint is not known
 		}
 		if v.Draft {
 			c.report(v.Pos, ev, v, VersionFrozen, "", "version was released (%s) and cannot be a draft again", lockPath)

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -144,16 +145,22 @@ func typeSchema(t *schema.Type, f *schema.Field, refPrefix string, defs map[stri
 	case schema.Bool:
 		return map[string]any{"type": "boolean"}
 	case schema.Int32, schema.Int64:
-		s := map[string]any{"type": "integer", "format": t.String()}
+		// The bounds are the Go type's, narrowed by min and max: the
+		// decoder rejects a number its type cannot hold, and a format
+		// (int32, int64) is only an annotation to most validators.
+		lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+		if t.Kind == schema.Int32 {
+			lo, hi = math.MinInt32, math.MaxInt32
+		}
 		if f != nil && top {
 			if f.Min != nil {
-				s["minimum"] = *f.Min
+				lo = *f.Min
 			}
 			if f.Max != nil {
-				s["maximum"] = *f.Max
+				hi = *f.Max
 			}
 		}
-		return s
+		return map[string]any{"type": "integer", "format": t.String(), "minimum": lo, "maximum": hi}
 	case schema.Decimal:
 		return map[string]any{"type": "string", "pattern": schema.DecimalPattern, "x-outbox-format": "decimal"}
 	case schema.UUID:

@@ -116,8 +116,96 @@ func suggest(s string, candidates []string) string {
 	return best
 }
 
-// didYouMean formats a suggestion suffix: `; did you mean "x"?`.
+// alias is a key users naturally type for one of ours, mostly from the
+// JSON Schema and OpenAPI vocabulary, with a note when the meaning differs.
+type alias struct {
+	to, note string
+}
+
+// aliases maps a key, lower-cased and without "_", "-" and ".", to the key of
+// ours it most likely means. Edit distance does not find these (minimum is
+// three edits from min).
+var aliases = map[string]alias{
+	"minimum":          {to: "min"},
+	"exclusiveminimum": {to: "min", note: "min is inclusive"},
+	"maximum":          {to: "max"},
+	"exclusivemaximum": {to: "max", note: "max is inclusive"},
+	"maxlen":           {to: "max_length"},
+	"maxlength":        {to: "max_length"},
+	"maxsize":          {to: "max_length"},
+	"regex":            {to: "pattern"},
+	"regexp":           {to: "pattern"},
+	"required":         {to: "optional", note: "fields are required unless optional: true"},
+	"nullable":         {to: "optional"},
+	"omitempty":        {to: "optional"},
+	"defaultvalue":     {to: "default"},
+	"enum":             {to: "values", note: "declare the enum under enums: and narrow it here with values:"},
+	"allowed":          {to: "values"},
+	"description":      {to: "doc"},
+	"desc":             {to: "doc"},
+	"comment":          {to: "doc"},
+	"summary":          {to: "doc"},
+	"title":            {to: "doc"},
+	"properties":       {to: "fields"},
+	"props":            {to: "fields"},
+	"items":            {to: "type", note: "write type: list<T>"},
+	"format":           {to: "type", note: "use the types uuid, timestamp, decimal"},
+	"kind":             {to: "type"},
+	"name":             {to: "type", note: "type is the wire name, e.g. orders.order_paid"},
+	"eventtype":        {to: "type"},
+	"aggregatetype":    {to: "aggregate"},
+	"aggregateroot":    {to: "aggregate"},
+	"mode":             {to: "compatibility"},
+	"compat":           {to: "compatibility"},
+	"version":          {to: "versions"},
+	"removedfields":    {to: "removed"},
+	"tombstones":       {to: "removed"},
+	"reserved":         {to: "removed"},
+	"deleted":          {to: "removed"},
+	"obsolete":         {to: "deprecated"},
+	"messages":         {to: "events"},
+	"definitions":      {to: "types"},
+	"defs":             {to: "types"},
+	"$defs":            {to: "types"},
+	"schemas":          {to: "types"},
+	"objects":          {to: "types"},
+	"pkg":              {to: "package"},
+	"gopackage":        {to: "package"},
+	// Field types.
+	"integer":  {to: "int64"},
+	"int":      {to: "int64"},
+	"long":     {to: "int64"},
+	"uint32":   {to: "int64"},
+	"number":   {to: "decimal", note: "a decimal string; there are no floats"},
+	"float":    {to: "decimal", note: "a decimal string; there are no floats"},
+	"float64":  {to: "decimal", note: "a decimal string; there are no floats"},
+	"double":   {to: "decimal", note: "a decimal string; there are no floats"},
+	"boolean":  {to: "bool"},
+	"text":     {to: "string"},
+	"str":      {to: "string"},
+	"datetime": {to: "timestamp"},
+	"date":     {to: "timestamp"},
+	"time":     {to: "timestamp"},
+	"timetime": {to: "timestamp"},
+	"instant":  {to: "timestamp"},
+	"guid":     {to: "uuid"},
+	"uuiduuid": {to: "uuid"},
+}
+
+// didYouMean formats a suggestion suffix: `; did you mean "x"?`, from the
+// aliases when one names a candidate, else by edit distance.
 func didYouMean(s string, candidates []string) string {
+	norm := strings.NewReplacer("_", "", "-", "", ".", "").Replace(strings.ToLower(s))
+	if a, ok := aliases[norm]; ok && a.to != s {
+		for _, c := range candidates {
+			if c == a.to {
+				if a.note != "" {
+					return "; did you mean " + quote(c) + "? (" + a.note + ")"
+				}
+				return "; did you mean " + quote(c) + "?"
+			}
+		}
+	}
 	if c := suggest(s, candidates); c != "" {
 		return "; did you mean " + quote(c) + "?"
 	}

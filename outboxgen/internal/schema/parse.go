@@ -41,7 +41,11 @@ var (
 )
 
 // Parse parses and resolves a schema file. path is used in diagnostics
-// only. On failure the error is an [ErrorList] holding every problem found.
+// only. On failure the error is an [ErrorList] holding every problem found,
+// and the file is the part that could be parsed, with the events, versions,
+// enums and types that had errors marked Incomplete: the compatibility
+// checker still checks the rest, so one run reports every problem. Only a
+// nil error makes the file fit for code generation.
 func Parse(path string, data []byte) (*File, error) {
 	p := &parser{
 		path:    path,
@@ -51,9 +55,44 @@ func Parse(path string, data []byte) (*File, error) {
 	}
 	p.parse(data)
 	if err := p.errs.Err(); err != nil {
-		return nil, err
+		p.markIncomplete()
+		return p.file, err
 	}
 	return p.file, nil
+}
+
+// markIncomplete propagates parse errors to what depends on them: an object
+// type using an incomplete type, a version whose fields use one, and every
+// event that inherits the file's mode when that mode was unreadable.
+func (p *parser) markIncomplete() {
+	for changed := true; changed; {
+		changed = false
+		for _, o := range p.file.Types {
+			if !o.Incomplete && usesIncomplete(o.Fields) {
+				o.Incomplete, changed = true, true
+			}
+		}
+	}
+	for _, ev := range p.file.Events {
+		if p.badMode && !ev.ownMode {
+			ev.Incomplete = true
+		}
+		for _, v := range ev.Versions {
+			if usesIncomplete(v.Fields) {
+				v.Incomplete = true
+			}
+		}
+	}
+}
+
+func usesIncomplete(fs []*Field) bool {
+	for _, f := range fs {
+		t := f.Type.Innermost()
+		if t.Enum != nil && t.Enum.Incomplete || t.Object != nil && t.Object.Incomplete {
+			return true
+		}
+	}
+	return false
 }
 
 type parser struct {
@@ -62,6 +101,8 @@ type parser struct {
 	file    *File
 	enums   map[string]*Enum
 	objects map[string]*Object
+	// badMode records an unreadable file-level compatibility mode.
+	badMode bool
 }
 
 type entry struct {
@@ -69,38 +110,6 @@ type entry struct {
 }
 
 func pos(n *yaml.Node) Pos { return Pos{Line: n.Line, Col: n.Column} }
-
-// syntaxErrorPos returns where the YAML syntax error in data is: the first
-// line after the longest prefix of data that parses, after its indentation.
-//
-// The YAML parser reports the line where it noticed the error, which is
-// often the start of the enclosing mapping (an over-indented key on line 5 is
-// "line 2: did not find expected key"). Instead, data is cut after each line,
-// from the end, until a prefix parses: the line that follows the longest valid
-// prefix is the one that makes the document invalid. Prefixes that end inside
-// a construct spanning several lines (a flow sequence, a quoted string) fail
-// too, but a longer prefix that closes the construct parses again, so such a
-// construct before the error is not blamed. Parsing stops at the first valid
-// prefix, so a file that is wrong near its end costs few parses.
-func syntaxErrorPos(data []byte) Pos {
-	lines := strings.SplitAfter(string(data), "\n")
-	end := len(data)
-	for i := len(lines) - 1; i > 0; i-- {
-		end -= len(lines[i])
-		var n yaml.Node
-		if yaml.Unmarshal(data[:end], &n) == nil {
-			return linePos(i+1, lines[i])
-		}
-	}
-	return linePos(1, lines[0])
-}
-
-// linePos is the position of the first character of line (the text of line
-// number n) after its indentation. YAML indents with spaces only, so a tab
-// is where the line goes wrong.
-func linePos(n int, line string) Pos {
-	return Pos{Line: n, Col: len(line) - len(strings.TrimLeft(line, " ")) + 1}
-}
 
 func (p *parser) errorf(at Pos, format string, args ...any) {
 	p.errs = append(p.errs, Error{Path: p.path, Pos: at, Msg: fmt.Sprintf(format, args...)})
@@ -115,7 +124,7 @@ func (p *parser) parse(data []byte) {
 		} else {
 			msg = strings.TrimPrefix(msg, "yaml: ")
 		}
-		p.errorf(syntaxErrorPos(data), "syntax error: %s", msg)
+		p.errorf(syntaxErrorPos(data, msg), "syntax error: %s", msg)
 		return
 	}
 	if len(doc.Content) == 0 {
@@ -140,15 +149,21 @@ func (p *parser) parse(data []byte) {
 		}
 	}
 	if e, ok := top["compatibility"]; ok {
-		if m, ok := p.mode(e); ok {
+		if m, ok := p.mode(e, ""); ok {
 			p.file.Compatibility = m
+		} else {
+			p.badMode = true
 		}
 	}
 	// Declare enums and object types first, so fields can refer to them in
 	// any order.
 	if e, ok := top["enums"]; ok {
 		for _, en := range p.entries(e.val, "enums") {
+			n := len(p.errs)
 			p.enum(en)
+			if e := p.enums[en.key.Value]; e != nil && len(p.errs) > n {
+				e.Incomplete = true
+			}
 		}
 	}
 	var objectBodies []entry
@@ -169,7 +184,11 @@ func (p *parser) parse(data []byte) {
 		}
 	}
 	for i, en := range objectBodies {
+		n := len(p.errs)
 		p.object(p.file.Types[i], en)
+		if len(p.errs) > n {
+			p.file.Types[i].Incomplete = true
+		}
 	}
 	p.checkCycles()
 	if e, ok := top["events"]; ok {
@@ -178,7 +197,13 @@ func (p *parser) parse(data []byte) {
 			p.errorf(pos(e.val), "events: at least one event is required")
 		}
 		for _, en := range evs {
-			p.event(en)
+			n := len(p.errs)
+			versionErrs := p.event(en)
+			if len(p.errs)-n > versionErrs && len(p.file.Events) > 0 {
+				if ev := p.file.Events[len(p.file.Events)-1]; ev.Pos == pos(en.key) {
+					ev.Incomplete = true
+				}
+			}
 		}
 	}
 	p.checkNames()
@@ -329,8 +354,10 @@ func (p *parser) deprecated(e entry) string {
 	return s
 }
 
-func (p *parser) mode(e entry) (Mode, bool) {
-	s, ok := p.str(e, "compatibility")
+// mode reads a compatibility mode; what names the owner in messages ("" for
+// the file's default).
+func (p *parser) mode(e entry, what string) (Mode, bool) {
+	s, ok := p.str(e, what+"compatibility")
 	if !ok {
 		return "", false
 	}
@@ -341,7 +368,7 @@ func (p *parser) mode(e entry) (Mode, bool) {
 			return m, true
 		}
 	}
-	p.errorf(pos(e.val), "unknown compatibility mode %q%s (one of: %s)", s, didYouMean(s, names), strings.Join(names, ", "))
+	p.errorf(pos(e.val), "%sunknown compatibility mode %q%s (one of: %s)", what, s, didYouMean(s, names), strings.Join(names, ", "))
 	return "", false
 }
 
@@ -425,7 +452,10 @@ func (p *parser) object(o *Object, en entry) {
 	}
 }
 
-func (p *parser) event(en entry) {
+// event parses one event and appends it to the file (unless its body is
+// not a mapping). It returns how many of the errors it reported are inside
+// versions it could number: those mark the version, the rest the event.
+func (p *parser) event(en entry) (versionErrs int) {
 	name := en.key.Value
 	if !goTypeNameRE.MatchString(name) {
 		p.errorf(pos(en.key), "event name %q must be an exported Go identifier (e.g. OrderPaid)", name)
@@ -434,7 +464,7 @@ func (p *parser) event(en entry) {
 	what := "event " + name
 	m := p.mapping(en.val, what, eventKeys, []string{"type", "aggregate", "versions"}, en.key)
 	if m == nil {
-		return
+		return 0
 	}
 	if e, ok := m["type"]; ok {
 		if s, ok := p.str(e, what+": type"); ok {
@@ -459,8 +489,11 @@ func (p *parser) event(en entry) {
 		ev.Deprecated = p.deprecated(e)
 	}
 	if e, ok := m["compatibility"]; ok {
-		if md, ok := p.mode(e); ok {
+		ev.ownMode = true
+		if md, ok := p.mode(e, what+": "); ok {
 			ev.Compatibility = md
+		} else {
+			ev.Incomplete = true
 		}
 	}
 	if e, ok := m["versions"]; ok {
@@ -469,7 +502,12 @@ func (p *parser) event(en entry) {
 			p.errorf(pos(e.val), "%s: at least one version is required", what)
 		}
 		for _, v := range vs {
+			n := len(p.errs)
 			if ver := p.version(ev, v); ver != nil {
+				if len(p.errs) > n {
+					ver.Incomplete = true
+					versionErrs += len(p.errs) - n
+				}
 				ev.Versions = append(ev.Versions, ver)
 			}
 		}
@@ -481,6 +519,7 @@ func (p *parser) event(en entry) {
 		}
 	}
 	p.file.Events = append(p.file.Events, ev)
+	return versionErrs
 }
 
 func (p *parser) version(ev *Event, en entry) *Version {

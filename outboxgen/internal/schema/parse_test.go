@@ -109,17 +109,17 @@ func TestSyntaxErrorPosition(t *testing.T) {
 		{
 			name: "unclosed flow sequence, noticed at the end of the file",
 			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        removed: [x, y\n        fields:\n          a: string\n          b: string\n",
-			want: "x.yaml:8:9: syntax error: did not find expected ',' or ']'",
+			want: "x.yaml:8:18: syntax error: did not find expected ',' or ']'",
 		},
 		{
 			name: "unterminated quoted string",
 			src:  "outboxgen: 1\nevents:\n  A:\n    type: \"a.b\n    aggregate: A\n\n    doc: x\n",
-			want: "x.yaml:4:5: syntax error: found unexpected end of stream",
+			want: "x.yaml:4:11: syntax error: found unexpected end of stream",
 		},
 		{
 			name: "valid multi-line flow mapping before the error",
 			src:  "outboxgen: 1\nevents:\n  A:\n    type: {\n      x: 1,\n      y: 2}\n    aggregate: A\n  B: [\n",
-			want: "x.yaml:8:3: syntax error: did not find expected node content",
+			want: "x.yaml:8:6: syntax error: did not find expected node content",
 		},
 		{
 			name: "tab in indentation",
@@ -127,9 +127,65 @@ func TestSyntaxErrorPosition(t *testing.T) {
 			want: "x.yaml:4:1: syntax error: found character that cannot start any token",
 		},
 		{
+			// The parser says "line 2" (the 0-based start of the
+			// flow mapping); the comma missing after "x: string"
+			// makes line 10 invalid.
+			name: "missing comma in a multi-line flow mapping",
+			src:  "outboxgen: 1\nevents:\n  A: {\n    type: a.b,\n    aggregate: A,\n    versions: {\n      1: {\n        fields: {\n          x: string\n          y: string,\n        }}}}\n",
+			want: "x.yaml:10:11: syntax error: did not find expected ',' or '}'",
+		},
+		{
+			name: "unclosed bracket inside a line",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields: {x: string, y: [}\n",
+			want: "x.yaml:8:32: syntax error: did not find expected node content",
+		},
+		{
+			// The parser says "line 7" (the mapping at line 8, 0-based).
+			name: "key indented less than its siblings, deep",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: string\n         y: string\n",
+			want: "x.yaml:10:10: syntax error: did not find expected key",
+		},
+		{
+			name: "key indented more than its siblings",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: string\n           y: string\n",
+			want: "x.yaml:10:13: syntax error: mapping values are not allowed in this context",
+		},
+		{
+			name: "unclosed single quote",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: 'string\n          y: string\n",
+			want: "x.yaml:9:14: syntax error: found unexpected end of stream",
+		},
+		{
+			name: "character that cannot start a token",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: string\n          y: @string\n",
+			want: "x.yaml:10:14: syntax error: found character that cannot start any token",
+		},
+		{
+			name: "tab after the indentation",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: string\n  \t  y: string\n",
+			want: "x.yaml:10:3: syntax error: found a tab character that violates indentation",
+		},
+		{
+			name: "unknown escape in a double-quoted string",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    doc: \"a\\qb\"\n    versions: {1: {fields: {x: string}}}\n",
+			want: "x.yaml:6:10: syntax error: found unknown escape character",
+		},
+		{
+			// Brackets, quotes and comment signs inside a block
+			// scalar are text, not open constructs.
+			name: "block scalar with brackets and quotes before the error",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    doc: |\n      [draft] don't\n      {x\n\n      \"quoted\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: string\n         y: string\n",
+			want: "x.yaml:15:10: syntax error: did not find expected key",
+		},
+		{
+			name: "block scalar, then an unclosed quote",
+			src:  "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    doc: >-\n      it's [here]\n    aggregate: 'A\n    versions: {}\n",
+			want: "x.yaml:7:16: syntax error: found unexpected end of stream",
+		},
+		{
 			name: "first line",
 			src:  "outboxgen: [1\nevents: {}\n",
-			want: "x.yaml:1:1: syntax error: did not find expected ',' or ']'",
+			want: "x.yaml:1:12: syntax error: did not find expected ',' or ']'",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,6 +194,23 @@ func TestSyntaxErrorPosition(t *testing.T) {
 				t.Errorf("Parse(%q) = %v, want %s", tc.src, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestDuplicateKey: YAML accepts a repeated key in a mapping node; the schema
+// parser reports it at the repeated key, naming the first.
+func TestDuplicateKey(t *testing.T) {
+	src := "outboxgen: 1\nevents:\n  A:\n    type: a.b\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: string\n          x: int32\n    type: a.c\n"
+	_, err := Parse("x.yaml", []byte(src))
+	want := []string{
+		`x.yaml:10:11: A v1: fields: duplicate key "x" (first at line 9)`,
+		`x.yaml:11:5: event A: duplicate key "type" (first at line 4)`,
+	}
+	if err == nil {
+		t.Fatal("Parse accepted duplicate keys")
+	}
+	if diff := cmp.Diff(want, strings.Split(err.Error(), "\n")); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
 
@@ -210,4 +283,47 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse error %T %v, want a non-empty ErrorList", err, err)
 		}
 	})
+}
+
+// TestDidYouMeanAliases: keys and types users bring from JSON Schema, OpenAPI
+// or Go get a suggestion even when edit distance would not find one.
+func TestDidYouMeanAliases(t *testing.T) {
+	const knownField = " (known keys: type, doc, optional, default, min, max, max_length, pattern, values, deprecated)"
+	for _, tc := range []struct {
+		name, field, want string
+	}{
+		{"minimum", "{type: int32, minimum: 1}", `x.yaml:9:28: A v1: field "x": unknown key "minimum"; did you mean "min"?` + knownField},
+		{"maximum", "{type: int64, maximum: 9}", `x.yaml:9:28: A v1: field "x": unknown key "maximum"; did you mean "max"?` + knownField},
+		{"exclusiveMinimum", "{type: int64, exclusiveMinimum: 0}", `x.yaml:9:28: A v1: field "x": unknown key "exclusiveMinimum"; did you mean "min"? (min is inclusive)` + knownField},
+		{"maxLength", "{type: string, maxLength: 9}", `x.yaml:9:29: A v1: field "x": unknown key "maxLength"; did you mean "max_length"?` + knownField},
+		{"required", "{type: string, required: false}", `x.yaml:9:29: A v1: field "x": unknown key "required"; did you mean "optional"? (fields are required unless optional: true)` + knownField},
+		{"nullable", "{type: string, nullable: true}", `x.yaml:9:29: A v1: field "x": unknown key "nullable"; did you mean "optional"?` + knownField},
+		{"description", "{type: string, description: hi}", `x.yaml:9:29: A v1: field "x": unknown key "description"; did you mean "doc"?` + knownField},
+		{"regex", "{type: string, regex: a}", `x.yaml:9:29: A v1: field "x": unknown key "regex"; did you mean "pattern"?` + knownField},
+		{"typo still by edit distance", "{type: string, optinal: true}", `x.yaml:9:29: A v1: field "x": unknown key "optinal"; did you mean "optional"?` + knownField},
+		{"integer type", "integer", `x.yaml:9:14: A v1: field "x": unknown type "integer"; did you mean "int64"? (built-in types: bool, decimal, int32, int64, string, timestamp, uuid, list<T>, map<string,T>; or a name under enums: or types:)`},
+		{"time.Time type", "time.Time", `x.yaml:9:14: A v1: field "x": unknown type "time.Time"; did you mean "timestamp"? (built-in types: bool, decimal, int32, int64, string, timestamp, uuid, list<T>, map<string,T>; or a name under enums: or types:)`},
+		{"float type", "float64", `x.yaml:9:14: A v1: field "x": unknown type "float64"; did you mean "decimal"? (a decimal string; there are no floats) (built-in types: bool, decimal, int32, int64, string, timestamp, uuid, list<T>, map<string,T>; or a name under enums: or types:)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "outboxgen: 1\nevents:\n  A:\n    type: a.a\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: " + tc.field + "\n"
+			_, err := Parse("x.yaml", []byte(src))
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("got  %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+	// Event and top-level keys.
+	_, err := Parse("x.yaml", []byte("outboxgen: 1\ndefinitions: {}\nevents:\n  A:\n    type: a.a\n    aggregate: A\n    description: d\n    versions:\n      1:\n        properties: {x: string}\n"))
+	want := []string{
+		`x.yaml:2:1: schema file: unknown key "definitions"; did you mean "types"? (known keys: outboxgen, package, compatibility, enums, types, events)`,
+		`x.yaml:7:5: event A: unknown key "description"; did you mean "doc"? (known keys: type, aggregate, doc, deprecated, compatibility, versions)`,
+		`x.yaml:10:9: A v1: unknown key "properties"; did you mean "fields"? (known keys: doc, breaking, draft, deprecated, fields, removed)`,
+	}
+	if err == nil {
+		t.Fatal("Parse accepted unknown keys")
+	}
+	if diff := cmp.Diff(want, strings.Split(err.Error(), "\n")); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
 }

@@ -66,6 +66,9 @@ type Enum struct {
 	Doc    string
 	Values []string
 	Pos    Pos
+	// Incomplete marks an enum with a parse error (only in the partial
+	// file [Parse] returns with its errors).
+	Incomplete bool
 }
 
 // Has reports whether v is one of the enum's values.
@@ -84,6 +87,9 @@ type Object struct {
 	Doc    string
 	Fields []*Field
 	Pos    Pos
+	// Incomplete marks a type with a parse error, in itself or in a type
+	// it uses (only in the partial file [Parse] returns with its errors).
+	Incomplete bool
 }
 
 // Event is one event type with all its versions.
@@ -103,6 +109,13 @@ type Event struct {
 	// checker reports VERSION_CONTIGUOUS.
 	Versions []*Version
 	Pos      Pos
+	// Incomplete marks an event with a parse error outside its versions
+	// (its type, mode or a version key), which makes every compatibility
+	// check of it unreliable (only in the partial file [Parse] returns with
+	// its errors).
+	Incomplete bool
+	// ownMode records that the event sets compatibility: itself.
+	ownMode bool
 }
 
 // Latest returns the newest version.
@@ -123,6 +136,10 @@ type Version struct {
 	// Removed are tombstoned field names: never to be used again.
 	Removed []Name
 	Pos     Pos
+	// Incomplete marks a version with a parse error, in itself or in a
+	// type its fields use: the checker leaves it out of every pair it
+	// compares (only in the partial file [Parse] returns with its errors).
+	Incomplete bool
 }
 
 // Field returns the field with the given JSON name, or nil.
