@@ -5,12 +5,6 @@ import (
 	"time"
 )
 
-// GeneratedCodeVersion1 is referenced by code that outboxgen generates
-// (const _ = runtime.GeneratedCodeVersion1). A runtime whose generated-code
-// contract changes renames this constant, so stale generated code stops
-// compiling instead of misbehaving.
-const GeneratedCodeVersion1 = true
-
 // Key identifies one version of one event type on the wire.
 type Key struct {
 	// Type is the stable wire name of the event, e.g. "orders.order_paid".

@@ -214,3 +214,18 @@ func TestIsPermanent(t *testing.T) {
 		t.Error("a plain error is permanent")
 	}
 }
+
+func TestFieldErrors(t *testing.T) {
+	var err error = &runtime.DecodeError{Key: runtime.Key{Type: "t", Version: 1}, Err: &runtime.FieldError{Field: "amount.currency", Problem: "must match ^[A-Z]{3}$"}}
+	if got, want := err.Error(), "outbox: decode event t v1: field amount.currency: must match ^[A-Z]{3}$"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	var fe *runtime.FieldError
+	if !errors.As(err, &fe) || fe.Field != "amount.currency" {
+		t.Errorf("errors.As(%v, *FieldError) = %v, want field amount.currency", err, fe)
+	}
+	err = &runtime.MissingFieldsError{Fields: []string{"a", "b"}}
+	if got, want := err.Error(), "missing required field(s) a, b"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // AccountOpenedType is the wire type of AccountOpened, stored in the outbox
@@ -17,16 +18,9 @@ import (
 // recorded by the Account aggregate.
 const AccountOpenedType = "suite.account_opened"
 
-// AccountOpenedLatestVersion is the version NewAccountOpened records and DecodeAccountOpened
-// upcasts every older version to.
+// AccountOpenedLatestVersion is the version NewAccountOpened records and
+// DecodeAccountOpened upcasts every older version to.
 const AccountOpenedLatestVersion = 1
-
-// The oldest version of AccountOpened whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when AccountOpenedV<n>MinReader <= r.
-const (
-	AccountOpenedV1MinReader = 1
-)
 
 // AccountOpened is the latest version of suite.account_opened (v1). Aggregates
 // record it through NewAccountOpened, so a new version surfaces as a compile
@@ -77,12 +71,12 @@ func (e AccountOpenedV1) Validate() error {
 	return nil
 }
 
-// decodeAccountOpenedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeAccountOpenedV1 decodes and validates a version 1 payload. Unknown keys
+// are ignored (tolerant reader); a missing required key is an error.
 func decodeAccountOpenedV1(payload []byte) (AccountOpenedV1, error) {
 	var e AccountOpenedV1
 	key := runtime.Key{Type: AccountOpenedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "owner")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "owner")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

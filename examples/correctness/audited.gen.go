@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // AuditedType is the wire type of Audited, stored in the outbox event_type
@@ -19,13 +20,6 @@ const AuditedType = "suite.audited"
 // AuditedLatestVersion is the version NewAudited records and DecodeAudited
 // upcasts every older version to.
 const AuditedLatestVersion = 1
-
-// The oldest version of Audited whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when AuditedV<n>MinReader <= r.
-const (
-	AuditedV1MinReader = 1
-)
 
 // Audited is the latest version of suite.audited (v1). Aggregates record it
 // through NewAudited, so a new version surfaces as a compile error wherever the
@@ -73,12 +67,12 @@ func (e AuditedV1) Validate() error {
 	return nil
 }
 
-// decodeAuditedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeAuditedV1 decodes and validates a version 1 payload. Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
 func decodeAuditedV1(payload []byte) (AuditedV1, error) {
 	var e AuditedV1
 	key := runtime.Key{Type: AuditedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "balance")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "balance")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

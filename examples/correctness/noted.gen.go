@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // NotedType is the wire type of Noted, stored in the outbox event_type column;
@@ -16,16 +17,9 @@ import (
 // Account aggregate.
 const NotedType = "suite.noted"
 
-// NotedLatestVersion is the version NewNoted records and DecodeNoted
-// upcasts every older version to.
+// NotedLatestVersion is the version NewNoted records and DecodeNoted upcasts
+// every older version to.
 const NotedLatestVersion = 1
-
-// The oldest version of Noted whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when NotedV<n>MinReader <= r.
-const (
-	NotedV1MinReader = 1
-)
 
 // Noted is the latest version of suite.noted (v1). Aggregates record it through
 // NewNoted, so a new version surfaces as a compile error wherever the event is
@@ -79,12 +73,12 @@ func (e NotedV1) Validate() error {
 	return nil
 }
 
-// decodeNotedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeNotedV1 decodes and validates a version 1 payload. Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
 func decodeNotedV1(payload []byte) (NotedV1, error) {
 	var e NotedV1
 	key := runtime.Key{Type: NotedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "writer", "text")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "writer", "text")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // OrderPlacedType is the wire type of OrderPlaced, stored in the outbox
@@ -17,16 +18,9 @@ import (
 // recorded by the Order aggregate.
 const OrderPlacedType = "orders.order_placed"
 
-// OrderPlacedLatestVersion is the version NewOrderPlaced records and DecodeOrderPlaced
-// upcasts every older version to.
+// OrderPlacedLatestVersion is the version NewOrderPlaced records and
+// DecodeOrderPlaced upcasts every older version to.
 const OrderPlacedLatestVersion = 1
-
-// The oldest version of OrderPlaced whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when OrderPlacedV<n>MinReader <= r.
-const (
-	OrderPlacedV1MinReader = 1
-)
 
 // OrderPlaced is the latest version of orders.order_placed (v1). Aggregates
 // record it through NewOrderPlaced, so a new version surfaces as a compile
@@ -78,18 +72,18 @@ func (e OrderPlacedV1) Validate() error {
 	if utf8.RuneCountInString(e.Customer) > 200 {
 		return &runtime.FieldError{Field: "customer", Problem: "must be at most 200 characters long"}
 	}
-	if !runtime.IsDecimal(e.Total) {
+	if !outboxgenrt.IsDecimal(e.Total) {
 		return &runtime.FieldError{Field: "total", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	return nil
 }
 
-// decodeOrderPlacedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeOrderPlacedV1 decodes and validates a version 1 payload. Unknown keys
+// are ignored (tolerant reader); a missing required key is an error.
 func decodeOrderPlacedV1(payload []byte) (OrderPlacedV1, error) {
 	var e OrderPlacedV1
 	key := runtime.Key{Type: OrderPlacedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "customer", "total")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "customer", "total")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // DepositedType is the wire type of Deposited, stored in the outbox event_type
@@ -17,16 +18,9 @@ import (
 // the Account aggregate.
 const DepositedType = "bank.deposited"
 
-// DepositedLatestVersion is the version NewDeposited records and DecodeDeposited
-// upcasts every older version to.
+// DepositedLatestVersion is the version NewDeposited records and
+// DecodeDeposited upcasts every older version to.
 const DepositedLatestVersion = 1
-
-// The oldest version of Deposited whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when DepositedV<n>MinReader <= r.
-const (
-	DepositedV1MinReader = 1
-)
 
 // Deposited is the latest version of bank.deposited (v1). Aggregates record it
 // through NewDeposited, so a new version surfaces as a compile error wherever
@@ -88,12 +82,12 @@ func (e DepositedV1) Validate() error {
 	return nil
 }
 
-// decodeDepositedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeDepositedV1 decodes and validates a version 1 payload. Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
 func decodeDepositedV1(payload []byte) (DepositedV1, error) {
 	var e DepositedV1
 	key := runtime.Key{Type: DepositedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "amount", "reference", "note")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "amount", "reference", "note")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -5,12 +5,13 @@ package orders
 
 import (
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // This package fails to compile when its generated code was written for
-// another generation of the runtime package: regenerate it with the
+// another generation of the outboxgenrt package: regenerate it with the
 // outboxgen of the module version in go.mod (go tool outboxgen).
-const _ = runtime.GeneratedCodeVersion1
+const _ = outboxgenrt.GeneratedCodeVersion2
 
 // Register adds a decoder for every version of every event of this package
 // to r. Each decoder upcasts to the latest version. It returns the first

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // OrderPaidType is the wire type of OrderPaid, stored in the outbox event_type
@@ -16,16 +17,9 @@ import (
 // the Order aggregate.
 const OrderPaidType = "orders.order_paid"
 
-// OrderPaidLatestVersion is the version NewOrderPaid records and DecodeOrderPaid
-// upcasts every older version to.
+// OrderPaidLatestVersion is the version NewOrderPaid records and
+// DecodeOrderPaid upcasts every older version to.
 const OrderPaidLatestVersion = 1
-
-// The oldest version of OrderPaid whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when OrderPaidV<n>MinReader <= r.
-const (
-	OrderPaidV1MinReader = 1
-)
 
 // OrderPaid is the latest version of orders.order_paid (v1). Aggregates record
 // it through NewOrderPaid, so a new version surfaces as a compile error
@@ -68,18 +62,18 @@ func (e OrderPaidV1) Validate() error {
 	if e.OccurredAt.IsZero() {
 		return &runtime.FieldError{Field: "occurred_at", Problem: "must be set"}
 	}
-	if !runtime.IsDecimal(e.Amount) {
+	if !outboxgenrt.IsDecimal(e.Amount) {
 		return &runtime.FieldError{Field: "amount", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	return nil
 }
 
-// decodeOrderPaidV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeOrderPaidV1 decodes and validates a version 1 payload. Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
 func decodeOrderPaidV1(payload []byte) (OrderPaidV1, error) {
 	var e OrderPaidV1
 	key := runtime.Key{Type: OrderPaidType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "amount")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "amount")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // OrderPlacedType is the wire type of OrderPlaced, stored in the outbox
@@ -16,17 +17,9 @@ import (
 // recorded by the Order aggregate.
 const OrderPlacedType = "orders.order_placed"
 
-// OrderPlacedLatestVersion is the version NewOrderPlaced records and DecodeOrderPlaced
-// upcasts every older version to.
+// OrderPlacedLatestVersion is the version NewOrderPlaced records and
+// DecodeOrderPlaced upcasts every older version to.
 const OrderPlacedLatestVersion = 2
-
-// The oldest version of OrderPlaced whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when OrderPlacedV<n>MinReader <= r.
-const (
-	OrderPlacedV1MinReader = 1
-	OrderPlacedV2MinReader = 1
-)
 
 // OrderPlaced is the latest version of orders.order_placed (v2). Aggregates
 // record it through NewOrderPlaced, so a new version surfaces as a compile
@@ -70,18 +63,18 @@ func (e OrderPlacedV1) Validate() error {
 	if e.OccurredAt.IsZero() {
 		return &runtime.FieldError{Field: "occurred_at", Problem: "must be set"}
 	}
-	if !runtime.IsDecimal(e.Total) {
+	if !outboxgenrt.IsDecimal(e.Total) {
 		return &runtime.FieldError{Field: "total", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	return nil
 }
 
-// decodeOrderPlacedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeOrderPlacedV1 decodes and validates a version 1 payload. Unknown keys
+// are ignored (tolerant reader); a missing required key is an error.
 func decodeOrderPlacedV1(payload []byte) (OrderPlacedV1, error) {
 	var e OrderPlacedV1
 	key := runtime.Key{Type: OrderPlacedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "total")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "total")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -129,18 +122,18 @@ func (e OrderPlacedV2) Validate() error {
 	if e.OccurredAt.IsZero() {
 		return &runtime.FieldError{Field: "occurred_at", Problem: "must be set"}
 	}
-	if !runtime.IsDecimal(e.Total) {
+	if !outboxgenrt.IsDecimal(e.Total) {
 		return &runtime.FieldError{Field: "total", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	return nil
 }
 
-// decodeOrderPlacedV2 decodes and validates a version 2 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeOrderPlacedV2 decodes and validates a version 2 payload. Unknown keys
+// are ignored (tolerant reader); a missing required key is an error.
 func decodeOrderPlacedV2(payload []byte) (OrderPlacedV2, error) {
 	var e OrderPlacedV2
 	key := runtime.Key{Type: OrderPlacedType, Version: 2}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "total", "channel")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "total", "channel")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -206,12 +199,11 @@ func DecodeOrderPlaced(version int, payload []byte) (OrderPlaced, error) {
 
 // upcastOrderPlacedV1ToV2 upcasts version 1 to version 2: shared fields are
 // copied, fields new in v2 get their defaults.
-func upcastOrderPlacedV1ToV2(v OrderPlacedV1) OrderPlacedV2 {
-	out := OrderPlacedV2{
+func upcastOrderPlacedV1ToV2(v1 OrderPlacedV1) OrderPlacedV2 {
+	return OrderPlacedV2{
 		EventVersion: 2,
-		OccurredAt:   v.OccurredAt,
-		Total:        v.Total,
+		OccurredAt:   v1.OccurredAt,
+		Total:        v1.Total,
 		Channel:      "web",
 	}
-	return out
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // InvoiceSentType is the wire type of InvoiceSent, stored in the outbox
@@ -17,16 +18,9 @@ import (
 // recorded by the Invoice aggregate.
 const InvoiceSentType = "billing.invoice_sent"
 
-// InvoiceSentLatestVersion is the version NewInvoiceSent records and DecodeInvoiceSent
-// upcasts every older version to.
+// InvoiceSentLatestVersion is the version NewInvoiceSent records and
+// DecodeInvoiceSent upcasts every older version to.
 const InvoiceSentLatestVersion = 1
-
-// The oldest version of InvoiceSent whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when InvoiceSentV<n>MinReader <= r.
-const (
-	InvoiceSentV1MinReader = 1
-)
 
 // InvoiceSent is the latest version of billing.invoice_sent (v1). Aggregates
 // record it through NewInvoiceSent, so a new version surfaces as a compile
@@ -78,12 +72,12 @@ func (e InvoiceSentV1) Validate() error {
 	return nil
 }
 
-// decodeInvoiceSentV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeInvoiceSentV1 decodes and validates a version 1 payload. Unknown keys
+// are ignored (tolerant reader); a missing required key is an error.
 func decodeInvoiceSentV1(payload []byte) (InvoiceSentV1, error) {
 	var e InvoiceSentV1
 	key := runtime.Key{Type: InvoiceSentType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "invoice_id", "sent_at")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "invoice_id", "sent_at")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // OrderPaidType is the wire type of OrderPaid, stored in the outbox event_type
@@ -17,17 +18,9 @@ import (
 // the Order aggregate.
 const OrderPaidType = "orders.order_paid"
 
-// OrderPaidLatestVersion is the version NewOrderPaid records and DecodeOrderPaid
-// upcasts every older version to.
+// OrderPaidLatestVersion is the version NewOrderPaid records and
+// DecodeOrderPaid upcasts every older version to.
 const OrderPaidLatestVersion = 2
-
-// The oldest version of OrderPaid whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when OrderPaidV<n>MinReader <= r.
-const (
-	OrderPaidV1MinReader = 1
-	OrderPaidV2MinReader = 1
-)
 
 // OrderPaid is the latest version of orders.order_paid (v2). Aggregates record
 // it through NewOrderPaid, so a new version surfaces as a compile error
@@ -80,12 +73,12 @@ func (e OrderPaidV1) Validate() error {
 	return nil
 }
 
-// decodeOrderPaidV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeOrderPaidV1 decodes and validates a version 1 payload. Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
 func decodeOrderPaidV1(payload []byte) (OrderPaidV1, error) {
 	var e OrderPaidV1
 	key := runtime.Key{Type: OrderPaidType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "method")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "method")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -143,10 +136,8 @@ func (e OrderPaidV2) Validate() error {
 	default:
 		return &runtime.FieldError{Field: "method", Problem: fmt.Sprintf("unknown value %q (want one of card, bank_transfer, wallet)", e.Method)}
 	}
-	if e.ProviderRef != nil {
-		if utf8.RuneCountInString(*e.ProviderRef) > 64 {
-			return &runtime.FieldError{Field: "provider_ref", Problem: "must be at most 64 characters long"}
-		}
+	if e.ProviderRef != nil && utf8.RuneCountInString(*e.ProviderRef) > 64 {
+		return &runtime.FieldError{Field: "provider_ref", Problem: "must be at most 64 characters long"}
 	}
 	if e.Attempts < 1 {
 		return &runtime.FieldError{Field: "attempts", Problem: "must be >= 1"}
@@ -154,12 +145,12 @@ func (e OrderPaidV2) Validate() error {
 	return nil
 }
 
-// decodeOrderPaidV2 decodes and validates a version 2 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeOrderPaidV2 decodes and validates a version 2 payload. Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
 func decodeOrderPaidV2(payload []byte) (OrderPaidV2, error) {
 	var e OrderPaidV2
 	key := runtime.Key{Type: OrderPaidType, Version: 2}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "method", "attempts")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "method", "attempts")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -226,12 +217,11 @@ func DecodeOrderPaid(version int, payload []byte) (OrderPaid, error) {
 
 // upcastOrderPaidV1ToV2 upcasts version 1 to version 2: shared fields are
 // copied, fields new in v2 get their defaults.
-func upcastOrderPaidV1ToV2(v OrderPaidV1) OrderPaidV2 {
-	out := OrderPaidV2{
+func upcastOrderPaidV1ToV2(v1 OrderPaidV1) OrderPaidV2 {
+	return OrderPaidV2{
 		EventVersion: 2,
-		OccurredAt:   v.OccurredAt,
-		Method:       v.Method,
+		OccurredAt:   v1.OccurredAt,
+		Method:       v1.Method,
 		Attempts:     1,
 	}
-	return out
 }

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // OrderPlacedType is the wire type of OrderPlaced, stored in the outbox
@@ -17,16 +18,9 @@ import (
 // recorded by the Order aggregate.
 const OrderPlacedType = "orders.order_placed"
 
-// OrderPlacedLatestVersion is the version NewOrderPlaced records and DecodeOrderPlaced
-// upcasts every older version to.
+// OrderPlacedLatestVersion is the version NewOrderPlaced records and
+// DecodeOrderPlaced upcasts every older version to.
 const OrderPlacedLatestVersion = 1
-
-// The oldest version of OrderPlaced whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when OrderPlacedV<n>MinReader <= r.
-const (
-	OrderPlacedV1MinReader = 1
-)
 
 // OrderPlaced is the latest version of orders.order_placed (v1). Aggregates
 // record it through NewOrderPlaced, so a new version surfaces as a compile
@@ -76,23 +70,25 @@ func (e OrderPlacedV1) Validate() error {
 	if utf8.RuneCountInString(e.Customer) > 100 {
 		return &runtime.FieldError{Field: "customer", Problem: "must be at most 100 characters long"}
 	}
-	if err := e.Total.validate("total"); err != nil {
+	if err := e.Total.validate(); err != nil {
+		err.Field = "total" + err.Field
 		return err
 	}
-	for i1, x1 := range e.Lines {
-		if err := x1.validate(fmt.Sprintf("%s[%d]", "lines", i1)); err != nil {
+	for i, x := range e.Lines {
+		if err := x.validate(); err != nil {
+			err.Field = fmt.Sprintf("lines[%d]%s", i, err.Field)
 			return err
 		}
 	}
 	return nil
 }
 
-// decodeOrderPlacedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeOrderPlacedV1 decodes and validates a version 1 payload. Unknown keys
+// are ignored (tolerant reader); a missing required key is an error.
 func decodeOrderPlacedV1(payload []byte) (OrderPlacedV1, error) {
 	var e OrderPlacedV1
 	key := runtime.Key{Type: OrderPlacedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "customer", "total")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "customer", "total")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // PingType is the wire type of Ping, stored in the outbox event_type column; it
@@ -16,16 +17,9 @@ import (
 // Service aggregate.
 const PingType = "health.ping"
 
-// PingLatestVersion is the version NewPing records and DecodePing
-// upcasts every older version to.
+// PingLatestVersion is the version NewPing records and DecodePing upcasts every
+// older version to.
 const PingLatestVersion = 1
-
-// The oldest version of Ping whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when PingV<n>MinReader <= r.
-const (
-	PingV1MinReader = 1
-)
 
 // Ping is the latest version of health.ping (v1). Aggregates record it through
 // NewPing, so a new version surfaces as a compile error wherever the event is
@@ -65,12 +59,12 @@ func (e PingV1) Validate() error {
 	return nil
 }
 
-// decodePingV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodePingV1 decodes and validates a version 1 payload. Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
 func decodePingV1(payload []byte) (PingV1, error) {
 	var e PingV1
 	key := runtime.Key{Type: PingType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

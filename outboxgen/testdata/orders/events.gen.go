@@ -7,12 +7,13 @@ import (
 	"regexp"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // This package fails to compile when its generated code was written for
-// another generation of the runtime package: regenerate it with the
+// another generation of the outboxgenrt package: regenerate it with the
 // outboxgen of the module version in go.mod (go tool outboxgen).
-const _ = runtime.GeneratedCodeVersion1
+const _ = outboxgenrt.GeneratedCodeVersion2
 
 // PaymentMethod is an enumeration of the schema.
 type PaymentMethod string
@@ -32,14 +33,14 @@ type Money struct {
 	Currency string `json:"currency"`
 }
 
-// validate checks the constraints of Money; path is the JSON path of the
-// value, for errors.
-func (o Money) validate(path string) error {
-	if !runtime.IsDecimal(o.Value) {
-		return &runtime.FieldError{Field: path + ".value", Problem: "must be a decimal string such as \"12.34\""}
+// validate checks the constraints of Money. The Field of its error is the path
+// below the value, starting with a dot; the caller prefixes it.
+func (o Money) validate() *runtime.FieldError {
+	if !outboxgenrt.IsDecimal(o.Value) {
+		return &runtime.FieldError{Field: ".value", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	if !outboxgenPattern1.MatchString(o.Currency) {
-		return &runtime.FieldError{Field: path + ".currency", Problem: "must match ^[A-Z]{3}$"}
+		return &runtime.FieldError{Field: ".currency", Problem: "must match ^[A-Z]{3}$"}
 	}
 	return nil
 }
