@@ -23,7 +23,9 @@
 // # Name
 //
 // The package is called runtime because generated code imports it as the
-// support library of outboxgen, as ent and grpc-gateway do. It is never
+// support library of outboxgen, as ent and grpc-gateway do. Helpers that
+// only generated code calls live apart, in package runtime/outboxgenrt,
+// which makes no compatibility promise to application code. It is never
 // aliased; a file that also needs the standard library package imports that
 // one as goruntime. Errors and logs use the prefix "outbox:".
 package runtime
