@@ -53,6 +53,10 @@ func (OrderPaidV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPaidV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// orders.order_paid decodes a version 1 payload.
+func (OrderPaidV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV1) Validate() error {
@@ -68,11 +72,12 @@ func (e OrderPaidV1) Validate() error {
 	return nil
 }
 
-// decodeOrderPaidV1 decodes and validates a version 1 payload. Unknown keys are
+// decodeOrderPaidV1 decodes and validates a version 1 payload, or a payload of
+// a newer version as version 1 (see DecodeNewerOrderPaid). Unknown keys are
 // ignored (tolerant reader); a missing required key is an error.
-func decodeOrderPaidV1(payload []byte) (OrderPaidV1, error) {
+func decodeOrderPaidV1(version int, payload []byte) (OrderPaidV1, error) {
 	var e OrderPaidV1
-	key := runtime.Key{Type: OrderPaidType, Version: 1}
+	key := runtime.Key{Type: OrderPaidType, Version: version}
 	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "amount")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -82,6 +87,12 @@ func decodeOrderPaidV1(payload []byte) (OrderPaidV1, error) {
 	}
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
+	}
+	if version > 1 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 1
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -111,7 +122,25 @@ func NewOrderPaid(clk runtime.Clock, amount string) OrderPaid {
 func DecodeOrderPaid(version int, payload []byte) (OrderPaid, error) {
 	switch version {
 	case 1:
-		return decodeOrderPaidV1(payload)
+		return decodeOrderPaidV1(1, payload)
 	}
 	return OrderPaid{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: OrderPaidType, Version: version}, Latest: OrderPaidLatestVersion}
+}
+
+// DecodeNewerOrderPaid decodes a payload of a version newer than
+// OrderPaidLatestVersion as the latest version, for a writer that declared it
+// readable by this version: its runtime.MetadataMinReaderVersion header is at
+// most OrderPaidLatestVersion. runtime.Registry.DecodeEnvelope checks the
+// header and calls it; Register adds it. A version this code knows is decoded
+// by DecodeOrderPaid.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerOrderPaid(version int, payload []byte) (OrderPaid, error) {
+	if version <= OrderPaidLatestVersion {
+		return DecodeOrderPaid(version, payload)
+	}
+	return decodeOrderPaidV1(version, payload)
 }

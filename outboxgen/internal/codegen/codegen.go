@@ -251,6 +251,8 @@ func (b *builder) event(ev *schema.Event) (*File, error) {
 	ctx.TypeDoc = comment("", fmt.Sprintf("%sType is the wire type of %s, stored in the outbox event_type column; it never changes across versions.%s", name, name, aggregate))
 	ctx.AliasDoc = comment("", fmt.Sprintf("%s is the latest version of %s (v%d). Aggregates record it through New%s, so a new version surfaces as a compile error wherever the event is built.", name, ev.Type, latest.Number, name),
 		ev.Doc, deprecatedPara(ev.Deprecated, "do not record new events of this kind."))
+	ctx.NewerDoc = comment("", fmt.Sprintf("DecodeNewer%s decodes a payload of a version newer than %sLatestVersion as the latest version, for a writer that declared it readable by this version: its runtime.MetadataMinReaderVersion header is at most %sLatestVersion. runtime.Registry.DecodeEnvelope checks the header and calls it; Register adds it. A version this code knows is decoded by Decode%s.", name, name, name, name),
+		"Keys this version does not know are ignored. A value it does not know, such as a new enum value, is an error (a *runtime.DecodeError), never mapped to a zero value; the compatibility check keeps such values out of payloads declared readable by older versions.")
 	ctx.LatestDoc = comment("", fmt.Sprintf("%sLatestVersion is the version New%s records and Decode%s upcasts every older version to.", name, name, name))
 
 	for i, v := range ev.Versions {
@@ -313,11 +315,19 @@ func (b *builder) version(ev *schema.Event, v *schema.Version, entries *[]Entry)
 		state = fmt.Sprintf(" It is compatible with v%d (%s).", v.Number-1, ev.Compatibility)
 	}
 	vc := Version{
-		Name:   name,
-		Event:  ev.Name,
-		Number: v.Number,
+		Name:      name,
+		Event:     ev.Name,
+		Type:      ev.Type,
+		Number:    v.Number,
+		IsLatest:  v == ev.Latest(),
+		MinReader: minReader(ev, v),
 		Doc: comment("", fmt.Sprintf("%s is version %d of %s.%s", name, v.Number, ev.Type, state),
 			ev.Doc, v.Doc, deprecatedPara(v.Deprecated, "do not record new events of this version.")),
+	}
+	if vc.MinReader < v.Number {
+		vc.MinReaderDoc = comment("", fmt.Sprintf("EventMinReader returns %d: a reader generated at version %d or later of %s decodes a version %d payload directly, as the %s compatibility mode guarantees. runtime.NewEnvelope sends it in the min_reader_version header, so that older consumers read this version.", vc.MinReader, vc.MinReader, ev.Type, v.Number, ev.Compatibility))
+	} else {
+		vc.MinReaderDoc = comment("", fmt.Sprintf("EventMinReader returns %d: only a reader generated at version %d or later of %s decodes a version %d payload.", v.Number, v.Number, ev.Type, v.Number))
 	}
 	sc := checkScope{owner: name, top: true, entries: entries}
 	vc.Fields = append(vc.Fields,
@@ -343,6 +353,26 @@ func (b *builder) version(ev *schema.Event, v *schema.Version, entries *[]Entry)
 	}
 	vc.RequiredKeys = keys
 	return vc, nil
+}
+
+// minReader is the oldest version whose reader can decode v directly: the
+// start of v's compatibility line when the mode guarantees forward
+// compatibility transitively, the previous version when only against the
+// previous one, else v itself.
+func minReader(ev *schema.Event, v *schema.Version) int {
+	if !ev.Compatibility.Forward() || v.Breaking || v.Number == 1 {
+		return v.Number
+	}
+	start := 1
+	for _, w := range ev.Versions {
+		if w.Number <= v.Number && w.Breaking {
+			start = w.Number
+		}
+	}
+	if ev.Compatibility.Transitive() {
+		return start
+	}
+	return max(start, v.Number-1)
 }
 
 // deprecatedPara is the Deprecated paragraph of a doc comment: the schema's

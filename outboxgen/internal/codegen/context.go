@@ -143,6 +143,7 @@ type Event struct {
 	Latest    int
 	TypeDoc   string
 	LatestDoc string
+	NewerDoc  string
 	AliasDoc  string
 	Versions  []Version
 	// Constructor builds the latest version.
@@ -158,11 +159,18 @@ type Event struct {
 type Version struct {
 	Doc  string
 	Name string
-	// Event is the Go name of the event.
-	Event  string
-	Number int
-	Fields []StructField
-	Checks []Check
+	// Event is the Go name of the event, Type its wire type.
+	Event, Type string
+	Number      int
+	// IsLatest marks the latest version, whose decoder also reads newer
+	// payloads declared readable by it.
+	IsLatest bool
+	// MinReader is the oldest version whose reader decodes this version's
+	// payloads directly (EventMinReader), MinReaderDoc the method's doc.
+	MinReader    int
+	MinReaderDoc string
+	Fields       []StructField
+	Checks       []Check
 	// RequiredKeys are the quoted keys of every non-optional field, for
 	// outboxgenrt.MissingKeys.
 	RequiredKeys []string

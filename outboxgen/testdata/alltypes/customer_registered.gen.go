@@ -106,6 +106,10 @@ func (CustomerRegisteredV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e CustomerRegisteredV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// customers.customer_registered decodes a version 1 payload.
+func (CustomerRegisteredV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e CustomerRegisteredV1) Validate() error {
@@ -284,6 +288,10 @@ func (CustomerRegisteredV2) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e CustomerRegisteredV2) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 2: only a reader generated at version 2 or later of
+// customers.customer_registered decodes a version 2 payload.
+func (CustomerRegisteredV2) EventMinReader() int { return 2 }
+
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e CustomerRegisteredV2) Validate() error {
@@ -365,11 +373,13 @@ func (e CustomerRegisteredV2) Validate() error {
 	return nil
 }
 
-// decodeCustomerRegisteredV2 decodes and validates a version 2 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodeCustomerRegisteredV2(payload []byte) (CustomerRegisteredV2, error) {
+// decodeCustomerRegisteredV2 decodes and validates a version 2 payload, or a
+// payload of a newer version as version 2 (see DecodeNewerCustomerRegistered).
+// Unknown keys are ignored (tolerant reader); a missing required key is an
+// error.
+func decodeCustomerRegisteredV2(version int, payload []byte) (CustomerRegisteredV2, error) {
 	var e CustomerRegisteredV2
-	key := runtime.Key{Type: CustomerRegisteredType, Version: 2}
+	key := runtime.Key{Type: CustomerRegisteredType, Version: version}
 	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "lucky_number", "status", "locale", "premium", "since", "partner", "fee", "preferred_channel")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -404,6 +414,12 @@ func decodeCustomerRegisteredV2(payload []byte) (CustomerRegisteredV2, error) {
 	}
 	if len(absent) > 0 {
 		return e, &runtime.DecodeError{Key: key, Err: &runtime.MissingFieldsError{Fields: absent}}
+	}
+	if version > 2 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 2
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -466,9 +482,27 @@ func DecodeCustomerRegistered(version int, payload []byte) (CustomerRegistered, 
 		}
 		return v2, nil
 	case 2:
-		return decodeCustomerRegisteredV2(payload)
+		return decodeCustomerRegisteredV2(2, payload)
 	}
 	return CustomerRegistered{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: CustomerRegisteredType, Version: version}, Latest: CustomerRegisteredLatestVersion}
+}
+
+// DecodeNewerCustomerRegistered decodes a payload of a version newer than
+// CustomerRegisteredLatestVersion as the latest version, for a writer that
+// declared it readable by this version: its runtime.MetadataMinReaderVersion
+// header is at most CustomerRegisteredLatestVersion.
+// runtime.Registry.DecodeEnvelope checks the header and calls it; Register adds
+// it. A version this code knows is decoded by DecodeCustomerRegistered.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerCustomerRegistered(version int, payload []byte) (CustomerRegistered, error) {
+	if version <= CustomerRegisteredLatestVersion {
+		return DecodeCustomerRegistered(version, payload)
+	}
+	return decodeCustomerRegisteredV2(version, payload)
 }
 
 // upcastCustomerRegisteredV1ToV2 upcasts version 1 to version 2: shared fields

@@ -58,8 +58,10 @@ var (
 )
 
 // Register adds a decoder for every version of every event of this package
-// to r. Each decoder upcasts to the latest version. It returns the first
-// error of [runtime.Registry.Register], e.g. for a type registered twice.
+// to r, and one for newer versions declared readable by the latest
+// ([runtime.Registry.RegisterNewer]). Each decoder upcasts to the latest
+// version. It returns the first error of registering, e.g. for a type
+// registered twice.
 // Register has no side effects beyond r; nothing is registered in init.
 func Register(r *runtime.Registry) error {
 	for v := 1; v <= OrderPlacedLatestVersion; v++ {
@@ -74,6 +76,15 @@ func Register(r *runtime.Registry) error {
 			return err
 		}
 	}
+	if err := r.RegisterNewer(OrderPlacedType, func(version int, payload []byte) (runtime.Event, error) {
+		e, err := DecodeNewerOrderPlaced(version, payload)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}); err != nil {
+		return err
+	}
 	for v := 1; v <= OrderPaidLatestVersion; v++ {
 		err := r.Register(runtime.Key{Type: OrderPaidType, Version: v}, OrderPaidLatestVersion, func(payload []byte) (runtime.Event, error) {
 			e, err := DecodeOrderPaid(v, payload)
@@ -86,6 +97,15 @@ func Register(r *runtime.Registry) error {
 			return err
 		}
 	}
+	if err := r.RegisterNewer(OrderPaidType, func(version int, payload []byte) (runtime.Event, error) {
+		e, err := DecodeNewerOrderPaid(version, payload)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}); err != nil {
+		return err
+	}
 	for v := 1; v <= InvoiceSentLatestVersion; v++ {
 		err := r.Register(runtime.Key{Type: InvoiceSentType, Version: v}, InvoiceSentLatestVersion, func(payload []byte) (runtime.Event, error) {
 			e, err := DecodeInvoiceSent(v, payload)
@@ -97,6 +117,15 @@ func Register(r *runtime.Registry) error {
 		if err != nil {
 			return err
 		}
+	}
+	if err := r.RegisterNewer(InvoiceSentType, func(version int, payload []byte) (runtime.Event, error) {
+		e, err := DecodeNewerInvoiceSent(version, payload)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}); err != nil {
+		return err
 	}
 	return nil
 }

@@ -62,6 +62,10 @@ func (CataloguedV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e CataloguedV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// catalog.catalogued decodes a version 1 payload.
+func (CataloguedV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e CataloguedV1) Validate() error {
@@ -103,11 +107,12 @@ func (e CataloguedV1) Validate() error {
 	return nil
 }
 
-// decodeCataloguedV1 decodes and validates a version 1 payload. Unknown keys
-// are ignored (tolerant reader); a missing required key is an error.
-func decodeCataloguedV1(payload []byte) (CataloguedV1, error) {
+// decodeCataloguedV1 decodes and validates a version 1 payload, or a payload of
+// a newer version as version 1 (see DecodeNewerCatalogued). Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
+func decodeCataloguedV1(version int, payload []byte) (CataloguedV1, error) {
 	var e CataloguedV1
-	key := runtime.Key{Type: CataloguedType, Version: 1}
+	key := runtime.Key{Type: CataloguedType, Version: version}
 	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "catalog_id")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -117,6 +122,12 @@ func decodeCataloguedV1(payload []byte) (CataloguedV1, error) {
 	}
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
+	}
+	if version > 1 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 1
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -152,9 +163,27 @@ func NewCatalogued(clk runtime.Clock, catalogID uuid.UUID, prices map[string]str
 func DecodeCatalogued(version int, payload []byte) (Catalogued, error) {
 	switch version {
 	case 1:
-		return decodeCataloguedV1(payload)
+		return decodeCataloguedV1(1, payload)
 	}
 	return Catalogued{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: CataloguedType, Version: version}, Latest: CataloguedLatestVersion}
+}
+
+// DecodeNewerCatalogued decodes a payload of a version newer than
+// CataloguedLatestVersion as the latest version, for a writer that declared it
+// readable by this version: its runtime.MetadataMinReaderVersion header is at
+// most CataloguedLatestVersion. runtime.Registry.DecodeEnvelope checks the
+// header and calls it; Register adds it. A version this code knows is decoded
+// by DecodeCatalogued.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerCatalogued(version int, payload []byte) (Catalogued, error) {
+	if version <= CataloguedLatestVersion {
+		return DecodeCatalogued(version, payload)
+	}
+	return decodeCataloguedV1(version, payload)
 }
 
 // validateCataloguedV1PricesValue checks one value of a map. The Field of its

@@ -52,8 +52,10 @@ var (
 )
 
 // Register adds a decoder for every version of every event of this package
-// to r. Each decoder upcasts to the latest version. It returns the first
-// error of [runtime.Registry.Register], e.g. for a type registered twice.
+// to r, and one for newer versions declared readable by the latest
+// ([runtime.Registry.RegisterNewer]). Each decoder upcasts to the latest
+// version. It returns the first error of registering, e.g. for a type
+// registered twice.
 // Register has no side effects beyond r; nothing is registered in init.
 func Register(r *runtime.Registry) error {
 	for v := 1; v <= OrderPaidLatestVersion; v++ {
@@ -67,6 +69,15 @@ func Register(r *runtime.Registry) error {
 		if err != nil {
 			return err
 		}
+	}
+	if err := r.RegisterNewer(OrderPaidType, func(version int, payload []byte) (runtime.Event, error) {
+		e, err := DecodeNewerOrderPaid(version, payload)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}); err != nil {
+		return err
 	}
 	return nil
 }

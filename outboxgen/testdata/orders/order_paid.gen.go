@@ -64,6 +64,10 @@ func (OrderPaidV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPaidV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// orders.order_paid decodes a version 1 payload.
+func (OrderPaidV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV1) Validate() error {
@@ -142,6 +146,10 @@ func (OrderPaidV2) EventKey() runtime.Key {
 
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPaidV2) EventTime() time.Time { return e.OccurredAt }
+
+// EventMinReader returns 2: only a reader generated at version 2 or later of
+// orders.order_paid decodes a version 2 payload.
+func (OrderPaidV2) EventMinReader() int { return 2 }
 
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.
@@ -239,6 +247,12 @@ func (OrderPaidV3) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPaidV3) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 2: a reader generated at version 2 or later of
+// orders.order_paid decodes a version 3 payload directly, as the
+// full_transitive compatibility mode guarantees. runtime.NewEnvelope sends it
+// in the min_reader_version header, so that older consumers read this version.
+func (OrderPaidV3) EventMinReader() int { return 2 }
+
 // Validate reports whether e satisfies the constraints of version 3. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV3) Validate() error {
@@ -270,11 +284,12 @@ func (e OrderPaidV3) Validate() error {
 	return nil
 }
 
-// decodeOrderPaidV3 decodes and validates a version 3 payload. Unknown keys are
+// decodeOrderPaidV3 decodes and validates a version 3 payload, or a payload of
+// a newer version as version 3 (see DecodeNewerOrderPaid). Unknown keys are
 // ignored (tolerant reader); a missing required key is an error.
-func decodeOrderPaidV3(payload []byte) (OrderPaidV3, error) {
+func decodeOrderPaidV3(version int, payload []byte) (OrderPaidV3, error) {
 	var e OrderPaidV3
-	key := runtime.Key{Type: OrderPaidType, Version: 3}
+	key := runtime.Key{Type: OrderPaidType, Version: version}
 	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount", "payment_method", "refund_window_days")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -295,6 +310,12 @@ func decodeOrderPaidV3(payload []byte) (OrderPaidV3, error) {
 	}
 	if len(absent) > 0 {
 		return e, &runtime.DecodeError{Key: key, Err: &runtime.MissingFieldsError{Fields: absent}}
+	}
+	if version > 3 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 3
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -356,9 +377,27 @@ func DecodeOrderPaid(version int, payload []byte) (OrderPaid, error) {
 		}
 		return v3, nil
 	case 3:
-		return decodeOrderPaidV3(payload)
+		return decodeOrderPaidV3(3, payload)
 	}
 	return OrderPaid{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: OrderPaidType, Version: version}, Latest: OrderPaidLatestVersion}
+}
+
+// DecodeNewerOrderPaid decodes a payload of a version newer than
+// OrderPaidLatestVersion as the latest version, for a writer that declared it
+// readable by this version: its runtime.MetadataMinReaderVersion header is at
+// most OrderPaidLatestVersion. runtime.Registry.DecodeEnvelope checks the
+// header and calls it; Register adds it. A version this code knows is decoded
+// by DecodeOrderPaid.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerOrderPaid(version int, payload []byte) (OrderPaid, error) {
+	if version <= OrderPaidLatestVersion {
+		return DecodeOrderPaid(version, payload)
+	}
+	return decodeOrderPaidV3(version, payload)
 }
 
 // upcastOrderPaidV2ToV3 upcasts version 2 to version 3: shared fields are
