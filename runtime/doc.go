@@ -15,7 +15,8 @@
 //   - metadata [MetadataEventType], [MetadataEventVersion], [MetadataEventID],
 //     [MetadataAggregateType], [MetadataAggregateID], [MetadataOccurredAt]
 //     (RFC 3339 with nanoseconds, UTC), [MetadataCorrelationID] when known and
-//     the W3C [MetadataTraceParent] / [MetadataTraceState] when known;
+//     the W3C [MetadataTraceParent] / [MetadataTraceState] when known, and
+//     [MetadataMinReaderVersion] for a version older readers can decode;
 //   - Kafka key = the aggregate id, so one aggregate's events share a partition;
 //   - payload = the event's JSON, which itself carries event_version and
 //     occurred_at.
