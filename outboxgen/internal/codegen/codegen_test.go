@@ -1,6 +1,7 @@
 package codegen
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -119,5 +120,38 @@ func TestOutputReadsHandWritten(t *testing.T) {
 	}
 	if generated == 0 {
 		t.Fatal("no schema generated")
+	}
+}
+
+// BenchmarkGenerate measures generation of a schema of 50 events with 3
+// compatible versions each (parse and check excluded).
+func BenchmarkGenerate(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString("outboxgen: 1\npackage: p\ncompatibility: full_transitive\nenums:\n  Kind: [a, b]\ntypes:\n  Money:\n    fields:\n      value: decimal\n      currency: {type: string, pattern: \"^[A-Z]{3}$\"}\nevents:\n")
+	for i := range 50 {
+		fmt.Fprintf(&sb, "  Event%d:\n    type: p.event_%d\n    aggregate: A\n    versions:\n", i, i)
+		for v := 1; v <= 3; v++ {
+			fmt.Fprintf(&sb, "      %d:\n        fields:\n          id: uuid\n          amount: Money\n          kind: Kind\n          lines: \"list<Money>\"\n          tags: {type: \"map<string,Kind>\", optional: true}\n", v)
+			for f := 2; f <= v; f++ {
+				fmt.Fprintf(&sb, "          extra_%d: {type: int32, default: %d, min: 0}\n", f, f)
+			}
+		}
+	}
+	file, err := schema.Parse("events.yaml", []byte(sb.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if errs := check.Check(file, nil, check.Options{}); len(errs) > 0 {
+		b.Fatal(errs)
+	}
+	g, err := New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := g.Generate(file, Options{Package: "p", Source: "events.yaml", SharedName: "events"}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
