@@ -224,16 +224,24 @@ func (b *builder) valueChecks(c fieldCtx, x, ptr string, path jsonPath, t *schem
 		if t.Elem.Kind == schema.ObjectKind {
 			ch.Func = t.Elem.Object.Name + ".validate"
 		} else {
-			ch.Func = "validate" + c.scope.owner + c.goField + "Value"
-			if depth > 1 {
-				ch.Func += strconv.Itoa(depth)
-			}
+			ch.Func = b.entryName("validate" + c.scope.owner + c.goField + "Value")
 			inner := b.valueChecks(c, el, el, jsonPath{}, t.Elem, false, depth+1)
 			*c.scope.entries = append(*c.scope.entries, Entry{Func: ch.Func, Param: el, Type: b.goType(t.Elem, false), Checks: inner})
 		}
 		out = append(out, ch)
 	}
 	return out
+}
+
+// entryName returns name, or name with the smallest number suffix not yet
+// taken by another Entry of the package.
+func (b *builder) entryName(name string) string {
+	n := name
+	for i := 2; b.entryNames[n]; i++ {
+		n = name + strconv.Itoa(i)
+	}
+	b.entryNames[n] = true
+	return n
 }
 
 // pattern returns the variable holding the compiled pattern.

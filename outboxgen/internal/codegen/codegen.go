@@ -107,7 +107,7 @@ func (g *Generator) Generate(f *schema.File, opt Options) ([]Output, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &builder{file: f, opt: opt, patterns: map[string]string{}, objectChecks: map[*schema.Object]bool{}}
+	b := &builder{file: f, opt: opt, patterns: map[string]string{}, objectChecks: map[*schema.Object]bool{}, entryNames: map[string]bool{}}
 	for _, o := range f.Types {
 		b.objectHasChecks(o, nil)
 	}
@@ -161,6 +161,8 @@ type builder struct {
 	order    []string          // patterns in order of first use
 	// objectChecks memoises whether an object type has constraints.
 	objectChecks map[*schema.Object]bool
+	// entryNames are the Entry functions named so far (package-wide).
+	entryNames map[string]bool
 	// imports of the file being built.
 	imports map[string]bool
 }
