@@ -15,7 +15,8 @@
 //   - metadata [MetadataEventType], [MetadataEventVersion], [MetadataEventID],
 //     [MetadataAggregateType], [MetadataAggregateID], [MetadataOccurredAt]
 //     (RFC 3339 with nanoseconds, UTC), [MetadataCorrelationID] when known and
-//     the W3C [MetadataTraceParent] / [MetadataTraceState] when known;
+//     the W3C [MetadataTraceParent] / [MetadataTraceState] when known, and
+//     [MetadataMinReaderVersion] for a version older readers can decode;
 //   - Kafka key = the aggregate id, so one aggregate's events share a partition;
 //   - payload = the event's JSON, which itself carries event_version and
 //     occurred_at.
@@ -23,7 +24,9 @@
 // # Name
 //
 // The package is called runtime because generated code imports it as the
-// support library of outboxgen, as ent and grpc-gateway do. It is never
+// support library of outboxgen, as ent and grpc-gateway do. Helpers that
+// only generated code calls live apart, in package runtime/outboxgenrt,
+// which makes no compatibility promise to application code. It is never
 // aliased; a file that also needs the standard library package imports that
 // one as goruntime. Errors and logs use the prefix "outbox:".
 package runtime

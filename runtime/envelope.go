@@ -24,6 +24,14 @@ const (
 	// headers, so OpenTelemetry propagators read them without translation.
 	MetadataTraceParent = "traceparent"
 	MetadataTraceState  = "tracestate"
+	// MetadataMinReaderVersion, a header, is the oldest schema version of
+	// the event type whose reader decodes this payload directly. Events
+	// generated for a forward-compatible version set it (see [Event]); a
+	// consumer whose latest known version is at least this value decodes
+	// the payload although its version is newer (see
+	// [Registry.DecodeEnvelope]). Absent, the payload needs a reader of its
+	// own version.
+	MetadataMinReaderVersion = "min_reader_version"
 )
 
 // Envelope is an event on its way to the broker: the payload plus everything a
@@ -52,7 +60,9 @@ type Envelope struct {
 func (e Envelope) Key() Key { return Key{Type: e.EventType, Version: e.EventVersion} }
 
 // NewEnvelope validates and marshals evt into an envelope with the given id
-// and aggregate, taking headers from ctx (see [HeadersFromContext]).
+// and aggregate, taking headers from ctx (see [HeadersFromContext]). When evt
+// has a method EventMinReader() int (generated events do) reporting a version
+// older than its own, the header [MetadataMinReaderVersion] carries it.
 //
 // It returns an [*EncodeError] when the event fails [Event.Validate] or cannot
 // be marshalled (NaN, channels, ...), and an error wrapping
@@ -81,6 +91,15 @@ func NewEnvelope(ctx context.Context, id uuid.UUID, evt Event, aggregateType, ag
 	if err != nil {
 		return Envelope{}, &EncodeError{Key: key, Err: err}
 	}
+	headers := HeadersFromContext(ctx)
+	if m, ok := evt.(interface{ EventMinReader() int }); ok {
+		if v := m.EventMinReader(); v >= 1 && v < key.Version {
+			if headers == nil {
+				headers = make(map[string]string, 1)
+			}
+			headers[MetadataMinReaderVersion] = strconv.Itoa(v)
+		}
+	}
 	return Envelope{
 		EventID:       id,
 		EventType:     key.Type,
@@ -88,7 +107,7 @@ func NewEnvelope(ctx context.Context, id uuid.UUID, evt Event, aggregateType, ag
 		AggregateType: aggregateType,
 		AggregateID:   aggregateID,
 		OccurredAt:    OccurredAt(evt.EventTime()),
-		Headers:       HeadersFromContext(ctx),
+		Headers:       headers,
 		Payload:       payload,
 	}, nil
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrUnknownEventType is wrapped by [*UnknownEventTypeError], returned by
@@ -94,3 +95,33 @@ func (e *DecodeError) Error() string {
 
 // Unwrap returns the underlying error.
 func (e *DecodeError) Unwrap() error { return e.Err }
+
+// FieldError reports a field whose value violates its schema: out of range,
+// too long, not matching its pattern, not one of its enum values. Generated
+// Validate methods return it; [NewEnvelope] wraps it in an [*EncodeError] and
+// generated decoders in a [*DecodeError].
+type FieldError struct {
+	// Field is the JSON path of the field, e.g. "amount.currency" or
+	// "lines[2].sku".
+	Field string
+	// Problem says what is wrong, e.g. "must be >= 1".
+	Problem string
+}
+
+// Error returns the message, naming the field.
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("field %s: %s", e.Field, e.Problem)
+}
+
+// MissingFieldsError reports a payload that lacks required top-level keys.
+// Generated decoders return it (wrapped in a [*DecodeError]) instead of
+// silently decoding zero values.
+type MissingFieldsError struct {
+	// Fields are the missing JSON keys, in schema order.
+	Fields []string
+}
+
+// Error returns the message, naming the missing fields.
+func (e *MissingFieldsError) Error() string {
+	return "missing required field(s) " + strings.Join(e.Fields, ", ")
+}

@@ -3,12 +3,19 @@ package runtime
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
 // DecodeFunc decodes a payload of one (type, version) and upcasts it to the
 // latest version of its type. Generated code provides one per version.
 type DecodeFunc func(payload []byte) (Event, error)
+
+// NewerDecodeFunc decodes a payload of a version newer than the latest one
+// its package was generated with, as that latest version. Generated code
+// provides one per type; [Registry.DecodeEnvelope] calls it only for a
+// payload whose writer declared it readable by that latest version.
+type NewerDecodeFunc func(version int, payload []byte) (Event, error)
 
 // Registry maps (type, version) to decoders. Consumers fill one with the
 // generated Register functions of the event packages they read, then decode
@@ -20,11 +27,12 @@ type DecodeFunc func(payload []byte) (Event, error)
 type Registry struct {
 	decoders map[Key]DecodeFunc
 	latest   map[string]int
+	newer    map[string]NewerDecodeFunc
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{decoders: make(map[Key]DecodeFunc), latest: make(map[string]int)}
+	return &Registry{decoders: make(map[Key]DecodeFunc), latest: make(map[string]int), newer: make(map[string]NewerDecodeFunc)}
 }
 
 // Register adds the decoder of one (type, version); latest is the newest
@@ -68,8 +76,48 @@ func (r *Registry) Decode(eventType string, version int, payload []byte) (Event,
 	return fn(payload)
 }
 
+// RegisterNewer adds the decoder of eventType for payloads of versions newer
+// than the registered latest (see [Registry.DecodeEnvelope]). It returns an
+// error wrapping [ErrDuplicateRegistration] when eventType already has one,
+// and an error for an empty or unregistered type or a nil decoder: register
+// the type's versions first.
+func (r *Registry) RegisterNewer(eventType string, fn NewerDecodeFunc) error {
+	switch {
+	case eventType == "":
+		return fmt.Errorf("outbox: register newer: empty event type")
+	case fn == nil:
+		return fmt.Errorf("outbox: register newer %s: nil decoder", eventType)
+	}
+	if _, ok := r.latest[eventType]; !ok {
+		return fmt.Errorf("outbox: register newer %s: no version of the type is registered", eventType)
+	}
+	if _, dup := r.newer[eventType]; dup {
+		return fmt.Errorf("%w: newer versions of %s", ErrDuplicateRegistration, eventType)
+	}
+	r.newer[eventType] = fn
+	return nil
+}
+
 // DecodeEnvelope decodes an envelope's payload; see [Registry.Decode].
+//
+// Old readers: a version newer than the latest registered one is decoded
+// as that latest version when the envelope's [MetadataMinReaderVersion]
+// header is at most the latest version and the type has a decoder for newer
+// versions ([Registry.RegisterNewer]; generated Register functions add one).
+// The writer sets the header only for versions its compatibility check
+// proved readable by older readers, so fields the reader does not know are
+// ignored, and a value it does not know fails validation with a
+// [*DecodeError] rather than being mapped to a zero value. Without the
+// header, such a payload is an [*UnknownVersionError] whose Newer reports
+// true.
 func (r *Registry) DecodeEnvelope(env Envelope) (Event, error) {
+	if latest, ok := r.latest[env.EventType]; ok && env.EventVersion > latest {
+		if fn := r.newer[env.EventType]; fn != nil {
+			if m, err := strconv.Atoi(env.Headers[MetadataMinReaderVersion]); err == nil && m >= 1 && m <= latest {
+				return fn(env.EventVersion, env.Payload)
+			}
+		}
+	}
 	return r.Decode(env.EventType, env.EventVersion, env.Payload)
 }
 

@@ -214,3 +214,77 @@ func TestIsPermanent(t *testing.T) {
 		t.Error("a plain error is permanent")
 	}
 }
+
+func TestFieldErrors(t *testing.T) {
+	var err error = &runtime.DecodeError{Key: runtime.Key{Type: "t", Version: 1}, Err: &runtime.FieldError{Field: "amount.currency", Problem: "must match ^[A-Z]{3}$"}}
+	if got, want := err.Error(), "outbox: decode event t v1: field amount.currency: must match ^[A-Z]{3}$"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	var fe *runtime.FieldError
+	if !errors.As(err, &fe) || fe.Field != "amount.currency" {
+		t.Errorf("errors.As(%v, *FieldError) = %v, want field amount.currency", err, fe)
+	}
+	err = &runtime.MissingFieldsError{Fields: []string{"a", "b"}}
+	if got, want := err.Error(), "missing required field(s) a, b"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}
+
+// compatible is a v3 event whose writer declared it readable by v2 readers.
+type compatible struct{ floaty }
+
+func (compatible) EventMinReader() int { return 2 }
+
+func TestNewEnvelopeMinReader(t *testing.T) {
+	env, err := runtime.NewEnvelope(context.Background(), runtime.NewEventID(), compatible{floaty{OccurredAt: time.Now()}}, "thing", "7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := env.Metadata()[runtime.MetadataMinReaderVersion]; got != "2" {
+		t.Errorf("metadata %s = %q, want 2", runtime.MetadataMinReaderVersion, got)
+	}
+	env, err = runtime.NewEnvelope(context.Background(), runtime.NewEventID(), floaty{OccurredAt: time.Now()}, "thing", "7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := env.Headers[runtime.MetadataMinReaderVersion]; ok {
+		t.Errorf("event without EventMinReader: header %s = %q, want none", runtime.MetadataMinReaderVersion, got)
+	}
+}
+
+func TestRegistryNewer(t *testing.T) {
+	reg := runtime.NewRegistry()
+	if err := reg.RegisterNewer("t.floaty", func(int, []byte) (runtime.Event, error) { return floaty{}, nil }); err == nil {
+		t.Error("RegisterNewer of an unregistered type accepted")
+	}
+	if err := reg.Register(runtime.Key{Type: "t.floaty", Version: 1}, 2, func([]byte) (runtime.Event, error) { return floaty{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	var gotVersion int
+	newer := func(v int, _ []byte) (runtime.Event, error) { gotVersion = v; return floaty{F: 2}, nil }
+	if err := reg.RegisterNewer("t.floaty", newer); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.RegisterNewer("t.floaty", newer); !errors.Is(err, runtime.ErrDuplicateRegistration) {
+		t.Errorf("second RegisterNewer: %v, want ErrDuplicateRegistration", err)
+	}
+	if err := reg.RegisterNewer("t.floaty", nil); err == nil {
+		t.Error("nil newer decoder accepted")
+	}
+	env := runtime.Envelope{EventType: "t.floaty", EventVersion: 4}
+	for _, h := range []string{"", "3", "0", "x"} {
+		env.Headers = map[string]string{runtime.MetadataMinReaderVersion: h}
+		var uv *runtime.UnknownVersionError
+		if _, err := reg.DecodeEnvelope(env); !errors.As(err, &uv) || !uv.Newer() {
+			t.Errorf("DecodeEnvelope(v4, %s %q) = %v, want an UnknownVersionError", runtime.MetadataMinReaderVersion, h, err)
+		}
+	}
+	env.Headers = map[string]string{runtime.MetadataMinReaderVersion: "2"}
+	got, err := reg.DecodeEnvelope(env)
+	if err != nil || got.(floaty).F != 2 || gotVersion != 4 {
+		t.Errorf("DecodeEnvelope(v4, %s 2) = %v, %v (version %d), want the newer decoder's event for version 4", runtime.MetadataMinReaderVersion, got, err, gotVersion)
+	}
+	if _, err := reg.Decode("t.floaty", 4, nil); !errors.Is(err, runtime.ErrUnknownVersion) {
+		t.Errorf("Decode(v4) = %v, want ErrUnknownVersion (Decode has no header)", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // AccountOpenedType is the wire type of AccountOpened, stored in the outbox
@@ -17,16 +18,9 @@ import (
 // recorded by the Account aggregate.
 const AccountOpenedType = "suite.account_opened"
 
-// AccountOpenedLatestVersion is the version NewAccountOpened records and DecodeAccountOpened
-// upcasts every older version to.
+// AccountOpenedLatestVersion is the version NewAccountOpened records and
+// DecodeAccountOpened upcasts every older version to.
 const AccountOpenedLatestVersion = 1
-
-// The oldest version of AccountOpened whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when AccountOpenedV<n>MinReader <= r.
-const (
-	AccountOpenedV1MinReader = 1
-)
 
 // AccountOpened is the latest version of suite.account_opened (v1). Aggregates
 // record it through NewAccountOpened, so a new version surfaces as a compile
@@ -62,6 +56,10 @@ func (AccountOpenedV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e AccountOpenedV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// suite.account_opened decodes a version 1 payload.
+func (AccountOpenedV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e AccountOpenedV1) Validate() error {
@@ -77,12 +75,13 @@ func (e AccountOpenedV1) Validate() error {
 	return nil
 }
 
-// decodeAccountOpenedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodeAccountOpenedV1(payload []byte) (AccountOpenedV1, error) {
+// decodeAccountOpenedV1 decodes and validates a version 1 payload, or a payload
+// of a newer version as version 1 (see DecodeNewerAccountOpened). Unknown keys
+// are ignored (tolerant reader); a missing required key is an error.
+func decodeAccountOpenedV1(version int, payload []byte) (AccountOpenedV1, error) {
 	var e AccountOpenedV1
-	key := runtime.Key{Type: AccountOpenedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "owner")
+	key := runtime.Key{Type: AccountOpenedType, Version: version}
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "owner")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -91,6 +90,12 @@ func decodeAccountOpenedV1(payload []byte) (AccountOpenedV1, error) {
 	}
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
+	}
+	if version > 1 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 1
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -120,7 +125,25 @@ func NewAccountOpened(clk runtime.Clock, owner string) AccountOpened {
 func DecodeAccountOpened(version int, payload []byte) (AccountOpened, error) {
 	switch version {
 	case 1:
-		return decodeAccountOpenedV1(payload)
+		return decodeAccountOpenedV1(1, payload)
 	}
 	return AccountOpened{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: AccountOpenedType, Version: version}, Latest: AccountOpenedLatestVersion}
+}
+
+// DecodeNewerAccountOpened decodes a payload of a version newer than
+// AccountOpenedLatestVersion as the latest version, for a writer that declared
+// it readable by this version: its runtime.MetadataMinReaderVersion header is
+// at most AccountOpenedLatestVersion. runtime.Registry.DecodeEnvelope checks
+// the header and calls it; Register adds it. A version this code knows is
+// decoded by DecodeAccountOpened.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerAccountOpened(version int, payload []byte) (AccountOpened, error) {
+	if version <= AccountOpenedLatestVersion {
+		return DecodeAccountOpened(version, payload)
+	}
+	return decodeAccountOpenedV1(version, payload)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // AuditedType is the wire type of Audited, stored in the outbox event_type
@@ -19,13 +20,6 @@ const AuditedType = "suite.audited"
 // AuditedLatestVersion is the version NewAudited records and DecodeAudited
 // upcasts every older version to.
 const AuditedLatestVersion = 1
-
-// The oldest version of Audited whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when AuditedV<n>MinReader <= r.
-const (
-	AuditedV1MinReader = 1
-)
 
 // Audited is the latest version of suite.audited (v1). Aggregates record it
 // through NewAudited, so a new version surfaces as a compile error wherever the
@@ -61,6 +55,10 @@ func (AuditedV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e AuditedV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// suite.audited decodes a version 1 payload.
+func (AuditedV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e AuditedV1) Validate() error {
@@ -73,12 +71,13 @@ func (e AuditedV1) Validate() error {
 	return nil
 }
 
-// decodeAuditedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodeAuditedV1(payload []byte) (AuditedV1, error) {
+// decodeAuditedV1 decodes and validates a version 1 payload, or a payload of a
+// newer version as version 1 (see DecodeNewerAudited). Unknown keys are ignored
+// (tolerant reader); a missing required key is an error.
+func decodeAuditedV1(version int, payload []byte) (AuditedV1, error) {
 	var e AuditedV1
-	key := runtime.Key{Type: AuditedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "balance")
+	key := runtime.Key{Type: AuditedType, Version: version}
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "balance")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -87,6 +86,12 @@ func decodeAuditedV1(payload []byte) (AuditedV1, error) {
 	}
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
+	}
+	if version > 1 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 1
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -116,7 +121,25 @@ func NewAudited(clk runtime.Clock, balance int64) Audited {
 func DecodeAudited(version int, payload []byte) (Audited, error) {
 	switch version {
 	case 1:
-		return decodeAuditedV1(payload)
+		return decodeAuditedV1(1, payload)
 	}
 	return Audited{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: AuditedType, Version: version}, Latest: AuditedLatestVersion}
+}
+
+// DecodeNewerAudited decodes a payload of a version newer than
+// AuditedLatestVersion as the latest version, for a writer that declared it
+// readable by this version: its runtime.MetadataMinReaderVersion header is at
+// most AuditedLatestVersion. runtime.Registry.DecodeEnvelope checks the header
+// and calls it; Register adds it. A version this code knows is decoded by
+// DecodeAudited.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerAudited(version int, payload []byte) (Audited, error) {
+	if version <= AuditedLatestVersion {
+		return DecodeAudited(version, payload)
+	}
+	return decodeAuditedV1(version, payload)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // DepositedType is the wire type of Deposited, stored in the outbox event_type
@@ -16,16 +17,9 @@ import (
 // the Account aggregate.
 const DepositedType = "suite.deposited"
 
-// DepositedLatestVersion is the version NewDeposited records and DecodeDeposited
-// upcasts every older version to.
+// DepositedLatestVersion is the version NewDeposited records and
+// DecodeDeposited upcasts every older version to.
 const DepositedLatestVersion = 1
-
-// The oldest version of Deposited whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when DepositedV<n>MinReader <= r.
-const (
-	DepositedV1MinReader = 1
-)
 
 // Deposited is the latest version of suite.deposited (v1). Aggregates record it
 // through NewDeposited, so a new version surfaces as a compile error wherever
@@ -61,6 +55,10 @@ func (DepositedV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e DepositedV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// suite.deposited decodes a version 1 payload.
+func (DepositedV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e DepositedV1) Validate() error {
@@ -73,12 +71,13 @@ func (e DepositedV1) Validate() error {
 	return nil
 }
 
-// decodeDepositedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodeDepositedV1(payload []byte) (DepositedV1, error) {
+// decodeDepositedV1 decodes and validates a version 1 payload, or a payload of
+// a newer version as version 1 (see DecodeNewerDeposited). Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
+func decodeDepositedV1(version int, payload []byte) (DepositedV1, error) {
 	var e DepositedV1
-	key := runtime.Key{Type: DepositedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "amount")
+	key := runtime.Key{Type: DepositedType, Version: version}
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "amount")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -87,6 +86,12 @@ func decodeDepositedV1(payload []byte) (DepositedV1, error) {
 	}
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
+	}
+	if version > 1 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 1
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -116,7 +121,25 @@ func NewDeposited(clk runtime.Clock, amount int64) Deposited {
 func DecodeDeposited(version int, payload []byte) (Deposited, error) {
 	switch version {
 	case 1:
-		return decodeDepositedV1(payload)
+		return decodeDepositedV1(1, payload)
 	}
 	return Deposited{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: DepositedType, Version: version}, Latest: DepositedLatestVersion}
+}
+
+// DecodeNewerDeposited decodes a payload of a version newer than
+// DepositedLatestVersion as the latest version, for a writer that declared it
+// readable by this version: its runtime.MetadataMinReaderVersion header is at
+// most DepositedLatestVersion. runtime.Registry.DecodeEnvelope checks the
+// header and calls it; Register adds it. A version this code knows is decoded
+// by DecodeDeposited.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerDeposited(version int, payload []byte) (Deposited, error) {
+	if version <= DepositedLatestVersion {
+		return DecodeDeposited(version, payload)
+	}
+	return decodeDepositedV1(version, payload)
 }

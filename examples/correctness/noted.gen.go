@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // NotedType is the wire type of Noted, stored in the outbox event_type column;
@@ -16,16 +17,9 @@ import (
 // Account aggregate.
 const NotedType = "suite.noted"
 
-// NotedLatestVersion is the version NewNoted records and DecodeNoted
-// upcasts every older version to.
+// NotedLatestVersion is the version NewNoted records and DecodeNoted upcasts
+// every older version to.
 const NotedLatestVersion = 1
-
-// The oldest version of Noted whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when NotedV<n>MinReader <= r.
-const (
-	NotedV1MinReader = 1
-)
 
 // Noted is the latest version of suite.noted (v1). Aggregates record it through
 // NewNoted, so a new version surfaces as a compile error wherever the event is
@@ -67,6 +61,10 @@ func (NotedV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e NotedV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// suite.noted decodes a version 1 payload.
+func (NotedV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e NotedV1) Validate() error {
@@ -79,12 +77,13 @@ func (e NotedV1) Validate() error {
 	return nil
 }
 
-// decodeNotedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodeNotedV1(payload []byte) (NotedV1, error) {
+// decodeNotedV1 decodes and validates a version 1 payload, or a payload of a
+// newer version as version 1 (see DecodeNewerNoted). Unknown keys are ignored
+// (tolerant reader); a missing required key is an error.
+func decodeNotedV1(version int, payload []byte) (NotedV1, error) {
 	var e NotedV1
-	key := runtime.Key{Type: NotedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "writer", "text")
+	key := runtime.Key{Type: NotedType, Version: version}
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "writer", "text")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -93,6 +92,12 @@ func decodeNotedV1(payload []byte) (NotedV1, error) {
 	}
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
+	}
+	if version > 1 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 1
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -123,7 +128,25 @@ func NewNoted(clk runtime.Clock, writer int32, text string) Noted {
 func DecodeNoted(version int, payload []byte) (Noted, error) {
 	switch version {
 	case 1:
-		return decodeNotedV1(payload)
+		return decodeNotedV1(1, payload)
 	}
 	return Noted{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: NotedType, Version: version}, Latest: NotedLatestVersion}
+}
+
+// DecodeNewerNoted decodes a payload of a version newer than NotedLatestVersion
+// as the latest version, for a writer that declared it readable by this
+// version: its runtime.MetadataMinReaderVersion header is at most
+// NotedLatestVersion. runtime.Registry.DecodeEnvelope checks the header and
+// calls it; Register adds it. A version this code knows is decoded by
+// DecodeNoted.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerNoted(version int, payload []byte) (Noted, error) {
+	if version <= NotedLatestVersion {
+		return DecodeNoted(version, payload)
+	}
+	return decodeNotedV1(version, payload)
 }

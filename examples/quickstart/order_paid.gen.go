@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // OrderPaidType is the wire type of OrderPaid, stored in the outbox event_type
@@ -17,17 +18,9 @@ import (
 // the Order aggregate.
 const OrderPaidType = "orders.order_paid"
 
-// OrderPaidLatestVersion is the version NewOrderPaid records and DecodeOrderPaid
-// upcasts every older version to.
+// OrderPaidLatestVersion is the version NewOrderPaid records and
+// DecodeOrderPaid upcasts every older version to.
 const OrderPaidLatestVersion = 2
-
-// The oldest version of OrderPaid whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when OrderPaidV<n>MinReader <= r.
-const (
-	OrderPaidV1MinReader = 1
-	OrderPaidV2MinReader = 1
-)
 
 // OrderPaid is the latest version of orders.order_paid (v2). Aggregates record
 // it through NewOrderPaid, so a new version surfaces as a compile error
@@ -64,6 +57,10 @@ func (OrderPaidV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPaidV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// orders.order_paid decodes a version 1 payload.
+func (OrderPaidV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV1) Validate() error {
@@ -79,12 +76,12 @@ func (e OrderPaidV1) Validate() error {
 	return nil
 }
 
-// decodeOrderPaidV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeOrderPaidV1 decodes and validates a version 1 payload. Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
 func decodeOrderPaidV1(payload []byte) (OrderPaidV1, error) {
 	var e OrderPaidV1
 	key := runtime.Key{Type: OrderPaidType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "method")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "method")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -135,6 +132,12 @@ func (OrderPaidV2) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPaidV2) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: a reader generated at version 1 or later of
+// orders.order_paid decodes a version 2 payload directly, as the
+// full_transitive compatibility mode guarantees. runtime.NewEnvelope sends it
+// in the min_reader_version header, so that older consumers read this version.
+func (OrderPaidV2) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV2) Validate() error {
@@ -147,20 +150,19 @@ func (e OrderPaidV2) Validate() error {
 	if utf8.RuneCountInString(e.Method) > 40 {
 		return &runtime.FieldError{Field: "method", Problem: "must be at most 40 characters long"}
 	}
-	if e.Amount != nil {
-		if !runtime.IsDecimal(*e.Amount) {
-			return &runtime.FieldError{Field: "amount", Problem: "must be a decimal string such as \"12.34\""}
-		}
+	if e.Amount != nil && !outboxgenrt.IsDecimal(*e.Amount) {
+		return &runtime.FieldError{Field: "amount", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	return nil
 }
 
-// decodeOrderPaidV2 decodes and validates a version 2 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodeOrderPaidV2(payload []byte) (OrderPaidV2, error) {
+// decodeOrderPaidV2 decodes and validates a version 2 payload, or a payload of
+// a newer version as version 2 (see DecodeNewerOrderPaid). Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
+func decodeOrderPaidV2(version int, payload []byte) (OrderPaidV2, error) {
 	var e OrderPaidV2
-	key := runtime.Key{Type: OrderPaidType, Version: 2}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "method", "channel")
+	key := runtime.Key{Type: OrderPaidType, Version: version}
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "method", "channel")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -178,6 +180,12 @@ func decodeOrderPaidV2(payload []byte) (OrderPaidV2, error) {
 	}
 	if len(absent) > 0 {
 		return e, &runtime.DecodeError{Key: key, Err: &runtime.MissingFieldsError{Fields: absent}}
+	}
+	if version > 2 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 2
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -220,19 +228,36 @@ func DecodeOrderPaid(version int, payload []byte) (OrderPaid, error) {
 		}
 		return v2, nil
 	case 2:
-		return decodeOrderPaidV2(payload)
+		return decodeOrderPaidV2(2, payload)
 	}
 	return OrderPaid{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: OrderPaidType, Version: version}, Latest: OrderPaidLatestVersion}
 }
 
+// DecodeNewerOrderPaid decodes a payload of a version newer than
+// OrderPaidLatestVersion as the latest version, for a writer that declared it
+// readable by this version: its runtime.MetadataMinReaderVersion header is at
+// most OrderPaidLatestVersion. runtime.Registry.DecodeEnvelope checks the
+// header and calls it; Register adds it. A version this code knows is decoded
+// by DecodeOrderPaid.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerOrderPaid(version int, payload []byte) (OrderPaid, error) {
+	if version <= OrderPaidLatestVersion {
+		return DecodeOrderPaid(version, payload)
+	}
+	return decodeOrderPaidV2(version, payload)
+}
+
 // upcastOrderPaidV1ToV2 upcasts version 1 to version 2: shared fields are
 // copied, fields new in v2 get their defaults.
-func upcastOrderPaidV1ToV2(v OrderPaidV1) OrderPaidV2 {
-	out := OrderPaidV2{
+func upcastOrderPaidV1ToV2(v1 OrderPaidV1) OrderPaidV2 {
+	return OrderPaidV2{
 		EventVersion: 2,
-		OccurredAt:   v.OccurredAt,
-		Method:       v.Method,
+		OccurredAt:   v1.OccurredAt,
+		Method:       v1.Method,
 		Channel:      "web",
 	}
-	return out
 }

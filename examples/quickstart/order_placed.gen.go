@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // OrderPlacedType is the wire type of OrderPlaced, stored in the outbox
@@ -17,16 +18,9 @@ import (
 // recorded by the Order aggregate.
 const OrderPlacedType = "orders.order_placed"
 
-// OrderPlacedLatestVersion is the version NewOrderPlaced records and DecodeOrderPlaced
-// upcasts every older version to.
+// OrderPlacedLatestVersion is the version NewOrderPlaced records and
+// DecodeOrderPlaced upcasts every older version to.
 const OrderPlacedLatestVersion = 1
-
-// The oldest version of OrderPlaced whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when OrderPlacedV<n>MinReader <= r.
-const (
-	OrderPlacedV1MinReader = 1
-)
 
 // OrderPlaced is the latest version of orders.order_placed (v1). Aggregates
 // record it through NewOrderPlaced, so a new version surfaces as a compile
@@ -66,6 +60,10 @@ func (OrderPlacedV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPlacedV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// orders.order_placed decodes a version 1 payload.
+func (OrderPlacedV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPlacedV1) Validate() error {
@@ -78,18 +76,19 @@ func (e OrderPlacedV1) Validate() error {
 	if utf8.RuneCountInString(e.Customer) > 200 {
 		return &runtime.FieldError{Field: "customer", Problem: "must be at most 200 characters long"}
 	}
-	if !runtime.IsDecimal(e.Total) {
+	if !outboxgenrt.IsDecimal(e.Total) {
 		return &runtime.FieldError{Field: "total", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	return nil
 }
 
-// decodeOrderPlacedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodeOrderPlacedV1(payload []byte) (OrderPlacedV1, error) {
+// decodeOrderPlacedV1 decodes and validates a version 1 payload, or a payload
+// of a newer version as version 1 (see DecodeNewerOrderPlaced). Unknown keys
+// are ignored (tolerant reader); a missing required key is an error.
+func decodeOrderPlacedV1(version int, payload []byte) (OrderPlacedV1, error) {
 	var e OrderPlacedV1
-	key := runtime.Key{Type: OrderPlacedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "customer", "total")
+	key := runtime.Key{Type: OrderPlacedType, Version: version}
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "customer", "total")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -98,6 +97,12 @@ func decodeOrderPlacedV1(payload []byte) (OrderPlacedV1, error) {
 	}
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
+	}
+	if version > 1 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 1
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -128,7 +133,25 @@ func NewOrderPlaced(clk runtime.Clock, customer string, total string) OrderPlace
 func DecodeOrderPlaced(version int, payload []byte) (OrderPlaced, error) {
 	switch version {
 	case 1:
-		return decodeOrderPlacedV1(payload)
+		return decodeOrderPlacedV1(1, payload)
 	}
 	return OrderPlaced{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: OrderPlacedType, Version: version}, Latest: OrderPlacedLatestVersion}
+}
+
+// DecodeNewerOrderPlaced decodes a payload of a version newer than
+// OrderPlacedLatestVersion as the latest version, for a writer that declared it
+// readable by this version: its runtime.MetadataMinReaderVersion header is at
+// most OrderPlacedLatestVersion. runtime.Registry.DecodeEnvelope checks the
+// header and calls it; Register adds it. A version this code knows is decoded
+// by DecodeOrderPlaced.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerOrderPlaced(version int, payload []byte) (OrderPlaced, error) {
+	if version <= OrderPlacedLatestVersion {
+		return DecodeOrderPlaced(version, payload)
+	}
+	return decodeOrderPlacedV1(version, payload)
 }

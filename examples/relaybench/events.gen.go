@@ -5,16 +5,19 @@ package main
 
 import (
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // This package fails to compile when its generated code was written for
-// another generation of the runtime package: regenerate it with the
+// another generation of the outboxgenrt package: regenerate it with the
 // outboxgen of the module version in go.mod (go tool outboxgen).
-const _ = runtime.GeneratedCodeVersion1
+const _ = outboxgenrt.GeneratedCodeVersion2
 
 // Register adds a decoder for every version of every event of this package
-// to r. Each decoder upcasts to the latest version. It returns the first
-// error of [runtime.Registry.Register], e.g. for a type registered twice.
+// to r, and one for newer versions declared readable by the latest
+// ([runtime.Registry.RegisterNewer]). Each decoder upcasts to the latest
+// version. It returns the first error of registering, e.g. for a type
+// registered twice.
 // Register has no side effects beyond r; nothing is registered in init.
 func Register(r *runtime.Registry) error {
 	for v := 1; v <= DepositedLatestVersion; v++ {
@@ -28,6 +31,15 @@ func Register(r *runtime.Registry) error {
 		if err != nil {
 			return err
 		}
+	}
+	if err := r.RegisterNewer(DepositedType, func(version int, payload []byte) (runtime.Event, error) {
+		e, err := DecodeNewerDeposited(version, payload)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}); err != nil {
+		return err
 	}
 	return nil
 }

@@ -86,7 +86,11 @@
 //
 //   - an unknown event type is skipped ([Config.UnknownType]: ActionSkip by
 //     default, or ActionDeadLetter, ActionNack);
-//   - an unknown version of a known type, typically written by a newer
+//   - a newer version whose writer declared it readable by the consumer's
+//     latest version (the min_reader_version header generated events set
+//     for forward-compatible versions) is decoded as that latest version;
+//     see [runtime.Registry.DecodeEnvelope];
+//   - any other unknown version of a known type, typically written by a newer
 //     deployment of the producer, is nacked and delivered again after
 //     [Config.NackDelay] ([Config.UnknownVersion]: ActionNack by default, or
 //     ActionDeadLetter); it is never lost nor decoded into a zero value, and

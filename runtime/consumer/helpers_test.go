@@ -17,6 +17,7 @@ import (
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // The test event, orders.paid, has three versions. Consumers of the tests
@@ -85,7 +86,7 @@ func (Shipped) Validate() error        { return nil }
 // decodePaid decodes version v of orders.paid and upcasts it to latest.
 func decodePaid(v, latest int, payload []byte) (runtime.Event, error) {
 	key := runtime.Key{Type: paidType, Version: v}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "order_id")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "order_id")
 	if err != nil {
 		return nil, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // OrderPaidType is the wire type of OrderPaid, stored in the outbox event_type
@@ -16,16 +17,9 @@ import (
 // the Order aggregate.
 const OrderPaidType = "orders.order_paid"
 
-// OrderPaidLatestVersion is the version NewOrderPaid records and DecodeOrderPaid
-// upcasts every older version to.
+// OrderPaidLatestVersion is the version NewOrderPaid records and
+// DecodeOrderPaid upcasts every older version to.
 const OrderPaidLatestVersion = 1
-
-// The oldest version of OrderPaid whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when OrderPaidV<n>MinReader <= r.
-const (
-	OrderPaidV1MinReader = 1
-)
 
 // OrderPaid is the latest version of orders.order_paid (v1). Aggregates record
 // it through NewOrderPaid, so a new version surfaces as a compile error
@@ -59,6 +53,10 @@ func (OrderPaidV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPaidV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// orders.order_paid decodes a version 1 payload.
+func (OrderPaidV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV1) Validate() error {
@@ -68,18 +66,19 @@ func (e OrderPaidV1) Validate() error {
 	if e.OccurredAt.IsZero() {
 		return &runtime.FieldError{Field: "occurred_at", Problem: "must be set"}
 	}
-	if !runtime.IsDecimal(e.Amount) {
+	if !outboxgenrt.IsDecimal(e.Amount) {
 		return &runtime.FieldError{Field: "amount", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	return nil
 }
 
-// decodeOrderPaidV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodeOrderPaidV1(payload []byte) (OrderPaidV1, error) {
+// decodeOrderPaidV1 decodes and validates a version 1 payload, or a payload of
+// a newer version as version 1 (see DecodeNewerOrderPaid). Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
+func decodeOrderPaidV1(version int, payload []byte) (OrderPaidV1, error) {
 	var e OrderPaidV1
-	key := runtime.Key{Type: OrderPaidType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "amount")
+	key := runtime.Key{Type: OrderPaidType, Version: version}
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "amount")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -88,6 +87,12 @@ func decodeOrderPaidV1(payload []byte) (OrderPaidV1, error) {
 	}
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
+	}
+	if version > 1 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 1
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -117,7 +122,25 @@ func NewOrderPaid(clk runtime.Clock, amount string) OrderPaid {
 func DecodeOrderPaid(version int, payload []byte) (OrderPaid, error) {
 	switch version {
 	case 1:
-		return decodeOrderPaidV1(payload)
+		return decodeOrderPaidV1(1, payload)
 	}
 	return OrderPaid{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: OrderPaidType, Version: version}, Latest: OrderPaidLatestVersion}
+}
+
+// DecodeNewerOrderPaid decodes a payload of a version newer than
+// OrderPaidLatestVersion as the latest version, for a writer that declared it
+// readable by this version: its runtime.MetadataMinReaderVersion header is at
+// most OrderPaidLatestVersion. runtime.Registry.DecodeEnvelope checks the
+// header and calls it; Register adds it. A version this code knows is decoded
+// by DecodeOrderPaid.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerOrderPaid(version int, payload []byte) (OrderPaid, error) {
+	if version <= OrderPaidLatestVersion {
+		return DecodeOrderPaid(version, payload)
+	}
+	return decodeOrderPaidV1(version, payload)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // OrderPlacedType is the wire type of OrderPlaced, stored in the outbox
@@ -16,17 +17,9 @@ import (
 // recorded by the Order aggregate.
 const OrderPlacedType = "orders.order_placed"
 
-// OrderPlacedLatestVersion is the version NewOrderPlaced records and DecodeOrderPlaced
-// upcasts every older version to.
+// OrderPlacedLatestVersion is the version NewOrderPlaced records and
+// DecodeOrderPlaced upcasts every older version to.
 const OrderPlacedLatestVersion = 2
-
-// The oldest version of OrderPlaced whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when OrderPlacedV<n>MinReader <= r.
-const (
-	OrderPlacedV1MinReader = 1
-	OrderPlacedV2MinReader = 1
-)
 
 // OrderPlaced is the latest version of orders.order_placed (v2). Aggregates
 // record it through NewOrderPlaced, so a new version surfaces as a compile
@@ -61,6 +54,10 @@ func (OrderPlacedV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPlacedV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// orders.order_placed decodes a version 1 payload.
+func (OrderPlacedV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPlacedV1) Validate() error {
@@ -70,18 +67,18 @@ func (e OrderPlacedV1) Validate() error {
 	if e.OccurredAt.IsZero() {
 		return &runtime.FieldError{Field: "occurred_at", Problem: "must be set"}
 	}
-	if !runtime.IsDecimal(e.Total) {
+	if !outboxgenrt.IsDecimal(e.Total) {
 		return &runtime.FieldError{Field: "total", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	return nil
 }
 
-// decodeOrderPlacedV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeOrderPlacedV1 decodes and validates a version 1 payload. Unknown keys
+// are ignored (tolerant reader); a missing required key is an error.
 func decodeOrderPlacedV1(payload []byte) (OrderPlacedV1, error) {
 	var e OrderPlacedV1
 	key := runtime.Key{Type: OrderPlacedType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "total")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "total")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -120,6 +117,12 @@ func (OrderPlacedV2) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPlacedV2) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: a reader generated at version 1 or later of
+// orders.order_placed decodes a version 2 payload directly, as the
+// full_transitive compatibility mode guarantees. runtime.NewEnvelope sends it
+// in the min_reader_version header, so that older consumers read this version.
+func (OrderPlacedV2) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPlacedV2) Validate() error {
@@ -129,18 +132,19 @@ func (e OrderPlacedV2) Validate() error {
 	if e.OccurredAt.IsZero() {
 		return &runtime.FieldError{Field: "occurred_at", Problem: "must be set"}
 	}
-	if !runtime.IsDecimal(e.Total) {
+	if !outboxgenrt.IsDecimal(e.Total) {
 		return &runtime.FieldError{Field: "total", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	return nil
 }
 
-// decodeOrderPlacedV2 decodes and validates a version 2 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodeOrderPlacedV2(payload []byte) (OrderPlacedV2, error) {
+// decodeOrderPlacedV2 decodes and validates a version 2 payload, or a payload
+// of a newer version as version 2 (see DecodeNewerOrderPlaced). Unknown keys
+// are ignored (tolerant reader); a missing required key is an error.
+func decodeOrderPlacedV2(version int, payload []byte) (OrderPlacedV2, error) {
 	var e OrderPlacedV2
-	key := runtime.Key{Type: OrderPlacedType, Version: 2}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "total", "channel")
+	key := runtime.Key{Type: OrderPlacedType, Version: version}
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "total", "channel")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -158,6 +162,12 @@ func decodeOrderPlacedV2(payload []byte) (OrderPlacedV2, error) {
 	}
 	if len(absent) > 0 {
 		return e, &runtime.DecodeError{Key: key, Err: &runtime.MissingFieldsError{Fields: absent}}
+	}
+	if version > 2 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 2
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -199,19 +209,36 @@ func DecodeOrderPlaced(version int, payload []byte) (OrderPlaced, error) {
 		}
 		return v2, nil
 	case 2:
-		return decodeOrderPlacedV2(payload)
+		return decodeOrderPlacedV2(2, payload)
 	}
 	return OrderPlaced{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: OrderPlacedType, Version: version}, Latest: OrderPlacedLatestVersion}
 }
 
+// DecodeNewerOrderPlaced decodes a payload of a version newer than
+// OrderPlacedLatestVersion as the latest version, for a writer that declared it
+// readable by this version: its runtime.MetadataMinReaderVersion header is at
+// most OrderPlacedLatestVersion. runtime.Registry.DecodeEnvelope checks the
+// header and calls it; Register adds it. A version this code knows is decoded
+// by DecodeOrderPlaced.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerOrderPlaced(version int, payload []byte) (OrderPlaced, error) {
+	if version <= OrderPlacedLatestVersion {
+		return DecodeOrderPlaced(version, payload)
+	}
+	return decodeOrderPlacedV2(version, payload)
+}
+
 // upcastOrderPlacedV1ToV2 upcasts version 1 to version 2: shared fields are
 // copied, fields new in v2 get their defaults.
-func upcastOrderPlacedV1ToV2(v OrderPlacedV1) OrderPlacedV2 {
-	out := OrderPlacedV2{
+func upcastOrderPlacedV1ToV2(v1 OrderPlacedV1) OrderPlacedV2 {
+	return OrderPlacedV2{
 		EventVersion: 2,
-		OccurredAt:   v.OccurredAt,
-		Total:        v.Total,
+		OccurredAt:   v1.OccurredAt,
+		Total:        v1.Total,
 		Channel:      "web",
 	}
-	return out
 }

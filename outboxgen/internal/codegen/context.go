@@ -1,9 +1,10 @@
 package codegen
 
-// The types in this file are the template context: plain data the
-// templates in package templates range over and print. Doc fields hold
-// complete comment blocks ("// ...\n" lines); statement fields hold Go
-// source that go/format re-indents.
+// The types in this file are the template context: plain data the templates
+// in package templates range over and print. Go code here computes names,
+// Go types, literals and prose; the templates write every declaration and
+// statement. Doc fields hold complete comment blocks ("// ...\n" lines),
+// already wrapped.
 
 // File is one generated file: either the shared file of a schema (Shared
 // set) or the file of one event (Event set).
@@ -30,6 +31,8 @@ type Shared struct {
 	Enums    []Enum
 	Objects  []Object
 	Patterns []Pattern
+	// Entries are the validators of map values of object fields.
+	Entries []Entry
 	// Events are the Go names of the events, for Register.
 	Events []string
 }
@@ -52,9 +55,9 @@ type Object struct {
 	Doc    string
 	Name   string
 	Fields []StructField
-	// Validate holds the statements of its validate method; empty means
-	// the type has no constraints and no validate method.
-	Validate []string
+	// Checks are the statements of its validate method; empty means the
+	// type has no constraints and no validate method.
+	Checks []Check
 }
 
 // StructField is a field of a generated struct.
@@ -71,43 +74,137 @@ type Pattern struct {
 	Literal string
 }
 
+// Check is one validation statement. Kind selects the template partial
+// that writes it:
+//
+//	maxLength, pattern, min, max, decimal, uuidSet, timeSet, enum
+//	           a condition on X; a failure returns a *runtime.FieldError
+//	object     X.validate(), whose error path is prefixed with Path
+//	list       a loop over X (Index, Elem) running Checks on each element
+//	map        outboxgenrt.InvalidEntry(X, Func), whose error path is
+//	           prefixed with Path and the key
+//	optional   X != nil guarding Checks
+type Check struct {
+	Kind string
+	// X is the value checked (a selector, a loop variable, or a
+	// dereference of either).
+	X string
+	// Guard is a pointer a condition first tests for nil (an optional
+	// field with a single condition), or "".
+	Guard string
+	// Path is where the value sits, for the error.
+	Path Path
+	// N is the limit of maxLength, min and max.
+	N int64
+	// Var is the pattern variable of pattern.
+	Var string
+	// Problem is the quoted problem text of a condition.
+	Problem string
+	// Consts and Values are the accepted constants and their wire values
+	// (for the message) of enum.
+	Consts []string
+	Values string
+	// Index and Elem are the loop variables of list.
+	Index, Elem string
+	// Func validates one value of map: a method expression or an Entry.
+	Func string
+	// Checks are the nested checks of list and optional.
+	Checks []Check
+}
+
+// Path is the JSON path of a checked value. A path inside a validate method
+// or an Entry is a suffix relative to the value checked (".street", "[2]",
+// or "" for the value itself); the caller prefixes it on the failing branch
+// only, so a valid value costs no allocation.
+type Path struct {
+	// Empty is the path of the value itself inside an Entry.
+	Empty bool
+	// Lit is the path when it has no dynamic part (Args empty), quoted.
+	Lit string
+	// Format and Args build it with fmt.Sprintf otherwise; Format is quoted.
+	Format string
+	Args   []string
+}
+
+// Entry is a generated function validating one value of a map field whose
+// values have constraints.
+type Entry struct {
+	Func string
+	// Param names the value, of Go type Type.
+	Param  string
+	Type   string
+	Checks []Check
+}
+
 // Event is the context of an event file.
 type Event struct {
-	Name     string
-	TypeLit  string
-	Latest   int
-	TypeDoc  string
-	AliasDoc string
-	Versions []Version
+	Name      string
+	TypeLit   string
+	Latest    int
+	TypeDoc   string
+	LatestDoc string
+	NewerDoc  string
+	AliasDoc  string
+	Versions  []Version
 	// Constructor builds the latest version.
 	Constructor Constructor
 	DecodeDoc   string
 	// Upcasts are the generated upcasters (compatible steps only).
 	Upcasts []Upcast
+	// Entries are the validators of map values of the event's fields.
+	Entries []Entry
 }
 
 // Version is one version struct with its methods.
 type Version struct {
-	Doc       string
-	Name      string
-	Number    int
-	MinReader int
-	Fields    []StructField
-	Validate  []string
-	// RequiredKeys is the argument list of runtime.MissingKeys: quoted
-	// keys of every non-optional field.
-	RequiredKeys string
+	Doc  string
+	Name string
+	// Event is the Go name of the event, Type its wire type.
+	Event, Type string
+	Number      int
+	// IsLatest marks the latest version, whose decoder also reads newer
+	// payloads declared readable by it.
+	IsLatest bool
+	// MinReader is the oldest version whose reader decodes this version's
+	// payloads directly (EventMinReader), MinReaderDoc the method's doc.
+	MinReader    int
+	MinReaderDoc string
+	Fields       []StructField
+	Checks       []Check
+	// RequiredKeys are the quoted keys of every non-optional field, for
+	// outboxgenrt.MissingKeys.
+	RequiredKeys []string
 	// Defaults fill keys missing from a payload.
 	Defaults []Assign
 	// Chain upcasts a decoded value of this version to the latest.
 	Chain []Step
 }
 
+// Value is a Go expression the templates write: a conversion of X, a
+// default literal, or a parameter.
+//
+//	""          X as is
+//	address     &X
+//	int64       int64(X)
+//	string      string(X)
+//	uuidString  X.String()
+//	literal     Lit (a quoted string, number, bool or constant name)
+//	uuid        uuid.MustParse(Lit)
+//	time        time.Date(Time..., time.UTC)
+//	empty       Type{} (an empty list or map)
+type Value struct {
+	Kind string
+	X    string
+	Lit  string
+	Type string
+	Time []int
+}
+
 // Assign is a field assignment: a struct literal entry or a default.
 type Assign struct {
 	Key   string
 	Field string
-	Expr  string
+	Value Value
 }
 
 // Step is one upcast in a decode chain.
@@ -135,7 +232,24 @@ type Upcast struct {
 	Doc      string
 	Func     string
 	From, To string
+	// In and Out name the parameter and, when Posts need one, the result
+	// variable (v1, v2).
+	In, Out  string
 	ToNumber int
 	Assigns  []Assign
-	Post     []string
+	// Posts set optional fields after the struct literal.
+	Posts []Post
+}
+
+// Post is an assignment after an upcast's struct literal, for fields that
+// need a nil check or a variable to point at.
+type Post struct {
+	// Field is the destination field.
+	Field string
+	// Check is the source pointer tested for nil first, or "".
+	Check string
+	// Var holds Value when the destination is a pointer, or "" to assign
+	// Value directly.
+	Var   string
+	Value Value
 }

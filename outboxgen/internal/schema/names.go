@@ -6,15 +6,23 @@ import (
 	"unicode"
 )
 
-// commonInitialisms are written in upper case in Go names (golint's list).
+// commonInitialisms are written in upper case in Go names: golint's list,
+// the additions of staticcheck's ST1003 (AMQP, DB, GID, RTP, SIP, TS), and
+// initialisms common in event schemas (SKU, VIP, VAT, IBAN, ...).
 var commonInitialisms = map[string]bool{
 	"ACL": true, "API": true, "ASCII": true, "CPU": true, "CSS": true, "DNS": true,
 	"EOF": true, "GUID": true, "HTML": true, "HTTP": true, "HTTPS": true, "ID": true,
 	"IP": true, "JSON": true, "LHS": true, "QPS": true, "RAM": true, "RHS": true,
-	"RPC": true, "SKU": true, "SLA": true, "SMTP": true, "SQL": true, "SSH": true,
+	"RPC": true, "SLA": true, "SMTP": true, "SQL": true, "SSH": true,
 	"TCP": true, "TLS": true, "TTL": true, "UDP": true, "UI": true, "UID": true,
 	"URI": true, "URL": true, "UTF8": true, "UUID": true, "VM": true, "XML": true,
 	"XMPP": true, "XSRF": true, "XSS": true,
+	// staticcheck ST1003
+	"AMQP": true, "DB": true, "GID": true, "RTP": true, "SIP": true, "TS": true,
+	// event schemas
+	"BIC": true, "CSV": true, "EAN": true, "ETA": true, "IBAN": true, "ISBN": true,
+	"KYC": true, "OTP": true, "PDF": true, "SKU": true, "SMS": true, "VAT": true,
+	"VIP": true,
 }
 
 // GoName turns a snake_case (or any non-alphanumeric separated) name into

@@ -29,7 +29,7 @@ const DecimalPattern = `^-?[0-9]+(\.[0-9]+)?$`
 var ReservedFields = []string{"event_version", "occurred_at"}
 
 // reservedGoNames are Go names of generated fields and methods on events.
-var reservedGoNames = []string{"EventVersion", "OccurredAt", "EventKey", "EventTime", "Validate"}
+var reservedGoNames = []string{"EventVersion", "OccurredAt", "EventKey", "EventTime", "EventMinReader", "Validate"}
 
 var (
 	topKeys     = []string{"outboxgen", "package", "compatibility", "enums", "types", "events"}
@@ -872,9 +872,9 @@ func (p *parser) checkNames() {
 		}
 		add("New"+ev.Name, what, ev.Pos)
 		add("Decode"+ev.Name, what, ev.Pos)
+		add("DecodeNewer"+ev.Name, what, ev.Pos)
 		for _, v := range ev.Versions {
 			add(fmt.Sprintf("%sV%d", ev.Name, v.Number), what, ev.Pos)
-			add(fmt.Sprintf("%sV%dMinReader", ev.Name, v.Number), what, ev.Pos)
 		}
 	}
 }

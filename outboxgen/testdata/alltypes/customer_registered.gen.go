@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // CustomerRegisteredType is the wire type of CustomerRegistered, stored in the
@@ -18,17 +19,9 @@ import (
 // type are recorded by the Customer aggregate.
 const CustomerRegisteredType = "customers.customer_registered"
 
-// CustomerRegisteredLatestVersion is the version NewCustomerRegistered records and DecodeCustomerRegistered
-// upcasts every older version to.
+// CustomerRegisteredLatestVersion is the version NewCustomerRegistered records
+// and DecodeCustomerRegistered upcasts every older version to.
 const CustomerRegisteredLatestVersion = 2
-
-// The oldest version of CustomerRegistered whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when CustomerRegisteredV<n>MinReader <= r.
-const (
-	CustomerRegisteredV1MinReader = 1
-	CustomerRegisteredV2MinReader = 2
-)
 
 // CustomerRegistered is the latest version of customers.customer_registered
 // (v2). Aggregates record it through NewCustomerRegistered, so a new version
@@ -68,8 +61,8 @@ type CustomerRegisteredV1 struct {
 	Email string `json:"email"`
 	// Age is the required int32 field age (>= 0; <= 150).
 	Age int32 `json:"age"`
-	// Vip is the required bool field vip.
-	Vip bool `json:"vip"`
+	// VIP is the required bool field vip.
+	VIP bool `json:"vip"`
 	// Balance is the required decimal field balance.
 	Balance string `json:"balance"`
 	// RegisteredAt is the required timestamp field registered_at.
@@ -90,7 +83,8 @@ type CustomerRegisteredV1 struct {
 	Referrer *uuid.UUID `json:"referrer,omitempty"`
 	// Nickname is the optional string field nickname (at most 20 characters).
 	//
-	// Deprecated: do not record new events of this kind.
+	// Deprecated: new events should leave Nickname unset; it is kept so that
+	// older payloads still decode.
 	Nickname *string `json:"nickname,omitempty"`
 	// LuckyNumber is the optional int64 field lucky_number (>= 1).
 	LuckyNumber *int64 `json:"lucky_number,omitempty"`
@@ -111,6 +105,10 @@ func (CustomerRegisteredV1) EventKey() runtime.Key {
 
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e CustomerRegisteredV1) EventTime() time.Time { return e.OccurredAt }
+
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// customers.customer_registered decodes a version 1 payload.
+func (CustomerRegisteredV1) EventMinReader() int { return 1 }
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
@@ -136,7 +134,7 @@ func (e CustomerRegisteredV1) Validate() error {
 	if e.Age > 150 {
 		return &runtime.FieldError{Field: "age", Problem: "must be <= 150"}
 	}
-	if !runtime.IsDecimal(e.Balance) {
+	if !outboxgenrt.IsDecimal(e.Balance) {
 		return &runtime.FieldError{Field: "balance", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	if e.RegisteredAt.IsZero() {
@@ -147,35 +145,34 @@ func (e CustomerRegisteredV1) Validate() error {
 	default:
 		return &runtime.FieldError{Field: "channel", Problem: fmt.Sprintf("unknown value %q (want one of web, mobile_app)", e.Channel)}
 	}
-	if err := e.Address.validate("address"); err != nil {
+	if err := e.Address.validate(); err != nil {
+		err.Field = "address" + err.Field
 		return err
 	}
-	for i1, x1 := range e.Lines {
-		if err := x1.validate(fmt.Sprintf("%s[%d]", "lines", i1)); err != nil {
+	for i, x := range e.Lines {
+		if err := x.validate(); err != nil {
+			err.Field = fmt.Sprintf("lines[%d]%s", i, err.Field)
 			return err
 		}
 	}
-	for i1, x1 := range e.Nested {
-		for i2, x2 := range x1 {
+	for i, x := range e.Nested {
+		for i2, x2 := range x {
 			switch x2 {
 			case ChannelWeb, ChannelMobileApp, ChannelPointOfSale:
 			default:
-				return &runtime.FieldError{Field: fmt.Sprintf("%s[%d]", fmt.Sprintf("%s[%d]", "nested", i1), i2), Problem: fmt.Sprintf("unknown value %q (want one of web, mobile_app, point-of-sale)", x2)}
+				return &runtime.FieldError{Field: fmt.Sprintf("nested[%d][%d]", i, i2), Problem: fmt.Sprintf("unknown value %q (want one of web, mobile_app, point-of-sale)", x2)}
 			}
 		}
 	}
-	if e.Nickname != nil {
-		if utf8.RuneCountInString(*e.Nickname) > 20 {
-			return &runtime.FieldError{Field: "nickname", Problem: "must be at most 20 characters long"}
-		}
+	if e.Nickname != nil && utf8.RuneCountInString(*e.Nickname) > 20 {
+		return &runtime.FieldError{Field: "nickname", Problem: "must be at most 20 characters long"}
 	}
-	if e.LuckyNumber != nil {
-		if *e.LuckyNumber < 1 {
-			return &runtime.FieldError{Field: "lucky_number", Problem: "must be >= 1"}
-		}
+	if e.LuckyNumber != nil && *e.LuckyNumber < 1 {
+		return &runtime.FieldError{Field: "lucky_number", Problem: "must be >= 1"}
 	}
 	if e.SecondAddress != nil {
-		if err := (*e.SecondAddress).validate("second_address"); err != nil {
+		if err := e.SecondAddress.validate(); err != nil {
+			err.Field = "second_address" + err.Field
 			return err
 		}
 	}
@@ -192,7 +189,7 @@ func (e CustomerRegisteredV1) Validate() error {
 func decodeCustomerRegisteredV1(payload []byte) (CustomerRegisteredV1, error) {
 	var e CustomerRegisteredV1
 	key := runtime.Key{Type: CustomerRegisteredType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "status")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "status")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -230,8 +227,8 @@ type CustomerRegisteredV2 struct {
 	Email string `json:"email"`
 	// Age is the required int64 field age (>= 0; <= 150).
 	Age int64 `json:"age"`
-	// Vip is the required bool field vip.
-	Vip bool `json:"vip"`
+	// VIP is the required bool field vip.
+	VIP bool `json:"vip"`
 	// Balance is the required string field balance.
 	Balance string `json:"balance"`
 	// RegisteredAt is the required timestamp field registered_at.
@@ -291,6 +288,10 @@ func (CustomerRegisteredV2) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e CustomerRegisteredV2) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 2: only a reader generated at version 2 or later of
+// customers.customer_registered decodes a version 2 payload.
+func (CustomerRegisteredV2) EventMinReader() int { return 2 }
+
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e CustomerRegisteredV2) Validate() error {
@@ -323,25 +324,28 @@ func (e CustomerRegisteredV2) Validate() error {
 	default:
 		return &runtime.FieldError{Field: "channel", Problem: fmt.Sprintf("unknown value %q (want one of web, mobile_app, point-of-sale)", e.Channel)}
 	}
-	if err := e.Address.validate("address"); err != nil {
+	if err := e.Address.validate(); err != nil {
+		err.Field = "address" + err.Field
 		return err
 	}
-	for i1, x1 := range e.Lines {
-		if err := x1.validate(fmt.Sprintf("%s[%d]", "lines", i1)); err != nil {
+	for i, x := range e.Lines {
+		if err := x.validate(); err != nil {
+			err.Field = fmt.Sprintf("lines[%d]%s", i, err.Field)
 			return err
 		}
 	}
-	for i1, x1 := range e.Nested {
-		for i2, x2 := range x1 {
+	for i, x := range e.Nested {
+		for i2, x2 := range x {
 			switch x2 {
 			case ChannelWeb, ChannelMobileApp, ChannelPointOfSale:
 			default:
-				return &runtime.FieldError{Field: fmt.Sprintf("%s[%d]", fmt.Sprintf("%s[%d]", "nested", i1), i2), Problem: fmt.Sprintf("unknown value %q (want one of web, mobile_app, point-of-sale)", x2)}
+				return &runtime.FieldError{Field: fmt.Sprintf("nested[%d][%d]", i, i2), Problem: fmt.Sprintf("unknown value %q (want one of web, mobile_app, point-of-sale)", x2)}
 			}
 		}
 	}
 	if e.SecondAddress != nil {
-		if err := (*e.SecondAddress).validate("second_address"); err != nil {
+		if err := e.SecondAddress.validate(); err != nil {
+			err.Field = "second_address" + err.Field
 			return err
 		}
 	}
@@ -351,7 +355,7 @@ func (e CustomerRegisteredV2) Validate() error {
 	if e.Partner == uuid.Nil {
 		return &runtime.FieldError{Field: "partner", Problem: "must be set"}
 	}
-	if !runtime.IsDecimal(e.Fee) {
+	if !outboxgenrt.IsDecimal(e.Fee) {
 		return &runtime.FieldError{Field: "fee", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	switch e.PreferredChannel {
@@ -369,12 +373,14 @@ func (e CustomerRegisteredV2) Validate() error {
 	return nil
 }
 
-// decodeCustomerRegisteredV2 decodes and validates a version 2 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodeCustomerRegisteredV2(payload []byte) (CustomerRegisteredV2, error) {
+// decodeCustomerRegisteredV2 decodes and validates a version 2 payload, or a
+// payload of a newer version as version 2 (see DecodeNewerCustomerRegistered).
+// Unknown keys are ignored (tolerant reader); a missing required key is an
+// error.
+func decodeCustomerRegisteredV2(version int, payload []byte) (CustomerRegisteredV2, error) {
 	var e CustomerRegisteredV2
-	key := runtime.Key{Type: CustomerRegisteredType, Version: 2}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "lucky_number", "status", "locale", "premium", "since", "partner", "fee", "preferred_channel")
+	key := runtime.Key{Type: CustomerRegisteredType, Version: version}
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "lucky_number", "status", "locale", "premium", "since", "partner", "fee", "preferred_channel")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -409,6 +415,12 @@ func decodeCustomerRegisteredV2(payload []byte) (CustomerRegisteredV2, error) {
 	if len(absent) > 0 {
 		return e, &runtime.DecodeError{Key: key, Err: &runtime.MissingFieldsError{Fields: absent}}
 	}
+	if version > 2 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 2
+	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -428,7 +440,7 @@ func NewCustomerRegistered(clk runtime.Clock, customerID uuid.UUID, email string
 		CustomerID:       customerID,
 		Email:            email,
 		Age:              age,
-		Vip:              vip,
+		VIP:              vip,
 		Balance:          balance,
 		RegisteredAt:     registeredAt,
 		Channel:          channel,
@@ -470,33 +482,51 @@ func DecodeCustomerRegistered(version int, payload []byte) (CustomerRegistered, 
 		}
 		return v2, nil
 	case 2:
-		return decodeCustomerRegisteredV2(payload)
+		return decodeCustomerRegisteredV2(2, payload)
 	}
 	return CustomerRegistered{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: CustomerRegisteredType, Version: version}, Latest: CustomerRegisteredLatestVersion}
 }
 
+// DecodeNewerCustomerRegistered decodes a payload of a version newer than
+// CustomerRegisteredLatestVersion as the latest version, for a writer that
+// declared it readable by this version: its runtime.MetadataMinReaderVersion
+// header is at most CustomerRegisteredLatestVersion.
+// runtime.Registry.DecodeEnvelope checks the header and calls it; Register adds
+// it. A version this code knows is decoded by DecodeCustomerRegistered.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerCustomerRegistered(version int, payload []byte) (CustomerRegistered, error) {
+	if version <= CustomerRegisteredLatestVersion {
+		return DecodeCustomerRegistered(version, payload)
+	}
+	return decodeCustomerRegisteredV2(version, payload)
+}
+
 // upcastCustomerRegisteredV1ToV2 upcasts version 1 to version 2: shared fields
 // are copied, fields new in v2 get their defaults.
-func upcastCustomerRegisteredV1ToV2(v CustomerRegisteredV1) CustomerRegisteredV2 {
-	out := CustomerRegisteredV2{
+func upcastCustomerRegisteredV1ToV2(v1 CustomerRegisteredV1) CustomerRegisteredV2 {
+	v2 := CustomerRegisteredV2{
 		EventVersion:     2,
-		OccurredAt:       v.OccurredAt,
-		CustomerID:       v.CustomerID,
-		Email:            v.Email,
-		Age:              int64(v.Age),
-		Vip:              v.Vip,
-		Balance:          v.Balance,
-		RegisteredAt:     v.RegisteredAt,
-		Channel:          v.Channel,
-		Address:          v.Address,
-		Lines:            v.Lines,
-		Attributes:       v.Attributes,
-		Scores:           v.Scores,
-		Nested:           v.Nested,
+		OccurredAt:       v1.OccurredAt,
+		CustomerID:       v1.CustomerID,
+		Email:            v1.Email,
+		Age:              int64(v1.Age),
+		VIP:              v1.VIP,
+		Balance:          v1.Balance,
+		RegisteredAt:     v1.RegisteredAt,
+		Channel:          v1.Channel,
+		Address:          v1.Address,
+		Lines:            v1.Lines,
+		Attributes:       v1.Attributes,
+		Scores:           v1.Scores,
+		Nested:           v1.Nested,
 		LuckyNumber:      7,
-		SecondAddress:    v.SecondAddress,
-		Status:           string(v.Status),
-		LastSeen:         v.LastSeen,
+		SecondAddress:    v1.SecondAddress,
+		Status:           string(v1.Status),
+		LastSeen:         v1.LastSeen,
 		Locale:           "en-US",
 		Premium:          false,
 		Since:            time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC),
@@ -506,16 +536,16 @@ func upcastCustomerRegisteredV1ToV2(v CustomerRegisteredV1) CustomerRegisteredV2
 		Labels:           []string{},
 		Counters:         map[string]int64{},
 	}
-	if v.Referrer != nil {
-		x := (*v.Referrer).String()
-		out.Referrer = &x
+	if v1.Referrer != nil {
+		x := v1.Referrer.String()
+		v2.Referrer = &x
 	}
-	if v.LuckyNumber != nil {
-		out.LuckyNumber = *v.LuckyNumber
+	if v1.LuckyNumber != nil {
+		v2.LuckyNumber = *v1.LuckyNumber
 	}
-	if v.LoyaltyPoints != nil {
-		x := int64(*v.LoyaltyPoints)
-		out.LoyaltyPoints = &x
+	if v1.LoyaltyPoints != nil {
+		x := int64(*v1.LoyaltyPoints)
+		v2.LoyaltyPoints = &x
 	}
-	return out
+	return v2
 }

@@ -8,12 +8,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // This package fails to compile when its generated code was written for
-// another generation of the runtime package: regenerate it with the
+// another generation of the outboxgenrt package: regenerate it with the
 // outboxgen of the module version in go.mod (go tool outboxgen).
-const _ = runtime.GeneratedCodeVersion1
+const _ = outboxgenrt.GeneratedCodeVersion2
 
 // Channel is an enumeration of the schema.
 //
@@ -50,16 +51,14 @@ type Address struct {
 	Geo *Geo `json:"geo,omitempty"`
 }
 
-// validate checks the constraints of Address; path is the JSON path of the
-// value, for errors.
-func (o Address) validate(path string) error {
+// validate checks the constraints of Address. The Field of its error is the
+// path below the value, starting with a dot; the caller prefixes it.
+func (o Address) validate() *runtime.FieldError {
 	if utf8.RuneCountInString(o.Street) > 100 {
-		return &runtime.FieldError{Field: path + ".street", Problem: "must be at most 100 characters long"}
+		return &runtime.FieldError{Field: ".street", Problem: "must be at most 100 characters long"}
 	}
-	if o.Zip != nil {
-		if !outboxgenPattern2.MatchString(*o.Zip) {
-			return &runtime.FieldError{Field: path + ".zip", Problem: "must match ^[0-9]{5}$"}
-		}
+	if o.Zip != nil && !outboxgenPattern2.MatchString(*o.Zip) {
+		return &runtime.FieldError{Field: ".zip", Problem: "must match ^[0-9]{5}$"}
 	}
 	return nil
 }
@@ -86,20 +85,20 @@ type Line struct {
 	Tags []string `json:"tags,omitempty"`
 }
 
-// validate checks the constraints of Line; path is the JSON path of the
-// value, for errors.
-func (o Line) validate(path string) error {
+// validate checks the constraints of Line. The Field of its error is the path
+// below the value, starting with a dot; the caller prefixes it.
+func (o Line) validate() *runtime.FieldError {
 	if !outboxgenPattern3.MatchString(o.SKU) {
-		return &runtime.FieldError{Field: path + ".sku", Problem: "must match ^[A-Z0-9-]+$"}
+		return &runtime.FieldError{Field: ".sku", Problem: "must match ^[A-Z0-9-]+$"}
 	}
 	if o.Quantity < 1 {
-		return &runtime.FieldError{Field: path + ".quantity", Problem: "must be >= 1"}
+		return &runtime.FieldError{Field: ".quantity", Problem: "must be >= 1"}
 	}
 	if o.Quantity > 1000 {
-		return &runtime.FieldError{Field: path + ".quantity", Problem: "must be <= 1000"}
+		return &runtime.FieldError{Field: ".quantity", Problem: "must be <= 1000"}
 	}
-	if !runtime.IsDecimal(o.Price) {
-		return &runtime.FieldError{Field: path + ".price", Problem: "must be a decimal string such as \"12.34\""}
+	if !outboxgenrt.IsDecimal(o.Price) {
+		return &runtime.FieldError{Field: ".price", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	return nil
 }
@@ -113,8 +112,10 @@ var (
 )
 
 // Register adds a decoder for every version of every event of this package
-// to r. Each decoder upcasts to the latest version. It returns the first
-// error of [runtime.Registry.Register], e.g. for a type registered twice.
+// to r, and one for newer versions declared readable by the latest
+// ([runtime.Registry.RegisterNewer]). Each decoder upcasts to the latest
+// version. It returns the first error of registering, e.g. for a type
+// registered twice.
 // Register has no side effects beyond r; nothing is registered in init.
 func Register(r *runtime.Registry) error {
 	for v := 1; v <= CustomerRegisteredLatestVersion; v++ {
@@ -128,6 +129,15 @@ func Register(r *runtime.Registry) error {
 		if err != nil {
 			return err
 		}
+	}
+	if err := r.RegisterNewer(CustomerRegisteredType, func(version int, payload []byte) (runtime.Event, error) {
+		e, err := DecodeNewerCustomerRegistered(version, payload)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}); err != nil {
+		return err
 	}
 	return nil
 }

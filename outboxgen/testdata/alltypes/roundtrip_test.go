@@ -33,7 +33,7 @@ func TestDecodeV1(t *testing.T) {
 		CustomerID:   uuid.MustParse("0b0e8f0a-5f2c-4a61-9d1e-7c1b2a3d4e5f"),
 		Email:        "a@example.com",
 		Age:          42,
-		Vip:          true,
+		VIP:          true,
 		Balance:      "-1.50",
 		RegisteredAt: time.Date(2025, 12, 31, 23, 59, 59, 0, time.UTC),
 		Channel:      ChannelMobileApp,

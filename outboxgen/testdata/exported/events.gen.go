@@ -7,12 +7,13 @@ import (
 	"regexp"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // This package fails to compile when its generated code was written for
-// another generation of the runtime package: regenerate it with the
+// another generation of the outboxgenrt package: regenerate it with the
 // outboxgen of the module version in go.mod (go tool outboxgen).
-const _ = runtime.GeneratedCodeVersion1
+const _ = outboxgenrt.GeneratedCodeVersion2
 
 // PaymentMethod is an enumeration of the schema.
 //
@@ -38,14 +39,14 @@ type Money struct {
 	Currency string `json:"currency"`
 }
 
-// validate checks the constraints of Money; path is the JSON path of the
-// value, for errors.
-func (o Money) validate(path string) error {
-	if !runtime.IsDecimal(o.Value) {
-		return &runtime.FieldError{Field: path + ".value", Problem: "must be a decimal string such as \"12.34\""}
+// validate checks the constraints of Money. The Field of its error is the path
+// below the value, starting with a dot; the caller prefixes it.
+func (o Money) validate() *runtime.FieldError {
+	if !outboxgenrt.IsDecimal(o.Value) {
+		return &runtime.FieldError{Field: ".value", Problem: "must be a decimal string such as \"12.34\""}
 	}
 	if !outboxgenPattern1.MatchString(o.Currency) {
-		return &runtime.FieldError{Field: path + ".currency", Problem: "must match ^[A-Z]{3}$"}
+		return &runtime.FieldError{Field: ".currency", Problem: "must match ^[A-Z]{3}$"}
 	}
 	return nil
 }
@@ -57,8 +58,10 @@ var (
 )
 
 // Register adds a decoder for every version of every event of this package
-// to r. Each decoder upcasts to the latest version. It returns the first
-// error of [runtime.Registry.Register], e.g. for a type registered twice.
+// to r, and one for newer versions declared readable by the latest
+// ([runtime.Registry.RegisterNewer]). Each decoder upcasts to the latest
+// version. It returns the first error of registering, e.g. for a type
+// registered twice.
 // Register has no side effects beyond r; nothing is registered in init.
 func Register(r *runtime.Registry) error {
 	for v := 1; v <= OrderPlacedLatestVersion; v++ {
@@ -73,6 +76,15 @@ func Register(r *runtime.Registry) error {
 			return err
 		}
 	}
+	if err := r.RegisterNewer(OrderPlacedType, func(version int, payload []byte) (runtime.Event, error) {
+		e, err := DecodeNewerOrderPlaced(version, payload)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}); err != nil {
+		return err
+	}
 	for v := 1; v <= OrderPaidLatestVersion; v++ {
 		err := r.Register(runtime.Key{Type: OrderPaidType, Version: v}, OrderPaidLatestVersion, func(payload []byte) (runtime.Event, error) {
 			e, err := DecodeOrderPaid(v, payload)
@@ -85,6 +97,15 @@ func Register(r *runtime.Registry) error {
 			return err
 		}
 	}
+	if err := r.RegisterNewer(OrderPaidType, func(version int, payload []byte) (runtime.Event, error) {
+		e, err := DecodeNewerOrderPaid(version, payload)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}); err != nil {
+		return err
+	}
 	for v := 1; v <= InvoiceSentLatestVersion; v++ {
 		err := r.Register(runtime.Key{Type: InvoiceSentType, Version: v}, InvoiceSentLatestVersion, func(payload []byte) (runtime.Event, error) {
 			e, err := DecodeInvoiceSent(v, payload)
@@ -96,6 +117,15 @@ func Register(r *runtime.Registry) error {
 		if err != nil {
 			return err
 		}
+	}
+	if err := r.RegisterNewer(InvoiceSentType, func(version int, payload []byte) (runtime.Event, error) {
+		e, err := DecodeNewerInvoiceSent(version, payload)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}); err != nil {
+		return err
 	}
 	return nil
 }

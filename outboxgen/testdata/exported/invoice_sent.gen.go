@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // InvoiceSentType is the wire type of InvoiceSent, stored in the outbox
@@ -17,16 +18,9 @@ import (
 // recorded by the Invoice aggregate.
 const InvoiceSentType = "billing.invoice_sent"
 
-// InvoiceSentLatestVersion is the version NewInvoiceSent records and DecodeInvoiceSent
-// upcasts every older version to.
+// InvoiceSentLatestVersion is the version NewInvoiceSent records and
+// DecodeInvoiceSent upcasts every older version to.
 const InvoiceSentLatestVersion = 1
-
-// The oldest version of InvoiceSent whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when InvoiceSentV<n>MinReader <= r.
-const (
-	InvoiceSentV1MinReader = 1
-)
 
 // InvoiceSent is the latest version of billing.invoice_sent (v1). Aggregates
 // record it through NewInvoiceSent, so a new version surfaces as a compile
@@ -60,6 +54,10 @@ func (InvoiceSentV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e InvoiceSentV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// billing.invoice_sent decodes a version 1 payload.
+func (InvoiceSentV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e InvoiceSentV1) Validate() error {
@@ -78,12 +76,13 @@ func (e InvoiceSentV1) Validate() error {
 	return nil
 }
 
-// decodeInvoiceSentV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodeInvoiceSentV1(payload []byte) (InvoiceSentV1, error) {
+// decodeInvoiceSentV1 decodes and validates a version 1 payload, or a payload
+// of a newer version as version 1 (see DecodeNewerInvoiceSent). Unknown keys
+// are ignored (tolerant reader); a missing required key is an error.
+func decodeInvoiceSentV1(version int, payload []byte) (InvoiceSentV1, error) {
 	var e InvoiceSentV1
-	key := runtime.Key{Type: InvoiceSentType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "invoice_id", "sent_at")
+	key := runtime.Key{Type: InvoiceSentType, Version: version}
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "invoice_id", "sent_at")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -92,6 +91,12 @@ func decodeInvoiceSentV1(payload []byte) (InvoiceSentV1, error) {
 	}
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
+	}
+	if version > 1 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 1
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -122,7 +127,25 @@ func NewInvoiceSent(clk runtime.Clock, invoiceID uuid.UUID, sentAt time.Time) In
 func DecodeInvoiceSent(version int, payload []byte) (InvoiceSent, error) {
 	switch version {
 	case 1:
-		return decodeInvoiceSentV1(payload)
+		return decodeInvoiceSentV1(1, payload)
 	}
 	return InvoiceSent{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: InvoiceSentType, Version: version}, Latest: InvoiceSentLatestVersion}
+}
+
+// DecodeNewerInvoiceSent decodes a payload of a version newer than
+// InvoiceSentLatestVersion as the latest version, for a writer that declared it
+// readable by this version: its runtime.MetadataMinReaderVersion header is at
+// most InvoiceSentLatestVersion. runtime.Registry.DecodeEnvelope checks the
+// header and calls it; Register adds it. A version this code knows is decoded
+// by DecodeInvoiceSent.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerInvoiceSent(version int, payload []byte) (InvoiceSent, error) {
+	if version <= InvoiceSentLatestVersion {
+		return DecodeInvoiceSent(version, payload)
+	}
+	return decodeInvoiceSentV1(version, payload)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // PingType is the wire type of Ping, stored in the outbox event_type column; it
@@ -16,16 +17,9 @@ import (
 // Service aggregate.
 const PingType = "health.ping"
 
-// PingLatestVersion is the version NewPing records and DecodePing
-// upcasts every older version to.
+// PingLatestVersion is the version NewPing records and DecodePing upcasts every
+// older version to.
 const PingLatestVersion = 1
-
-// The oldest version of Ping whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when PingV<n>MinReader <= r.
-const (
-	PingV1MinReader = 1
-)
 
 // Ping is the latest version of health.ping (v1). Aggregates record it through
 // NewPing, so a new version surfaces as a compile error wherever the event is
@@ -53,6 +47,10 @@ func (PingV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e PingV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// health.ping decodes a version 1 payload.
+func (PingV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e PingV1) Validate() error {
@@ -65,12 +63,13 @@ func (e PingV1) Validate() error {
 	return nil
 }
 
-// decodePingV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodePingV1(payload []byte) (PingV1, error) {
+// decodePingV1 decodes and validates a version 1 payload, or a payload of a
+// newer version as version 1 (see DecodeNewerPing). Unknown keys are ignored
+// (tolerant reader); a missing required key is an error.
+func decodePingV1(version int, payload []byte) (PingV1, error) {
 	var e PingV1
-	key := runtime.Key{Type: PingType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at")
+	key := runtime.Key{Type: PingType, Version: version}
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -79,6 +78,12 @@ func decodePingV1(payload []byte) (PingV1, error) {
 	}
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
+	}
+	if version > 1 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 1
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -107,7 +112,25 @@ func NewPing(clk runtime.Clock) Ping {
 func DecodePing(version int, payload []byte) (Ping, error) {
 	switch version {
 	case 1:
-		return decodePingV1(payload)
+		return decodePingV1(1, payload)
 	}
 	return Ping{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: PingType, Version: version}, Latest: PingLatestVersion}
+}
+
+// DecodeNewerPing decodes a payload of a version newer than PingLatestVersion
+// as the latest version, for a writer that declared it readable by this
+// version: its runtime.MetadataMinReaderVersion header is at most
+// PingLatestVersion. runtime.Registry.DecodeEnvelope checks the header and
+// calls it; Register adds it. A version this code knows is decoded by
+// DecodePing.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerPing(version int, payload []byte) (Ping, error) {
+	if version <= PingLatestVersion {
+		return DecodePing(version, payload)
+	}
+	return decodePingV1(version, payload)
 }

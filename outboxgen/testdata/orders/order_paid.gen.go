@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/outboxgenrt"
 )
 
 // OrderPaidType is the wire type of OrderPaid, stored in the outbox event_type
@@ -18,18 +19,9 @@ import (
 // the Order aggregate.
 const OrderPaidType = "orders.order_paid"
 
-// OrderPaidLatestVersion is the version NewOrderPaid records and DecodeOrderPaid
-// upcasts every older version to.
+// OrderPaidLatestVersion is the version NewOrderPaid records and
+// DecodeOrderPaid upcasts every older version to.
 const OrderPaidLatestVersion = 3
-
-// The oldest version of OrderPaid whose reader decodes a payload of each version
-// without upcasting (from the compatibility analysis): a consumer generated at
-// version r may read version n leniently when OrderPaidV<n>MinReader <= r.
-const (
-	OrderPaidV1MinReader = 1
-	OrderPaidV2MinReader = 2
-	OrderPaidV3MinReader = 2
-)
 
 // OrderPaid is the latest version of orders.order_paid (v3). Aggregates record
 // it through NewOrderPaid, so a new version surfaces as a compile error
@@ -72,6 +64,10 @@ func (OrderPaidV1) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPaidV1) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 1: only a reader generated at version 1 or later of
+// orders.order_paid decodes a version 1 payload.
+func (OrderPaidV1) EventMinReader() int { return 1 }
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV1) Validate() error {
@@ -98,12 +94,12 @@ func (e OrderPaidV1) Validate() error {
 	return nil
 }
 
-// decodeOrderPaidV1 decodes and validates a version 1 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeOrderPaidV1 decodes and validates a version 1 payload. Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
 func decodeOrderPaidV1(payload []byte) (OrderPaidV1, error) {
 	var e OrderPaidV1
 	key := runtime.Key{Type: OrderPaidType, Version: 1}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount_cents", "currency", "payment_method")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount_cents", "currency", "payment_method")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -151,6 +147,10 @@ func (OrderPaidV2) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPaidV2) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 2: only a reader generated at version 2 or later of
+// orders.order_paid decodes a version 2 payload.
+func (OrderPaidV2) EventMinReader() int { return 2 }
+
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV2) Validate() error {
@@ -163,7 +163,8 @@ func (e OrderPaidV2) Validate() error {
 	if e.OrderID == uuid.Nil {
 		return &runtime.FieldError{Field: "order_id", Problem: "must be set"}
 	}
-	if err := e.Amount.validate("amount"); err != nil {
+	if err := e.Amount.validate(); err != nil {
+		err.Field = "amount" + err.Field
 		return err
 	}
 	switch e.PaymentMethod {
@@ -171,38 +172,22 @@ func (e OrderPaidV2) Validate() error {
 	default:
 		return &runtime.FieldError{Field: "payment_method", Problem: fmt.Sprintf("unknown value %q (want one of card, bank_transfer, wallet)", e.PaymentMethod)}
 	}
-	if e.ProviderRef != nil {
-		if utf8.RuneCountInString(*e.ProviderRef) > 64 {
-			return &runtime.FieldError{Field: "provider_ref", Problem: "must be at most 64 characters long"}
-		}
+	if e.ProviderRef != nil && utf8.RuneCountInString(*e.ProviderRef) > 64 {
+		return &runtime.FieldError{Field: "provider_ref", Problem: "must be at most 64 characters long"}
 	}
-	{
-		var err1 error
-		var errKey1 string
-		for k1, x1 := range e.Lines {
-			err := func() error {
-				if err := x1.validate(fmt.Sprintf("%s[%q]", "lines", k1)); err != nil {
-					return err
-				}
-				return nil
-			}()
-			if err != nil && (err1 == nil || k1 < errKey1) {
-				err1, errKey1 = err, k1
-			}
-		}
-		if err1 != nil {
-			return err1
-		}
+	if k, err := outboxgenrt.InvalidEntry(e.Lines, Money.validate); err != nil {
+		err.Field = fmt.Sprintf("lines[%q]%s", k, err.Field)
+		return err
 	}
 	return nil
 }
 
-// decodeOrderPaidV2 decodes and validates a version 2 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
+// decodeOrderPaidV2 decodes and validates a version 2 payload. Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
 func decodeOrderPaidV2(payload []byte) (OrderPaidV2, error) {
 	var e OrderPaidV2
 	key := runtime.Key{Type: OrderPaidType, Version: 2}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount", "payment_method")
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount", "payment_method")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -262,6 +247,12 @@ func (OrderPaidV3) EventKey() runtime.Key {
 // EventTime returns e.OccurredAt; it implements runtime.Event.
 func (e OrderPaidV3) EventTime() time.Time { return e.OccurredAt }
 
+// EventMinReader returns 2: a reader generated at version 2 or later of
+// orders.order_paid decodes a version 3 payload directly, as the
+// full_transitive compatibility mode guarantees. runtime.NewEnvelope sends it
+// in the min_reader_version header, so that older consumers read this version.
+func (OrderPaidV3) EventMinReader() int { return 2 }
+
 // Validate reports whether e satisfies the constraints of version 3. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV3) Validate() error {
@@ -274,7 +265,8 @@ func (e OrderPaidV3) Validate() error {
 	if e.OrderID == uuid.Nil {
 		return &runtime.FieldError{Field: "order_id", Problem: "must be set"}
 	}
-	if err := e.Amount.validate("amount"); err != nil {
+	if err := e.Amount.validate(); err != nil {
+		err.Field = "amount" + err.Field
 		return err
 	}
 	switch e.PaymentMethod {
@@ -282,38 +274,23 @@ func (e OrderPaidV3) Validate() error {
 	default:
 		return &runtime.FieldError{Field: "payment_method", Problem: fmt.Sprintf("unknown value %q (want one of card, bank_transfer, wallet)", e.PaymentMethod)}
 	}
-	if e.ProviderRef != nil {
-		if utf8.RuneCountInString(*e.ProviderRef) > 64 {
-			return &runtime.FieldError{Field: "provider_ref", Problem: "must be at most 64 characters long"}
-		}
+	if e.ProviderRef != nil && utf8.RuneCountInString(*e.ProviderRef) > 64 {
+		return &runtime.FieldError{Field: "provider_ref", Problem: "must be at most 64 characters long"}
 	}
-	{
-		var err1 error
-		var errKey1 string
-		for k1, x1 := range e.Lines {
-			err := func() error {
-				if err := x1.validate(fmt.Sprintf("%s[%q]", "lines", k1)); err != nil {
-					return err
-				}
-				return nil
-			}()
-			if err != nil && (err1 == nil || k1 < errKey1) {
-				err1, errKey1 = err, k1
-			}
-		}
-		if err1 != nil {
-			return err1
-		}
+	if k, err := outboxgenrt.InvalidEntry(e.Lines, Money.validate); err != nil {
+		err.Field = fmt.Sprintf("lines[%q]%s", k, err.Field)
+		return err
 	}
 	return nil
 }
 
-// decodeOrderPaidV3 decodes and validates a version 3 payload. Unknown
-// keys are ignored (tolerant reader); a missing required key is an error.
-func decodeOrderPaidV3(payload []byte) (OrderPaidV3, error) {
+// decodeOrderPaidV3 decodes and validates a version 3 payload, or a payload of
+// a newer version as version 3 (see DecodeNewerOrderPaid). Unknown keys are
+// ignored (tolerant reader); a missing required key is an error.
+func decodeOrderPaidV3(version int, payload []byte) (OrderPaidV3, error) {
 	var e OrderPaidV3
-	key := runtime.Key{Type: OrderPaidType, Version: 3}
-	missing, err := runtime.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount", "payment_method", "refund_window_days")
+	key := runtime.Key{Type: OrderPaidType, Version: version}
+	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount", "payment_method", "refund_window_days")
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -333,6 +310,12 @@ func decodeOrderPaidV3(payload []byte) (OrderPaidV3, error) {
 	}
 	if len(absent) > 0 {
 		return e, &runtime.DecodeError{Key: key, Err: &runtime.MissingFieldsError{Fields: absent}}
+	}
+	if version > 3 {
+		if e.EventVersion != version {
+			return e, &runtime.DecodeError{Key: key, Err: &runtime.FieldError{Field: "event_version", Problem: fmt.Sprintf("must be %d, got %d", version, e.EventVersion)}}
+		}
+		e.EventVersion = 3
 	}
 	if err := e.Validate(); err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
@@ -394,24 +377,41 @@ func DecodeOrderPaid(version int, payload []byte) (OrderPaid, error) {
 		}
 		return v3, nil
 	case 3:
-		return decodeOrderPaidV3(payload)
+		return decodeOrderPaidV3(3, payload)
 	}
 	return OrderPaid{}, &runtime.UnknownVersionError{Key: runtime.Key{Type: OrderPaidType, Version: version}, Latest: OrderPaidLatestVersion}
 }
 
+// DecodeNewerOrderPaid decodes a payload of a version newer than
+// OrderPaidLatestVersion as the latest version, for a writer that declared it
+// readable by this version: its runtime.MetadataMinReaderVersion header is at
+// most OrderPaidLatestVersion. runtime.Registry.DecodeEnvelope checks the
+// header and calls it; Register adds it. A version this code knows is decoded
+// by DecodeOrderPaid.
+//
+// Keys this version does not know are ignored. A value it does not know, such
+// as a new enum value, is an error (a *runtime.DecodeError), never mapped to a
+// zero value; the compatibility check keeps such values out of payloads
+// declared readable by older versions.
+func DecodeNewerOrderPaid(version int, payload []byte) (OrderPaid, error) {
+	if version <= OrderPaidLatestVersion {
+		return DecodeOrderPaid(version, payload)
+	}
+	return decodeOrderPaidV3(version, payload)
+}
+
 // upcastOrderPaidV2ToV3 upcasts version 2 to version 3: shared fields are
 // copied, fields new in v3 get their defaults.
-func upcastOrderPaidV2ToV3(v OrderPaidV2) OrderPaidV3 {
-	out := OrderPaidV3{
+func upcastOrderPaidV2ToV3(v2 OrderPaidV2) OrderPaidV3 {
+	return OrderPaidV3{
 		EventVersion:     3,
-		OccurredAt:       v.OccurredAt,
-		OrderID:          v.OrderID,
-		Amount:           v.Amount,
-		PaymentMethod:    v.PaymentMethod,
-		ProviderRef:      v.ProviderRef,
-		Tags:             v.Tags,
-		Lines:            v.Lines,
+		OccurredAt:       v2.OccurredAt,
+		OrderID:          v2.OrderID,
+		Amount:           v2.Amount,
+		PaymentMethod:    v2.PaymentMethod,
+		ProviderRef:      v2.ProviderRef,
+		Tags:             v2.Tags,
+		Lines:            v2.Lines,
 		RefundWindowDays: 14,
 	}
-	return out
 }

@@ -1,41 +1,10 @@
-package runtime
+package outboxgenrt
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 )
-
-// FieldError reports a field whose value violates its schema: out of range,
-// too long, not matching its pattern, not one of its enum values. Generated
-// Validate methods return it; [NewEnvelope] wraps it in an [*EncodeError] and
-// generated decoders in a [*DecodeError].
-type FieldError struct {
-	// Field is the JSON path of the field, e.g. "amount.currency" or
-	// "lines[2].sku".
-	Field string
-	// Problem says what is wrong, e.g. "must be >= 1".
-	Problem string
-}
-
-// Error returns the message, naming the field.
-func (e *FieldError) Error() string {
-	return fmt.Sprintf("field %s: %s", e.Field, e.Problem)
-}
-
-// MissingFieldsError reports a payload that lacks required top-level keys.
-// Generated decoders return it (wrapped in a [*DecodeError]) instead of
-// silently decoding zero values.
-type MissingFieldsError struct {
-	// Fields are the missing JSON keys, in schema order.
-	Fields []string
-}
-
-// Error returns the message, naming the missing fields.
-func (e *MissingFieldsError) Error() string {
-	return "missing required field(s) " + strings.Join(e.Fields, ", ")
-}
 
 // errNotObject is returned by [MissingKeys] for a payload that is not a JSON
 // object.
@@ -226,27 +195,4 @@ func (s *scanner) value() bool {
 		}
 		return s.pos > start
 	}
-}
-
-// IsDecimal reports whether s is a decimal string as outbox schemas define
-// it: an optional minus sign, digits, and optionally a dot and more digits
-// ("12", "-0.50"; not "1e3", ".5", "1." or "+1"). Generated Validate methods
-// call it for decimal fields.
-func IsDecimal(s string) bool {
-	if s != "" && s[0] == '-' {
-		s = s[1:]
-	}
-	digits := func(t string) bool {
-		if t == "" {
-			return false
-		}
-		for i := 0; i < len(t); i++ {
-			if t[i] < '0' || t[i] > '9' {
-				return false
-			}
-		}
-		return true
-	}
-	whole, frac, dot := strings.Cut(s, ".")
-	return digits(whole) && (!dot || digits(frac))
 }

@@ -1,8 +1,7 @@
-package runtime
+package outboxgenrt
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"testing"
 
@@ -85,21 +84,6 @@ func TestMissingKeysAllocs(t *testing.T) {
 	}
 }
 
-func TestFieldErrors(t *testing.T) {
-	var err error = &DecodeError{Key: Key{Type: "t", Version: 1}, Err: &FieldError{Field: "amount.currency", Problem: "must match ^[A-Z]{3}$"}}
-	if got, want := err.Error(), "outbox: decode event t v1: field amount.currency: must match ^[A-Z]{3}$"; got != want {
-		t.Errorf("Error() = %q, want %q", got, want)
-	}
-	var fe *FieldError
-	if !errors.As(err, &fe) || fe.Field != "amount.currency" {
-		t.Errorf("errors.As(%v, *FieldError) = %v, want field amount.currency", err, fe)
-	}
-	err = &MissingFieldsError{Fields: []string{"a", "b"}}
-	if got, want := err.Error(), "missing required field(s) a, b"; got != want {
-		t.Errorf("Error() = %q, want %q", got, want)
-	}
-}
-
 // FuzzMissingKeys checks MissingKeys against encoding/json on every input
 // that encoding/json accepts as an object: same keys found with a non-null
 // value, never a panic.
@@ -133,18 +117,6 @@ func FuzzMissingKeys(f *testing.F) {
 			t.Fatalf("MissingKeys(%q) (-want +got):\n%s", payload, diff)
 		}
 	})
-}
-
-func TestIsDecimal(t *testing.T) {
-	for s, want := range map[string]bool{
-		"0": true, "12": true, "-0.50": true, "12.34": true, "007": true,
-		"": false, "-": false, "1.": false, ".5": false, "+1": false, "1e3": false,
-		"1.2.3": false, " 1": false, "--1": false, "1,5": false,
-	} {
-		if got := IsDecimal(s); got != want {
-			t.Errorf("IsDecimal(%q) = %v, want %v", s, got, want)
-		}
-	}
 }
 
 func ExampleMissingKeys() {
