@@ -29,5 +29,17 @@ func Register(r *runtime.Registry) error {
 			return err
 		}
 	}
+	for v := 1; v <= PaidLatestVersion; v++ {
+		err := r.Register(runtime.Key{Type: PaidType, Version: v}, PaidLatestVersion, func(payload []byte) (runtime.Event, error) {
+			e, err := DecodePaid(v, payload)
+			if err != nil {
+				return nil, err
+			}
+			return e, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
