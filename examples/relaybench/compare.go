@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"os"
 	goruntime "runtime"
 	"runtime/pprof"
@@ -510,6 +511,9 @@ func quoteArgs(args []string) string {
 	var s strings.Builder
 	for _, a := range args {
 		s.WriteByte(' ')
+		if u, err := url.Parse(a); err == nil && u.User != nil {
+			a = u.Redacted()
+		}
 		if a != "" && strings.IndexFunc(a, func(r rune) bool {
 			return !(r == '-' || r == '_' || r == '.' || r == ',' || r == '/' || r == ':' || r == '=' ||
 				(r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z'))

@@ -230,6 +230,18 @@ func (b *bench) runLatency(ctx context.Context, p latencyPath) ([]time.Duration,
 		}
 	}()
 
+	// One event first, so the relay is past its start (subscriptions,
+	// first claims) when the clock starts; it is not counted.
+	if _, err := p.write(ctx, 0, 1); err != nil {
+		return nil, fmt.Errorf("warm-up write: %w", err)
+	}
+	if err := waitFor(time.Minute, func() bool { return rec.count() >= 1 }); err != nil {
+		return nil, errors.New("the warm-up event was not published within a minute")
+	}
+	rec.mu.Lock()
+	clear(rec.acks)
+	rec.mu.Unlock()
+
 	total := max(1, int(float64(o.rate)*o.duration.Seconds()))
 	commits := make([]time.Time, total)
 	ids := make([]string, total)
