@@ -90,11 +90,11 @@ func (b *bench) prefillPlain(ctx context.Context, n int) error {
 // UPDATE SKIP LOCKED, then for each row a synchronous one-message produce
 // (kafka-go, BatchSize 1) and an UPDATE, then commit; until nothing is left.
 func drainNaive(ctx context.Context, db *sql.DB, brokers []string) (time.Duration, error) {
-	w := &kafkago.Writer{Addr: kafkago.TCP(brokers...), Topic: topic, Balancer: &kafkago.Hash{},
+	w := &kafkago.Writer{Addr: kafkago.TCP(brokers...), Balancer: &kafkago.Hash{}, AllowAutoTopicCreation: true,
 		RequiredAcks: kafkago.RequireAll, BatchSize: 1, BatchTimeout: time.Millisecond}
 	defer w.Close()
 	// Warm the writer up (connections, metadata) before the clock starts.
-	if err := w.WriteMessages(ctx, kafkago.Message{Key: []byte("warm"), Value: []byte("{}")}); err != nil {
+	if err := w.WriteMessages(ctx, kafkago.Message{Topic: warmTopic, Key: []byte("warm"), Value: []byte("{}")}); err != nil {
 		return 0, fmt.Errorf("naive relay warm-up: %w", err)
 	}
 	start := time.Now()
@@ -131,7 +131,7 @@ func drainNaive(ctx context.Context, db *sql.DB, brokers []string) (time.Duratio
 			return time.Since(start), nil
 		}
 		for _, r := range batch {
-			if err := w.WriteMessages(ctx, kafkago.Message{Key: []byte(r.key), Value: r.payload,
+			if err := w.WriteMessages(ctx, kafkago.Message{Topic: topic, Key: []byte(r.key), Value: r.payload,
 				Headers: []kafkago.Header{{Key: runtime.MetadataEventID, Value: []byte(r.eventID)}}}); err != nil {
 				tx.Rollback()
 				return 0, err
