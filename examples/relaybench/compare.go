@@ -409,6 +409,8 @@ func (b *bench) drainWatermill(ctx context.Context, poll time.Duration) (time.Du
 	select {
 	case <-counted.done:
 		d = time.Since(start)
+	case <-ctx.Done():
+		err = ctx.Err()
 	case <-time.After(10 * time.Minute):
 		err = fmt.Errorf("forwarder drain timed out: %d of %d published", counted.got.Load(), n)
 	}

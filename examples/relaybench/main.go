@@ -72,8 +72,10 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"gorm.io/driver/postgres"
@@ -86,7 +88,12 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+	// An interrupt cancels the run, which then drops its schema on the way
+	// out.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		stop()
 		fmt.Fprintln(os.Stderr, "relaybench:", err)
 		os.Exit(1)
 	}
