@@ -107,12 +107,12 @@ func (b *bench) latencySection(ctx context.Context) error {
 		wmPath("Watermill forwarder, poll 10ms", 10*time.Millisecond),
 		wmPath("Watermill forwarder, defaults (poll 1s)", 0),
 	}
-	p50s, p99s, maxs := newResults(), newResults(), newResults()
+	p50s, p99s, maxs, rates := newResults(), newResults(), newResults(), newResults()
 	total := 0
 	for rep := range o.reps {
 		for _, p := range paths {
 			b.progress("latency rep %d: %s", rep+1, p.label)
-			lat, err := b.runLatency(ctx, p)
+			lat, rate, err := b.runLatency(ctx, p)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.label, err)
 			}
@@ -120,13 +120,16 @@ func (b *bench) latencySection(ctx context.Context) error {
 			p50s.add(p.label, ms(lat[len(lat)/2]))
 			p99s.add(p.label, ms(lat[len(lat)*99/100]))
 			maxs.add(p.label, ms(lat[len(lat)-1]))
+			rates.add(p.label, rate)
 		}
 	}
 	fmt.Fprintf(b.out, "\n### 2. Latency: commit → broker ack at %s events/s offered by %d GORM writers for %s (%s events a run)\n\n",
 		groupDigits(float64(o.rate)), o.producers, o.duration, groupDigits(float64(total)))
-	fmt.Fprintf(b.out, "| path | p50 ms | p99 ms | max ms |\n|---|---:|---:|---:|\n")
+	fmt.Fprintf(b.out, "| path | p50 ms | p99 ms | max ms | commits/s achieved |\n|---|---:|---:|---:|---:|\n")
 	for _, l := range p50s.labels {
-		fmt.Fprintf(b.out, "| %s | %s | %s | %s |\n", l, msCell(p50s.vals[l]), msCell(p99s.vals[l]), msCell(maxs.vals[l]))
+		med, lo, hi := spread(rates.vals[l])
+		fmt.Fprintf(b.out, "| %s | %s | %s | %s | %s [%s – %s] |\n", l, msCell(p50s.vals[l]), msCell(p99s.vals[l]), msCell(maxs.vals[l]),
+			groupDigits(med), groupDigits(lo), groupDigits(hi))
 	}
 	fmt.Fprintln(b.out)
 	p99s.ratios(b.out, []ratio{
@@ -207,21 +210,22 @@ func (b *bench) resetAccounts(ctx context.Context) error {
 // runLatency runs p while o.producers writers commit one event per
 // transaction at o.rate for o.duration, and returns every event's latency
 // from its writer's Commit returning to the relay's Publish of it returning,
-// sorted. A relay that publishes an event before its writer's Commit has
-// returned gets 0.
-func (b *bench) runLatency(ctx context.Context, p latencyPath) ([]time.Duration, error) {
+// sorted, and the commits per second the writers achieved (below o.rate
+// when they could not keep up). A relay that publishes an event before its
+// writer's Commit has returned gets 0.
+func (b *bench) runLatency(ctx context.Context, p latencyPath) ([]time.Duration, float64, error) {
 	o := b.o
 	if err := b.resetAccounts(ctx); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	pub, err := b.publisher("latency")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	rec := newAckRecorder(pub)
 	stop, err := p.start(ctx, rec)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	stopped := false
 	defer func() {
@@ -233,10 +237,10 @@ func (b *bench) runLatency(ctx context.Context, p latencyPath) ([]time.Duration,
 	// One event first, so the relay is past its start (subscriptions,
 	// first claims) when the clock starts; it is not counted.
 	if _, err := p.write(ctx, 0, 1); err != nil {
-		return nil, fmt.Errorf("warm-up write: %w", err)
+		return nil, 0, fmt.Errorf("warm-up write: %w", err)
 	}
 	if err := waitFor(time.Minute, func() bool { return rec.count() >= 1 }); err != nil {
-		return nil, errors.New("the warm-up event was not published within a minute")
+		return nil, 0, errors.New("the warm-up event was not published within a minute")
 	}
 	rec.mu.Lock()
 	clear(rec.acks)
@@ -271,14 +275,14 @@ func (b *bench) runLatency(ctx context.Context, p latencyPath) ([]time.Duration,
 	close(jobs)
 	wg.Wait()
 	if e := werr.Load(); e != nil {
-		return nil, fmt.Errorf("writer: %w", *e)
+		return nil, 0, fmt.Errorf("writer: %w", *e)
 	}
 	if err := waitFor(time.Minute, func() bool { return rec.count() >= total }); err != nil {
-		return nil, fmt.Errorf("%d of %d events acknowledged within a minute of the last commit", rec.count(), total)
+		return nil, 0, fmt.Errorf("%d of %d events acknowledged within a minute of the last commit", rec.count(), total)
 	}
 	stopped = true
 	if err := stop(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	lat := make([]time.Duration, 0, total)
 	rec.mu.Lock()
@@ -286,10 +290,10 @@ func (b *bench) runLatency(ctx context.Context, p latencyPath) ([]time.Duration,
 	for i, id := range ids {
 		ack, ok := rec.acks[id]
 		if !ok {
-			return nil, fmt.Errorf("event %s was not published", id)
+			return nil, 0, fmt.Errorf("event %s was not published", id)
 		}
 		lat = append(lat, max(0, ack.Sub(commits[i])))
 	}
 	slices.Sort(lat)
-	return lat, nil
+	return lat, float64(total) / slices.MaxFunc(commits, time.Time.Compare).Sub(start).Seconds(), nil
 }
