@@ -1,4 +1,4 @@
-package hooks
+package sqlstore
 
 import (
 	"context"
@@ -153,7 +153,7 @@ func (sqliteDialect) pendingAge(from string) string {
 }
 
 func (sqliteDialect) listen(context.Context, *Store, func()) error {
-	return fmt.Errorf("hooks: listen: %w: LISTEN/NOTIFY needs PostgreSQL", errors.ErrUnsupported)
+	return fmt.Errorf("sqlstore: listen: %w: LISTEN/NOTIFY needs PostgreSQL", errors.ErrUnsupported)
 }
 
 // guardLeaseTx does nothing: SQLite's locks end with the process's

@@ -1,4 +1,4 @@
-package hooks_test
+package sqlstore_test
 
 import (
 	"context"

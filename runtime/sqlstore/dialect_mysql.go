@@ -1,4 +1,4 @@
-package hooks
+package sqlstore
 
 import (
 	"context"
@@ -334,7 +334,7 @@ func (mysqlDialect) pendingAge(from string) string {
 }
 
 func (mysqlDialect) listen(context.Context, *Store, func()) error {
-	return fmt.Errorf("hooks: listen: %w: LISTEN/NOTIFY needs PostgreSQL; the relay polls", errors.ErrUnsupported)
+	return fmt.Errorf("sqlstore: listen: %w: LISTEN/NOTIFY needs PostgreSQL; the relay polls", errors.ErrUnsupported)
 }
 
 // guardLeaseTx sets the session's wait_timeout and innodb_lock_wait_timeout

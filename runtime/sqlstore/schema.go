@@ -1,4 +1,4 @@
-package hooks
+package sqlstore
 
 import (
 	"context"
@@ -141,12 +141,12 @@ func Migrate(ctx context.Context, db *gorm.DB, table string) error {
 		d, _ := dialectOf(db.Dialector.Name())
 		if lock := d.migrateLock(table); lock != "" {
 			if err := tx.Exec(lock).Error; err != nil {
-				return fmt.Errorf("hooks: migrate outbox table: %w", err)
+				return fmt.Errorf("sqlstore: migrate outbox table: %w", err)
 			}
 		}
 		for _, s := range stmts {
 			if err := tx.Exec(s).Error; err != nil {
-				return fmt.Errorf("hooks: migrate outbox table: %w", err)
+				return fmt.Errorf("sqlstore: migrate outbox table: %w", err)
 			}
 		}
 		return nil
