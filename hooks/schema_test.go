@@ -10,6 +10,7 @@ import (
 
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // TestPayloadKeepsNUL: a NUL character in a string field is valid JSON
@@ -35,10 +36,10 @@ func TestPayloadKeepsNUL(t *testing.T) {
 // (63); the longest accepted name works end to end.
 func TestTableNameLimits(t *testing.T) {
 	for _, name := range []string{strings.Repeat("t", 50), strings.Repeat("t", 55), strings.Repeat("t", 63), "s." + strings.Repeat("t", 60)} {
-		if _, err := hooks.DDL("postgres", name); !errors.Is(err, hooks.ErrInvalidTable) || !strings.Contains(err.Error(), "49") {
+		if _, err := sqlstore.OutboxDDL(sqlstore.Postgres, name); !errors.Is(err, sqlstore.ErrInvalidTable) || !strings.Contains(err.Error(), "49") {
 			t.Errorf("DDL(%q) = %v, want ErrInvalidTable naming the 49-byte limit", name, err)
 		}
-		if _, err := hooks.New(hooks.Config{Table: name}); !errors.Is(err, hooks.ErrInvalidTable) {
+		if _, err := hooks.New(hooks.Config{Table: name}); !errors.Is(err, sqlstore.ErrInvalidTable) {
 			t.Errorf("New(Table %q) = %v, want ErrInvalidTable", name, err)
 		}
 	}
@@ -59,7 +60,7 @@ func TestTableNameLimits(t *testing.T) {
 		if err := db.Create(o).Error; err != nil {
 			t.Fatalf("Create: %v", err)
 		}
-		s, err := hooks.NewStore(db, hooks.StoreConfig{Table: longest})
+		s, err := sqlstore.NewStore(sqlDBOf(t, db), sqlstore.StoreConfig{Table: longest})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ const (
 )
 
 // Listen waits for PostgreSQL notifications on the outbox table's channel
-// (sent by the statement trigger that [Migrate] installs) and calls notify
+// (sent by the statement trigger that [MigrateOutbox] installs) and calls notify
 // for each, after one initial call once it is listening. It holds one pool
 // connection, which it discards when it returns, and checks every 15s that
 // the connection still answers within 5s. It returns ctx.Err() when ctx is

@@ -2,13 +2,13 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"regexp"
 	"strconv"
 	"strings"
-
-	"gorm.io/gorm"
 )
 
 // DefaultTable is the outbox table used when a Config leaves Table empty.
@@ -21,20 +21,26 @@ const DefaultTable = "outbox_messages"
 // relay of a table must agree on it.
 const Shards = 64
 
-// maxBaseName is the longest unqualified table name: the longest name the
-// schema derives from it (base + "_blocked_aggregate" and the like) must fit
-// in PostgreSQL's 63-byte identifiers, or PostgreSQL would silently truncate
-// it and two indexes could collide.
-const maxBaseName = 63 - len("_pending_shard")
+// MaxOutboxTableName is the longest unqualified outbox table name: the
+// longest name the schema derives from it (base + "_pending_shard" and the
+// like) must fit in PostgreSQL's 63-byte identifiers, or PostgreSQL would
+// silently truncate it and two indexes could collide.
+const MaxOutboxTableName = 63 - len("_pending_shard")
+
+// MaxInboxTableName is the longest unqualified inbox table name: a plain
+// identifier (its index name fits in MySQL's 64 bytes, where index names
+// are per table).
+const MaxInboxTableName = 63
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// validTable checks a table name, optionally schema-qualified
+// CheckTable checks a table name, optionally schema-qualified
 // ("events.outbox"): each part must be a plain identifier, so it can be
 // spliced into SQL without quoting; the schema at most 63 bytes and the
-// table at most 49, so that every index, table and trigger name derived
-// from it fits in 63 bytes.
-func validTable(name string) error {
+// table at most maxBase ([MaxOutboxTableName] for an outbox table,
+// [MaxInboxTableName] for an inbox table). The error wraps
+// [ErrInvalidTable].
+func CheckTable(name string, maxBase int) error {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
 		return fmt.Errorf("%w: %q has more than one dot", ErrInvalidTable, name)
@@ -47,9 +53,12 @@ func validTable(name string) error {
 	if len(parts) == 2 && len(parts[0]) > 63 {
 		return fmt.Errorf("%w: %q: the schema name is %d bytes, more than 63", ErrInvalidTable, name, len(parts[0]))
 	}
-	if base := parts[len(parts)-1]; len(base) > maxBaseName {
-		return fmt.Errorf("%w: %q: the table name is %d bytes; at most %d, so that the names derived from it (%s_pending_shard, ...) fit in 63",
-			ErrInvalidTable, name, len(base), maxBaseName, base)
+	if base := parts[len(parts)-1]; len(base) > maxBase {
+		if maxBase == MaxOutboxTableName {
+			return fmt.Errorf("%w: %q: the table name is %d bytes; at most %d, so that the names derived from it (%s_pending_shard, ...) fit in 63",
+				ErrInvalidTable, name, len(base), maxBase, base)
+		}
+		return fmt.Errorf("%w: %q: the table name is %d bytes, more than %d", ErrInvalidTable, name, len(base), maxBase)
 	}
 	return nil
 }
@@ -108,47 +117,68 @@ func seedLeases(table, conflict string) string {
 	return b.String()
 }
 
-// DDL returns the statements that create the outbox table, its indexes, the
-// two small tables relays share it through (leases per shard, relays alive)
-// and, for PostgreSQL, the NOTIFY trigger (for MySQL, the commit-order lock
-// table), for dialect ("postgres", "sqlite" or "mysql"), for users who run
-// their own migrations. The statements are
-// idempotent, and bring a table created by an earlier version up to date.
-// An empty table means [DefaultTable].
-func DDL(dialect, table string) ([]string, error) {
+// OutboxDDL returns the statements that create the outbox table, its
+// indexes, the two small tables relays share it through (leases per shard,
+// relays alive) and, for PostgreSQL, the NOTIFY trigger (for MySQL, the
+// commit-order lock table), for users who run their own migrations. The
+// statements are idempotent, and bring a table created by an earlier
+// version up to date. An empty table means [DefaultTable]. It returns an
+// error wrapping [ErrInvalidTable] or [ErrUnsupportedDialect].
+func OutboxDDL(d Dialect, table string) ([]string, error) {
 	if table == "" {
 		table = DefaultTable
 	}
-	if err := validTable(table); err != nil {
+	if err := CheckTable(table, MaxOutboxTableName); err != nil {
 		return nil, err
 	}
-	d, err := dialectOf(dialect)
-	if err != nil || d.name() != dialect {
-		return nil, fmt.Errorf("%w: %q (supported: postgres, sqlite, mysql)", ErrUnsupportedDialect, dialect)
+	impl, err := sqlOf(d)
+	if err != nil {
+		return nil, err
 	}
-	return d.ddl(table), nil
+	return impl.ddl(table), nil
 }
 
-// Migrate creates the outbox table, its indexes, its lease tables and
-// (PostgreSQL) its NOTIFY trigger if they do not exist, in one transaction.
-// It is safe to run on every start. An empty table means [DefaultTable].
-func Migrate(ctx context.Context, db *gorm.DB, table string) error {
-	stmts, err := DDL(db.Dialector.Name(), table)
+// MigrateOutbox creates the outbox table, its indexes, its lease tables
+// and (PostgreSQL) its NOTIFY trigger if they do not exist, in one
+// transaction (on MySQL and MariaDB, whose DDL commits implicitly, the
+// statements are idempotent instead). Concurrent runs on PostgreSQL are
+// serialised by an advisory lock. It is safe to run on every start. An
+// empty d means [DialectOf] db; an empty table means [DefaultTable].
+func MigrateOutbox(ctx context.Context, db *sql.DB, d Dialect, table string) error {
+	if d == "" {
+		var err error
+		if d, err = DialectOf(db); err != nil {
+			return err
+		}
+	}
+	if table == "" {
+		table = DefaultTable
+	}
+	stmts, err := OutboxDDL(d, table)
 	if err != nil {
 		return err
 	}
-	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		d, _ := dialectOf(db.Dialector.Name())
-		if lock := d.migrateLock(table); lock != "" {
-			if err := tx.Exec(lock).Error; err != nil {
-				return fmt.Errorf("sqlstore: migrate outbox table: %w", err)
-			}
+	impl, _ := sqlOf(d)
+	var lock []string
+	if l := impl.migrateLock(table); l != "" {
+		lock = []string{l}
+	}
+	if err := inTx(ctx, db, append(lock, stmts...)); err != nil {
+		return fmt.Errorf("sqlstore: migrate outbox table: %w", err)
+	}
+	return nil
+}
+
+// inTx runs stmts in one transaction on db.
+func inTx(ctx context.Context, db *sql.DB, stmts []string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	for _, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return errors.Join(err, tx.Rollback())
 		}
-		for _, s := range stmts {
-			if err := tx.Exec(s).Error; err != nil {
-				return fmt.Errorf("sqlstore: migrate outbox table: %w", err)
-			}
-		}
-		return nil
-	})
+	}
+	return tx.Commit()
 }

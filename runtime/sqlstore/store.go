@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,17 +11,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-	"gorm.io/gorm"
-
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 )
 
 // StoreConfig configures a [Store]. The zero value is a valid configuration.
 type StoreConfig struct {
-	// Table is the outbox table; it must match the plugin's. Default:
-	// [DefaultTable].
+	// Dialect is the database's dialect. Default: [DialectOf] the
+	// *sql.DB, which knows the usual drivers; set it for another driver
+	// (an instrumenting wrapper, say).
+	Dialect Dialect
+
+	// Table is the outbox table; it must match the writer's (the GORM
+	// plugin's Config.Table). Default: [DefaultTable].
 	Table string
 
 	// RetryDelay is how long a message that failed to publish waits before
@@ -87,7 +88,7 @@ func (c StoreConfig) Validate() error {
 	case c.LeaseTTL > 0 && c.LeaseTTL < 100*time.Millisecond:
 		return fmt.Errorf("sqlstore: store config: LeaseTTL %v is shorter than 100ms", c.LeaseTTL)
 	case c.Table != "":
-		return validTable(c.Table)
+		return CheckTable(c.Table, MaxOutboxTableName)
 	}
 	return nil
 }
@@ -114,7 +115,7 @@ func (c StoreConfig) Validate() error {
 // # What a claim returns
 //
 // The pending rows of the relay's shards in id order (for each aggregate, in
-// commit order: see [Plugin]), up to the row and byte limits, leaving out
+// commit order: see [Writer]), up to the row and byte limits, leaving out
 // every aggregate that has a message waiting for its retry or parked, so a
 // failing aggregate holds back only itself.
 //
@@ -150,27 +151,22 @@ var (
 	_ relay.Notifier = (*Store)(nil)
 )
 
-// NewStore returns a store on db's connection pool. It returns an error
-// wrapping [ErrInvalidTable] or [ErrUnsupportedDialect] for a bad table name
-// or dialect.
-func NewStore(db *gorm.DB, cfg StoreConfig) (*Store, error) {
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, fmt.Errorf("sqlstore: store: %w", err)
-	}
-	return NewSQLStore(sqlDB, db.Dialector.Name(), cfg)
-}
-
-// NewSQLStore returns a store on a database/sql pool, for relays that do not
-// use GORM. driver is "postgres" (pgx's stdlib driver, "pgx"), "sqlite" or
-// "mysql" (MySQL 8 or MariaDB 10.6+ through github.com/go-sql-driver/mysql,
-// whose DSN must have parseTime=true and the default loc, UTC).
-func NewSQLStore(db *sql.DB, driver string, cfg StoreConfig) (*Store, error) {
+// NewStore returns a store on db's connection pool (GORM users pass
+// db.DB()). The dialect is cfg.Dialect, or [DialectOf] db. It returns an
+// error wrapping [ErrInvalidTable] or [ErrUnsupportedDialect] for a bad
+// table name or dialect.
+func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d, err := dialectOf(driver)
+	if cfg.Dialect == "" {
+		var err error
+		if cfg.Dialect, err = DialectOf(db); err != nil {
+			return nil, fmt.Errorf("sqlstore: store: %w", err)
+		}
+	}
+	d, err := sqlOf(cfg.Dialect)
 	if err != nil {
 		return nil, err
 	}
@@ -384,28 +380,18 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, limit int, 
 	msgs := make([]runtime.OutboxMessage, 0, min(limit, 1024))
 	for rows.Next() {
 		var (
-			m        runtime.OutboxMessage
-			id       string
-			payload  []byte
-			headers  sql.NullString
-			occurred time.Time
-			created  time.Time
+			r       RowValues
+			headers sql.NullString
 		)
-		if err := rows.Scan(&m.ID, &id, &m.EventType, &m.EventVersion, &m.AggregateType, &m.AggregateID,
-			&m.Topic, &payload, &headers, &occurred, &created, &m.Attempts); err != nil {
+		if err := rows.Scan(&r.ID, &r.EventID, &r.EventType, &r.EventVersion, &r.AggregateType, &r.AggregateID,
+			&r.Topic, &r.Payload, &headers, &r.OccurredAt, &r.CreatedAt, &r.Attempts); err != nil {
 			return nil, fmt.Errorf("sqlstore: claim: scan: %w", err)
 		}
-		if m.EventID, err = uuid.Parse(id); err != nil {
-			return nil, fmt.Errorf("sqlstore: claim: row %d: event id %q: %w", m.ID, id, err)
+		r.Headers = headers.String
+		m, err := DecodeRow(r)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: claim: %w", err)
 		}
-		if headers.Valid && headers.String != "" && headers.String != "null" {
-			if err := json.Unmarshal([]byte(headers.String), &m.Headers); err != nil {
-				return nil, fmt.Errorf("sqlstore: claim: row %d: headers: %w", m.ID, err)
-			}
-		}
-		m.Payload = payload
-		m.OccurredAt = occurred.UTC()
-		m.CreatedAt = created.UTC()
 		msgs = append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {
@@ -585,28 +571,24 @@ func (s *Store) DeletePublished(ctx context.Context, olderThan time.Duration, ba
 	}
 }
 
-// Stats is the state of the outbox table, for monitoring: the three figures
-// to watch are how many messages are pending, how long the oldest has been
-// waiting, and how many failed or were parked (see [Store.Unpark] and
-// [Store.Discard]). It is [relay.Stats]; OldestPending is measured on the
-// database's clock (the process's on SQLite).
-type Stats = relay.Stats
-
-// Stats reads the outbox's [Stats] with one query over the pending and
+// Stats reads the state of the outbox table, for monitoring: how many
+// messages are pending, how long the oldest has been waiting (on the
+// database's clock, the process's on SQLite), and how many failed or were
+// parked (see [Store.Unpark] and [Store.Discard]). It reads it with one query over the pending and
 // parked rows' partial indexes; published rows are not read. On a large
 // backlog it counts every pending row: call it at scrape intervals, not per
 // message.
-func (s *Store) Stats(ctx context.Context) (Stats, error) {
+func (s *Store) Stats(ctx context.Context) (relay.Stats, error) {
 	pending := `FROM ` + s.table + ` WHERE published_at IS NULL AND parked_at IS NULL`
 	age := s.dialect.pendingAge(pending)
 	q := `SELECT (SELECT count(*) ` + pending + `),
 		(SELECT count(*) ` + pending + ` AND attempts > 0),
 		(SELECT count(*) FROM ` + s.table + ` WHERE parked_at IS NOT NULL AND published_at IS NULL),
 		` + age
-	var st Stats
+	var st relay.Stats
 	var seconds float64
 	if err := s.db.QueryRowContext(ctx, q).Scan(&st.Pending, &st.Retrying, &st.Parked, &seconds); err != nil {
-		return Stats{}, fmt.Errorf("sqlstore: stats: %w", err)
+		return relay.Stats{}, fmt.Errorf("sqlstore: stats: %w", err)
 	}
 	if seconds > 0 {
 		st.OldestPending = time.Duration(seconds * float64(time.Second))
