@@ -25,6 +25,7 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // Blob is the event of the large-event mode (-big-events): an opaque,
@@ -79,7 +80,11 @@ func bigRun(ctx context.Context, o options, out io.Writer) error {
 	if err := db.Use(plugin); err != nil {
 		return err
 	}
-	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	storeDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{})
 	if err != nil {
 		return err
 	}

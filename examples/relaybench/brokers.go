@@ -15,13 +15,14 @@ import (
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
 	"github.com/gooutbox/outbox/adapters/sqs/sqstest"
 	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // brokerRun drains the same pre-filled outbox (o.events rows) through each
 // broker of o.brokerURLs in turn, o.reps times interleaved, and prints
 // events/s per broker with the median. kafka://kfake starts an in-process
 // kfake broker (one node, the topic with 8 partitions).
-func brokerRun(ctx context.Context, db *gorm.DB, plugin *hooks.Plugin, store *hooks.Store, o options, out io.Writer) error {
+func brokerRun(ctx context.Context, db *gorm.DB, plugin *hooks.Plugin, store *sqlstore.Store, o options, out io.Writer) error {
 	urls := strings.Split(o.brokerURLs, ",")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	opened := make([]*broker.Broker, len(urls))

@@ -60,6 +60,7 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 func main() {
@@ -156,7 +157,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := db.Use(plugin); err != nil {
 		return err
 	}
-	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	storeDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{})
 	if err != nil {
 		return err
 	}
@@ -211,7 +216,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 // drains measures the throughput of the relay and of the naive relay, each
 // draining a pre-filled outbox.
-func drains(ctx context.Context, db *gorm.DB, plugin *hooks.Plugin, store *hooks.Store, pub message.Publisher, sqlDB *sql.DB, brokers []string, o options, out io.Writer) error {
+func drains(ctx context.Context, db *gorm.DB, plugin *hooks.Plugin, store *sqlstore.Store, pub message.Publisher, sqlDB *sql.DB, brokers []string, o options, out io.Writer) error {
 	// 1. Throughput of the relay with its defaults.
 	if err := prefill(ctx, db, plugin, o.events, o.aggregates); err != nil {
 		return err
@@ -277,7 +282,7 @@ func prefill(ctx context.Context, db *gorm.DB, p *hooks.Plugin, n, aggregates in
 	return db.Exec(`VACUUM ANALYZE outbox_messages`).Error
 }
 
-func drainRelay(ctx context.Context, store *hooks.Store, pub message.Publisher, o options) (float64, error) {
+func drainRelay(ctx context.Context, store *sqlstore.Store, pub message.Publisher, o options) (float64, error) {
 	var published atomic.Int64
 	done := make(chan struct{})
 	var claimDur atomic.Int64
@@ -415,7 +420,7 @@ func (a *ackRecorder) Publish(topic string, msgs ...*message.Message) error {
 // latency runs the relay with defaults while 8 producers commit one event per
 // transaction at the offered rate; latency is from the producer's commit
 // returning to the broker's ack of that event.
-func latency(ctx context.Context, db *gorm.DB, store *hooks.Store, pub message.Publisher, o options) (p50, p99 time.Duration, n int, err error) {
+func latency(ctx context.Context, db *gorm.DB, store *sqlstore.Store, pub message.Publisher, o options) (p50, p99 time.Duration, n int, err error) {
 	if err := db.Exec(`TRUNCATE outbox_messages`).Error; err != nil {
 		return 0, 0, 0, err
 	}

@@ -33,8 +33,8 @@ import (
 type Consumer struct {
 	reg   *runtime.Registry
 	cfg   Config
-	db    *gorm.DB // nil without GORM
-	sqlDB *sql.DB  // cfg.SQLDB, or db's pool; nil without a database
+	db    *gorm.DB        // nil without GORM
+	sqlDB *sql.DB         // cfg.SQLDB, or db's pool; nil without a database
 	sql   *sqlstore.Inbox // nil without a database
 	log   *slog.Logger
 

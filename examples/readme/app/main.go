@@ -23,6 +23,7 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 func main() {
@@ -53,7 +54,11 @@ func run(ctx context.Context, db *gorm.DB, brokers []string) error {
 
 	// The relay and the publisher log through slog.Default(): a broker that
 	// does not answer shows as a WARN line per failed attempt.
-	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	storeDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{})
 	if err != nil {
 		return err
 	}
