@@ -2,26 +2,18 @@ package sqlstore_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 
-	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver
-
-	"github.com/gooutbox/outbox/hooks"
-	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
-// TestSQLStoreMySQL: a relay without GORM runs DDL's statements itself and
-// opens the store on a plain *sql.DB with the "mysql" driver name; the
-// statements are idempotent.
+// TestSQLStoreMySQL: a relay without GORM runs OutboxDDL's statements
+// itself and opens the store on a plain *sql.DB of the "mysql" driver,
+// whose dialect the store detects; the statements are idempotent.
 func TestSQLStoreMySQL(t *testing.T) {
-	db, err := sql.Open("mysql", hookstest.MySQLDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	stmts, err := hooks.DDL("mysql", "")
+	db := openSQL(t, sqlstore.MySQL)
+	stmts, err := sqlstore.OutboxDDL(sqlstore.MySQL, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +25,7 @@ func TestSQLStoreMySQL(t *testing.T) {
 			}
 		}
 	}
-	s, err := hooks.NewSQLStore(db, "mysql", hooks.StoreConfig{})
+	s, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +35,7 @@ func TestSQLStoreMySQL(t *testing.T) {
 		t.Fatalf("Claim = %d messages, %v; want none", len(b.Messages), err)
 	}
 	var held int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM outbox_messages_leases WHERE owner = 'a'`).Scan(&held); err != nil || held != hooks.Shards {
-		t.Errorf("shards held by the only relay = %d, %v; want %d", held, err, hooks.Shards)
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM outbox_messages_leases WHERE owner = 'a'`).Scan(&held); err != nil || held != sqlstore.Shards {
+		t.Errorf("shards held by the only relay = %d, %v; want %d", held, err, sqlstore.Shards)
 	}
 }
