@@ -59,20 +59,27 @@ func writeEvents(t testing.TB, db *sql.DB, d sqlstore.Dialect, aggIDs ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := make([]sqlstore.Row, len(aggIDs))
-	for i, id := range aggIDs {
-		rows[i] = sqlstore.Row{Topic: "orders", Envelope: runtime.Envelope{
-			EventID: runtime.NewEventID(), EventType: "orders.placed", EventVersion: 1,
-			AggregateType: "order", AggregateID: id, OccurredAt: time.Now().UTC().Truncate(time.Microsecond),
-			Payload: []byte(`{"n":` + string(rune('0'+i%10)) + `}`),
-		}}
-	}
+	rows := writeRows(aggIDs...)
 	inserted, err := w.Write(context.Background(), db, rows)
 	if err != nil {
 		t.Fatalf("Write: %v", err)
 	}
 	if len(inserted) != len(rows) {
 		t.Fatalf("Write inserted %d of %d new rows", len(inserted), len(rows))
+	}
+	return rows
+}
+
+// writeRows returns one new event per aggregate id of aggregate type
+// "order", to write.
+func writeRows(aggIDs ...string) []sqlstore.Row {
+	rows := make([]sqlstore.Row, len(aggIDs))
+	for i, id := range aggIDs {
+		rows[i] = sqlstore.Row{Topic: "orders", Envelope: runtime.Envelope{
+			EventID: runtime.NewEventID(), EventType: "orders.placed", EventVersion: 1,
+			AggregateType: "order", AggregateID: id, OccurredAt: time.Now().UTC().Truncate(time.Microsecond),
+			Payload: []byte(`{"n":1}`),
+		}}
 	}
 	return rows
 }
