@@ -88,7 +88,8 @@ func DialectOf(db *sql.DB) (Dialect, error) {
 // dialect is everything that differs between the supported databases: each
 // database's SQL lives in its own file (dialect_postgres.go,
 // dialect_sqlite.go, dialect_mysql.go), behind this one interface, and the
-// plugin and the store are written once against it.
+// [Writer] and the [Store] are written once against it (the [Inbox]'s few
+// statements switch on [Dialect]).
 type dialect interface {
 	// name is the dialect's name.
 	name() Dialect

@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// DefaultTable is the outbox table used when a Config leaves Table empty.
+// DefaultTable is the outbox table used when a table name is empty.
 const DefaultTable = "outbox_messages"
 
 // Shards is the number of shards the outbox's aggregates are hashed into.
@@ -97,7 +97,7 @@ func aggregateHash(aggType, aggID string) uint32 {
 
 // ShardOf returns the shard of an aggregate, which every outbox row stores:
 // the FNV-1a hash of the aggregate type, a zero byte and the aggregate id,
-// modulo [Shards]. Code that writes outbox rows without the plugin (a
+// modulo [Shards]. Code that writes outbox rows without a [Writer] (a
 // migration, another language) must store the same value.
 func ShardOf(aggType, aggID string) int16 {
 	return int16(aggregateHash(aggType, aggID) % Shards)
