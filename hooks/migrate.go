@@ -2,7 +2,6 @@ package hooks
 
 import (
 	"context"
-	"fmt"
 
 	"gorm.io/gorm"
 
@@ -10,18 +9,20 @@ import (
 )
 
 // Migrate creates the outbox table, its indexes, its lease tables and
-// (PostgreSQL) its NOTIFY trigger if they do not exist, in one transaction,
-// on db's connection pool in db's dialect: [sqlstore.MigrateOutbox] for a
-// GORM database. It is safe to run on every start. An empty table means
-// [sqlstore.DefaultTable].
+// (PostgreSQL) its NOTIFY trigger if they do not exist, in one GORM
+// transaction of db (a savepoint when db is a transaction already, as a
+// migration tool's step is), in db's dialect: [sqlstore.MigrateOutboxTx]
+// for a GORM database. It is safe to run on every start. An empty table
+// means [sqlstore.DefaultTable].
 func Migrate(ctx context.Context, db *gorm.DB, table string) error {
 	d, err := sqlstore.ParseDialect(db.Dialector.Name())
 	if err != nil {
 		return err
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return fmt.Errorf("hooks: migrate outbox table: %w", err)
+	if _, err := sqlstore.OutboxDDL(d, table); err != nil {
+		return err // before opening a transaction
 	}
-	return sqlstore.MigrateOutbox(ctx, sqlDB, d, table)
+	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		return sqlstore.MigrateOutboxTx(ctx, tx.Statement.ConnPool, d, table)
+	})
 }

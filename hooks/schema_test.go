@@ -92,3 +92,27 @@ func TestEventTooLarge(t *testing.T) {
 		}
 	})
 }
+
+// TestMigrateInTransaction: hooks.Migrate in a GORM transaction (a
+// migration tool's step) runs in it, as a savepoint, and is undone with it;
+// on SQLite a second connection would wait for the transaction's lock.
+func TestMigrateInTransaction(t *testing.T) {
+	db := openDB(t, "sqlite", nil)
+	ctx := context.Background()
+	errRollback := errors.New("roll back")
+	err := db.Transaction(func(tx *gorm.DB) error {
+		if err := hooks.Migrate(ctx, tx, ""); err != nil {
+			return err
+		}
+		if err := tx.Exec(`SELECT count(*) FROM outbox_messages`).Error; err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		t.Fatalf("Transaction = %v, want the rollback", err)
+	}
+	if err := db.Exec(`SELECT count(*) FROM outbox_messages`).Error; err == nil {
+		t.Errorf("the outbox table outlived the rolled-back transaction that migrated it")
+	}
+}

@@ -72,11 +72,18 @@ func DDL(dialect, table string) ([]string, error) {
 // table. Users of database/sql call [MigrateSQL] (or
 // [sqlstore.MigrateInbox]).
 func Migrate(ctx context.Context, db *gorm.DB, table string) error {
-	sqlDB, err := db.DB()
+	stmts, err := DDL(db.Dialector.Name(), table)
 	if err != nil {
-		return fmt.Errorf("consumer: migrate inbox table: %w", err)
+		return err
 	}
-	return MigrateSQL(ctx, sqlDB, db.Dialector.Name(), table)
+	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		for _, s := range stmts {
+			if err := tx.Exec(s).Error; err != nil {
+				return fmt.Errorf("consumer: migrate inbox table: %w", err)
+			}
+		}
+		return nil
+	})
 }
 
 // MigrateSQL is [Migrate] for a database/sql pool: dialect is "postgres"

@@ -86,12 +86,23 @@ func MigrateInbox(ctx context.Context, db *sql.DB, d Dialect, table string) erro
 			return err
 		}
 	}
+	if _, err := InboxDDL(d, table); err != nil {
+		return err // before opening a transaction
+	}
+	return inTx(ctx, db, func(tx *sql.Tx) error { return MigrateInboxTx(ctx, tx, d, table) })
+}
+
+// MigrateInboxTx is [MigrateInbox] in the caller's transaction tx (a
+// *sql.Tx, or a GORM transaction's connection pool); d must be set.
+func MigrateInboxTx(ctx context.Context, tx Execer, d Dialect, table string) error {
 	stmts, err := InboxDDL(d, table)
 	if err != nil {
 		return err
 	}
-	if err := inTx(ctx, db, stmts); err != nil {
-		return fmt.Errorf("sqlstore: migrate inbox table: %w", err)
+	for _, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("sqlstore: migrate inbox table: %w", err)
+		}
 	}
 	return nil
 }

@@ -151,6 +151,16 @@ func MigrateOutbox(ctx context.Context, db *sql.DB, d Dialect, table string) err
 			return err
 		}
 	}
+	if _, err := OutboxDDL(d, table); err != nil {
+		return err // before opening a transaction
+	}
+	return inTx(ctx, db, func(tx *sql.Tx) error { return MigrateOutboxTx(ctx, tx, d, table) })
+}
+
+// MigrateOutboxTx is [MigrateOutbox] in the caller's transaction tx (a
+// *sql.Tx, or a GORM transaction's connection pool), for migration tools
+// that run each step in a transaction of their own; d must be set.
+func MigrateOutboxTx(ctx context.Context, tx Execer, d Dialect, table string) error {
 	if table == "" {
 		table = DefaultTable
 	}
@@ -159,26 +169,28 @@ func MigrateOutbox(ctx context.Context, db *sql.DB, d Dialect, table string) err
 		return err
 	}
 	impl, _ := sqlOf(d)
-	var lock []string
 	if l := impl.migrateLock(table); l != "" {
-		lock = []string{l}
+		stmts = append([]string{l}, stmts...)
 	}
-	if err := inTx(ctx, db, append(lock, stmts...)); err != nil {
-		return fmt.Errorf("sqlstore: migrate outbox table: %w", err)
+	for _, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("sqlstore: migrate outbox table: %w", err)
+		}
 	}
 	return nil
 }
 
-// inTx runs stmts in one transaction on db.
-func inTx(ctx context.Context, db *sql.DB, stmts []string) error {
+// inTx runs fn in a transaction on db, and commits it when fn succeeds.
+func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("sqlstore: migrate: begin: %w", err)
 	}
-	for _, s := range stmts {
-		if _, err := tx.ExecContext(ctx, s); err != nil {
-			return errors.Join(err, tx.Rollback())
-		}
+	if err := fn(tx); err != nil {
+		return errors.Join(err, tx.Rollback())
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlstore: migrate: commit: %w", err)
+	}
+	return nil
 }
