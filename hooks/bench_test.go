@@ -15,6 +15,7 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // benchDB opens a fresh database of dialect, "postgres" or "mysql".
@@ -97,7 +98,7 @@ func benchmarkClaim(b *testing.B, dialect string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	store, err := sqlstore.NewStore(sqlDBOf(b, db), sqlstore.StoreConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func BenchmarkRelayDrain(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				var wg sync.WaitGroup
 				for range relays {
-					store, err := hooks.NewStore(db, hooks.StoreConfig{})
+					store, err := sqlstore.NewStore(sqlDBOf(b, db), sqlstore.StoreConfig{})
 					if err != nil {
 						b.Fatal(err)
 					}

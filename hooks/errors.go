@@ -8,14 +8,6 @@ import (
 	"github.com/google/uuid"
 )
 
-// ErrInvalidTable is wrapped by [New], [NewStore], [Migrate] and [DDL] when a
-// configured table name is not a plain SQL identifier.
-var ErrInvalidTable = errors.New("hooks: invalid outbox table name")
-
-// ErrUnsupportedDialect is returned by [New]'s Initialize, [NewStore],
-// [Migrate] and [DDL] for a GORM dialect the outbox has no SQL for.
-var ErrUnsupportedDialect = errors.New("hooks: unsupported database dialect")
-
 // ErrNoAggregateID is wrapped by a save's error when a model with pending
 // events has no aggregate id: its primary key is zero and it does not
 // implement AggregateID.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 func ExampleNew() {
@@ -47,7 +48,12 @@ func ExampleNew() {
 	}
 
 	// The relay reads the table through a Store; here we just look.
-	store, _ := hooks.NewStore(db, hooks.StoreConfig{})
+	sqlDB, err := db.DB()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	store, _ := sqlstore.NewStore(sqlDB, sqlstore.StoreConfig{})
 	batch, err := store.Claim(ctx, relay.ClaimRequest{Owner: "example", Limit: 10})
 	if err != nil {
 		fmt.Println(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // OrderPlaced is a hand-written event, shaped like outboxgen's output.
@@ -590,14 +591,14 @@ func TestEnqueue(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	for _, table := range []string{"outbox; DROP TABLE x", "a.b.c", "1abc", `"quoted"`} {
-		if _, err := hooks.New(hooks.Config{Table: table}); !errors.Is(err, hooks.ErrInvalidTable) {
+		if _, err := hooks.New(hooks.Config{Table: table}); !errors.Is(err, sqlstore.ErrInvalidTable) {
 			t.Errorf("New(Table %q) = %v, want ErrInvalidTable", table, err)
 		}
-		if _, err := hooks.DDL("postgres", table); !errors.Is(err, hooks.ErrInvalidTable) {
+		if _, err := sqlstore.OutboxDDL(sqlstore.Postgres, table); !errors.Is(err, sqlstore.ErrInvalidTable) {
 			t.Errorf("DDL(%q) = %v, want ErrInvalidTable", table, err)
 		}
 	}
-	if _, err := hooks.DDL("sqlserver", ""); !errors.Is(err, hooks.ErrUnsupportedDialect) {
+	if _, err := sqlstore.OutboxDDL("sqlserver", ""); !errors.Is(err, sqlstore.ErrUnsupportedDialect) {
 		t.Errorf("DDL(sqlserver) = %v, want ErrUnsupportedDialect", err)
 	}
 	if _, err := hooks.New(hooks.Config{Table: "events.outbox"}); err != nil {

@@ -23,9 +23,9 @@ import (
 
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
-	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // waitDrainedWithin polls until the outbox has no pending row, failing t if
@@ -65,7 +65,7 @@ func TestRelaySurvivesHalfOpenDatabase(t *testing.T) {
 			s.Close()
 		}
 	})
-	if p.store, err = hooks.NewStore(relayDB, hooks.StoreConfig{LeaseTTL: 2 * time.Second}); err != nil {
+	if p.store, err = sqlstore.NewStore(sqlDBOf(t, relayDB), sqlstore.StoreConfig{LeaseTTL: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	const storeTimeout = time.Second
@@ -123,15 +123,15 @@ func TestRelayPausedIsTakenOver(t *testing.T) {
 	p.waitDrainedWithin(t, 30*time.Second, "the child relay")
 	var held int64
 	p.db.Raw(`SELECT count(*) FROM outbox_messages_leases WHERE owner IS NOT NULL`).Scan(&held)
-	if held != hooks.Shards {
-		t.Fatalf("the child holds %d shards, want %d", held, hooks.Shards)
+	if held != sqlstore.Shards {
+		t.Fatalf("the child holds %d shards, want %d", held, sqlstore.Shards)
 	}
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	paused := time.Now()
 	want = append(want, p.openAccounts(t, 20)...)
-	p.store = mustStore(t, p.db, hooks.StoreConfig{LeaseTTL: ttl})
+	p.store = mustStore(t, p.db, sqlstore.StoreConfig{LeaseTTL: ttl})
 	p.runRelay(t, p.publisher(t), relay.Config{PollInterval: 20 * time.Millisecond})
 	// Bound: the child's lease (ttl) plus a renewal interval and a poll.
 	p.waitDrainedWithin(t, 3*ttl, "after the relay holding every shard was paused")
@@ -153,9 +153,9 @@ func TestRelayPausedIsTakenOver(t *testing.T) {
 	}
 }
 
-func mustStore(t *testing.T, db *gorm.DB, cfg hooks.StoreConfig) *hooks.Store {
+func mustStore(t *testing.T, db *gorm.DB, cfg sqlstore.StoreConfig) *sqlstore.Store {
 	t.Helper()
-	s, err := hooks.NewStore(db, cfg)
+	s, err := sqlstore.NewStore(sqlDBOf(t, db), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestRelayPausedChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := relay.New(mustStore(t, db, hooks.StoreConfig{LeaseTTL: ttl}), pub, relay.Config{PollInterval: 20 * time.Millisecond})
+	r, err := relay.New(mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl}), pub, relay.Config{PollInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,102 +332,4 @@ func (s *switchPublisher) Publish(topic string, msgs ...*message.Message) error 
 		return errors.New("broker unreachable")
 	}
 	return s.Publisher.Publish(topic, msgs...)
-}
-
-// TestRelayStalledInLeaseTransactionIsTakenOver: a relay that stops in the
-// middle of its lease transaction (SIGSTOPped, or hung) holds the lease rows'
-// locks. On PostgreSQL the transaction carries idle_in_transaction and
-// statement timeouts of LeaseTTL/2, on MySQL/MariaDB the session's
-// wait_timeout and innodb_lock_wait_timeout (whole seconds), so the server
-// ends it and another relay takes the shards over once the lease expires,
-// instead of skipping or waiting on the locked rows for as long as the
-// stalled connection lives.
-func TestRelayStalledInLeaseTransactionIsTakenOver(t *testing.T) {
-	for _, dialect := range []string{"postgres", "mysql"} {
-		t.Run(dialect, func(t *testing.T) {
-			t.Parallel()
-			testRelayStalledInLeaseTransaction(t, withPlugin(t, dialect))
-		})
-	}
-}
-
-func testRelayStalledInLeaseTransaction(t *testing.T, db *gorm.DB) {
-	const ttl = time.Second
-	stalled := mustStore(t, db, hooks.StoreConfig{LeaseTTL: ttl})
-	ctx := context.Background()
-	if _, err := stalled.Claim(ctx, relay.ClaimRequest{Owner: "stalled", Limit: 1}); err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	entered := make(chan struct{})
-	hooks.StallRenewals(stalled, func() {
-		close(entered)
-		<-release
-	})
-	go func() {
-		// Renews once its renewal is due, and stalls inside.
-		for {
-			_, err := stalled.Claim(ctx, relay.ClaimRequest{Owner: "stalled", Limit: 1})
-			select {
-			case <-entered:
-				return
-			default:
-			}
-			if err != nil {
-				return
-			}
-			time.Sleep(20 * time.Millisecond) // until the renewal is due
-		}
-	}()
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the stalled relay never renewed")
-	}
-	placeOrders(t, db, 3)
-	other := mustStore(t, db, hooks.StoreConfig{LeaseTTL: ttl})
-	start := time.Now()
-	for {
-		b, err := other.Claim(ctx, relay.ClaimRequest{Owner: "other", Limit: 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b.Messages) > 0 {
-			t.Logf("taken over %v after the relay stalled in its lease transaction (LeaseTTL %v)", time.Since(start).Round(time.Millisecond), ttl)
-			return
-		}
-		if time.Since(start) > 10*ttl {
-			t.Fatalf("no shard taken over %v after a relay stalled in its lease transaction", 10*ttl)
-		}
-		time.Sleep(20 * time.Millisecond) // leases expire by time
-	}
-}
-
-// TestLeaseGuardRestoresMySQLSession: the lease transaction's short
-// wait_timeout and innodb_lock_wait_timeout are the session's, on MySQL, so
-// they are put back before the commit; the pooled connection keeps the
-// server's values for whatever uses it next.
-func TestLeaseGuardRestoresMySQLSession(t *testing.T) {
-	db := withPlugin(t, "mysql")
-	sqlDB, err := db.DB()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sqlDB.SetMaxOpenConns(1) // the store's transactions and the checks share one session
-	var wait, lock int64
-	if err := db.Raw(`SELECT @@SESSION.wait_timeout, @@SESSION.innodb_lock_wait_timeout`).Row().Scan(&wait, &lock); err != nil {
-		t.Fatal(err)
-	}
-	s := mustStore(t, db, hooks.StoreConfig{LeaseTTL: 2 * time.Second})
-	if _, err := s.Claim(context.Background(), relay.ClaimRequest{Owner: "r", Limit: 1}); err != nil {
-		t.Fatal(err)
-	}
-	var wait2, lock2 int64
-	if err := db.Raw(`SELECT @@SESSION.wait_timeout, @@SESSION.innodb_lock_wait_timeout`).Row().Scan(&wait2, &lock2); err != nil {
-		t.Fatal(err)
-	}
-	if wait2 != wait || lock2 != lock {
-		t.Errorf("after a renewal the session has wait_timeout %d, innodb_lock_wait_timeout %d; before: %d, %d", wait2, lock2, wait, lock)
-	}
 }

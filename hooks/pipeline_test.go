@@ -35,6 +35,7 @@ import (
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // Account is the aggregate of the pipeline tests. Seq counts its committed
@@ -64,7 +65,7 @@ func (a *Account) Deposit() {
 type pipeline struct {
 	db      *gorm.DB
 	dsn     string // PostgreSQL only
-	store   *hooks.Store
+	store   *sqlstore.Store
 	brokers []string
 	topic   string
 }
@@ -106,7 +107,7 @@ func newPipelineOn(t *testing.T, dialect string, partitions int, brokers []strin
 	if err := p.db.Use(plugin); err != nil {
 		t.Fatal(err)
 	}
-	if p.store, err = hooks.NewStore(p.db, hooks.StoreConfig{}); err != nil {
+	if p.store, err = sqlstore.NewStore(sqlDBOf(t, p.db), sqlstore.StoreConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: p.brokers, ConsumerGroup: "init", TopicPartitions: partitions}, nil)
@@ -356,7 +357,7 @@ func TestRelayCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	store, err := sqlstore.NewStore(sqlDBOf(t, db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -640,7 +641,7 @@ func TestRelaySurvivesTerminatedConnections(t *testing.T) {
 			s.Close()
 		}
 	})
-	store, err := hooks.NewStore(relayDB, hooks.StoreConfig{})
+	store, err := sqlstore.NewStore(sqlDBOf(t, relayDB), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -702,7 +703,7 @@ func (Memo) Validate() error        { return nil }
 // (order), and go out once an operator discards it.
 func TestOversizeMessageIsParkedOthersGoOn(t *testing.T) {
 	p := newPipeline(t, "postgres", 4)
-	store, err := hooks.NewStore(p.db, hooks.StoreConfig{RetryDelay: time.Millisecond})
+	store, err := sqlstore.NewStore(sqlDBOf(t, p.db), sqlstore.StoreConfig{RetryDelay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,12 +14,14 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // Config configures a [Plugin]. The zero value is a valid configuration.
 type Config struct {
 	// Table is the outbox table, optionally schema-qualified. It must be a
-	// plain SQL identifier. Default: [DefaultTable].
+	// plain SQL identifier (see [sqlstore.CheckTable]). Default:
+	// [sqlstore.DefaultTable].
 	Table string
 
 	// Topic returns the destination topic of an event; it is stored with
@@ -58,7 +60,7 @@ const DefaultMaxEventBytes = 1_000_000
 
 func (c *Config) setDefaults() {
 	if c.Table == "" {
-		c.Table = DefaultTable
+		c.Table = sqlstore.DefaultTable
 	}
 	if c.MaxEventBytes == 0 {
 		c.MaxEventBytes = DefaultMaxEventBytes
@@ -68,7 +70,7 @@ func (c *Config) setDefaults() {
 // Validate reports whether the configuration is usable.
 func (c Config) Validate() error {
 	if c.Table != "" {
-		return validTable(c.Table)
+		return sqlstore.CheckTable(c.Table, sqlstore.MaxOutboxTableName)
 	}
 	return nil
 }
@@ -81,7 +83,9 @@ func (c Config) Validate() error {
 // registered with; register a separate Plugin per *gorm.DB.
 type Plugin struct {
 	cfg     Config
-	dialect dialect
+	dialect sqlstore.Dialect
+
+	writers sync.Map // sqlstore.Dialect → *sqlstore.Writer of cfg.Table
 
 	schemas sync.Map // reflect.Type → *schema.Schema for models that are not the statement's schema
 
@@ -91,7 +95,7 @@ type Plugin struct {
 }
 
 // New returns a plugin for cfg. It returns an error wrapping
-// [ErrInvalidTable] for a table name that is not an identifier.
+// [sqlstore.ErrInvalidTable] for a table name that is not an identifier.
 func New(cfg Config) (*Plugin, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -111,10 +115,11 @@ const keyStartedTx = "outbox:started_transaction"
 // returns the *sql.DB). GORM calls it from db.Use; call db.Use before
 // deriving sessions from db (WithContext, Session, Begin), since a session
 // derived earlier keeps the unwrapped pool and its application transactions
-// are not seen. It returns [ErrUnsupportedDialect] for a dialect other than
-// postgres, sqlite or mysql (MySQL 8, MariaDB 10.6+).
+// are not seen. It returns an error wrapping [sqlstore.ErrUnsupportedDialect]
+// for a dialect other than postgres, sqlite or mysql (MySQL 8, MariaDB
+// 10.6+).
 func (p *Plugin) Initialize(db *gorm.DB) error {
-	d, err := dialectOf(db.Dialector.Name())
+	d, err := sqlstore.ParseDialect(db.Dialector.Name())
 	if err != nil {
 		return err
 	}
@@ -332,7 +337,7 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 	ctx := db.Statement.Context
 	headers, custom := p.headers(ctx)
 	var (
-		rows   []pendingRow
+		rows   []sqlstore.Row
 		states []*runtime.RecorderState // the recorder of rows[i]
 	)
 	for _, s := range srcs {
@@ -352,7 +357,7 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 			if custom {
 				env.Headers = headers
 			}
-			rows = append(rows, pendingRow{env: env, topic: p.topic(env)})
+			rows = append(rows, sqlstore.Row{Envelope: env, Topic: p.topic(env)})
 			states = append(states, s.state)
 		}
 	}
@@ -375,7 +380,7 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 // (autocommit) the rows are committed already. In a transaction the plugin
 // does not track (a session derived before the plugin was registered), the
 // events stay pending: a later save finds their rows.
-func (p *Plugin) afterInsert(conn gorm.ConnPool, rows []pendingRow, states []*runtime.RecorderState, inserted map[uuid.UUID]bool) {
+func (p *Plugin) afterInsert(conn gorm.ConnPool, rows []sqlstore.Row, states []*runtime.RecorderState, inserted map[uuid.UUID]bool) {
 	tt := trackedOf(conn)
 	if tt == nil {
 		if _, inTx := conn.(gorm.TxCommitter); inTx {
@@ -383,13 +388,13 @@ func (p *Plugin) afterInsert(conn gorm.ConnPool, rows []pendingRow, states []*ru
 		}
 		byState := make([]txWrite, 0, len(rows))
 		for i, r := range rows {
-			byState = append(byState, txWrite{state: states[i], id: r.env.EventID, row: inserted[r.env.EventID]})
+			byState = append(byState, txWrite{state: states[i], id: r.Envelope.EventID, row: inserted[r.Envelope.EventID]})
 		}
 		p.committed(byState, len(inserted) > 0)
 		return
 	}
 	for i, r := range rows {
-		id := r.env.EventID
+		id := r.Envelope.EventID
 		switch {
 		case inserted[id]:
 			tt.noteWrite(states[i], id, true)
@@ -496,7 +501,7 @@ func (p *Plugin) Enqueue(tx *gorm.DB, aggregateType, aggregateID string, events 
 		ctx = context.Background()
 	}
 	headers, custom := p.headers(ctx)
-	rows := make([]pendingRow, 0, len(events))
+	rows := make([]sqlstore.Row, 0, len(events))
 	ids = make([]uuid.UUID, 0, len(events))
 	for _, e := range events {
 		env, err := runtime.NewEnvelope(ctx, runtime.NewEventID(), e, aggregateType, aggregateID)
@@ -506,10 +511,10 @@ func (p *Plugin) Enqueue(tx *gorm.DB, aggregateType, aggregateID string, events 
 		if custom {
 			env.Headers = headers
 		}
-		rows = append(rows, pendingRow{env: env, topic: p.topic(env)})
+		rows = append(rows, sqlstore.Row{Envelope: env, Topic: p.topic(env)})
 		ids = append(ids, env.EventID)
 	}
-	d, err := dialectOf(tx.Dialector.Name())
+	d, err := sqlstore.ParseDialect(tx.Dialector.Name())
 	if err != nil {
 		return nil, err
 	}
@@ -523,4 +528,35 @@ func (p *Plugin) Enqueue(tx *gorm.DB, aggregateType, aggregateID string, events 
 	}
 	p.afterInsert(conn, rows, make([]*runtime.RecorderState, len(rows)), inserted)
 	return ids, nil
+}
+
+// insert writes rows through conn, skipping event ids that already have a
+// row, and reports which ids it inserted; the [sqlstore.Writer] of dialect
+// d keeps an aggregate's ids in commit order (see "Commit order" in the
+// package documentation).
+func (p *Plugin) insert(ctx context.Context, d sqlstore.Dialect, conn gorm.ConnPool, rows []sqlstore.Row) (map[uuid.UUID]bool, error) {
+	maxBytes := p.cfg.MaxEventBytes
+	for _, r := range rows {
+		if maxBytes > 0 && len(r.Envelope.Payload) > maxBytes {
+			return nil, &EventTooLargeError{EventType: r.Envelope.EventType, EventID: r.Envelope.EventID, Size: len(r.Envelope.Payload), Limit: maxBytes}
+		}
+	}
+	w, err := p.writer(d)
+	if err != nil {
+		return nil, err
+	}
+	return w.Write(ctx, conn, rows)
+}
+
+// writer returns the writer of the plugin's table in dialect d.
+func (p *Plugin) writer(d sqlstore.Dialect) (*sqlstore.Writer, error) {
+	if w, ok := p.writers.Load(d); ok {
+		return w.(*sqlstore.Writer), nil
+	}
+	w, err := sqlstore.NewWriter(d, p.cfg.Table, sqlstore.WriterConfig{SkipOrderLocks: p.noOrderLocks})
+	if err != nil {
+		return nil, err
+	}
+	p.writers.Store(d, w)
+	return w, nil
 }

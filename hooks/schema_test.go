@@ -10,6 +10,7 @@ import (
 
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // TestPayloadKeepsNUL: a NUL character in a string field is valid JSON
@@ -35,10 +36,10 @@ func TestPayloadKeepsNUL(t *testing.T) {
 // (63); the longest accepted name works end to end.
 func TestTableNameLimits(t *testing.T) {
 	for _, name := range []string{strings.Repeat("t", 50), strings.Repeat("t", 55), strings.Repeat("t", 63), "s." + strings.Repeat("t", 60)} {
-		if _, err := hooks.DDL("postgres", name); !errors.Is(err, hooks.ErrInvalidTable) || !strings.Contains(err.Error(), "49") {
+		if _, err := sqlstore.OutboxDDL(sqlstore.Postgres, name); !errors.Is(err, sqlstore.ErrInvalidTable) || !strings.Contains(err.Error(), "49") {
 			t.Errorf("DDL(%q) = %v, want ErrInvalidTable naming the 49-byte limit", name, err)
 		}
-		if _, err := hooks.New(hooks.Config{Table: name}); !errors.Is(err, hooks.ErrInvalidTable) {
+		if _, err := hooks.New(hooks.Config{Table: name}); !errors.Is(err, sqlstore.ErrInvalidTable) {
 			t.Errorf("New(Table %q) = %v, want ErrInvalidTable", name, err)
 		}
 	}
@@ -59,7 +60,7 @@ func TestTableNameLimits(t *testing.T) {
 		if err := db.Create(o).Error; err != nil {
 			t.Fatalf("Create: %v", err)
 		}
-		s, err := hooks.NewStore(db, hooks.StoreConfig{Table: longest})
+		s, err := sqlstore.NewStore(sqlDBOf(t, db), sqlstore.StoreConfig{Table: longest})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,4 +91,28 @@ func TestEventTooLarge(t *testing.T) {
 			t.Errorf("Enqueue = %v, want an *EventTooLargeError", err)
 		}
 	})
+}
+
+// TestMigrateInTransaction: hooks.Migrate in a GORM transaction (a
+// migration tool's step) runs in it, as a savepoint, and is undone with it;
+// on SQLite a second connection would wait for the transaction's lock.
+func TestMigrateInTransaction(t *testing.T) {
+	db := openDB(t, "sqlite", nil)
+	ctx := context.Background()
+	errRollback := errors.New("roll back")
+	err := db.Transaction(func(tx *gorm.DB) error {
+		if err := hooks.Migrate(ctx, tx, ""); err != nil {
+			return err
+		}
+		if err := tx.Exec(`SELECT count(*) FROM outbox_messages`).Error; err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		t.Fatalf("Transaction = %v, want the rollback", err)
+	}
+	if err := db.Exec(`SELECT count(*) FROM outbox_messages`).Error; err == nil {
+		t.Errorf("the outbox table outlived the rolled-back transaction that migrated it")
+	}
 }

@@ -2,6 +2,7 @@ package hooks_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 func placeOrders(t *testing.T, db *gorm.DB, n int) {
@@ -31,9 +33,9 @@ func placeOrders(t *testing.T, db *gorm.DB, n int) {
 	}
 }
 
-func newStore(t *testing.T, db *gorm.DB) *hooks.Store {
+func newStore(t *testing.T, db *gorm.DB) *sqlstore.Store {
 	t.Helper()
-	s, err := hooks.NewStore(db, hooks.StoreConfig{RetryDelay: 50 * time.Millisecond})
+	s, err := sqlstore.NewStore(sqlDBOf(t, db), sqlstore.StoreConfig{RetryDelay: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("NewStore: %v", err)
 	}
@@ -42,7 +44,7 @@ func newStore(t *testing.T, db *gorm.DB) *hooks.Store {
 
 // claimUntil claims as owner (publishing everything) until a claim returns
 // want messages, and returns them.
-func claimUntil(t *testing.T, s *hooks.Store, owner string, want int) []runtime.OutboxMessage {
+func claimUntil(t *testing.T, s *sqlstore.Store, owner string, want int) []runtime.OutboxMessage {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -59,7 +61,7 @@ func claimUntil(t *testing.T, s *hooks.Store, owner string, want int) []runtime.
 
 // publishBatch claims up to limit messages as owner and marks them: the ones
 // for which fail returns an error as failed, the others as published.
-func publishBatch(t *testing.T, s *hooks.Store, owner string, limit int, fail func(runtime.OutboxMessage) error) []runtime.OutboxMessage {
+func publishBatch(t *testing.T, s *sqlstore.Store, owner string, limit int, fail func(runtime.OutboxMessage) error) []runtime.OutboxMessage {
 	t.Helper()
 	ctx := context.Background()
 	b, err := s.Claim(ctx, relay.ClaimRequest{Owner: owner, Limit: limit})
@@ -91,6 +93,16 @@ func ids(msgs []runtime.OutboxMessage) []int64 {
 		out[i] = m.ID
 	}
 	return out
+}
+
+// sqlDBOf returns db's connection pool, for the store.
+func sqlDBOf(t testing.TB, db *gorm.DB) *sql.DB {
+	t.Helper()
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sqlDB
 }
 
 func postgresWithPlugin(t *testing.T) *gorm.DB {
@@ -193,9 +205,9 @@ func TestStoreOwnersSplitShards(t *testing.T) {
 		}
 		// One store per relay, as in two processes: the split lives in
 		// the database, not in a store's memory.
-		stores := map[string]*hooks.Store{
-			"x": mustStore(t, db, hooks.StoreConfig{LeaseTTL: time.Second}),
-			"y": mustStore(t, db, hooks.StoreConfig{LeaseTTL: time.Second}),
+		stores := map[string]*sqlstore.Store{
+			"x": mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: time.Second}),
+			"y": mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: time.Second}),
 		}
 		// x takes every shard first; then y joins: within a few renewals x
 		// gives half back and y takes it.
@@ -220,11 +232,11 @@ func TestStoreOwnersSplitShards(t *testing.T) {
 			for _, r := range rows {
 				leases[r.Owner] = r.N
 			}
-			if leases["x"] == hooks.Shards/2 && leases["y"] == hooks.Shards/2 {
+			if leases["x"] == sqlstore.Shards/2 && leases["y"] == sqlstore.Shards/2 {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("shards held = %v, want %d each for x and y", leases, hooks.Shards/2)
+				t.Fatalf("shards held = %v, want %d each for x and y", leases, sqlstore.Shards/2)
 			}
 			time.Sleep(50 * time.Millisecond) // renewals happen on a schedule
 		}
@@ -256,7 +268,7 @@ func TestStoreFailingAggregateDoesNotStarveOthers(t *testing.T) {
 		if _, err := p.Enqueue(db, "order", "2", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "other"}); err != nil {
 			t.Fatal(err)
 		}
-		s, err := hooks.NewStore(db, hooks.StoreConfig{RetryDelay: time.Hour})
+		s, err := sqlstore.NewStore(sqlDBOf(t, db), sqlstore.StoreConfig{RetryDelay: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +299,7 @@ func TestStorePartialOutageParkingKeepsOrder(t *testing.T) {
 		}
 		enqueue("sick")
 		enqueue("sick")
-		s, err := hooks.NewStore(db, hooks.StoreConfig{RetryDelay: time.Millisecond, MaxRetryDelay: time.Millisecond, MaxAttempts: 2})
+		s, err := sqlstore.NewStore(sqlDBOf(t, db), sqlstore.StoreConfig{RetryDelay: time.Millisecond, MaxRetryDelay: time.Millisecond, MaxAttempts: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -477,7 +489,7 @@ func TestStoreStats(t *testing.T) {
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
 		s := newStore(t, db)
 		st, err := s.Stats(context.Background())
-		if err != nil || st != (hooks.Stats{}) {
+		if err != nil || st != (relay.Stats{}) {
 			t.Fatalf("Stats of an empty outbox = %+v, %v", st, err)
 		}
 		for _, agg := range []string{"a", "b", "c"} {

@@ -73,13 +73,14 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // envChild carries a relay process's [childSpec], base64 JSON.
 const envChild = "OUTBOX_ADAPTERTEST_RELAY"
 
 // table is the outbox table: the plugin's default.
-const table = hooks.DefaultTable
+const table = sqlstore.DefaultTable
 
 // EnvReport names a file to which [Run] appends its [Result] as one JSON
 // line, for collecting the conformance table of several brokers.
@@ -237,7 +238,11 @@ const leaseTTL = 2 * time.Second
 
 // publish runs a relay until ctx is done.
 func publish(ctx context.Context, db *gorm.DB, b *broker.Broker, log *slog.Logger) error {
-	store, err := hooks.NewStore(db, hooks.StoreConfig{LeaseTTL: leaseTTL, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second})
+	storeDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{LeaseTTL: leaseTTL, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second})
 	if err != nil {
 		return err
 	}

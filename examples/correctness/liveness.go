@@ -18,7 +18,7 @@ import (
 
 // The relays' settings that the liveness bounds are made of.
 const (
-	relayLeaseTTL     = 2 * time.Second // hooks.StoreConfig.LeaseTTL; renewed every LeaseTTL/5
+	relayLeaseTTL     = 2 * time.Second // sqlstore.StoreConfig.LeaseTTL; renewed every LeaseTTL/5
 	relayRetryDelay   = 100 * time.Millisecond
 	relayPollInterval = 200 * time.Millisecond
 	relayMaxBackoff   = time.Second

@@ -20,12 +20,13 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // outbox is what the driving process needs of the library.
 type outbox struct {
 	plugin *hooks.Plugin
-	store  *hooks.Store
+	store  *sqlstore.Store
 	sdb    suiteDB
 }
 
@@ -49,7 +50,11 @@ func setupOutbox(ctx context.Context, db *gorm.DB, sdb suiteDB) (*outbox, error)
 	if err := db.Use(plugin); err != nil {
 		return nil, fmt.Errorf("register plugin: %w", err)
 	}
-	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	storeDB, err := db.DB()
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
@@ -117,7 +122,7 @@ func (o *outbox) parked(ctx context.Context, db *gorm.DB, keep func(eventID stri
 		ID      int64
 		EventID string
 	}
-	err := db.WithContext(ctx).Raw(`SELECT id, ` + o.sdb.uuidText("event_id") + ` AS event_id FROM ` + hooks.DefaultTable +
+	err := db.WithContext(ctx).Raw(`SELECT id, ` + o.sdb.uuidText("event_id") + ` AS event_id FROM ` + sqlstore.DefaultTable +
 		` WHERE parked_at IS NOT NULL AND published_at IS NULL ORDER BY id`).Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("find parked messages: %w", err)
@@ -135,7 +140,7 @@ func (o *outbox) parked(ctx context.Context, db *gorm.DB, keep func(eventID stri
 // outbox table's event_id and published_at columns.
 func (o *outbox) countPublished(ctx context.Context, db *gorm.DB, ids []string) (int64, error) {
 	var n int64
-	err := db.WithContext(ctx).Raw(`SELECT count(*) FROM `+hooks.DefaultTable+
+	err := db.WithContext(ctx).Raw(`SELECT count(*) FROM `+sqlstore.DefaultTable+
 		` WHERE `+o.sdb.uuidText("event_id")+` IN ? AND published_at IS NOT NULL`, ids).Scan(&n).Error
 	if err != nil {
 		return 0, fmt.Errorf("count published probes: %w", err)
@@ -152,7 +157,7 @@ func (o *outbox) countPublished(ctx context.Context, db *gorm.DB, ids []string) 
 func (o *outbox) outageAttempts(ctx context.Context, db *gorm.DB, since time.Time, errText string) (rows, counted int64, err error) {
 	var r struct{ Failed, Counted int64 }
 	err = db.WithContext(ctx).Raw(`SELECT count(*) AS failed, COALESCE(SUM(CASE WHEN attempts > 1 THEN 1 ELSE 0 END), 0) AS counted FROM `+
-		hooks.DefaultTable+` WHERE created_at >= ? AND last_error LIKE ?`, since, "%"+errText+"%").Scan(&r).Error
+		sqlstore.DefaultTable+` WHERE created_at >= ? AND last_error LIKE ?`, since, "%"+errText+"%").Scan(&r).Error
 	if err != nil {
 		return 0, 0, fmt.Errorf("read outage attempts: %w", err)
 	}
@@ -161,11 +166,11 @@ func (o *outbox) outageAttempts(ctx context.Context, db *gorm.DB, since time.Tim
 
 // probeAggregates returns one aggregate id per shard, each named prefix-N.
 func probeAggregates(prefix string) []string {
-	ids := make([]string, hooks.Shards)
-	left := hooks.Shards
+	ids := make([]string, sqlstore.Shards)
+	left := sqlstore.Shards
 	for n := 0; left > 0; n++ {
 		id := prefix + "-" + strconv.Itoa(n)
-		if s := hooks.ShardOf(aggregateType, id); ids[s] == "" {
+		if s := sqlstore.ShardOf(aggregateType, id); ids[s] == "" {
 			ids[s] = id
 			left--
 		}
@@ -179,7 +184,7 @@ func (o *outbox) leaseOwners(ctx context.Context, db *gorm.DB) (map[int]string, 
 		Shard int
 		Owner *string
 	}
-	err := db.WithContext(ctx).Raw(`SELECT shard, owner FROM ` + hooks.DefaultTable + `_leases`).Scan(&rows).Error
+	err := db.WithContext(ctx).Raw(`SELECT shard, owner FROM ` + sqlstore.DefaultTable + `_leases`).Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("read leases: %w", err)
 	}

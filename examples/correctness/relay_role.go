@@ -1,7 +1,7 @@
 package main
 
 // The relay role: the only file that builds a relay. It uses the public API
-// of hooks (NewStore), runtime/relay (New, Run) and adapters/kafka
+// of runtime/sqlstore (NewStore), runtime/relay (New, Run) and adapters/kafka
 // (NewPublisher).
 
 import (
@@ -15,8 +15,8 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/gooutbox/outbox/adapters/kafka"
-	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // runRelay is the relay role: one relay on the run's outbox table,
@@ -37,7 +37,7 @@ func runRelay(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 	defer sqlDB.Close()
 	sqlDB.SetMaxOpenConns(4)
 
-	store, err := hooks.NewStore(db, hooks.StoreConfig{
+	store, err := sqlstore.NewStore(sqlDB, sqlstore.StoreConfig{
 		RetryDelay:    relayRetryDelay,
 		MaxRetryDelay: time.Second,
 		MaxAttempts:   cfg.MaxAttempts,

@@ -54,7 +54,7 @@ type childConfig struct {
 	MaxMessageBytes int
 	// BatchSize is the relay's batch size.
 	BatchSize int
-	// MaxAttempts is hooks.StoreConfig.MaxAttempts for the relays.
+	// MaxAttempts is sqlstore.StoreConfig.MaxAttempts for the relays.
 	MaxAttempts int
 	// WriteTimeout is the relays' kafka-go write and read timeout.
 	WriteTimeout time.Duration

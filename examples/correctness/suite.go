@@ -33,7 +33,7 @@ type options struct {
 	Writers     int
 	Hot         int // hot aggregates, enqueued to by every writer
 	BatchSize   int
-	MaxAttempts int // hooks.StoreConfig.MaxAttempts of the relays
+	MaxAttempts int // sqlstore.StoreConfig.MaxAttempts of the relays
 	Partitions  int
 	Pace        time.Duration // mean pause of a writer between transactions
 	Faults      map[string]bool

@@ -42,6 +42,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 func main() {
@@ -138,7 +139,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// 3. The producing side: the relay, woken by NOTIFY on PostgreSQL and by
 	// the plugin after each commit it sees (what SQLite relies on).
 	pub := b.Publisher()
-	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	storeDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,13 +25,11 @@ import (
 	"syscall"
 	"time"
 
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/gooutbox/outbox/adapters/broker"
-	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 func main() {
@@ -48,7 +47,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	dsn := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default: $DATABASE_URL)")
 	brokerURL := fs.String("broker-url", os.Getenv("BROKER_URL"), "broker URL, e.g. kafka://127.0.0.1:9092 or amqp://guest:guest@127.0.0.1:5672/ (default: $BROKER_URL)")
 	brokers := fs.String("kafka-brokers", os.Getenv("KAFKA_BROKERS"), "shorthand for -broker-url kafka://<brokers> (default: $KAFKA_BROKERS)")
-	table := fs.String("table", "", "outbox table (default: "+hooks.DefaultTable+")")
+	table := fs.String("table", "", "outbox table (default: "+sqlstore.DefaultTable+")")
 	batch := fs.Int("batch", 0, fmt.Sprintf("relay batch size (default: %d)", relay.DefaultBatchSize))
 	poll := fs.Duration("poll", 0, "poll interval besides LISTEN/NOTIFY (default: 1s)")
 	migrate := fs.Bool("migrate", false, "create the outbox table if it does not exist")
@@ -71,19 +70,21 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	db, err := gorm.Open(postgres.Open(*dsn), &gorm.Config{Logger: logger.Discard})
+	// The relay needs no GORM: the store works on a database/sql pool.
+	db, err := sql.Open("pgx", *dsn)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
-	if sqlDB, err := db.DB(); err == nil {
-		defer sqlDB.Close()
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		return fmt.Errorf("open database: %w", err)
 	}
 	if *migrate {
-		if err := hooks.Migrate(ctx, db, *table); err != nil {
+		if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.Postgres, *table); err != nil {
 			return err
 		}
 	}
-	store, err := hooks.NewStore(db, hooks.StoreConfig{Table: *table})
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{Dialect: sqlstore.Postgres, Table: *table})
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 const (
@@ -19,7 +19,7 @@ const (
 // idleSection is section 5: the CPU the relay uses with nothing to do.
 func (b *bench) idleSection(ctx context.Context) error {
 	o := b.o
-	if err := b.plain.Exec(`TRUNCATE ` + hooks.DefaultTable).Error; err != nil {
+	if err := b.plain.Exec(`TRUNCATE ` + sqlstore.DefaultTable).Error; err != nil {
 		return err
 	}
 	db, err := b.relayDB(0)

@@ -12,8 +12,8 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // latencyPath is one relay of the latency section: start runs it (publishing
@@ -195,7 +195,7 @@ func runUntilStopped(ctx context.Context, fn func(context.Context) error, runnin
 
 // resetAccounts empties the outboxes and recreates the aggregates' rows.
 func (b *bench) resetAccounts(ctx context.Context) error {
-	for _, q := range []string{`TRUNCATE ` + hooks.DefaultTable, `TRUNCATE bench_outbox`, `TRUNCATE accounts RESTART IDENTITY`} {
+	for _, q := range []string{`TRUNCATE ` + sqlstore.DefaultTable, `TRUNCATE bench_outbox`, `TRUNCATE accounts RESTART IDENTITY`} {
 		if err := b.plain.WithContext(ctx).Exec(q).Error; err != nil {
 			return err
 		}

@@ -82,9 +82,9 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 func main() {
@@ -146,7 +146,11 @@ type relayStore interface {
 // newStore returns the outbox store the relay reads, with its defaults, on
 // db's connection pool. It is the program's only place that builds one.
 func newStore(db *gorm.DB) (relayStore, error) {
-	return hooks.NewStore(db, hooks.StoreConfig{})
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	return sqlstore.NewStore(sqlDB, sqlstore.StoreConfig{})
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // eventMaker builds the benchmark's events: Paid, its memo padded so that
@@ -52,7 +53,7 @@ func (m eventMaker) event(i int) Paid { return eventWith(i, m.memo) }
 // Enqueue, 1,000 per transaction, then VACUUM ANALYZE and CHECKPOINT, so the
 // relay does not pay for hint bits, stale statistics or a pending checkpoint.
 func prefill(ctx context.Context, db *gorm.DB, p *hooks.Plugin, ev eventMaker, n, aggregates int) error {
-	if err := db.Exec(`TRUNCATE ` + hooks.DefaultTable).Error; err != nil {
+	if err := db.Exec(`TRUNCATE ` + sqlstore.DefaultTable).Error; err != nil {
 		return err
 	}
 	for start := 0; start < n; start += 1000 {
@@ -68,7 +69,7 @@ func prefill(ctx context.Context, db *gorm.DB, p *hooks.Plugin, ev eventMaker, n
 			return fmt.Errorf("prefill: %w", err)
 		}
 	}
-	return settle(db, hooks.DefaultTable)
+	return settle(db, sqlstore.DefaultTable)
 }
 
 // settle runs VACUUM ANALYZE on table and a CHECKPOINT (superuser only;

@@ -12,7 +12,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 const (
@@ -97,9 +97,9 @@ func (b *bench) saveSection(ctx context.Context) error {
 var triggerRE = regexp.MustCompile(`(?is)^\s*CREATE\s+(?:OR\s+REPLACE\s+)?TRIGGER\s+(\w+)\s.*?\sON\s+(\w+)\s`)
 
 // notifyTrigger returns the statements that drop and recreate the outbox
-// table's trigger, from hooks.DDL; both are empty when it has none.
+// table's trigger, from sqlstore.OutboxDDL; both are empty when it has none.
 func notifyTrigger() (drop, create string, err error) {
-	ddl, err := hooks.DDL("postgres", "")
+	ddl, err := sqlstore.OutboxDDL(sqlstore.Postgres, "")
 	if err != nil {
 		return "", "", err
 	}
@@ -114,7 +114,7 @@ func notifyTrigger() (drop, create string, err error) {
 // runSave empties the tables, then runs o.producers goroutines calling
 // write for o.duration, and returns the committed transactions per second.
 func (b *bench) runSave(ctx context.Context, write func(ctx context.Context, i int) error) (float64, error) {
-	for _, q := range []string{`TRUNCATE ` + hooks.DefaultTable, `TRUNCATE bench_outbox`, `TRUNCATE accounts RESTART IDENTITY`, `CHECKPOINT`} {
+	for _, q := range []string{`TRUNCATE ` + sqlstore.DefaultTable, `TRUNCATE bench_outbox`, `TRUNCATE accounts RESTART IDENTITY`, `CHECKPOINT`} {
 		if err := b.plain.WithContext(ctx).Exec(q).Error; err != nil && q != `CHECKPOINT` {
 			return 0, err
 		}
@@ -145,7 +145,7 @@ func (b *bench) runSave(ctx context.Context, write func(ctx context.Context, i i
 	if err := b.plain.Raw(`SELECT count(*) FROM accounts`).Scan(&accounts).Error; err != nil {
 		return 0, err
 	}
-	if err := b.plain.Raw(`SELECT (SELECT count(*) FROM bench_outbox) + (SELECT count(*) FROM ` + hooks.DefaultTable + `)`).Scan(&events).Error; err != nil {
+	if err := b.plain.Raw(`SELECT (SELECT count(*) FROM bench_outbox) + (SELECT count(*) FROM ` + sqlstore.DefaultTable + `)`).Scan(&events).Error; err != nil {
 		return 0, err
 	}
 	if accounts != done.Load() || events != done.Load() {

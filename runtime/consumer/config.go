@@ -11,11 +11,12 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // Default values of the [Config] fields. A zero field means its default.
 const (
-	DefaultTable          = "outbox_inbox"
+	DefaultTable          = sqlstore.InboxDefaultTable
 	DefaultMaxRetries     = 3
 	DefaultMinBackoff     = 100 * time.Millisecond
 	DefaultMaxBackoff     = 5 * time.Second
@@ -337,8 +338,8 @@ func (c Config) Validate() error {
 	}
 	// INSERT IGNORE would truncate a longer name to the column's 255
 	// characters, merging the inboxes of two consumers.
-	if dialect == DialectMySQL && utf8.RuneCountInString(c.Name) > 255 {
-		return fmt.Errorf("%w: Name is longer than 255 characters, the inbox's consumer column on MySQL", ErrInvalidConfig)
+	if dialect == DialectMySQL && utf8.RuneCountInString(c.Name) > sqlstore.MaxInboxConsumerName {
+		return fmt.Errorf("%w: Name is longer than %d characters, the inbox's consumer column on MySQL", ErrInvalidConfig, sqlstore.MaxInboxConsumerName)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/internal/backoff"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // Consumer applies the events of a topic through typed handlers: it decodes
@@ -32,9 +33,9 @@ import (
 type Consumer struct {
 	reg   *runtime.Registry
 	cfg   Config
-	db    *gorm.DB // nil without GORM
-	sqlDB *sql.DB  // cfg.SQLDB, or db's pool; nil without a database
-	sql   inboxSQL
+	db    *gorm.DB        // nil without GORM
+	sqlDB *sql.DB         // cfg.SQLDB, or db's pool; nil without a database
+	sql   *sqlstore.Inbox // nil without a database
 	log   *slog.Logger
 
 	mu     sync.RWMutex
@@ -93,12 +94,18 @@ func New(reg *runtime.Registry, cfg Config) (*Consumer, error) {
 			return nil, fmt.Errorf("%w: DB has no database/sql pool: %w", ErrInvalidConfig, err)
 		}
 	}
+	var inbox *sqlstore.Inbox
+	if dialect != "" {
+		if inbox, err = sqlstore.NewInbox(sqlstore.Dialect(dialect), cfg.Table, cfg.TxTimeout); err != nil {
+			return nil, inboxErr(err)
+		}
+	}
 	c := &Consumer{
 		reg:    reg,
 		cfg:    cfg,
 		db:     cfg.DB,
 		sqlDB:  sqlDB,
-		sql:    newInboxSQL(cfg.Table, dialect, cfg.TxTimeout),
+		sql:    inbox,
 		log:    cfg.Logger.With(slog.String("consumer", cfg.Name)),
 		routes: make(map[string]*route),
 	}
@@ -451,22 +458,22 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 	defer cancel()
 	var handlerErr error
 	// inTx inserts the marker in tx, then runs the handler.
-	inTx := func(tx execer, handler txs) error {
-		inserted, err := c.sql.mark(tctx, tx, c.cfg, m)
+	inTx := func(tx sqlstore.Execer, handler txs) error {
+		inserted, err := c.sql.Mark(tctx, tx, c.cfg.Name, m.EventID, m.EventType, c.cfg.Clock.Now())
 		if err != nil {
 			return &InboxError{Err: err}
 		}
 		if !inserted {
-			if err := c.sql.restore(tctx, tx); err != nil {
+			if err := c.sql.Restore(tctx, tx); err != nil {
 				return &InboxError{Err: err}
 			}
 			return errDuplicate
 		}
 		if err := call(tctx, r, handler, evt, m); err != nil {
 			handlerErr = err
-			return errors.Join(err, c.sql.restore(tctx, tx))
+			return errors.Join(err, c.sql.Restore(tctx, tx))
 		}
-		if err := c.sql.restore(tctx, tx); err != nil {
+		if err := c.sql.Restore(tctx, tx); err != nil {
 			return &InboxError{Err: err}
 		}
 		return nil

@@ -54,7 +54,9 @@
 // only after the commit, so a crash in between causes a redelivery that the
 // inbox absorbs. The deduplication key is the event id (the message UUID),
 // never a broker offset. [Migrate], [MigrateSQL] and [DDL] create the table
-// (PostgreSQL, SQLite, MySQL/MariaDB); [Consumer.PruneInbox] deletes entries
+// (PostgreSQL, SQLite, MySQL/MariaDB); the inbox's SQL lives in the storage
+// layer, package runtime/sqlstore ([sqlstore.Inbox]), which the relay's
+// store shares. [Consumer.PruneInbox] deletes entries
 // older than [Config.InboxRetention], which must outlast every redelivery
 // horizon (topic retention, offset resets, outbox republishing).
 //

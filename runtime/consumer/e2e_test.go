@@ -28,6 +28,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // Order is the aggregate of the end-to-end test. Seq counts its payments;
@@ -210,7 +211,9 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 	plugin, err := hooks.New(hooks.Config{Topic: func(runtime.Envelope) string { return b.topic }})
 	must(t, err)
 	must(t, db.Use(plugin))
-	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	storeDB, err := db.DB()
+	must(t, err)
+	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{})
 	must(t, err)
 	r, err := relay.New(store, b.publisher(t), relay.Config{})
 	must(t, err)

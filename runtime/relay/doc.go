@@ -93,13 +93,13 @@
 //
 // The relay reports each failure; what follows is up to the store. The store
 // records a failed attempt on each aggregate's first failed message and
-// holds that aggregate's later messages back behind it. hooks.Store, and
+// holds that aggregate's later messages back behind it. sqlstore.Store, and
 // runtimetest.MemoryStore with the same policy, delay the message's retry
 // with a growing delay,
 // counting attempts only in batches where other messages were published (an
 // outage is no message's fault), and parks it after a permanent failure or
 // too many attempts. A parked message holds its aggregate back, to keep the
-// aggregate's order, until an operator unparks it (hooks.Store.Unpark) or
+// aggregate's order, until an operator unparks it (sqlstore.Store.Unpark) or
 // discards it; the other aggregates go on.
 //
 // # Ordering
@@ -120,7 +120,7 @@
 // # One relay, several relays
 //
 // Several relays (several processes, for availability or throughput) may run
-// against the same store. A store that shares the outbox (hooks.Store) gives
+// against the same store. A store that shares the outbox (sqlstore.Store) gives
 // each owner its own messages under a lease: no message is published by two
 // relays at once while the lease holds, no relay gets an aggregate's later
 // messages while another holds its earlier ones, and a stopped, hung or

@@ -14,7 +14,7 @@ import (
 )
 
 func ExampleNew() {
-	// The outbox: in production, hooks.Store on PostgreSQL or SQLite.
+	// The outbox: in production, sqlstore.Store on PostgreSQL or SQLite.
 	store := &runtimetest.MemoryStore{}
 	// The broker: any Watermill publisher (Kafka, AMQP, NATS, ...). This
 	// in-process one delivers in order only when Publish waits for acks.

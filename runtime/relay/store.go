@@ -11,7 +11,7 @@ import (
 type ClaimRequest struct {
 	// Owner identifies the relay instance that claims: [Relay.Run] draws a
 	// new random one each time it starts. Stores that share the outbox
-	// between relays (hooks.Store) hold their leases under it.
+	// between relays (sqlstore.Store) hold their leases under it.
 	Owner string
 
 	// Limit is the most messages to return. It is positive.
@@ -64,8 +64,8 @@ type Failure struct {
 	Permanent bool
 }
 
-// Store is the outbox as the relay sees it. Package hooks provides the SQL
-// implementation (hooks.Store); runtimetest provides an in-memory one and the
+// Store is the outbox as the relay sees it. Package runtime/sqlstore provides the SQL
+// implementation (sqlstore.Store); runtimetest provides an in-memory one and the
 // conformance suite every implementation must pass (runtimetest.TestStore).
 //
 // The relay calls Claim, publishes the batch with no database transaction
@@ -131,7 +131,7 @@ type WakeRequester interface {
 // Stats is the state of an outbox, for monitoring: the three figures to
 // watch are how many messages are pending, how long the oldest has been
 // waiting, and how many failed or were parked. Stores report it from a
-// Stats(ctx) (Stats, error) method (hooks.Store, runtimetest.MemoryStore);
+// Stats(ctx) (Stats, error) method (sqlstore.Store, runtimetest.MemoryStore);
 // the relay does not call it.
 type Stats struct {
 	// Pending counts messages not yet published and not parked.

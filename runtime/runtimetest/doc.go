@@ -11,7 +11,7 @@
 //
 // Beyond [relay.Store], the suite checks the operator's side of a store
 // when the store has it: [Parker], [Discarder], [StatsReader] and
-// [Retainer], which hooks.Store and MemoryStore both implement.
+// [Retainer], which sqlstore.Store and MemoryStore both implement.
 //
 // Nothing here is meant for production: MemoryStore keeps every message in
 // memory until [MemoryStore.DeletePublished] or [MemoryStore.Discard]

@@ -24,7 +24,7 @@ var (
 )
 
 // MemoryStore is an in-memory outbox that implements [relay.Store] with the
-// same policy as the SQL store (hooks.Store), for tests and examples:
+// same policy as the SQL store (sqlstore.Store), for tests and examples:
 //
 //   - [MemoryStore.Claim] returns pending messages in ID order, for each
 //     aggregate a prefix of what it has pending: an aggregate that has a
@@ -41,7 +41,7 @@ var (
 //     nothing was published (the broker is down for everyone) delays the
 //     retry by RetryDelay without counting an attempt.
 //
-// For operators, like hooks.Store, it has [MemoryStore.Unpark],
+// For operators, like sqlstore.Store, it has [MemoryStore.Unpark],
 // [MemoryStore.Discard], [MemoryStore.Stats] and
 // [MemoryStore.DeletePublished].
 //

@@ -41,7 +41,7 @@ var StoreTimings = struct {
 const waitLimit = 20 * time.Second
 
 // Parker is implemented by stores that can put parked messages back in the
-// queue (hooks.Store, [MemoryStore]); [TestStore] checks it when the store
+// queue (sqlstore.Store, [MemoryStore]); [TestStore] checks it when the store
 // has it. Unpark resets the messages' attempts and returns how many of ids
 // were parked; it leaves other messages alone.
 type Parker interface {
@@ -49,7 +49,7 @@ type Parker interface {
 }
 
 // Discarder is implemented by stores that can delete parked messages for
-// good (hooks.Store, [MemoryStore]); [TestStore] checks it when the store
+// good (sqlstore.Store, [MemoryStore]); [TestStore] checks it when the store
 // has it. Discard returns how many of ids were parked and deleted; it
 // leaves other messages alone.
 type Discarder interface {
@@ -57,14 +57,14 @@ type Discarder interface {
 }
 
 // StatsReader is implemented by stores that report their state for
-// monitoring (hooks.Store, [MemoryStore]); [TestStore] checks it when the
+// monitoring (sqlstore.Store, [MemoryStore]); [TestStore] checks it when the
 // store has it.
 type StatsReader interface {
 	Stats(ctx context.Context) (relay.Stats, error)
 }
 
 // Retainer is implemented by stores that delete published messages after a
-// retention period (hooks.Store, [MemoryStore]); [TestStore] checks it when
+// retention period (sqlstore.Store, [MemoryStore]); [TestStore] checks it when
 // the store has it. DeletePublished deletes the messages published more
 // than olderThan ago, at most batch per statement, and returns how many it
 // deleted; it never deletes a pending or parked message.

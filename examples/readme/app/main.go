@@ -23,6 +23,7 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 func main() {
@@ -43,7 +44,7 @@ func main() {
 
 // run places an order, then relays the outbox until ctx is cancelled.
 func run(ctx context.Context, db *gorm.DB, brokers []string) error {
-	// Your tables, and the outbox table (or put hooks.DDL in your migrations).
+	// Your tables, and the outbox table (or put sqlstore.OutboxDDL in your migrations).
 	if err := db.AutoMigrate(&orders.Order{}); err != nil {
 		return err
 	}
@@ -51,9 +52,14 @@ func run(ctx context.Context, db *gorm.DB, brokers []string) error {
 		return err
 	}
 
-	// The relay and the publisher log through slog.Default(): a broker that
-	// does not answer shows as a WARN line per failed attempt.
-	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	// The relay reads the outbox through GORM's *sql.DB. It and the
+	// publisher log through slog.Default(): a broker that does not answer
+	// shows as a WARN line per failed attempt.
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	store, err := sqlstore.NewStore(sqlDB, sqlstore.StoreConfig{})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 var databases = []struct {
@@ -66,7 +67,11 @@ func produce(t *testing.T, brokers []string) {
 	if err := hooks.Migrate(ctx, db, ""); err != nil {
 		t.Fatal(err)
 	}
-	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	storeDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

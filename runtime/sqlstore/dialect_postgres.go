@@ -1,4 +1,4 @@
-package hooks
+package sqlstore
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"gorm.io/gorm"
 )
 
 // postgresDialect is PostgreSQL: the database's clock, partial indexes,
@@ -18,7 +17,7 @@ import (
 // for commit order, array parameters, and LISTEN/NOTIFY.
 type postgresDialect struct{}
 
-func (postgresDialect) name() string    { return "postgres" }
+func (postgresDialect) name() Dialect   { return Postgres }
 func (postgresDialect) ph(n int) string { return "$" + strconv.Itoa(n) }
 
 func (postgresDialect) ddl(table string) []string {
@@ -112,7 +111,7 @@ var insertCasts = [...]string{"uuid", "text", "int4", "text", "text", "text", "t
 // path (an aggregate saved under its row lock, or Enqueue, which takes
 // none). ON CONFLICT (event_id) DO NOTHING RETURNING event_id reports the
 // inserted ids.
-func (d postgresDialect) write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow, orderLocks bool) (map[uuid.UUID]bool, error) {
+func (d postgresDialect) write(ctx context.Context, conn Querier, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
 		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
@@ -129,7 +128,7 @@ func (d postgresDialect) write(ctx context.Context, conn gorm.ConnPool, table st
 }
 
 // insertSQL builds the INSERT of rows and its arguments.
-func (d postgresDialect) insertSQL(table string, rows []pendingRow, orderLocks bool) (string, []any, error) {
+func (d postgresDialect) insertSQL(table string, rows []Row, orderLocks bool) (string, []any, error) {
 	vals, err := insertArgs(rows)
 	if err != nil {
 		return "", nil, err
@@ -141,7 +140,7 @@ func (d postgresDialect) insertSQL(table string, rows []pendingRow, orderLocks b
 		seen := make(map[int32]bool, len(rows))
 		var locks []int32
 		for _, r := range rows {
-			k := int32(aggregateHash(r.env.AggregateType, r.env.AggregateID))
+			k := int32(aggregateHash(r.Envelope.AggregateType, r.Envelope.AggregateID))
 			if !seen[k] {
 				seen[k] = true
 				locks = append(locks, k)

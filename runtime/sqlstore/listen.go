@@ -1,4 +1,4 @@
-package hooks
+package sqlstore
 
 import (
 	"context"
@@ -20,7 +20,7 @@ const (
 )
 
 // Listen waits for PostgreSQL notifications on the outbox table's channel
-// (sent by the statement trigger that [Migrate] installs) and calls notify
+// (sent by the statement trigger that [MigrateOutbox] installs) and calls notify
 // for each, after one initial call once it is listening. It holds one pool
 // connection, which it discards when it returns, and checks every 15s that
 // the connection still answers within 5s. It returns ctx.Err() when ctx is
@@ -37,14 +37,14 @@ func (postgresDialect) listen(ctx context.Context, s *Store, notify func()) erro
 	conn, err := s.db.Conn(cctx)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("hooks: listen: %w", err)
+		return fmt.Errorf("sqlstore: listen: %w", err)
 	}
 	defer conn.Close()
 	var lerr error
 	err = conn.Raw(func(dc any) error {
 		c, ok := dc.(*stdlib.Conn)
 		if !ok {
-			lerr = fmt.Errorf("hooks: listen: %w: the driver is %T, LISTEN needs pgx", errors.ErrUnsupported, dc)
+			lerr = fmt.Errorf("sqlstore: listen: %w: the driver is %T, LISTEN needs pgx", errors.ErrUnsupported, dc)
 			return nil
 		}
 		pc := c.Conn()
@@ -52,7 +52,7 @@ func (postgresDialect) listen(ctx context.Context, s *Store, notify func()) erro
 		_, err := pc.Exec(lctx, `LISTEN "`+baseName(s.table)+`"`)
 		cancel()
 		if err != nil {
-			lerr = fmt.Errorf("hooks: listen: %w", err)
+			lerr = fmt.Errorf("sqlstore: listen: %w", err)
 			return driver.ErrBadConn
 		}
 		notify()
@@ -69,7 +69,7 @@ func (postgresDialect) listen(ctx context.Context, s *Store, notify func()) erro
 				return driver.ErrBadConn // listening: never hand it back to the pool
 			}
 			if !errors.Is(err, context.DeadlineExceeded) || pc.IsClosed() {
-				lerr = fmt.Errorf("hooks: listen: %w", err)
+				lerr = fmt.Errorf("sqlstore: listen: %w", err)
 				return driver.ErrBadConn
 			}
 			// Quiet for a while: make sure the connection still answers.
@@ -80,7 +80,7 @@ func (postgresDialect) listen(ctx context.Context, s *Store, notify func()) erro
 				if ctx.Err() != nil {
 					lerr = ctx.Err()
 				} else {
-					lerr = fmt.Errorf("hooks: listen: connection check: %w", err)
+					lerr = fmt.Errorf("sqlstore: listen: connection check: %w", err)
 				}
 				return driver.ErrBadConn
 			}
@@ -91,7 +91,7 @@ func (postgresDialect) listen(ctx context.Context, s *Store, notify func()) erro
 		return lerr
 	}
 	if err != nil {
-		return fmt.Errorf("hooks: listen: %w", err)
+		return fmt.Errorf("sqlstore: listen: %w", err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package hooks
+package sqlstore
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"gorm.io/gorm"
 )
 
 // sqliteDialect is SQLite: the process's clock (unix microseconds where the
@@ -17,7 +16,7 @@ import (
 // order with no lock of ours.
 type sqliteDialect struct{}
 
-func (sqliteDialect) name() string  { return "sqlite" }
+func (sqliteDialect) name() Dialect { return SQLite }
 func (sqliteDialect) ph(int) string { return "?" }
 
 func (sqliteDialect) ddl(table string) []string {
@@ -65,7 +64,7 @@ func (sqliteDialect) migrateLock(string) string { return "" }
 // write runs one INSERT ... ON CONFLICT (event_id) DO NOTHING RETURNING
 // event_id per chunk. SQLite serialises every writing transaction, so the
 // ids follow commit order.
-func (sqliteDialect) write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow, _ bool) (map[uuid.UUID]bool, error) {
+func (sqliteDialect) write(ctx context.Context, conn Querier, table string, rows []Row, _ bool) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
 		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
@@ -153,7 +152,7 @@ func (sqliteDialect) pendingAge(from string) string {
 }
 
 func (sqliteDialect) listen(context.Context, *Store, func()) error {
-	return fmt.Errorf("hooks: listen: %w: LISTEN/NOTIFY needs PostgreSQL", errors.ErrUnsupported)
+	return fmt.Errorf("sqlstore: listen: %w: LISTEN/NOTIFY needs PostgreSQL", errors.ErrUnsupported)
 }
 
 // guardLeaseTx does nothing: SQLite's locks end with the process's

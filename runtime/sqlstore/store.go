@@ -1,9 +1,8 @@
-package hooks
+package sqlstore
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,17 +11,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-	"gorm.io/gorm"
-
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 )
 
 // StoreConfig configures a [Store]. The zero value is a valid configuration.
 type StoreConfig struct {
-	// Table is the outbox table; it must match the plugin's. Default:
-	// [DefaultTable].
+	// Dialect is the database's dialect. Default: [DialectOf] the
+	// *sql.DB, which knows the usual drivers; set it for another driver
+	// (an instrumenting wrapper, say).
+	Dialect Dialect
+
+	// Table is the outbox table; it must match the writer's (the GORM
+	// plugin's Config.Table). Default: [DefaultTable].
 	Table string
 
 	// RetryDelay is how long a message that failed to publish waits before
@@ -83,11 +84,11 @@ func (c *StoreConfig) setDefaults() {
 func (c StoreConfig) Validate() error {
 	switch {
 	case c.RetryDelay < 0 || c.MaxRetryDelay < 0 || c.MaxAttempts < 0 || c.LeaseTTL < 0:
-		return fmt.Errorf("hooks: store config: RetryDelay, MaxRetryDelay, MaxAttempts and LeaseTTL must not be negative")
+		return fmt.Errorf("sqlstore: store config: RetryDelay, MaxRetryDelay, MaxAttempts and LeaseTTL must not be negative")
 	case c.LeaseTTL > 0 && c.LeaseTTL < 100*time.Millisecond:
-		return fmt.Errorf("hooks: store config: LeaseTTL %v is shorter than 100ms", c.LeaseTTL)
+		return fmt.Errorf("sqlstore: store config: LeaseTTL %v is shorter than 100ms", c.LeaseTTL)
 	case c.Table != "":
-		return validTable(c.Table)
+		return CheckTable(c.Table, MaxOutboxTableName)
 	}
 	return nil
 }
@@ -114,7 +115,7 @@ func (c StoreConfig) Validate() error {
 // # What a claim returns
 //
 // The pending rows of the relay's shards in id order (for each aggregate, in
-// commit order: see [Plugin]), up to the row and byte limits, leaving out
+// commit order: see [Writer]), up to the row and byte limits, leaving out
 // every aggregate that has a message waiting for its retry or parked, so a
 // failing aggregate holds back only itself.
 //
@@ -150,27 +151,22 @@ var (
 	_ relay.Notifier = (*Store)(nil)
 )
 
-// NewStore returns a store on db's connection pool. It returns an error
-// wrapping [ErrInvalidTable] or [ErrUnsupportedDialect] for a bad table name
-// or dialect.
-func NewStore(db *gorm.DB, cfg StoreConfig) (*Store, error) {
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, fmt.Errorf("hooks: store: %w", err)
-	}
-	return NewSQLStore(sqlDB, db.Dialector.Name(), cfg)
-}
-
-// NewSQLStore returns a store on a database/sql pool, for relays that do not
-// use GORM. driver is "postgres" (pgx's stdlib driver, "pgx"), "sqlite" or
-// "mysql" (MySQL 8 or MariaDB 10.6+ through github.com/go-sql-driver/mysql,
-// whose DSN must have parseTime=true and the default loc, UTC).
-func NewSQLStore(db *sql.DB, driver string, cfg StoreConfig) (*Store, error) {
+// NewStore returns a store on db's connection pool (GORM users pass
+// db.DB()). The dialect is cfg.Dialect, or [DialectOf] db. It returns an
+// error wrapping [ErrInvalidTable] or [ErrUnsupportedDialect] for a bad
+// table name or dialect.
+func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d, err := dialectOf(driver)
+	if cfg.Dialect == "" {
+		var err error
+		if cfg.Dialect, err = DialectOf(db); err != nil {
+			return nil, fmt.Errorf("sqlstore: store: %w", err)
+		}
+	}
+	d, err := sqlOf(cfg.Dialect)
 	if err != nil {
 		return nil, err
 	}
@@ -218,10 +214,10 @@ const selectColumns = "id, event_id, event_type, event_version, aggregate_type, 
 // Deadline is the end of the owner's lease.
 func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch, error) {
 	if req.Limit <= 0 {
-		return relay.Batch{}, fmt.Errorf("hooks: claim: limit %d must be positive", req.Limit)
+		return relay.Batch{}, fmt.Errorf("sqlstore: claim: limit %d must be positive", req.Limit)
 	}
 	if req.Owner == "" {
-		return relay.Batch{}, errors.New("hooks: claim: empty owner")
+		return relay.Batch{}, errors.New("sqlstore: claim: empty owner")
 	}
 	o := s.owner(req.Owner)
 	o.mu.Lock()
@@ -252,53 +248,53 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease) error {
 	ttl := s.cfg.LeaseTTL
 	tx, err := s.db.BeginTx(ctx, s.dialect.leaseTx())
 	if err != nil {
-		return fmt.Errorf("hooks: lease: begin: %w", err)
+		return fmt.Errorf("sqlstore: lease: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }() // no-op after Commit
 	restore, err := s.dialect.guardLeaseTx(ctx, tx, ttl/2)
 	if err != nil {
-		return fmt.Errorf("hooks: lease: %w", err)
+		return fmt.Errorf("sqlstore: lease: %w", err)
 	}
 	l := s.lease
 	if err := l.register(ctx, tx, owner, start, ttl); err != nil {
-		return fmt.Errorf("hooks: lease: register relay: %w", err)
+		return fmt.Errorf("sqlstore: lease: register relay: %w", err)
 	}
 	alive, err := l.alive(ctx, tx, start)
 	if err != nil {
-		return fmt.Errorf("hooks: lease: count relays: %w", err)
+		return fmt.Errorf("sqlstore: lease: count relays: %w", err)
 	}
 	owned, err := l.renew(ctx, tx, owner, start, ttl)
 	if err != nil {
-		return fmt.Errorf("hooks: lease: renew: %w", err)
+		return fmt.Errorf("sqlstore: lease: renew: %w", err)
 	}
 	target := (Shards + max(alive, 1) - 1) / max(alive, 1)
 	switch {
 	case len(owned) > target:
 		if err := l.release(ctx, tx, owner, owned[target:]); err != nil {
-			return fmt.Errorf("hooks: lease: give back shards: %w", err)
+			return fmt.Errorf("sqlstore: lease: give back shards: %w", err)
 		}
 		owned = owned[:target]
 	case len(owned) < target:
 		got, err := l.acquire(ctx, tx, owner, start, ttl, target-len(owned))
 		if err != nil {
-			return fmt.Errorf("hooks: lease: take shards: %w", err)
+			return fmt.Errorf("sqlstore: lease: take shards: %w", err)
 		}
 		owned = append(owned, got...)
 		slices.Sort(owned)
 	}
 	if err := l.forget(ctx, tx, start); err != nil {
-		return fmt.Errorf("hooks: lease: forget stopped relays: %w", err)
+		return fmt.Errorf("sqlstore: lease: forget stopped relays: %w", err)
 	}
 	if s.inRenew != nil {
 		s.inRenew()
 	}
 	if restore != nil {
 		if err := restore(ctx); err != nil {
-			return fmt.Errorf("hooks: lease: restore session timeouts: %w", err)
+			return fmt.Errorf("sqlstore: lease: restore session timeouts: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("hooks: lease: commit: %w", err)
+		return fmt.Errorf("sqlstore: lease: commit: %w", err)
 	}
 	o.shards = owned
 	// The database's expiry is its now() plus ttl, and its now() came after
@@ -358,10 +354,10 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 		o.shards, o.validUntil = nil, time.Time{}
 	}
 	if err := s.lease.release(ctx, s.db, owner, nil); err != nil {
-		return fmt.Errorf("hooks: release leases: %w", err)
+		return fmt.Errorf("sqlstore: release leases: %w", err)
 	}
 	if err := s.lease.unregister(ctx, s.db, owner); err != nil {
-		return fmt.Errorf("hooks: release leases: %w", err)
+		return fmt.Errorf("sqlstore: release leases: %w", err)
 	}
 	return nil
 }
@@ -378,38 +374,28 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, limit int, 
 	q, args := s.dialect.claimQuery(s.tables, shardFilter, limit, maxBytes)
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("hooks: claim: select pending: %w", err)
+		return nil, fmt.Errorf("sqlstore: claim: select pending: %w", err)
 	}
 	defer rows.Close()
 	msgs := make([]runtime.OutboxMessage, 0, min(limit, 1024))
 	for rows.Next() {
 		var (
-			m        runtime.OutboxMessage
-			id       string
-			payload  []byte
-			headers  sql.NullString
-			occurred time.Time
-			created  time.Time
+			r       RowValues
+			headers sql.NullString
 		)
-		if err := rows.Scan(&m.ID, &id, &m.EventType, &m.EventVersion, &m.AggregateType, &m.AggregateID,
-			&m.Topic, &payload, &headers, &occurred, &created, &m.Attempts); err != nil {
-			return nil, fmt.Errorf("hooks: claim: scan: %w", err)
+		if err := rows.Scan(&r.ID, &r.EventID, &r.EventType, &r.EventVersion, &r.AggregateType, &r.AggregateID,
+			&r.Topic, &r.Payload, &headers, &r.OccurredAt, &r.CreatedAt, &r.Attempts); err != nil {
+			return nil, fmt.Errorf("sqlstore: claim: scan: %w", err)
 		}
-		if m.EventID, err = uuid.Parse(id); err != nil {
-			return nil, fmt.Errorf("hooks: claim: row %d: event id %q: %w", m.ID, id, err)
+		r.Headers = headers.String
+		m, err := DecodeRow(r)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: claim: %w", err)
 		}
-		if headers.Valid && headers.String != "" && headers.String != "null" {
-			if err := json.Unmarshal([]byte(headers.String), &m.Headers); err != nil {
-				return nil, fmt.Errorf("hooks: claim: row %d: headers: %w", m.ID, err)
-			}
-		}
-		m.Payload = payload
-		m.OccurredAt = occurred.UTC()
-		m.CreatedAt = created.UTC()
 		msgs = append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("hooks: claim: select pending: %w", err)
+		return nil, fmt.Errorf("sqlstore: claim: select pending: %w", err)
 	}
 	return msgs, nil
 }
@@ -431,7 +417,7 @@ const (
 func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error {
 	tok, ok := b.Token.(claimToken)
 	if !ok {
-		return fmt.Errorf("hooks: mark: the batch's token is %T, not this store's", b.Token)
+		return fmt.Errorf("sqlstore: mark: the batch's token is %T, not this store's", b.Token)
 	}
 	if err := s.markPublished(ctx, tok.owner, o.Published); err != nil {
 		return err
@@ -455,7 +441,7 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 	for _, f := range o.Failed {
 		m := byID[f.ID]
 		if m == nil {
-			return fmt.Errorf("hooks: mark: failed id %d is not in the batch", f.ID)
+			return fmt.Errorf("sqlstore: mark: failed id %d is not in the batch", f.ID)
 		}
 		a := aggKey{m.AggregateType, m.AggregateID}
 		if seen[a] {
@@ -477,7 +463,7 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 	for _, g := range order {
 		set, args := s.dialect.failureSet(g.kind, g.text, s.cfg)
 		if err := s.dialect.updateFenced(ctx, s.db, s.tables, tok.owner, set, args, groups[g]); err != nil {
-			return fmt.Errorf("hooks: mark: record failed attempt: %w", err)
+			return fmt.Errorf("sqlstore: mark: record failed attempt: %w", err)
 		}
 	}
 	return nil
@@ -492,7 +478,7 @@ func (s *Store) markPublished(ctx context.Context, owner string, ids []int64) er
 	}
 	set, args := s.dialect.publishedSet()
 	if err := s.dialect.updateFenced(ctx, s.db, s.tables, owner, set, args, ids); err != nil {
-		return fmt.Errorf("hooks: mark published: %w", err)
+		return fmt.Errorf("sqlstore: mark published: %w", err)
 	}
 	return nil
 }
@@ -513,7 +499,7 @@ func (s *Store) Unpark(ctx context.Context, ids ...int64) (int64, error) {
 	n, err := s.execIDs(ctx, `UPDATE `+s.table+` SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
 		WHERE parked_at IS NOT NULL AND published_at IS NULL AND id IN (%s)`, ids)
 	if err != nil {
-		return n, fmt.Errorf("hooks: unpark: %w", err)
+		return n, fmt.Errorf("sqlstore: unpark: %w", err)
 	}
 	return n, nil
 }
@@ -525,7 +511,7 @@ func (s *Store) Unpark(ctx context.Context, ids ...int64) (int64, error) {
 func (s *Store) Discard(ctx context.Context, ids ...int64) (int64, error) {
 	n, err := s.execIDs(ctx, `DELETE FROM `+s.table+` WHERE parked_at IS NOT NULL AND published_at IS NULL AND id IN (%s)`, ids)
 	if err != nil {
-		return n, fmt.Errorf("hooks: discard: %w", err)
+		return n, fmt.Errorf("sqlstore: discard: %w", err)
 	}
 	return n, nil
 }
@@ -572,11 +558,11 @@ func (s *Store) DeletePublished(ctx context.Context, olderThan time.Duration, ba
 		q, args := s.dialect.deletePublished(s.table, olderThan, batch)
 		res, err := s.db.ExecContext(ctx, q, args...)
 		if err != nil {
-			return total, fmt.Errorf("hooks: delete published: %w", err)
+			return total, fmt.Errorf("sqlstore: delete published: %w", err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return total, fmt.Errorf("hooks: delete published: %w", err)
+			return total, fmt.Errorf("sqlstore: delete published: %w", err)
 		}
 		total += n
 		if n < int64(batch) {
@@ -585,28 +571,24 @@ func (s *Store) DeletePublished(ctx context.Context, olderThan time.Duration, ba
 	}
 }
 
-// Stats is the state of the outbox table, for monitoring: the three figures
-// to watch are how many messages are pending, how long the oldest has been
-// waiting, and how many failed or were parked (see [Store.Unpark] and
-// [Store.Discard]). It is [relay.Stats]; OldestPending is measured on the
-// database's clock (the process's on SQLite).
-type Stats = relay.Stats
-
-// Stats reads the outbox's [Stats] with one query over the pending and
+// Stats reads the state of the outbox table, for monitoring: how many
+// messages are pending, how long the oldest has been waiting (on the
+// database's clock, the process's on SQLite), and how many failed or were
+// parked (see [Store.Unpark] and [Store.Discard]). It reads it with one query over the pending and
 // parked rows' partial indexes; published rows are not read. On a large
 // backlog it counts every pending row: call it at scrape intervals, not per
 // message.
-func (s *Store) Stats(ctx context.Context) (Stats, error) {
+func (s *Store) Stats(ctx context.Context) (relay.Stats, error) {
 	pending := `FROM ` + s.table + ` WHERE published_at IS NULL AND parked_at IS NULL`
 	age := s.dialect.pendingAge(pending)
 	q := `SELECT (SELECT count(*) ` + pending + `),
 		(SELECT count(*) ` + pending + ` AND attempts > 0),
 		(SELECT count(*) FROM ` + s.table + ` WHERE parked_at IS NOT NULL AND published_at IS NULL),
 		` + age
-	var st Stats
+	var st relay.Stats
 	var seconds float64
 	if err := s.db.QueryRowContext(ctx, q).Scan(&st.Pending, &st.Retrying, &st.Parked, &seconds); err != nil {
-		return Stats{}, fmt.Errorf("hooks: stats: %w", err)
+		return relay.Stats{}, fmt.Errorf("sqlstore: stats: %w", err)
 	}
 	if seconds > 0 {
 		st.OldestPending = time.Duration(seconds * float64(time.Second))

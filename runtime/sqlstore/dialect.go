@@ -1,24 +1,98 @@
-package hooks
+package sqlstore
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"gorm.io/gorm"
 )
+
+// Dialect is one of the databases the storage layer has SQL for.
+type Dialect string
+
+// The supported dialects. Their values are GORM's dialector names.
+const (
+	// Postgres is PostgreSQL, through pgx's database/sql driver
+	// (github.com/jackc/pgx/v5/stdlib, driver name "pgx"); LISTEN/NOTIFY
+	// and the fast paths need pgx. lib/pq works for the rest.
+	Postgres Dialect = "postgres"
+	// MySQL is MySQL 8 or MariaDB 10.6+ (InnoDB) through
+	// github.com/go-sql-driver/mysql, with parseTime=true and the default
+	// loc (UTC).
+	MySQL Dialect = "mysql"
+	// SQLite is SQLite through any of the usual drivers
+	// (github.com/glebarez/go-sqlite, modernc.org/sqlite,
+	// github.com/mattn/go-sqlite3).
+	SQLite Dialect = "sqlite"
+)
+
+// ParseDialect returns the dialect of a GORM dialector name or a
+// database/sql driver name: "postgres" or "pgx", "mysql", "sqlite" or
+// "sqlite3". Other names return an error wrapping [ErrUnsupportedDialect].
+func ParseDialect(name string) (Dialect, error) {
+	switch name {
+	case "postgres", "pgx":
+		return Postgres, nil
+	case "sqlite", "sqlite3":
+		return SQLite, nil
+	case "mysql":
+		return MySQL, nil
+	}
+	return "", fmt.Errorf("%w: %q (supported: postgres, sqlite, mysql)", ErrUnsupportedDialect, name)
+}
+
+// driverPackages maps the package path of a database/sql driver type to
+// its dialect. Paths are matched by prefix, so a driver's subpackages and
+// major versions count.
+var driverPackages = []struct {
+	prefix  string
+	dialect Dialect
+}{
+	{"github.com/jackc/pgx", Postgres},
+	{"github.com/lib/pq", Postgres},
+	{"github.com/go-sql-driver/mysql", MySQL},
+	{"github.com/glebarez/go-sqlite", SQLite},
+	{"github.com/glebarez/sqlite", SQLite},
+	{"modernc.org/sqlite", SQLite},
+	{"github.com/mattn/go-sqlite3", SQLite},
+	{"github.com/ncruces/go-sqlite3", SQLite},
+}
+
+// DialectOf returns the dialect of db from its driver's Go type: pgx's
+// stdlib driver and lib/pq are [Postgres], go-sql-driver/mysql is [MySQL],
+// and the glebarez, modernc and mattn SQLite drivers are [SQLite]. Another
+// driver (a wrapper that instruments a driver, say) returns an error
+// wrapping [ErrUnsupportedDialect]: then name the dialect yourself
+// ([StoreConfig.Dialect], [ParseDialect]).
+func DialectOf(db *sql.DB) (Dialect, error) {
+	t := reflect.TypeOf(db.Driver())
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	pkg := ""
+	if t != nil {
+		pkg = t.PkgPath()
+	}
+	for _, d := range driverPackages {
+		if pkg == d.prefix || strings.HasPrefix(pkg, d.prefix+"/") {
+			return d.dialect, nil
+		}
+	}
+	return "", fmt.Errorf("%w: cannot tell the dialect of driver %T; name it", ErrUnsupportedDialect, db.Driver())
+}
 
 // dialect is everything that differs between the supported databases: each
 // database's SQL lives in its own file (dialect_postgres.go,
 // dialect_sqlite.go, dialect_mysql.go), behind this one interface, and the
-// plugin and the store are written once against it.
+// [Writer] and the [Store] are written once against it (the [Inbox]'s few
+// statements switch on [Dialect]).
 type dialect interface {
-	// name is the dialect's name, as GORM's dialector reports it.
-	name() string
+	// name is the dialect's name.
+	name() Dialect
 	// ph returns the n-th (1-based) bind placeholder.
 	ph(n int) string
 
@@ -29,13 +103,12 @@ type dialect interface {
 	// inside their transaction, or "".
 	migrateLock(table string) string
 
-	// write inserts rows into table through conn (the statement's
-	// connection, in the business transaction or not), skipping event ids
-	// that already have a row, and reports which ids it inserted. It keeps
-	// each aggregate's ids in commit order (see "Commit order" in the
-	// package documentation), unless orderLocks is false (benchmarks that
-	// measure what that costs).
-	write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow, orderLocks bool) (map[uuid.UUID]bool, error)
+	// write inserts rows into table through q (the business transaction's
+	// connection, or a pool), skipping event ids that already have a row,
+	// and reports which ids it inserted. It keeps each aggregate's ids in
+	// commit order (see "Commit order" in the package documentation),
+	// unless orderLocks is false (benchmarks that measure what that costs).
+	write(ctx context.Context, q Querier, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error)
 
 	// leaseTx is the isolation of the lease bookkeeping transaction.
 	leaseTx() *sql.TxOptions
@@ -75,18 +148,17 @@ type dialect interface {
 	listen(ctx context.Context, s *Store, notify func()) error
 }
 
-// dialectOf returns the dialect of a GORM dialector name, or of a
-// database/sql driver name.
-func dialectOf(name string) (dialect, error) {
-	switch name {
-	case "postgres", "pgx":
+// sqlOf returns the SQL of dialect d.
+func sqlOf(d Dialect) (dialect, error) {
+	switch d {
+	case Postgres:
 		return postgresDialect{}, nil
-	case "sqlite":
+	case SQLite:
 		return sqliteDialect{}, nil
-	case "mysql":
+	case MySQL:
 		return mysqlDialect{}, nil
 	}
-	return nil, fmt.Errorf("%w: %q (supported: postgres, sqlite, mysql)", ErrUnsupportedDialect, name)
+	return nil, fmt.Errorf("%w: %q (supported: postgres, sqlite, mysql)", ErrUnsupportedDialect, string(d))
 }
 
 // storeTables names a store's tables.
@@ -104,36 +176,47 @@ type leaseOps interface {
 	// renew extends owner's leases to now + ttl and returns their shards.
 	renew(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration) ([]int16, error)
 	// release gives back owner's shards: all of them when shards is nil.
-	release(ctx context.Context, q execer, owner string, shards []int16) error
+	release(ctx context.Context, q Execer, owner string, shards []int16) error
 	// acquire takes up to n free or expired shards for owner, skipping
 	// those another relay's transaction holds, and returns them.
 	acquire(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration, n int) ([]int16, error)
 	// forget unregisters relays dead for an hour, and unregister one that
 	// stopped.
 	forget(ctx context.Context, tx *sql.Tx, now time.Time) error
-	unregister(ctx context.Context, q execer, owner string) error
+	unregister(ctx context.Context, q Execer, owner string) error
 }
 
-// execer is a *sql.DB or a *sql.Tx.
-type execer interface {
+// Execer runs a statement: a *sql.DB, *sql.Conn or *sql.Tx, or the
+// connection pool of a GORM transaction.
+type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
+// Querier is what a [Writer] writes through: a *sql.DB, *sql.Conn or
+// *sql.Tx, or the connection pool of a GORM statement (gorm.ConnPool has
+// these methods).
+type Querier interface {
+	Execer
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 // insertArgs returns the ten arguments of rows' insertColumns, row by row.
-func insertArgs(rows []pendingRow) ([]any, error) {
+func insertArgs(rows []Row) ([]any, error) {
 	args := make([]any, 0, 10*len(rows))
 	for _, r := range rows {
+		env := &r.Envelope
 		var headers any
-		if len(r.env.Headers) > 0 {
-			h, err := json.Marshal(r.env.Headers)
+		if len(env.Headers) > 0 {
+			h, err := EncodeHeaders(env.Headers)
 			if err != nil {
-				return nil, fmt.Errorf("marshal headers of event %s: %w", r.env.EventID, err)
+				return nil, fmt.Errorf("event %s: %w", env.EventID, err)
 			}
-			headers = string(h)
+			headers = h
 		}
-		args = append(args, r.env.EventID.String(), r.env.EventType, r.env.EventVersion,
-			r.env.AggregateType, r.env.AggregateID, r.topic, string(r.env.Payload), headers,
-			r.env.OccurredAt, ShardOf(r.env.AggregateType, r.env.AggregateID))
+		args = append(args, env.EventID.String(), env.EventType, env.EventVersion,
+			env.AggregateType, env.AggregateID, r.Topic, string(env.Payload), headers,
+			env.OccurredAt, ShardOf(env.AggregateType, env.AggregateID))
 	}
 	return args, nil
 }
@@ -216,7 +299,7 @@ func (l returningLeases) renew(ctx context.Context, tx *sql.Tx, owner string, no
 	return scanShards(tx.QueryContext(ctx, l.renewQ, append(until, owner)...))
 }
 
-func (l returningLeases) release(ctx context.Context, q execer, owner string, shards []int16) error {
+func (l returningLeases) release(ctx context.Context, q Execer, owner string, shards []int16) error {
 	stmt := l.releaseQ
 	if shards != nil {
 		stmt += " AND shard IN (" + shardList(shards) + ")"
@@ -236,7 +319,7 @@ func (l returningLeases) forget(ctx context.Context, tx *sql.Tx, now time.Time) 
 	return err
 }
 
-func (l returningLeases) unregister(ctx context.Context, q execer, owner string) error {
+func (l returningLeases) unregister(ctx context.Context, q Execer, owner string) error {
 	_, err := q.ExecContext(ctx, l.unregisterQ, owner)
 	return err
 }

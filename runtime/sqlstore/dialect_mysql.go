@@ -1,4 +1,4 @@
-package hooks
+package sqlstore
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
-	"gorm.io/gorm"
 )
 
 // mysqlDialect is MySQL 8 and MariaDB 10.6+ (InnoDB), through
@@ -49,7 +48,7 @@ import (
 //     (UTC_TIMESTAMP(6)).
 type mysqlDialect struct{}
 
-func (mysqlDialect) name() string  { return "mysql" }
+func (mysqlDialect) name() Dialect { return MySQL }
 func (mysqlDialect) ph(int) string { return "?" }
 
 // lockSlots is the number of rows the commit-order lock table can hold:
@@ -104,18 +103,16 @@ func (mysqlDialect) ddl(table string) []string {
 
 func (mysqlDialect) migrateLock(string) string { return "" }
 
-// write inserts rows; see mysqlDialect for how.
-func (d mysqlDialect) write(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow, orderLocks bool) (map[uuid.UUID]bool, error) {
-	if _, inTx := conn.(gorm.TxCommitter); inTx || !orderLocks {
+// write inserts rows; see mysqlDialect for how. Outside a transaction (q
+// has no Commit method) it begins one on q's pool, so that the
+// commit-order lock covers the rows' commit.
+func (d mysqlDialect) write(ctx context.Context, conn Querier, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error) {
+	if _, inTx := conn.(txCommitter); inTx || !orderLocks {
 		return d.writeTx(ctx, conn, table, rows, orderLocks)
 	}
-	db, err := sqlDBOf(conn)
+	tx, err := beginOn(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("insert into %s: a transaction for the commit-order lock: %w", table, err)
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("insert into %s: begin: %w", table, err)
 	}
 	defer func() { _ = tx.Rollback() }() // no-op after Commit
 	inserted, err := d.writeTx(ctx, tx, table, rows, true)
@@ -128,7 +125,7 @@ func (d mysqlDialect) write(ctx context.Context, conn gorm.ConnPool, table strin
 	return inserted, nil
 }
 
-func (mysqlDialect) writeTx(ctx context.Context, conn gorm.ConnPool, table string, rows []pendingRow, orderLocks bool) (map[uuid.UUID]bool, error) {
+func (mysqlDialect) writeTx(ctx context.Context, conn Querier, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
 		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
@@ -145,7 +142,7 @@ func (mysqlDialect) writeTx(ctx context.Context, conn gorm.ConnPool, table strin
 		_, err = conn.ExecContext(ctx, q+valuesList(len(chunk), 10), args...)
 		if err == nil {
 			for _, r := range chunk {
-				inserted[r.env.EventID] = true
+				inserted[r.Envelope.EventID] = true
 			}
 			continue
 		}
@@ -159,7 +156,7 @@ func (mysqlDialect) writeTx(ctx context.Context, conn gorm.ConnPool, table strin
 			_, err := conn.ExecContext(ctx, one, args[10*i:10*i+10]...)
 			switch {
 			case err == nil:
-				inserted[r.env.EventID] = true
+				inserted[r.Envelope.EventID] = true
 			case !isDuplicateKey(err):
 				return nil, fmt.Errorf("insert into %s: %w", table, err)
 			}
@@ -171,10 +168,10 @@ func (mysqlDialect) writeTx(ctx context.Context, conn gorm.ConnPool, table strin
 // lockSlotsSQL locks the commit-order slots of rows' aggregates, in slot
 // order, creating the slots' rows on first use. The slots are numbers,
 // spliced into the statement so that it needs no prepared statement.
-func lockSlotsSQL(table string, rows []pendingRow) string {
+func lockSlotsSQL(table string, rows []Row) string {
 	slots := make([]int, 0, len(rows))
 	for _, r := range rows {
-		slots = append(slots, int(aggregateHash(r.env.AggregateType, r.env.AggregateID)%lockSlots))
+		slots = append(slots, int(aggregateHash(r.Envelope.AggregateType, r.Envelope.AggregateID)%lockSlots))
 	}
 	slices.Sort(slots)
 	slots = slices.Compact(slots)
@@ -228,7 +225,7 @@ func (l mysqlLeases) renew(ctx context.Context, tx *sql.Tx, owner string, _ time
 	return scanShards(tx.QueryContext(ctx, `SELECT shard FROM `+l.t.leases+` WHERE owner = ?`, owner))
 }
 
-func (l mysqlLeases) release(ctx context.Context, q execer, owner string, shards []int16) error {
+func (l mysqlLeases) release(ctx context.Context, q Execer, owner string, shards []int16) error {
 	stmt := `UPDATE ` + l.t.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = ?`
 	if shards != nil {
 		stmt += " AND shard IN (" + shardList(shards) + ")"
@@ -279,7 +276,7 @@ func (l mysqlLeases) forget(ctx context.Context, tx *sql.Tx, _ time.Time) error 
 	return err
 }
 
-func (l mysqlLeases) unregister(ctx context.Context, q execer, owner string) error {
+func (l mysqlLeases) unregister(ctx context.Context, q Execer, owner string) error {
 	_, err := q.ExecContext(ctx, `DELETE FROM `+l.t.relays+` WHERE owner = ?`, owner)
 	return err
 }
@@ -334,7 +331,7 @@ func (mysqlDialect) pendingAge(from string) string {
 }
 
 func (mysqlDialect) listen(context.Context, *Store, func()) error {
-	return fmt.Errorf("hooks: listen: %w: LISTEN/NOTIFY needs PostgreSQL; the relay polls", errors.ErrUnsupported)
+	return fmt.Errorf("sqlstore: listen: %w: LISTEN/NOTIFY needs PostgreSQL; the relay polls", errors.ErrUnsupported)
 }
 
 // guardLeaseTx sets the session's wait_timeout and innodb_lock_wait_timeout

@@ -1,0 +1,150 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+// exampleDB opens a SQLite file in a temporary directory; remove cleans up.
+func exampleDB() (db *sql.DB, remove func(), err error) {
+	dir, err := os.MkdirTemp("", "sqlstore-example")
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err = sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return db, func() { db.Close(); os.RemoveAll(dir) }, nil
+}
+
+// A relay process needs a *sql.DB and nothing else: the store detects the
+// dialect from the driver. Here a Writer puts an event in the outbox, as the
+// GORM plugin does inside a business transaction, and the store claims it.
+func ExampleNewStore() {
+	db, remove, err := exampleDB()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer remove()
+	ctx := context.Background()
+	if err := sqlstore.MigrateOutbox(ctx, db, "", ""); err != nil { // dialect from the driver, default table
+		fmt.Println(err)
+		return
+	}
+
+	w, err := sqlstore.NewWriter(sqlstore.SQLite, "", sqlstore.WriterConfig{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	row := sqlstore.Row{Topic: "orders", Envelope: runtime.Envelope{
+		EventID: runtime.NewEventID(), EventType: "orders.order_placed", EventVersion: 1,
+		AggregateType: "order", AggregateID: "42", OccurredAt: time.Now(), Payload: []byte(`{"total":"12.50"}`),
+	}}
+	if _, err := w.Write(ctx, tx, []sqlstore.Row{row}); err != nil { // with the business rows
+		fmt.Println(err)
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer store.Close()
+	batch, err := store.Claim(ctx, relay.ClaimRequest{Owner: "example", Limit: 10})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, m := range batch.Messages {
+		fmt.Println(m.Topic, m.EventType, m.AggregateID, string(m.Payload))
+	}
+	// Output:
+	// orders orders.order_placed 42 {"total":"12.50"}
+}
+
+// A relay that reads the outbox from a change stream instead of a claim
+// query decodes each row's columns into the message the relay publishes.
+func ExampleDecodeRow() {
+	m, err := sqlstore.DecodeRow(sqlstore.RowValues{
+		ID: 7, EventID: "0193a1f0-7c3e-7d4a-9b1e-3f2a1c0d4e5f", EventType: "orders.order_placed", EventVersion: 1,
+		AggregateType: "order", AggregateID: "42", Topic: "orders",
+		Payload: []byte(`{}`), Headers: `{"correlation_id":"c-1"}`,
+		OccurredAt: time.Date(2026, 11, 30, 13, 0, 0, 0, time.FixedZone("CET", 3600)),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(m.ID, m.EventID, m.Headers["correlation_id"], m.OccurredAt)
+	// Output:
+	// 7 0193a1f0-7c3e-7d4a-9b1e-3f2a1c0d4e5f c-1 2026-11-30 12:00:00 +0000 UTC
+}
+
+// An inbox makes a handler's transaction apply each event once per
+// consumer: the marker insert is its first statement.
+func ExampleInbox_Mark() {
+	db, remove, err := exampleDB()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer remove()
+	ctx := context.Background()
+	if err := sqlstore.MigrateInbox(ctx, db, sqlstore.SQLite, ""); err != nil {
+		fmt.Println(err)
+		return
+	}
+	inbox, err := sqlstore.NewInbox(sqlstore.SQLite, "", 30*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	eventID := runtime.NewEventID()
+	for range 2 { // the same event, delivered twice
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		applied, err := inbox.Mark(ctx, tx, "billing", eventID, "orders.order_paid", time.Now())
+		if err == nil {
+			err = inbox.Restore(ctx, tx)
+		}
+		if err != nil {
+			_ = tx.Rollback()
+			fmt.Println(err)
+			return
+		}
+		// ... the handler's writes, through tx, when applied ...
+		if err := tx.Commit(); err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println("applied:", applied)
+	}
+	// Output:
+	// applied: true
+	// applied: false
+}

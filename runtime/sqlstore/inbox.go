@@ -1,0 +1,294 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// InboxDefaultTable is the inbox table used when a table name is empty.
+const InboxDefaultTable = "outbox_inbox"
+
+// InboxDDL returns the statements that create the inbox table and its index
+// for dialect d, for users who run their own migrations. The statements are
+// idempotent. An empty table means [InboxDefaultTable]. It returns an error
+// wrapping [ErrInvalidTable] or [ErrUnsupportedDialect].
+//
+// The table has one row per applied event and consumer: the primary key
+// (consumer, event_id) is what makes a second delivery a no-op, and the
+// index on (consumer, processed_at) serves [Inbox.Prune].
+func InboxDDL(d Dialect, table string) ([]string, error) {
+	if table == "" {
+		table = InboxDefaultTable
+	}
+	if err := CheckTable(table, MaxInboxTableName); err != nil {
+		return nil, err
+	}
+	if _, err := sqlOf(d); err != nil {
+		return nil, err
+	}
+	base := baseName(table)
+	switch d {
+	case Postgres:
+		return []string{
+			`CREATE TABLE IF NOT EXISTS ` + table + ` (
+	consumer     TEXT        NOT NULL,
+	event_id     UUID        NOT NULL,
+	event_type   TEXT        NOT NULL,
+	processed_at TIMESTAMPTZ NOT NULL,
+	PRIMARY KEY (consumer, event_id)
+)`,
+			`CREATE INDEX IF NOT EXISTS ` + base + `_processed_at ON ` + table + ` (consumer, processed_at)`,
+		}, nil
+	case MySQL:
+		// One statement: MySQL has no CREATE INDEX IF NOT EXISTS. Index
+		// names are per table there (and at most 64 bytes), so the index
+		// is plainly processed_at. The binary collation makes consumer
+		// names compare as Go strings do.
+		return []string{
+			`CREATE TABLE IF NOT EXISTS ` + table + ` (
+	consumer     VARCHAR(255) NOT NULL,
+	event_id     CHAR(36) CHARACTER SET ascii NOT NULL,
+	event_type   VARCHAR(255) NOT NULL,
+	processed_at DATETIME(6)  NOT NULL,
+	PRIMARY KEY (consumer, event_id),
+	KEY processed_at (consumer, processed_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		}, nil
+	}
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + table + ` (
+	consumer     TEXT     NOT NULL,
+	event_id     TEXT     NOT NULL,
+	event_type   TEXT     NOT NULL,
+	processed_at DATETIME NOT NULL,
+	PRIMARY KEY (consumer, event_id)
+)`,
+		`CREATE INDEX IF NOT EXISTS ` + qualify(table, base+`_processed_at`) + ` ON ` + base + ` (consumer, processed_at)`,
+	}, nil
+}
+
+// MigrateInbox creates the inbox table and its index if they do not exist,
+// in one transaction (on MySQL and MariaDB, whose DDL commits implicitly,
+// one statement). It is safe to run on every start. An empty d means
+// [DialectOf] db; an empty table means [InboxDefaultTable]. Several
+// consumers may share one table.
+func MigrateInbox(ctx context.Context, db *sql.DB, d Dialect, table string) error {
+	if d == "" {
+		var err error
+		if d, err = DialectOf(db); err != nil {
+			return err
+		}
+	}
+	if _, err := InboxDDL(d, table); err != nil {
+		return err // before opening a transaction
+	}
+	return inTx(ctx, db, func(tx *sql.Tx) error { return MigrateInboxTx(ctx, tx, d, table) })
+}
+
+// MigrateInboxTx is [MigrateInbox] in the caller's transaction tx (a
+// *sql.Tx, or a GORM transaction's connection pool); d must be set.
+func MigrateInboxTx(ctx context.Context, tx Execer, d Dialect, table string) error {
+	stmts, err := InboxDDL(d, table)
+	if err != nil {
+		return err
+	}
+	for _, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("sqlstore: migrate inbox table: %w", err)
+		}
+	}
+	return nil
+}
+
+// MaxInboxConsumerName is the longest consumer name, in characters, the
+// MySQL inbox table holds (VARCHAR(255)); the other dialects have no limit.
+const MaxInboxConsumerName = 255
+
+// Inbox holds the statements of one inbox table, in the placeholders of its
+// dialect: the marker insert that makes a handler's transaction apply an
+// event at most once, and the prune of old markers. An Inbox is safe for
+// concurrent use.
+type Inbox struct {
+	insert string
+	// pgGuard is set when insert also bounds the transaction on the server
+	// (PostgreSQL): Mark then adds the timeout arguments.
+	pgGuard bool
+	// guard and unguard, when set (MySQL, MariaDB), run before the insert
+	// and before the transaction ends: they set, then restore, the
+	// session's timeouts.
+	guard, unguard string
+	prune          string
+	dialect        Dialect
+	// txTimeoutMS is txTimeout in whole milliseconds, for pgGuard.
+	txTimeoutMS string
+}
+
+// NewInbox returns the inbox of table (empty: [InboxDefaultTable]) in
+// dialect d. txTimeout bounds, on the server, a transaction in which
+// [Inbox.Mark] inserted a marker (see Mark); it must be positive. It returns
+// an error wrapping [ErrInvalidTable] or [ErrUnsupportedDialect].
+func NewInbox(d Dialect, table string, txTimeout time.Duration) (*Inbox, error) {
+	if table == "" {
+		table = InboxDefaultTable
+	}
+	if err := CheckTable(table, MaxInboxTableName); err != nil {
+		return nil, err
+	}
+	if _, err := sqlOf(d); err != nil {
+		return nil, err
+	}
+	if txTimeout <= 0 {
+		return nil, fmt.Errorf("sqlstore: inbox: transaction timeout %v must be positive", txTimeout)
+	}
+	// ON CONFLICT DO NOTHING as the first statement of the transaction:
+	// a concurrent duplicate blocks on the primary key until the first
+	// transaction ends, then inserts nothing (or inserts, if the first
+	// rolled back). A check-then-insert would race.
+	s := &Inbox{
+		dialect: d,
+		insert:  `INSERT INTO ` + table + ` (consumer, event_id, event_type, processed_at) VALUES (?, ?, ?, ?) ON CONFLICT (consumer, event_id) DO NOTHING`,
+		prune: `DELETE FROM ` + table + ` WHERE consumer = ? AND event_id IN (SELECT event_id FROM ` + table +
+			` WHERE consumer = ? AND processed_at < ? ORDER BY processed_at LIMIT ?)`,
+	}
+	switch d {
+	case Postgres:
+		// The same insert, which also sets statement_timeout and
+		// idle_in_transaction_session_timeout to txTimeout for the rest of
+		// the transaction (set_config(..., true) is SET LOCAL), in the same
+		// round trip. When the client gives up on a transaction whose
+		// connection went half-open, the server still holds it open with
+		// the marker's row lock, and the redelivery would wait on that lock
+		// until the server's TCP keepalive notices (hours by default): the
+		// timeouts make the server end it within txTimeout.
+		s.insert = `INSERT INTO ` + table + ` (consumer, event_id, event_type, processed_at)
+			SELECT $1::text, $2::uuid, $3::text, $4::timestamptz
+			FROM (SELECT set_config('statement_timeout', $5::text, true), set_config('idle_in_transaction_session_timeout', $6::text, true)) AS guard
+			ON CONFLICT (consumer, event_id) DO NOTHING`
+		s.pgGuard = true
+		// In whole milliseconds, rounded up, within PostgreSQL's range.
+		s.txTimeoutMS = strconv.FormatInt(min(int64(max(1, (txTimeout+time.Millisecond-1)/time.Millisecond)), math.MaxInt32), 10)
+		s.prune = `DELETE FROM ` + table + ` WHERE consumer = $1 AND event_id IN (SELECT event_id FROM ` + table +
+			` WHERE consumer = $2 AND processed_at < $3 ORDER BY processed_at LIMIT $4)`
+	case MySQL:
+		// INSERT IGNORE reports 0 rows for a duplicate key, with or without
+		// clientFoundRows (which changes what ON DUPLICATE KEY UPDATE
+		// reports). A concurrent duplicate waits on the primary key, as
+		// on PostgreSQL, until the first transaction ends. IGNORE would
+		// also truncate an overlong value: keep consumer names within
+		// [MaxInboxConsumerName].
+		s.insert = `INSERT IGNORE INTO ` + table + ` (consumer, event_id, event_type, processed_at) VALUES (?, ?, ?, ?)`
+		// MySQL has no SET LOCAL: the session's wait_timeout (how long the
+		// server waits for a client's next statement, in a transaction or
+		// not) and innodb_lock_wait_timeout are set to txTimeout for the
+		// transaction and restored before it ends. A client that vanished
+		// mid-transaction is disconnected, its transaction rolled back and
+		// its marker's lock released, within txTimeout of its last
+		// statement; a redelivery waiting on a lock gives up within
+		// txTimeout on the server too. The old values are read in the same
+		// statement, before any assignment (MySQL evaluates a SET's
+		// expressions first).
+		secs := strconv.FormatInt(min(max(1, int64((txTimeout+time.Second-1)/time.Second)), mysqlMaxWaitTimeout), 10)
+		s.guard = `SET @outbox_inbox_wt = @@SESSION.wait_timeout, @outbox_inbox_lwt = @@SESSION.innodb_lock_wait_timeout, ` +
+			`SESSION wait_timeout = ` + secs + `, SESSION innodb_lock_wait_timeout = ` + secs
+		s.unguard = `SET SESSION wait_timeout = @outbox_inbox_wt, SESSION innodb_lock_wait_timeout = @outbox_inbox_lwt`
+		// MySQL rejects LIMIT in an IN subquery and a subquery on the
+		// table being deleted from; a single-table DELETE takes ORDER BY
+		// and LIMIT itself.
+		s.prune = `DELETE FROM ` + table + ` WHERE consumer = ? AND processed_at < ? ORDER BY processed_at LIMIT ?`
+	}
+	return s, nil
+}
+
+// mysqlMaxWaitTimeout is the largest wait_timeout MySQL accepts (a year, in
+// seconds).
+const mysqlMaxWaitTimeout = 31536000
+
+// Mark inserts the inbox marker of consumer's event in tx (the handler's
+// transaction: a *sql.Tx, or a GORM transaction's connection pool), with
+// processed time now, after setting the session's timeouts where that takes
+// a statement of its own, and reports whether it inserted one (false: the
+// event was applied before). It should be the first statement of the
+// transaction: a concurrent delivery of the same event then waits on the
+// marker until this transaction ends.
+//
+// On PostgreSQL the insert also sets, for the rest of the transaction,
+// statement_timeout and idle_in_transaction_session_timeout to the inbox's
+// transaction timeout; on MySQL it sets the session's wait_timeout and
+// innodb_lock_wait_timeout, which [Inbox.Restore] puts back. When Mark
+// returns without error, call Restore before the transaction ends (commit
+// or rollback); when it returns an error it has restored them itself.
+func (s *Inbox) Mark(ctx context.Context, tx Execer, consumer string, eventID uuid.UUID, eventType string, now time.Time) (applied bool, err error) {
+	if s.guard != "" {
+		if _, err := tx.ExecContext(ctx, s.guard); err != nil {
+			return false, fmt.Errorf("sqlstore: inbox: set session timeouts: %w", err)
+		}
+	}
+	args := []any{consumer, eventID.String(), eventType, now.UTC()}
+	if s.pgGuard {
+		args = append(args, s.txTimeoutMS, s.txTimeoutMS)
+	}
+	res, err := tx.ExecContext(ctx, s.insert, args...)
+	if err != nil {
+		return false, errors.Join(fmt.Errorf("sqlstore: inbox: insert marker: %w", err), s.Restore(ctx, tx))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, errors.Join(fmt.Errorf("sqlstore: inbox: insert marker: rows affected: %w", err), s.Restore(ctx, tx))
+	}
+	return n > 0, nil
+}
+
+// Restore undoes what [Inbox.Mark] set on the session (MySQL), before the
+// transaction ends; elsewhere it does nothing. When it fails the connection
+// is usually gone (a deadline); if it is not, the session keeps the
+// transaction timeout as its wait_timeout and lock wait, which costs a
+// reconnect after that long idle and nothing else.
+func (s *Inbox) Restore(ctx context.Context, tx Execer) error {
+	if s.unguard == "" {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, s.unguard); err != nil {
+		return fmt.Errorf("sqlstore: inbox: restore session timeouts: %w", err)
+	}
+	return nil
+}
+
+// Prune deletes consumer's markers processed before cutoff, at most batch
+// per statement (each in its own transaction when db is a pool), until none
+// is left, and returns how many it deleted. Concurrent runs are safe. It
+// returns ctx's error when ctx is done between batches, with the count so
+// far. batch must be positive.
+func (s *Inbox) Prune(ctx context.Context, db Execer, consumer string, cutoff time.Time, batch int) (int64, error) {
+	if batch <= 0 {
+		return 0, fmt.Errorf("sqlstore: prune inbox: batch %d must be positive", batch)
+	}
+	args := []any{consumer, consumer, cutoff.UTC(), batch}
+	if s.dialect == MySQL {
+		args = []any{consumer, cutoff.UTC(), batch}
+	}
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("sqlstore: prune inbox: %w", err)
+		}
+		res, err := db.ExecContext(ctx, s.prune, args...)
+		if err != nil {
+			return total, fmt.Errorf("sqlstore: prune inbox: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("sqlstore: prune inbox: rows affected: %w", err)
+		}
+		total += n
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,114 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+func mustStore(t *testing.T, db *sql.DB, cfg sqlstore.StoreConfig) *sqlstore.Store {
+	t.Helper()
+	s, err := sqlstore.NewStore(db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestRelayStalledInLeaseTransactionIsTakenOver: a relay that stops in the
+// middle of its lease transaction (SIGSTOPped, or hung) holds the lease rows'
+// locks. On PostgreSQL the transaction carries idle_in_transaction and
+// statement timeouts of LeaseTTL/2, on MySQL/MariaDB the session's
+// wait_timeout and innodb_lock_wait_timeout (whole seconds), so the server
+// ends it and another relay takes the shards over once the lease expires,
+// instead of skipping or waiting on the locked rows for as long as the
+// stalled connection lives.
+func TestRelayStalledInLeaseTransactionIsTakenOver(t *testing.T) {
+	for _, d := range []sqlstore.Dialect{sqlstore.Postgres, sqlstore.MySQL} {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			testRelayStalledInLeaseTransaction(t, migrated(t, d), d)
+		})
+	}
+}
+
+func testRelayStalledInLeaseTransaction(t *testing.T, db *sql.DB, d sqlstore.Dialect) {
+	const ttl = time.Second
+	stalled := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
+	ctx := context.Background()
+	if _, err := stalled.Claim(ctx, relay.ClaimRequest{Owner: "stalled", Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	entered := make(chan struct{})
+	sqlstore.StallRenewals(stalled, func() {
+		close(entered)
+		<-release
+	})
+	go func() {
+		// Renews once its renewal is due, and stalls inside.
+		for {
+			_, err := stalled.Claim(ctx, relay.ClaimRequest{Owner: "stalled", Limit: 1})
+			select {
+			case <-entered:
+				return
+			default:
+			}
+			if err != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // until the renewal is due
+		}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stalled relay never renewed")
+	}
+	writeEvents(t, db, d, "1", "2", "3")
+	other := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
+	start := time.Now()
+	for {
+		b, err := other.Claim(ctx, relay.ClaimRequest{Owner: "other", Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Messages) > 0 {
+			t.Logf("taken over %v after the relay stalled in its lease transaction (LeaseTTL %v)", time.Since(start).Round(time.Millisecond), ttl)
+			return
+		}
+		if time.Since(start) > 10*ttl {
+			t.Fatalf("no shard taken over %v after a relay stalled in its lease transaction", 10*ttl)
+		}
+		time.Sleep(20 * time.Millisecond) // leases expire by time
+	}
+}
+
+// TestLeaseGuardRestoresMySQLSession: the lease transaction's short
+// wait_timeout and innodb_lock_wait_timeout are the session's, on MySQL, so
+// they are put back before the commit; the pooled connection keeps the
+// server's values for whatever uses it next.
+func TestLeaseGuardRestoresMySQLSession(t *testing.T) {
+	db := migrated(t, sqlstore.MySQL)
+	db.SetMaxOpenConns(1) // the store's transactions and the checks share one session
+	var wait, lock int64
+	if err := db.QueryRow(`SELECT @@SESSION.wait_timeout, @@SESSION.innodb_lock_wait_timeout`).Scan(&wait, &lock); err != nil {
+		t.Fatal(err)
+	}
+	s := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: 2 * time.Second})
+	if _, err := s.Claim(context.Background(), relay.ClaimRequest{Owner: "r", Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var wait2, lock2 int64
+	if err := db.QueryRow(`SELECT @@SESSION.wait_timeout, @@SESSION.innodb_lock_wait_timeout`).Scan(&wait2, &lock2); err != nil {
+		t.Fatal(err)
+	}
+	if wait2 != wait || lock2 != lock {
+		t.Errorf("after a renewal the session has wait_timeout %d, innodb_lock_wait_timeout %d; before: %d, %d", wait2, lock2, wait, lock)
+	}
+}

@@ -1,0 +1,103 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// Row is one outbox row about to be written: the event's envelope and its
+// destination topic.
+type Row struct {
+	Envelope runtime.Envelope
+	Topic    string
+}
+
+const insertColumns = "event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at, shard"
+
+// maxRowsPerInsert keeps a multi-row INSERT under every supported driver's
+// bind-parameter limit (10 per row).
+const maxRowsPerInsert = 1000
+
+// WriterConfig configures a [Writer]. The zero value is the configuration
+// to use.
+type WriterConfig struct {
+	// SkipOrderLocks leaves out the per-aggregate commit-order locks (see
+	// "Commit order" in the package documentation). It exists to measure
+	// what the locks cost; leaving it false is what keeps each aggregate's
+	// ids in commit order. Default: false.
+	SkipOrderLocks bool
+}
+
+// Writer inserts outbox rows into one table of one dialect, deduplicating
+// on the event id and keeping each aggregate's ids in commit order. It is
+// the write path of the GORM plugin (package hooks) and of any other code
+// that writes outbox rows inside its business transaction. A Writer is safe
+// for concurrent use.
+type Writer struct {
+	d          dialect
+	table      string
+	orderLocks bool
+}
+
+// NewWriter returns a writer of table (empty: [DefaultTable]) in dialect d.
+// It returns an error wrapping [ErrInvalidTable] or [ErrUnsupportedDialect].
+func NewWriter(d Dialect, table string, cfg WriterConfig) (*Writer, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := CheckTable(table, MaxOutboxTableName); err != nil {
+		return nil, err
+	}
+	impl, err := sqlOf(d)
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{d: impl, table: table, orderLocks: !cfg.SkipOrderLocks}, nil
+}
+
+// Write inserts rows through q, skipping event ids that already have a
+// row, and reports which ids it inserted. Pass the business transaction (a
+// *sql.Tx, or a GORM statement's connection pool) so that the rows commit
+// with it.
+//
+// Before any row gets its id, Write takes the commit-order lock of each
+// aggregate of rows, held until the transaction ends (see "Commit order" in
+// the package documentation). On MySQL that lock needs a transaction: when
+// q is not one (it has no Commit method), Write runs the insert in a
+// transaction of its own, begun on q through a BeginTx method returning a
+// *sql.Tx (a *sql.DB, a *sql.Conn) or a GetDBConn method (GORM's pools).
+func (w *Writer) Write(ctx context.Context, q Querier, rows []Row) (inserted map[uuid.UUID]bool, err error) {
+	if len(rows) == 0 {
+		return map[uuid.UUID]bool{}, nil
+	}
+	return w.d.write(ctx, q, w.table, rows, w.orderLocks)
+}
+
+// txCommitter is a transaction: a *sql.Tx, or GORM's transaction.
+type txCommitter interface {
+	Commit() error
+	Rollback() error
+}
+
+// beginOn begins a transaction on q's pool.
+func beginOn(ctx context.Context, q Querier) (*sql.Tx, error) {
+	switch b := q.(type) {
+	case interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	}:
+		return b.BeginTx(ctx, nil)
+	case interface{ GetDBConn() (*sql.DB, error) }:
+		db, err := b.GetDBConn()
+		if err != nil {
+			return nil, err
+		}
+		return db.BeginTx(ctx, nil)
+	}
+	return nil, fmt.Errorf("%T cannot begin a transaction: %w", q, errors.ErrUnsupported)
+}

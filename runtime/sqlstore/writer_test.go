@@ -1,0 +1,67 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+// TestWriterDeduplicatesAndJoinsTransaction: on every database, a Writer on
+// a plain *sql.DB (MySQL then begins a transaction of its own for the
+// commit-order lock) and on a *sql.Tx writes each event id once, reports
+// exactly what it inserted, and its rows roll back with the transaction.
+func TestWriterDeduplicatesAndJoinsTransaction(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			db := migrated(t, d)
+			ctx := context.Background()
+			first := writeEvents(t, db, d, "1", "2") // outside a transaction
+			w, err := sqlstore.NewWriter(d, "", sqlstore.WriterConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			more := append(first, writeRows("3")...)
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inserted, err := w.Write(ctx, tx, more)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(inserted) != 1 || !inserted[more[2].Envelope.EventID] {
+				t.Errorf("Write of 2 written events and 1 new = %v, want only the new one", inserted)
+			}
+			if err := tx.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			st := stats(t, db)
+			if st.Pending != 2 {
+				t.Errorf("pending after a rolled-back write = %d, want 2", st.Pending)
+			}
+			inserted, err = w.Write(ctx, db, more)
+			if err != nil || len(inserted) != 1 {
+				t.Errorf("Write again = %v, %v; want the rolled-back row inserted", inserted, err)
+			}
+			if st := stats(t, db); st.Pending != 3 {
+				t.Errorf("pending = %d, want 3", st.Pending)
+			}
+		})
+	}
+}
+
+func stats(t *testing.T, db *sql.DB) relay.Stats {
+	t.Helper()
+	s, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
