@@ -146,6 +146,11 @@ type dialect interface {
 	pendingAge(from string) string
 	// listen waits for inserts (see [Store.Listen]).
 	listen(ctx context.Context, s *Store, notify func()) error
+	// wakeSQL returns the statements that add owner (their one argument)
+	// to the waiters and remove it, and the one that drops the waiters of
+	// relays no longer alive; all "" for a dialect whose writers send no
+	// notifications.
+	wakeSQL(t storeTables) (request, cancel, cleanup string)
 }
 
 // sqlOf returns the SQL of dialect d.
@@ -163,7 +168,7 @@ func sqlOf(d Dialect) (dialect, error) {
 
 // storeTables names a store's tables.
 type storeTables struct {
-	table, leases, relays string
+	table, leases, relays, waiters string
 }
 
 // leaseOps is the lease bookkeeping of [Store.renew], run in one transaction

@@ -352,3 +352,6 @@ func (mysqlDialect) guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Dur
 		return err
 	}, nil
 }
+
+// wakeSQL: writers send no notifications; the relay polls.
+func (mysqlDialect) wakeSQL(storeTables) (string, string, string) { return "", "", "" }

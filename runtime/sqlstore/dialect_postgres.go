@@ -23,6 +23,10 @@ func (postgresDialect) ph(n int) string { return "$" + strconv.Itoa(n) }
 func (postgresDialect) ddl(table string) []string {
 	base := baseName(table)
 	fn := qualify(table, base+"_notify")
+	fnPath := ""
+	if !strings.Contains(table, ".") {
+		fnPath = " SET search_path FROM CURRENT"
+	}
 	return []string{
 		`CREATE TABLE IF NOT EXISTS ` + table + ` (
 	id              BIGSERIAL PRIMARY KEY,
@@ -59,9 +63,24 @@ func (postgresDialect) ddl(table string) []string {
 	owner      TEXT PRIMARY KEY,
 	expires_at TIMESTAMPTZ NOT NULL
 )`,
-		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
+		// Relays waiting for a notification (Store.RequestWake): UNLOGGED,
+		// as nothing in it needs to survive a crash, so adding and
+		// removing a waiter writes no WAL.
+		`CREATE UNLOGGED TABLE IF NOT EXISTS ` + waitersTable(table) + ` (
+	owner        TEXT PRIMARY KEY,
+	requested_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)`,
+		// The statement trigger notifies only while a live relay waits: a
+		// NOTIFY serializes the commits of the transactions that send it,
+		// so a busy application, whose relays poll while messages keep
+		// coming, should not send one per transaction. The function
+		// resolves the tables with the search_path it was created with (or
+		// their schema), whatever the writer's.
+		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql` + fnPath + ` AS $$
 BEGIN
-	PERFORM pg_notify('` + base + `', '');
+	IF EXISTS (SELECT 1 FROM ` + waitersTable(table) + ` w JOIN ` + relaysTable(table) + ` r ON r.owner = w.owner WHERE r.expires_at > now()) THEN
+		PERFORM pg_notify('` + base + `', '');
+	END IF;
 	RETURN NULL;
 END
 $$`,
@@ -270,4 +289,12 @@ func (postgresDialect) deletePublished(table string, olderThan time.Duration, ba
 
 func (postgresDialect) pendingAge(from string) string {
 	return `COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) ` + from + `)), 0)`
+}
+
+// wakeSQL: a waiter row per relay that asked to be woken; the trigger
+// notifies while one of a live relay exists.
+func (postgresDialect) wakeSQL(t storeTables) (string, string, string) {
+	return `INSERT INTO ` + t.waiters + ` (owner) VALUES ($1) ON CONFLICT (owner) DO NOTHING`,
+		`DELETE FROM ` + t.waiters + ` WHERE owner = $1`,
+		`DELETE FROM ` + t.waiters + ` w WHERE NOT EXISTS (SELECT 1 FROM ` + t.relays + ` r WHERE r.owner = w.owner AND r.expires_at > now())`
 }

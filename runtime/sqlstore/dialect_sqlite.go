@@ -161,3 +161,6 @@ func (sqliteDialect) listen(context.Context, *Store, func()) error {
 func (sqliteDialect) guardLeaseTx(context.Context, *sql.Tx, time.Duration) (func(context.Context) error, error) {
 	return nil, nil
 }
+
+// wakeSQL: writers send no notifications; the relay polls.
+func (sqliteDialect) wakeSQL(storeTables) (string, string, string) { return "", "", "" }

@@ -85,6 +85,10 @@ func qualify(table, name string) string {
 func leasesTable(table string) string { return qualify(table, baseName(table)+"_leases") }
 func relaysTable(table string) string { return qualify(table, baseName(table)+"_relays") }
 
+// waitersTable names the table of relays waiting for a notification
+// (PostgreSQL only: see [Store.RequestWake]).
+func waitersTable(table string) string { return qualify(table, baseName(table)+"_waiters") }
+
 // aggregateHash is the 32-bit FNV-1a hash of an aggregate, the source of its
 // shard and of its write lock key.
 func aggregateHash(aggType, aggID string) uint32 {

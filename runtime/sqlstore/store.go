@@ -140,15 +140,17 @@ type ownerLease struct {
 	shards     []int16    // sorted
 	validUntil time.Time  // local clock, conservative
 	nextRenew  time.Time
+	waiting    bool // RequestWake added the owner to the waiters
 }
 
 // claimToken is the Token of the batches a Store returns.
 type claimToken struct{ owner string }
 
 var (
-	_ relay.Store    = (*Store)(nil)
-	_ relay.Releaser = (*Store)(nil)
-	_ relay.Notifier = (*Store)(nil)
+	_ relay.Store         = (*Store)(nil)
+	_ relay.Releaser      = (*Store)(nil)
+	_ relay.Notifier      = (*Store)(nil)
+	_ relay.WakeRequester = (*Store)(nil)
 )
 
 // NewStore returns a store on db's connection pool (GORM users pass
@@ -170,7 +172,7 @@ func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := storeTables{table: cfg.Table, leases: leasesTable(cfg.Table), relays: relaysTable(cfg.Table)}
+	t := storeTables{table: cfg.Table, leases: leasesTable(cfg.Table), relays: relaysTable(cfg.Table), waiters: waitersTable(cfg.Table)}
 	return &Store{
 		db: db, dialect: d, table: cfg.Table, tables: t, lease: d.leases(t), cfg: cfg,
 		owners: map[string]*ownerLease{},
@@ -237,7 +239,38 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	if len(msgs) == 0 {
 		return relay.Batch{}, nil
 	}
+	if o.waiting {
+		// The relay found messages: it polls again before it waits. A
+		// failure only leaves writers notifying until the next claim that
+		// finds messages.
+		_, cancel, _ := s.dialect.wakeSQL(s.tables)
+		if _, err := s.db.ExecContext(ctx, cancel, req.Owner); err == nil {
+			o.waiting = false
+		}
+	}
 	return relay.Batch{Messages: msgs, Deadline: o.validUntil, Token: claimToken{req.Owner}}, nil
+}
+
+// RequestWake implements [relay.WakeRequester]. On PostgreSQL, the outbox
+// table's trigger sends a NOTIFY only while some live relay has asked for
+// one: RequestWake adds owner to <table>_waiters, and owner's next claim
+// that returns messages (or its release) removes it. A relay that polls
+// while messages keep coming, as [relay.Relay] does, thus costs writers
+// nothing for its wake-ups while the application is busy. On SQLite and
+// MySQL, whose writers notify nothing, it does nothing.
+func (s *Store) RequestWake(ctx context.Context, owner string) error {
+	request, _, _ := s.dialect.wakeSQL(s.tables)
+	if request == "" {
+		return nil
+	}
+	o := s.owner(owner)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, err := s.db.ExecContext(ctx, request, owner); err != nil {
+		return fmt.Errorf("sqlstore: request wake-up: %w", err)
+	}
+	o.waiting = true
+	return nil
 }
 
 // renew registers the owner as alive, renews its leases and takes or gives
@@ -284,6 +317,11 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease) error {
 	}
 	if err := l.forget(ctx, tx, start); err != nil {
 		return fmt.Errorf("sqlstore: lease: forget stopped relays: %w", err)
+	}
+	if _, _, cleanup := s.dialect.wakeSQL(s.tables); cleanup != "" {
+		if _, err := tx.ExecContext(ctx, cleanup); err != nil {
+			return fmt.Errorf("sqlstore: lease: forget waiters: %w", err)
+		}
 	}
 	if s.inRenew != nil {
 		s.inRenew()
@@ -358,6 +396,11 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 	}
 	if err := s.lease.unregister(ctx, s.db, owner); err != nil {
 		return fmt.Errorf("sqlstore: release leases: %w", err)
+	}
+	if _, cancel, _ := s.dialect.wakeSQL(s.tables); cancel != "" {
+		if _, err := s.db.ExecContext(ctx, cancel, owner); err != nil {
+			return fmt.Errorf("sqlstore: release leases: cancel wake-up: %w", err)
+		}
 	}
 	return nil
 }
