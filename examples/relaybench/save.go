@@ -12,13 +12,16 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 const (
-	saveHooks    = "hooks plugin"
-	saveByHand   = "outbox row by hand (plain INSERT, no plugin)"
-	saveNoNotify = "hooks plugin, NOTIFY trigger dropped"
+	saveHooks         = "hooks plugin"
+	saveByHand        = "outbox row by hand (plain INSERT, no plugin)"
+	saveNoNotify      = "hooks plugin, NOTIFY trigger dropped"
+	saveRelay         = "hooks plugin, our relay running on its own pool"
+	saveRelayNoNotify = "hooks plugin, NOTIFY trigger dropped, our relay running on its own pool"
 )
 
 // saveSection is section 3: the writers' cost of the outbox.
@@ -36,10 +39,13 @@ func (b *bench) saveSection(ctx context.Context) error {
 	type variant struct {
 		label string
 		write func(ctx context.Context, i int) error
+		// relay runs our relay, as another process would (its own pool,
+		// no in-process wake-up), while the writers write.
+		relay bool
 	}
 	variants := []variant{
-		{saveHooks, viaPlugin},
-		{saveByHand, func(ctx context.Context, i int) error {
+		{label: saveHooks, write: viaPlugin},
+		{label: saveByHand, write: func(ctx context.Context, i int) error {
 			return b.plain.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 				a := Account{Balance: int64(i)}
 				if err := tx.Create(&a).Error; err != nil {
@@ -57,20 +63,33 @@ func (b *bench) saveSection(ctx context.Context) error {
 			})
 		}},
 	}
+	variants = append(variants, variant{label: saveRelay, write: viaPlugin, relay: true})
 	if drop != "" {
-		variants = append(variants, variant{saveNoNotify, viaPlugin})
+		variants = append(variants,
+			variant{label: saveNoNotify, write: viaPlugin},
+			variant{label: saveRelayNoNotify, write: viaPlugin, relay: true})
 	}
 	res := newResults()
 	for rep := range o.reps {
 		for _, v := range variants {
 			b.progress("save rep %d: %s", rep+1, v.label)
-			if v.label == saveNoNotify {
+			noTrigger := v.label == saveNoNotify || v.label == saveRelayNoNotify
+			if noTrigger {
 				if err := b.plain.Exec(drop).Error; err != nil {
 					return fmt.Errorf("drop the NOTIFY trigger: %w", err)
 				}
 			}
+			var stop func() error
+			if v.relay {
+				if stop, err = b.startRelay(ctx); err != nil {
+					return err
+				}
+			}
 			rate, err := b.runSave(ctx, v.write)
-			if v.label == saveNoNotify {
+			if stop != nil {
+				err = errors.Join(err, stop())
+			}
+			if noTrigger {
 				if rerr := b.plain.Exec(restore).Error; rerr != nil {
 					err = errors.Join(err, fmt.Errorf("restore the NOTIFY trigger: %w", rerr))
 				}
@@ -90,6 +109,7 @@ func (b *bench) saveSection(ctx context.Context) error {
 	res.ratios(b.out, []ratio{
 		{"plugin / by hand", saveHooks, saveByHand},
 		{"plugin / plugin without the NOTIFY trigger", saveHooks, saveNoNotify},
+		{"with a relay waiting: plugin / plugin without the NOTIFY trigger (the wake-up's cost to writers)", saveRelay, saveRelayNoNotify},
 	})
 	return nil
 }
@@ -109,6 +129,35 @@ func notifyTrigger() (drop, create string, err error) {
 		}
 	}
 	return "", "", nil
+}
+
+// startRelay runs our relay with its defaults on a pool of its own and a
+// publisher of its own, until the returned function stops it.
+func (b *bench) startRelay(ctx context.Context) (stop func() error, err error) {
+	db, err := b.relayDB(0)
+	if err != nil {
+		return nil, err
+	}
+	store, err := newStore(db)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := b.publisher("save relay")
+	if err != nil {
+		return nil, err
+	}
+	r, err := relay.New(store, pub, relay.Config{Logger: quietLogger()})
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	<-r.Running()
+	return func() error {
+		cancel()
+		return errors.Join(<-done, store.Close())
+	}, nil
 }
 
 // runSave empties the tables, then runs o.producers goroutines calling
