@@ -144,6 +144,14 @@ func TestStoreListen(t *testing.T) {
 	case <-deadline:
 		t.Fatal("no initial notify")
 	}
+	// Writers notify while a relay waits for it: register r1 (a claim
+	// takes its shards) and ask.
+	if _, err := s.Claim(ctx, relay.ClaimRequest{Owner: "r1", Limit: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RequestWake(ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
 	placeOrders(t, db, 2) // one transaction, one statement: one notification
 	select {
 	case <-notes:

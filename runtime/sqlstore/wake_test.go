@@ -45,24 +45,6 @@ func TestWritersNotifyOnlyWhileARelayWaits(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	next := func(what string) uint32 {
-		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		var n uint32
-		err := lc.Raw(func(any) error {
-			note, err := listener.WaitForNotification(wctx)
-			if err == nil {
-				n = note.PID
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatalf("waiting for the notification of %s: %v", what, err)
-		}
-		return n
-	}
-
 	// writer returns a function that writes one event from a connection
 	// of its own, and that connection's process id.
 	writer := func(agg string) (func(), uint32) {
@@ -84,6 +66,31 @@ func TestWritersNotifyOnlyWhileARelayWaits(t *testing.T) {
 	}
 	quiet, quietPID := writer("a")
 	loud, loudPID := writer("b")
+
+	next := func(what string) uint32 {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var n uint32
+		err := lc.Raw(func(any) error {
+			for {
+				note, err := listener.WaitForNotification(wctx)
+				if err != nil {
+					return err
+				}
+				// Channels are per database, not per schema: skip
+				// the notifications of other tests' outbox tables.
+				if note.PID == quietPID || note.PID == loudPID {
+					n = note.PID
+					return nil
+				}
+			}
+		})
+		if err != nil {
+			t.Fatalf("waiting for the notification of %s: %v", what, err)
+		}
+		return n
+	}
 
 	claim := func(want int) {
 		t.Helper()
