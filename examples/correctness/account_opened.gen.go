@@ -62,7 +62,9 @@ func (AccountOpenedV1) EventMinReader() int { return 1 }
 
 // outboxgenAccountOpenedV1Keys are the keys a version 1 payload must have,
 // nested ones included, for outboxgenrt.MissingPaths.
-var outboxgenAccountOpenedV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "owner"}}
+var outboxgenAccountOpenedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "owner"},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.

@@ -61,7 +61,9 @@ func (AuditedV1) EventMinReader() int { return 1 }
 
 // outboxgenAuditedV1Keys are the keys a version 1 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenAuditedV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "balance"}}
+var outboxgenAuditedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "balance"},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.

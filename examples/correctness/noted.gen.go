@@ -67,7 +67,9 @@ func (NotedV1) EventMinReader() int { return 1 }
 
 // outboxgenNotedV1Keys are the keys a version 1 payload must have, nested ones
 // included, for outboxgenrt.MissingPaths.
-var outboxgenNotedV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "writer", "text"}}
+var outboxgenNotedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "writer", "text"},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.

@@ -63,7 +63,9 @@ func (OrderPaidV1) EventMinReader() int { return 1 }
 
 // outboxgenOrderPaidV1Keys are the keys a version 1 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenOrderPaidV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "method"}}
+var outboxgenOrderPaidV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "method"},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
@@ -144,7 +146,9 @@ func (OrderPaidV2) EventMinReader() int { return 1 }
 
 // outboxgenOrderPaidV2Keys are the keys a version 2 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenOrderPaidV2Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "method", "channel"}}
+var outboxgenOrderPaidV2Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "method", "channel"},
+}
 
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.

@@ -66,7 +66,9 @@ func (OrderPlacedV1) EventMinReader() int { return 1 }
 
 // outboxgenOrderPlacedV1Keys are the keys a version 1 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenOrderPlacedV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "customer", "total"}}
+var outboxgenOrderPlacedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "customer", "total"},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.

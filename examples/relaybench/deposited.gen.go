@@ -70,7 +70,9 @@ func (DepositedV1) EventMinReader() int { return 1 }
 
 // outboxgenDepositedV1Keys are the keys a version 1 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenDepositedV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "amount", "reference", "note"}}
+var outboxgenDepositedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "amount", "reference", "note"},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.

@@ -59,7 +59,9 @@ func (OrderPaidV1) EventMinReader() int { return 1 }
 
 // outboxgenOrderPaidV1Keys are the keys a version 1 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenOrderPaidV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "amount"}}
+var outboxgenOrderPaidV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "amount"},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.

@@ -60,7 +60,9 @@ func (OrderPlacedV1) EventMinReader() int { return 1 }
 
 // outboxgenOrderPlacedV1Keys are the keys a version 1 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenOrderPlacedV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "total"}}
+var outboxgenOrderPlacedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "total"},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
@@ -129,7 +131,9 @@ func (OrderPlacedV2) EventMinReader() int { return 1 }
 
 // outboxgenOrderPlacedV2Keys are the keys a version 2 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenOrderPlacedV2Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "total", "channel"}}
+var outboxgenOrderPlacedV2Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "total", "channel"},
+}
 
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.

@@ -224,7 +224,9 @@ func (b *builder) shared() *File {
 			}
 		}
 		s.Objects = append(s.Objects, obj)
-		s.Shapes = append(s.Shapes, b.shape(o.Fields, nil))
+		sh := b.shape(o.Fields, nil)
+		sh.Name = o.Name
+		s.Shapes = append(s.Shapes, sh)
 	}
 	for _, p := range b.order {
 		s.Patterns = append(s.Patterns, Pattern{Var: b.patterns[p], Literal: goString(p)})
@@ -373,7 +375,7 @@ func (b *builder) shape(fields []*schema.Field, keys []string) Shape {
 			}
 		}
 		if t.Kind == schema.ObjectKind {
-			sh.Nested = append(sh.Nested, NestedShape{Key: strconv.Quote(f.Name), Containers: strconv.Quote(containers), Object: slices.Index(b.file.Types, t.Object)})
+			sh.Nested = append(sh.Nested, NestedShape{Key: strconv.Quote(f.Name), Containers: strconv.Quote(containers), Object: slices.Index(b.file.Types, t.Object), Type: t.Object.Name})
 		}
 	}
 	return sh

@@ -44,6 +44,8 @@ type Shared struct {
 // Shape is an outboxgenrt.ObjectShape: the required keys of an object and
 // its keys holding further objects.
 type Shape struct {
+	// Name is the object type's Go name (in the table only).
+	Name string
 	// Required are the quoted keys of every non-optional field that is not
 	// a list or map.
 	Required []string
@@ -57,6 +59,8 @@ type NestedShape struct {
 	Key        string
 	Containers string
 	Object     int
+	// Type is the Go name of the object type, for a comment.
+	Type string
 }
 
 // Enum is a named string type with its constants.

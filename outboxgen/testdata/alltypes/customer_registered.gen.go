@@ -112,7 +112,14 @@ func (CustomerRegisteredV1) EventMinReader() int { return 1 }
 
 // outboxgenCustomerRegisteredV1Keys are the keys a version 1 payload must have,
 // nested ones included, for outboxgenrt.MissingPaths.
-var outboxgenCustomerRegisteredV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "status"}, Nested: []outboxgenrt.NestedShape{{Key: "address", Value: outboxgenrt.Shape{Object: 0}}, {Key: "lines", Value: outboxgenrt.Shape{Containers: "l", Object: 2}}, {Key: "second_address", Value: outboxgenrt.Shape{Object: 0}}}}
+var outboxgenCustomerRegisteredV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "status"},
+	Nested: []outboxgenrt.NestedShape{
+		{Key: "address", Value: outboxgenrt.Shape{Object: 0}},                // Address
+		{Key: "lines", Value: outboxgenrt.Shape{Containers: "l", Object: 2}}, // Line
+		{Key: "second_address", Value: outboxgenrt.Shape{Object: 0}},         // Address
+	},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
@@ -298,7 +305,14 @@ func (CustomerRegisteredV2) EventMinReader() int { return 2 }
 
 // outboxgenCustomerRegisteredV2Keys are the keys a version 2 payload must have,
 // nested ones included, for outboxgenrt.MissingPaths.
-var outboxgenCustomerRegisteredV2Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "lucky_number", "status", "locale", "premium", "since", "partner", "fee", "preferred_channel"}, Nested: []outboxgenrt.NestedShape{{Key: "address", Value: outboxgenrt.Shape{Object: 0}}, {Key: "lines", Value: outboxgenrt.Shape{Containers: "l", Object: 2}}, {Key: "second_address", Value: outboxgenrt.Shape{Object: 0}}}}
+var outboxgenCustomerRegisteredV2Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "lucky_number", "status", "locale", "premium", "since", "partner", "fee", "preferred_channel"},
+	Nested: []outboxgenrt.NestedShape{
+		{Key: "address", Value: outboxgenrt.Shape{Object: 0}},                // Address
+		{Key: "lines", Value: outboxgenrt.Shape{Containers: "l", Object: 2}}, // Line
+		{Key: "second_address", Value: outboxgenrt.Shape{Object: 0}},         // Address
+	},
+}
 
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.

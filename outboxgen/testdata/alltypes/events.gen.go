@@ -107,9 +107,24 @@ func (o Line) validate() *runtime.FieldError {
 // outboxgenrt.MissingPaths: generated decoders report a required key missing
 // from a nested object by its full path.
 var outboxgenObjects = []outboxgenrt.ObjectShape{
-	0: {Required: []string{"street", "city"}, Nested: []outboxgenrt.NestedShape{{Key: "geo", Value: outboxgenrt.Shape{Object: 1}}}},
-	1: {Required: []string{"lat", "lng"}, Nested: []outboxgenrt.NestedShape{{Key: "parent", Value: outboxgenrt.Shape{Object: 1}}}},
-	2: {Required: []string{"sku", "quantity", "price"}},
+	// Address
+	0: {
+		Required: []string{"street", "city"},
+		Nested: []outboxgenrt.NestedShape{
+			{Key: "geo", Value: outboxgenrt.Shape{Object: 1}}, // Geo
+		},
+	},
+	// Geo
+	1: {
+		Required: []string{"lat", "lng"},
+		Nested: []outboxgenrt.NestedShape{
+			{Key: "parent", Value: outboxgenrt.Shape{Object: 1}}, // Geo
+		},
+	},
+	// Line
+	2: {
+		Required: []string{"sku", "quantity", "price"},
+	},
 }
 
 // Patterns of the schema's string fields, compiled once; regexp.Regexp is

@@ -55,7 +55,10 @@ func (o Money) validate() *runtime.FieldError {
 // outboxgenrt.MissingPaths: generated decoders report a required key missing
 // from a nested object by its full path.
 var outboxgenObjects = []outboxgenrt.ObjectShape{
-	0: {Required: []string{"value", "currency"}},
+	// Money
+	0: {
+		Required: []string{"value", "currency"},
+	},
 }
 
 // Patterns of the schema's string fields, compiled once; regexp.Regexp is

@@ -60,7 +60,9 @@ func (InvoiceSentV1) EventMinReader() int { return 1 }
 
 // outboxgenInvoiceSentV1Keys are the keys a version 1 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenInvoiceSentV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "invoice_id", "sent_at"}}
+var outboxgenInvoiceSentV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "invoice_id", "sent_at"},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.

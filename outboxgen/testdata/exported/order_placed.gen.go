@@ -64,7 +64,13 @@ func (OrderPlacedV1) EventMinReader() int { return 1 }
 
 // outboxgenOrderPlacedV1Keys are the keys a version 1 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenOrderPlacedV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "customer", "total"}, Nested: []outboxgenrt.NestedShape{{Key: "total", Value: outboxgenrt.Shape{Object: 0}}, {Key: "lines", Value: outboxgenrt.Shape{Containers: "l", Object: 0}}}}
+var outboxgenOrderPlacedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "customer", "total"},
+	Nested: []outboxgenrt.NestedShape{
+		{Key: "total", Value: outboxgenrt.Shape{Object: 0}},                  // Money
+		{Key: "lines", Value: outboxgenrt.Shape{Containers: "l", Object: 0}}, // Money
+	},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.

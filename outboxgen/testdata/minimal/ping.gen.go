@@ -53,7 +53,9 @@ func (PingV1) EventMinReader() int { return 1 }
 
 // outboxgenPingV1Keys are the keys a version 1 payload must have, nested ones
 // included, for outboxgenrt.MissingPaths.
-var outboxgenPingV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at"}}
+var outboxgenPingV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at"},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.

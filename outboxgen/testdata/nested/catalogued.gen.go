@@ -68,7 +68,13 @@ func (CataloguedV1) EventMinReader() int { return 1 }
 
 // outboxgenCataloguedV1Keys are the keys a version 1 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenCataloguedV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "catalog_id"}, Nested: []outboxgenrt.NestedShape{{Key: "groups", Value: outboxgenrt.Shape{Containers: "lm", Object: 0}}, {Key: "items", Value: outboxgenrt.Shape{Containers: "m", Object: 0}}}}
+var outboxgenCataloguedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "catalog_id"},
+	Nested: []outboxgenrt.NestedShape{
+		{Key: "groups", Value: outboxgenrt.Shape{Containers: "lm", Object: 0}}, // Item
+		{Key: "items", Value: outboxgenrt.Shape{Containers: "m", Object: 0}},   // Item
+	},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.

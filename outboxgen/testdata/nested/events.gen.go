@@ -59,7 +59,10 @@ func validateItemPricesValue(x string) *runtime.FieldError {
 // outboxgenrt.MissingPaths: generated decoders report a required key missing
 // from a nested object by its full path.
 var outboxgenObjects = []outboxgenrt.ObjectShape{
-	0: {Required: []string{"code"}},
+	// Item
+	0: {
+		Required: []string{"code"},
+	},
 }
 
 // Patterns of the schema's string fields, compiled once; regexp.Regexp is

@@ -70,7 +70,9 @@ func (OrderPaidV1) EventMinReader() int { return 1 }
 
 // outboxgenOrderPaidV1Keys are the keys a version 1 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenOrderPaidV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "order_id", "amount_cents", "currency", "payment_method"}}
+var outboxgenOrderPaidV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "order_id", "amount_cents", "currency", "payment_method"},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
@@ -157,7 +159,13 @@ func (OrderPaidV2) EventMinReader() int { return 2 }
 
 // outboxgenOrderPaidV2Keys are the keys a version 2 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenOrderPaidV2Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "order_id", "amount", "payment_method"}, Nested: []outboxgenrt.NestedShape{{Key: "amount", Value: outboxgenrt.Shape{Object: 0}}, {Key: "lines", Value: outboxgenrt.Shape{Containers: "m", Object: 0}}}}
+var outboxgenOrderPaidV2Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "order_id", "amount", "payment_method"},
+	Nested: []outboxgenrt.NestedShape{
+		{Key: "amount", Value: outboxgenrt.Shape{Object: 0}},                 // Money
+		{Key: "lines", Value: outboxgenrt.Shape{Containers: "m", Object: 0}}, // Money
+	},
+}
 
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.
@@ -263,7 +271,13 @@ func (OrderPaidV3) EventMinReader() int { return 2 }
 
 // outboxgenOrderPaidV3Keys are the keys a version 3 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenOrderPaidV3Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "order_id", "amount", "payment_method", "refund_window_days"}, Nested: []outboxgenrt.NestedShape{{Key: "amount", Value: outboxgenrt.Shape{Object: 0}}, {Key: "lines", Value: outboxgenrt.Shape{Containers: "m", Object: 0}}}}
+var outboxgenOrderPaidV3Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "order_id", "amount", "payment_method", "refund_window_days"},
+	Nested: []outboxgenrt.NestedShape{
+		{Key: "amount", Value: outboxgenrt.Shape{Object: 0}},                 // Money
+		{Key: "lines", Value: outboxgenrt.Shape{Containers: "m", Object: 0}}, // Money
+	},
+}
 
 // Validate reports whether e satisfies the constraints of version 3. It
 // returns a *runtime.FieldError naming the first field that does not.

@@ -62,7 +62,9 @@ func (ParcelSentV1) EventMinReader() int { return 1 }
 
 // outboxgenParcelSentV1Keys are the keys a version 1 payload must have, nested
 // ones included, for outboxgenrt.MissingPaths.
-var outboxgenParcelSentV1Keys = outboxgenrt.ObjectShape{Required: []string{"event_version", "occurred_at", "parcel_id", "carrier", "weight_grams"}}
+var outboxgenParcelSentV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "parcel_id", "carrier", "weight_grams"},
+}
 
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
