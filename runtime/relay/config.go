@@ -120,8 +120,8 @@ type Config struct {
 	// attributes (ce_id, ce_type, ce_source, ce_time, ...; see
 	// [runtime.CloudEvents]) instead of the native keys (event_id,
 	// event_type, ...). The payload and the message UUID (the event id) are
-	// the same in both. runtime/consumer reads either, so switch consumers
-	// first only when they predate CloudEvents support.
+	// the same in both. runtime/consumer reads either form, so upgrade
+	// consumers to a version that does before turning this on.
 	// Default: nil, the native metadata ([runtime.Envelope.Metadata]).
 	CloudEvents *runtime.CloudEvents
 
