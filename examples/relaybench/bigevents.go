@@ -62,9 +62,9 @@ func bigRun(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	defer cluster.Close()
-	discardProduce(cluster.Fake())
+	discardProduce(cluster.Fake(), func(string) bool { return true })
 
-	db, cleanup, err := openSchema(o.dsn)
+	db, _, cleanup, err := openSchema(o.dsn)
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func bigRun(ctx context.Context, o options, out io.Writer) error {
 	if err := db.Use(plugin); err != nil {
 		return err
 	}
-	store, err := hooks.NewStore(db, hooks.StoreConfig{})
+	store, err := newStore(db)
 	if err != nil {
 		return err
 	}
@@ -178,14 +178,35 @@ func prefillBig(ctx context.Context, db *gorm.DB, p *hooks.Plugin, n, size, aggr
 	return db.Exec(`VACUUM ANALYZE outbox_messages`).Error
 }
 
-// discardProduce makes the cluster acknowledge every produce request without
-// storing its records.
-func discardProduce(fake *kfake.Cluster) {
+// produceCounter counts the records a discarding broker acknowledged, per
+// topic.
+type produceCounter struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+// get returns how many records of topic were acknowledged so far.
+func (c *produceCounter) get(topic string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[topic]
+}
+
+// discardProduce makes the cluster acknowledge the produce requests whose
+// topics all satisfy discard without storing their records, and count them;
+// other requests are handled as usual.
+func discardProduce(fake *kfake.Cluster, discard func(topic string) bool) *produceCounter {
 	var mu sync.Mutex
 	next := map[string]int64{} // "topic/partition" → next offset
+	counts := &produceCounter{n: map[string]int64{}}
 	fake.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		fake.KeepControl()
 		req := r.(*kmsg.ProduceRequest)
+		for _, rt := range req.Topics {
+			if !discard(rt.Topic) {
+				return nil, nil, false
+			}
+		}
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		mu.Lock()
 		defer mu.Unlock()
@@ -197,13 +218,18 @@ func discardProduce(fake *kfake.Cluster) {
 				sp.Partition = rp.Partition
 				k := rt.Topic + "/" + strconv.Itoa(int(rp.Partition))
 				sp.BaseOffset = next[k]
-				next[k] += int64(recordCount(rp.Records))
+				n := int64(recordCount(rp.Records))
+				next[k] += n
+				counts.mu.Lock()
+				counts.n[rt.Topic] += n
+				counts.mu.Unlock()
 				st.Partitions = append(st.Partitions, sp)
 			}
 			resp.Topics = append(resp.Topics, st)
 		}
 		return resp, nil, true
 	})
+	return counts
 }
 
 // recordCount returns the number of records of a produce request's record

@@ -8,20 +8,43 @@ import (
 	"slices"
 	"strings"
 
-	"gorm.io/gorm"
-
 	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
 	"github.com/gooutbox/outbox/adapters/sqs/sqstest"
 	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/runtime"
 )
 
 // brokerRun drains the same pre-filled outbox (o.events rows) through each
 // broker of o.brokerURLs in turn, o.reps times interleaved, and prints
 // events/s per broker with the median. kafka://kfake starts an in-process
 // kfake broker (one node, the topic with 8 partitions).
-func brokerRun(ctx context.Context, db *gorm.DB, plugin *hooks.Plugin, store *hooks.Store, o options, out io.Writer) error {
+func brokerRun(ctx context.Context, o options, out io.Writer) error {
+	ev, err := newEventMaker(o.payload)
+	if err != nil {
+		return err
+	}
+	db, _, cleanup, err := openSchema(o.dsn)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if err := hooks.Migrate(ctx, db, ""); err != nil {
+		return err
+	}
+	plugin, err := hooks.New(hooks.Config{Topic: func(runtime.Envelope) string { return topic }})
+	if err != nil {
+		return err
+	}
+	if err := db.Use(plugin); err != nil {
+		return err
+	}
+	store, err := newStore(db)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
 	urls := strings.Split(o.brokerURLs, ",")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	opened := make([]*broker.Broker, len(urls))
@@ -61,7 +84,7 @@ func brokerRun(ctx context.Context, db *gorm.DB, plugin *hooks.Plugin, store *ho
 	rates := make([][]float64, len(urls))
 	for rep := range o.reps {
 		for i, b := range opened {
-			if err := prefill(ctx, db, plugin, o.events, o.aggregates); err != nil {
+			if err := prefill(ctx, db, plugin, ev, o.events, o.aggregates); err != nil {
 				return err
 			}
 			r, err := drainRelay(ctx, store, b.Publisher(), o)

@@ -41,5 +41,26 @@ func Register(r *runtime.Registry) error {
 	}); err != nil {
 		return err
 	}
+	for v := 1; v <= PaidLatestVersion; v++ {
+		err := r.Register(runtime.Key{Type: PaidType, Version: v}, PaidLatestVersion, func(payload []byte) (runtime.Event, error) {
+			e, err := DecodePaid(v, payload)
+			if err != nil {
+				return nil, err
+			}
+			return e, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if err := r.RegisterNewer(PaidType, func(version int, payload []byte) (runtime.Event, error) {
+		e, err := DecodeNewerPaid(version, payload)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}); err != nil {
+		return err
+	}
 	return nil
 }

@@ -9,19 +9,85 @@ import (
 	"github.com/gooutbox/outbox/hooks/hookstest"
 )
 
-// TestRelaybenchRuns runs the benchmark program with tiny numbers, so it
-// keeps working; the figures themselves are not checked.
+// TestRelaybenchRuns runs every section of the comparison with tiny numbers
+// and checks that the output has every table and row: the program keeps
+// working end to end (including its checks that every path published every
+// event). The figures themselves are not checked.
 func TestRelaybenchRuns(t *testing.T) {
 	var out bytes.Buffer
-	args := []string{"-database-url", hookstest.PostgresDSN(t), "-events", "300", "-naive-events", "50",
-		"-rate", "200", "-duration", "250ms", "-aggregates", "20"}
+	args := []string{"-database-url", hookstest.PostgresDSN(t), "-events", "300", "-naive-events", "100",
+		"-aggregates", "20", "-relays", "1,2", "-reps", "2", "-rate", "200", "-duration", "250ms",
+		"-consumer-events", "50", "-idle", "100ms"}
 	if err := run(context.Background(), args, &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"gooutbox relay", "naive relay", "ratio gooutbox / naive", "latency commit"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+	got := out.String()
+	for _, want := range []string{
+		"command: go run ./examples/relaybench -database-url ",
+		"### 1. Relay", "| ours, 1 relay | ", "| ours, 2 relays | ", "| naive loop", "| Watermill forwarder, defaults (poll 1s) | ",
+		"| Watermill forwarder, poll 10ms | ", "| " + batchedLabel + " | ", "| " + batchedDeleteLabel + " | ",
+		"| ours(1) / batched | ", "| ours(2) / ours(1) | ", "| ours(1) / Watermill forwarder, defaults | ", "| ours(1) / batched DELETE | ",
+		"### 2. Latency", "| ours, defaults | ", "| batched relay, poll 10ms | ",
+		"### 3. Save", "| " + saveHooks + " | ", "| " + saveByHand + " | ", "| " + saveNoNotify + " | ", "| plugin / by hand | ",
+		"### 4. Consumer", "| " + consumeInbox + " | ", "| " + consumeNoInbox + " | ", "| with / without the inbox | ",
+		"### 5. Idle", "| " + idleBroker + " | ", "| " + idleRelay + " | ", "| " + idleDiff + " | ",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
 		}
+	}
+	// Two repetitions: every row of the relay table lists two values.
+	for _, line := range strings.Split(got, "\n") {
+		if strings.HasPrefix(line, "| ours, 1 relay | ") {
+			cells := strings.Split(line, "|")
+			if reps := strings.Split(strings.TrimSpace(cells[4]), ", "); len(reps) != 2 {
+				t.Errorf("row %q has %d repetitions, want 2", line, len(reps))
+			}
+		}
+	}
+}
+
+// TestRelaybenchOnly runs one section alone: the others print nothing.
+func TestRelaybenchOnly(t *testing.T) {
+	var out bytes.Buffer
+	args := []string{"-database-url", hookstest.PostgresDSN(t), "-only", "save", "-reps", "1", "-duration", "100ms", "-producers", "2"}
+	if err := run(context.Background(), args, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	got := out.String()
+	if !strings.Contains(got, "### 3. Save") {
+		t.Errorf("output lacks the save section:\n%s", got)
+	}
+	for _, unwanted := range []string{"### 1.", "### 2.", "### 4.", "### 5."} {
+		if strings.Contains(got, unwanted) {
+			t.Errorf("output has %q with -only save:\n%s", unwanted, got)
+		}
+	}
+}
+
+// TestRelaybenchRejectsFlags checks the flags that are validated.
+func TestRelaybenchRejectsFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-only", "relay,nothing"},
+		{"-relays", "1,0"},
+		{"-events", "0"},
+		{"-payload", "10"},
+	} {
+		if err := run(context.Background(), append(args, "-database-url", "postgres://127.0.0.1:1/none"), &bytes.Buffer{}); err == nil {
+			t.Errorf("run(%q) succeeded, want an error", args)
+		}
+	}
+}
+
+// TestRelaybenchBrokerMode drains through a broker URL, the memory broker.
+func TestRelaybenchBrokerMode(t *testing.T) {
+	var out bytes.Buffer
+	args := []string{"-database-url", hookstest.PostgresDSN(t), "-broker-urls", "memory://", "-events", "200", "-reps", "1", "-aggregates", "10"}
+	if err := run(context.Background(), args, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "relay drain of 200 pre-filled events") {
+		t.Errorf("output lacks the broker table:\n%s", out.String())
 	}
 }
 

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/gooutbox/outbox/adapters/kafka"
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/consumer"
+)
+
+// Effect is the row the consumer section's handler writes per event.
+type Effect struct {
+	ID       int64 `gorm:"primaryKey"`
+	Consumer string
+	EventID  string
+	Amount   int64
+}
+
+const consumeTopic = "bench.consume"
+
+const (
+	consumeInbox   = "with the inbox (Handle)"
+	consumeNoInbox = "without the inbox (HandleWithoutInbox)"
+)
+
+// consumerSection is section 4: runtime/consumer reading from kfake.
+func (b *bench) consumerSection(ctx context.Context) error {
+	o := b.o
+	if err := consumer.Migrate(ctx, b.plain, ""); err != nil {
+		return err
+	}
+	if err := b.plain.AutoMigrate(&Effect{}); err != nil {
+		return err
+	}
+	if err := b.fillConsumeTopic(ctx, o.consumerEvents); err != nil {
+		return err
+	}
+	reg := runtime.NewRegistry()
+	if err := Register(reg); err != nil {
+		return err
+	}
+	res := newResults()
+	for rep := range o.reps {
+		for _, inbox := range []bool{true, false} {
+			label := consumeNoInbox
+			if inbox {
+				label = consumeInbox
+			}
+			b.progress("consumer rep %d: %s", rep+1, label)
+			rate, err := b.runConsumer(ctx, reg, fmt.Sprintf("relaybench-%v-%d", inbox, rep), inbox)
+			if err != nil {
+				return fmt.Errorf("%s: %w", label, err)
+			}
+			res.add(label, rate)
+		}
+	}
+	fmt.Fprintf(b.out, "\n### 4. Consumer: runtime/consumer, %s events from kfake (8 partitions, one subscription), the handler writes one row\n\n",
+		groupDigits(float64(o.consumerEvents)))
+	res.table(b.out, "events/s", groupDigits)
+	fmt.Fprintln(b.out)
+	res.ratios(b.out, []ratio{{"with / without the inbox", consumeInbox, consumeNoInbox}})
+	return nil
+}
+
+// fillConsumeTopic creates the consumer section's topic and publishes n
+// events to it, as the relay would have.
+func (b *bench) fillConsumeTopic(ctx context.Context, n int) error {
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: b.brokers, ConsumerGroup: "relaybench-init", TopicPartitions: 8}, nil)
+	if err != nil {
+		return err
+	}
+	err = sub.SubscribeInitialize(consumeTopic)
+	sub.Close()
+	if err != nil {
+		return err
+	}
+	pub, err := b.publisher("consumer")
+	if err != nil {
+		return err
+	}
+	for start := 0; start < n; start += 1000 {
+		msgs := make([]*message.Message, 0, 1000)
+		for i := start; i < min(start+1000, n); i++ {
+			m, err := b.wmMessage(ctx, b.ev.event(i), fmt.Sprint(i%b.o.aggregates))
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, m)
+		}
+		// kafka-go caches topic metadata for a few seconds, so a topic just
+		// created may be unknown to the writer at first.
+		if err := waitFor(30*time.Second, func() bool { return pub.Publish(consumeTopic, msgs...) == nil }); err != nil {
+			return fmt.Errorf("publish to %s: %w", consumeTopic, err)
+		}
+	}
+	return nil
+}
+
+// runConsumer consumes the topic with a new consumer group and returns
+// events/s from the first event handled to the last.
+func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, name string, inbox bool) (float64, error) {
+	n := b.o.consumerEvents
+	var handled, failed atomic.Int64
+	var first, last time.Time
+	var mu sync.Mutex
+	done := make(chan struct{})
+	c, err := consumer.New(reg, consumer.Config{Name: name, DB: b.plain, Logger: quietLogger(), OnOutcome: func(r consumer.Result) {
+		if r.Outcome != consumer.OutcomeApplied {
+			failed.Add(1)
+			return
+		}
+		mu.Lock()
+		if first.IsZero() {
+			first = time.Now()
+		}
+		last = time.Now()
+		mu.Unlock()
+		if handled.Add(1) == int64(n) {
+			close(done)
+		}
+	}})
+	if err != nil {
+		return 0, err
+	}
+	write := func(ctx context.Context, tx *gorm.DB, e Paid, m consumer.Meta) error {
+		return tx.WithContext(ctx).Create(&Effect{Consumer: name, EventID: m.EventID.String(), Amount: e.Amount}).Error
+	}
+	if inbox {
+		err = consumer.Handle(c, write)
+	} else {
+		err = consumer.HandleWithoutInbox(c, func(ctx context.Context, e Paid, m consumer.Meta) error {
+			return write(ctx, b.plain, e, m)
+		})
+	}
+	if err != nil {
+		return 0, err
+	}
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: b.brokers, ConsumerGroup: name}, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer sub.Close()
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		return 0, err
+	}
+	router.AddConsumerHandler(name, consumeTopic, sub, c.HandlerFunc())
+	errc := make(chan error, 1)
+	go func() { errc <- router.Run(ctx) }()
+	select {
+	case <-done:
+	case err := <-errc:
+		return 0, fmt.Errorf("router stopped: %w", err)
+	case <-time.After(10 * time.Minute):
+		router.Close()
+		<-errc
+		return 0, fmt.Errorf("%d of %d events handled in 10 minutes", handled.Load(), n)
+	}
+	if err := router.Close(); err != nil {
+		return 0, err
+	}
+	if err := <-errc; err != nil {
+		return 0, err
+	}
+	if f := failed.Load(); f > 0 {
+		return 0, fmt.Errorf("%d deliveries were not applied", f)
+	}
+	var rows int64
+	if err := b.plain.Model(&Effect{}).Where("consumer = ?", name).Count(&rows).Error; err != nil {
+		return 0, err
+	}
+	if rows != int64(n) {
+		return 0, fmt.Errorf("the handler wrote %d rows for %d events", rows, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return float64(n-1) / max(last.Sub(first), time.Microsecond).Seconds(), nil
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
+)
+
+// eventMaker builds the benchmark's events: Paid, its memo padded so that
+// the JSON payload is about the requested size (the timestamp's length
+// varies by a few bytes).
+type eventMaker struct{ memo string }
+
+func newEventMaker(payload int) (eventMaker, error) {
+	base, err := newPaidPayload(0, "")
+	if err != nil {
+		return eventMaker{}, err
+	}
+	if payload < len(base) {
+		return eventMaker{}, fmt.Errorf("-payload %d is below the smallest event, %d bytes", payload, len(base))
+	}
+	return eventMaker{memo: strings.Repeat("x", payload-len(base))}, nil
+}
+
+func newPaidPayload(i int, memo string) ([]byte, error) {
+	env, err := runtime.NewEnvelope(context.Background(), runtime.NewEventID(), eventWith(i, memo), "account", "1")
+	return env.Payload, err
+}
+
+func eventWith(i int, memo string) Paid {
+	// A 7-digit amount and a 16-character reference keep the size constant.
+	return NewPaid(runtime.SystemClock{}, int64(1_000_000+i%1_000_000), fmt.Sprintf("ref-%012d", i), memo)
+}
+
+// event returns the i-th event.
+func (m eventMaker) event(i int) Paid { return eventWith(i, m.memo) }
+
+// prefill empties the outbox and writes n events through the plugin's
+// Enqueue, 1,000 per transaction, then VACUUM ANALYZE and CHECKPOINT, so the
+// relay does not pay for hint bits, stale statistics or a pending checkpoint.
+func prefill(ctx context.Context, db *gorm.DB, p *hooks.Plugin, ev eventMaker, n, aggregates int) error {
+	if err := db.Exec(`TRUNCATE ` + hooks.DefaultTable).Error; err != nil {
+		return err
+	}
+	for start := 0; start < n; start += 1000 {
+		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			for i := start; i < min(start+1000, n); i++ {
+				if _, err := p.Enqueue(tx, "account", fmt.Sprint(i%aggregates), ev.event(i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+	}
+	return settle(db, hooks.DefaultTable)
+}
+
+// settle runs VACUUM ANALYZE on table and a CHECKPOINT (superuser only;
+// skipped otherwise).
+func settle(db *gorm.DB, table string) error {
+	if err := db.Exec(`VACUUM ANALYZE ` + table).Error; err != nil {
+		return err
+	}
+	_ = db.Exec(`CHECKPOINT`).Error
+	return nil
+}
+
+// quietLogger logs the relay's warnings and errors only, to stderr.
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// drainRelay runs one relay on store with o's batch size until it has
+// published o.events messages, and returns events/s.
+func drainRelay(ctx context.Context, store relay.Store, pub message.Publisher, o options) (float64, error) {
+	d, err := drainRelays(ctx, []relay.Store{store}, []message.Publisher{pub}, o.batch, o.events)
+	if err != nil {
+		return 0, err
+	}
+	return float64(o.events) / d.Seconds(), nil
+}
+
+// drainRelays runs one relay per store (with the publisher of the same
+// index), all at once, until together they have published n messages, and
+// returns how long that took.
+func drainRelays(ctx context.Context, stores []relay.Store, pubs []message.Publisher, batch, n int) (time.Duration, error) {
+	var published atomic.Int64
+	done := make(chan struct{})
+	var once sync.Once
+	relays := make([]*relay.Relay, len(stores))
+	for i, s := range stores {
+		r, err := relay.New(s, pubs[i], relay.Config{BatchSize: batch, Logger: quietLogger(), OnBatch: func(b relay.BatchResult) {
+			if published.Add(int64(b.Published)) >= int64(n) {
+				once.Do(func() { close(done) })
+			}
+		}})
+		if err != nil {
+			return 0, err
+		}
+		relays[i] = r
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(relays))
+	start := time.Now()
+	for _, r := range relays {
+		go func() { errc <- r.Run(rctx) }()
+	}
+	var elapsed time.Duration
+	var err error
+	select {
+	case <-done:
+		elapsed = time.Since(start)
+	case err = <-errc:
+		err = fmt.Errorf("relay stopped before the drain ended: %w", err)
+		errc <- nil
+	case <-time.After(10 * time.Minute):
+		err = fmt.Errorf("relay drain timed out: %d of %d published", published.Load(), n)
+	}
+	cancel()
+	for range relays {
+		if e := <-errc; e != nil && err == nil {
+			err = e
+		}
+	}
+	return elapsed, err
+}
+
+// timingPublisher adds up the time spent in Publish.
+type timingPublisher struct {
+	message.Publisher
+	total atomic.Int64
+}
+
+// Publish publishes through the wrapped publisher and adds up its time.
+func (t *timingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	start := time.Now()
+	err := t.Publisher.Publish(topic, msgs...)
+	t.total.Add(int64(time.Since(start)))
+	return err
+}
+
+// countingPublisher counts the messages its publisher acknowledged and closes
+// done once there are n.
+type countingPublisher struct {
+	message.Publisher
+	n    int64
+	got  atomic.Int64
+	once sync.Once
+	done chan struct{}
+}
+
+func newCountingPublisher(pub message.Publisher, n int) *countingPublisher {
+	return &countingPublisher{Publisher: pub, n: int64(n), done: make(chan struct{})}
+}
+
+// Publish publishes through the wrapped publisher and counts the messages.
+func (c *countingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := c.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	if c.got.Add(int64(len(msgs))) >= c.n {
+		c.once.Do(func() { close(c.done) })
+	}
+	return nil
+}
+
+// Close does nothing: the wrapped publisher is the program's, shared.
+func (c *countingPublisher) Close() error { return nil }
+
+// ackRecorder records when the broker acknowledged each message, by UUID.
+type ackRecorder struct {
+	message.Publisher
+	mu   sync.Mutex
+	acks map[string]time.Time
+}
+
+func newAckRecorder(pub message.Publisher) *ackRecorder {
+	return &ackRecorder{Publisher: pub, acks: map[string]time.Time{}}
+}
+
+// Publish publishes through the wrapped publisher and records the ack time of
+// each message.
+func (a *ackRecorder) Publish(topic string, msgs ...*message.Message) error {
+	if err := a.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	now := time.Now()
+	a.mu.Lock()
+	for _, m := range msgs {
+		if _, ok := a.acks[m.UUID]; !ok {
+			a.acks[m.UUID] = now
+		}
+	}
+	a.mu.Unlock()
+	return nil
+}
+
+// Close does nothing: the wrapped publisher is the program's, shared.
+func (a *ackRecorder) Close() error { return nil }
+
+func (a *ackRecorder) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.acks)
+}
+
+// waitFor polls cond every 10ms until it holds or timeout passes.
+func waitFor(timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+	return nil
+}
