@@ -21,6 +21,17 @@
 //   - payload = the event's JSON, which itself carries event_version and
 //     occurred_at.
 //
+// # CloudEvents
+//
+// Instead of the native metadata, a relay can write the attributes of a
+// CloudEvent 1.0 in binary content mode ([CloudEvents], table there):
+// ce_specversion, ce_id, ce_source, ce_type, ce_time, ce_dataschema,
+// content-type and the extensions ce_eventversion, ce_partitionkey,
+// ce_aggregatetype, ce_minreaderversion and ce_correlationid (Kafka binding
+// prefix; [CloudEvents.Prefix] selects the AMQP or HTTP/NATS one).
+// [EnvelopeFromMetadata] reads both forms, and [AggregateOf] gives adapters
+// the aggregate of either.
+//
 // # Name
 //
 // The package is called runtime because generated code imports it as the

@@ -10,8 +10,9 @@ import (
 	"github.com/google/uuid"
 )
 
-// Metadata keys of the wire contract. Adapters map them to broker headers
-// (Kafka record headers, AMQP headers, ...) unchanged.
+// Metadata keys of the wire contract (the native metadata). Adapters map
+// them to broker headers (Kafka record headers, AMQP headers, ...)
+// unchanged. [CloudEvents] describes the alternative CloudEvents metadata.
 const (
 	MetadataEventID       = "event_id"
 	MetadataEventType     = "event_type"
@@ -132,7 +133,23 @@ func (e Envelope) Metadata() map[string]string {
 // UUID, metadata and payload. Metadata that is not part of the contract
 // becomes Headers. A missing or malformed contract key is an error wrapping
 // [ErrInvalidEnvelope] that names the key.
+//
+// Metadata without an event_type key but with CloudEvents attributes (a
+// specversion under any binding prefix: ce_, ce-, cloudEvents:,
+// cloudEvents_) is read as a CloudEvent in binary content mode, mapped as
+// the table on [CloudEvents] shows: id, source, specversion and type are
+// required. The event version is the eventversion extension attribute or,
+// without it, the payload's event_version. An id that is not a UUID (other
+// producers' ids are any string) becomes a name-based UUID (version 5, URL
+// namespace) of source "#" id, stable across redeliveries. Attributes that
+// are not envelope fields (source, dataschema, ...) stay in Headers under
+// their metadata keys.
 func EnvelopeFromMetadata(messageUUID string, md map[string]string, payload []byte) (Envelope, error) {
+	if md[MetadataEventType] == "" {
+		if p := cloudEventsPrefix(md); p != "" {
+			return envelopeFromCloudEvent(p, md, payload)
+		}
+	}
 	idText := md[MetadataEventID]
 	if idText == "" {
 		idText = messageUUID

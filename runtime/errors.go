@@ -113,11 +113,14 @@ func (e *FieldError) Error() string {
 	return fmt.Sprintf("field %s: %s", e.Field, e.Problem)
 }
 
-// MissingFieldsError reports a payload that lacks required top-level keys.
-// Generated decoders return it (wrapped in a [*DecodeError]) instead of
-// silently decoding zero values.
+// MissingFieldsError reports a payload that lacks required keys, at the top
+// level or in a nested object. Generated decoders return it (wrapped in a
+// [*DecodeError]) instead of silently decoding zero values.
 type MissingFieldsError struct {
-	// Fields are the missing JSON keys, in schema order.
+	// Fields are the JSON paths of the missing keys, in the notation of
+	// [FieldError].Field ("email", "address.city", "lines[2].sku"): the
+	// event's own keys first in schema order, then nested ones in payload
+	// order.
 	Fields []string
 }
 

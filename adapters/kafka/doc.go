@@ -16,7 +16,8 @@
 //     in-sync replica has the records.
 //   - The balancer is kafka.Hash, so records with the same key go to the same
 //     partition and keep their order. The key is the message's aggregate_id
-//     metadata ([runtime.MetadataAggregateID]) unless [PublisherConfig.Key]
+//     metadata ([runtime.MetadataAggregateID]; for a CloudEvent, its
+//     ce_partitionkey header) unless [PublisherConfig.Key]
 //     says otherwise; a message without one gets a nil key and is spread
 //     round robin, with no ordering guarantee.
 //   - Writes are synchronous: [Publisher.Publish] returns only when the broker
@@ -26,6 +27,10 @@
 // Metadata travels as Kafka record headers. The message UUID travels as the
 // event_id header ([runtime.MetadataEventID]) unless the metadata already
 // carries one, and the subscriber sets the received message's UUID from it.
+// A CloudEvent (a relay with relay.Config.CloudEvents) carries its id as
+// ce_id instead: no event_id header is added, so the record's headers are
+// exactly the Kafka binding's (binary content mode), and the subscriber takes
+// the UUID from ce_id.
 //
 // Errors from kafka-go are wrapped with %w, so callers can use errors.As with
 // kafka-go's WriteErrors (some partitions failed) and MessageTooLargeError

@@ -14,11 +14,13 @@ import (
 )
 
 // AggregateIDKey is the default [PublisherConfig.Key]: the message's
-// aggregate_id metadata ([runtime.MetadataAggregateID]), or a nil key when the
-// message has none or it is empty. kafka.Hash spreads nil-keyed records round
-// robin over the partitions, so such messages have no ordering guarantee.
+// aggregate_id metadata ([runtime.MetadataAggregateID]) or, for a CloudEvent,
+// its partitionkey attribute ([runtime.AggregateOf]; the Kafka binding maps
+// partitionkey to the record key), or a nil key when the message has none or
+// it is empty. kafka.Hash spreads nil-keyed records round robin over the
+// partitions, so such messages have no ordering guarantee.
 func AggregateIDKey(topic string, msg *message.Message) ([]byte, error) {
-	if id := msg.Metadata.Get(runtime.MetadataAggregateID); id != "" {
+	if _, id := runtime.AggregateOf(msg.Metadata); id != "" {
 		return []byte(id), nil
 	}
 	return nil, nil
@@ -27,7 +29,8 @@ func AggregateIDKey(topic string, msg *message.Message) ([]byte, error) {
 // toRecord converts msg into a Kafka record: the payload is the value, every
 // metadata entry is a header (sorted by name, so records are deterministic),
 // and the message UUID is the event_id header unless the metadata already
-// carries a non-empty one.
+// carries a non-empty one or is a CloudEvent (a ce_id header: the relay's
+// CloudEvents records then carry the binding's headers only).
 func toRecord(topic string, msg *message.Message, key []byte) kafka.Message {
 	headers := make([]kafka.Header, 0, len(msg.Metadata)+1)
 	for k, v := range msg.Metadata {
@@ -36,7 +39,7 @@ func toRecord(topic string, msg *message.Message, key []byte) kafka.Message {
 		}
 		headers = append(headers, kafka.Header{Key: k, Value: []byte(v)})
 	}
-	if msg.Metadata.Get(runtime.MetadataEventID) == "" && msg.UUID != "" {
+	if msg.Metadata.Get(runtime.MetadataEventID) == "" && msg.Metadata.Get(ceID) == "" && msg.UUID != "" {
 		headers = append(headers, kafka.Header{Key: runtime.MetadataEventID, Value: []byte(msg.UUID)})
 	}
 	slices.SortFunc(headers, func(a, b kafka.Header) int { return strings.Compare(a.Key, b.Key) })
@@ -50,10 +53,10 @@ func toRecord(topic string, msg *message.Message, key []byte) kafka.Message {
 
 // fromRecord converts a Kafka record into a Watermill message. Every header
 // becomes metadata (the last one wins when a name repeats). The UUID is the
-// event_id header; a record without one (written by another producer) gets a
-// name-based UUID (version 5, URL namespace, name
-// "kafka:topic/partition/offset"), which is stable across redeliveries so
-// consumers can still deduplicate on it.
+// event_id header, else the ce_id header (a CloudEvent); a record without
+// either (written by another producer) gets a name-based UUID (version 5,
+// URL namespace, name "kafka:topic/partition/offset"), which is stable
+// across redeliveries so consumers can still deduplicate on it.
 func fromRecord(r kafka.Message) *message.Message {
 	md := make(message.Metadata, len(r.Headers))
 	for _, h := range r.Headers {
@@ -61,12 +64,18 @@ func fromRecord(r kafka.Message) *message.Message {
 	}
 	id := md[runtime.MetadataEventID]
 	if id == "" {
+		id = md[ceID]
+	}
+	if id == "" {
 		id = uuid.NewSHA1(uuid.NameSpaceURL, []byte("kafka:"+recordName(r))).String()
 	}
 	msg := message.NewMessage(id, r.Value)
 	msg.Metadata = md
 	return msg
 }
+
+// ceID is the CloudEvents id attribute under the Kafka binding's prefix.
+const ceID = runtime.CloudEventsPrefixKafka + runtime.CEID
 
 // recordName names a record by its position: "topic/partition/offset".
 func recordName(r kafka.Message) string {

@@ -248,7 +248,8 @@ func fifoID(s string) string {
 }
 
 // AggregateGroupID is the default [PublisherConfig.GroupID]: the message's
-// aggregate_id metadata ([runtime.MetadataAggregateID]), so that each
+// aggregate_id metadata ([runtime.MetadataAggregateID], or a CloudEvent's
+// partitionkey: [runtime.AggregateOf]), so that each
 // aggregate's events keep their order and different aggregates are
 // delivered in parallel. A message without one gets the topic as its group:
 // such messages keep one total order on the topic, and are delivered one at
@@ -256,7 +257,7 @@ func fifoID(s string) string {
 // characters, or characters outside printable ASCII) is replaced by
 // "sha256-" and its hex SHA-256, which keeps one group per aggregate.
 func AggregateGroupID(topic string, msg *message.Message) (string, error) {
-	if id := msg.Metadata.Get(runtime.MetadataAggregateID); id != "" {
+	if _, id := runtime.AggregateOf(msg.Metadata); id != "" {
 		return fifoID(id), nil
 	}
 	return fifoID(topic), nil

@@ -60,6 +60,12 @@ func (e AccountOpenedV1) EventTime() time.Time { return e.OccurredAt }
 // suite.account_opened decodes a version 1 payload.
 func (AccountOpenedV1) EventMinReader() int { return 1 }
 
+// outboxgenAccountOpenedV1Keys are the keys a version 1 payload must have,
+// nested ones included, for outboxgenrt.MissingPaths.
+var outboxgenAccountOpenedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "owner"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e AccountOpenedV1) Validate() error {
@@ -81,7 +87,7 @@ func (e AccountOpenedV1) Validate() error {
 func decodeAccountOpenedV1(version int, payload []byte) (AccountOpenedV1, error) {
 	var e AccountOpenedV1
 	key := runtime.Key{Type: AccountOpenedType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "owner")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenAccountOpenedV1Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -59,6 +59,12 @@ func (e AuditedV1) EventTime() time.Time { return e.OccurredAt }
 // suite.audited decodes a version 1 payload.
 func (AuditedV1) EventMinReader() int { return 1 }
 
+// outboxgenAuditedV1Keys are the keys a version 1 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenAuditedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "balance"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e AuditedV1) Validate() error {
@@ -77,7 +83,7 @@ func (e AuditedV1) Validate() error {
 func decodeAuditedV1(version int, payload []byte) (AuditedV1, error) {
 	var e AuditedV1
 	key := runtime.Key{Type: AuditedType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "balance")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenAuditedV1Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

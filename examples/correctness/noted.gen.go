@@ -65,6 +65,12 @@ func (e NotedV1) EventTime() time.Time { return e.OccurredAt }
 // suite.noted decodes a version 1 payload.
 func (NotedV1) EventMinReader() int { return 1 }
 
+// outboxgenNotedV1Keys are the keys a version 1 payload must have, nested ones
+// included, for outboxgenrt.MissingPaths.
+var outboxgenNotedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "writer", "text"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e NotedV1) Validate() error {
@@ -83,7 +89,7 @@ func (e NotedV1) Validate() error {
 func decodeNotedV1(version int, payload []byte) (NotedV1, error) {
 	var e NotedV1
 	key := runtime.Key{Type: NotedType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "writer", "text")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenNotedV1Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -61,6 +61,12 @@ func (e OrderPaidV1) EventTime() time.Time { return e.OccurredAt }
 // orders.order_paid decodes a version 1 payload.
 func (OrderPaidV1) EventMinReader() int { return 1 }
 
+// outboxgenOrderPaidV1Keys are the keys a version 1 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenOrderPaidV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "method"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV1) Validate() error {
@@ -81,7 +87,7 @@ func (e OrderPaidV1) Validate() error {
 func decodeOrderPaidV1(payload []byte) (OrderPaidV1, error) {
 	var e OrderPaidV1
 	key := runtime.Key{Type: OrderPaidType, Version: 1}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "method")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenOrderPaidV1Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -138,6 +144,12 @@ func (e OrderPaidV2) EventTime() time.Time { return e.OccurredAt }
 // in the min_reader_version header, so that older consumers read this version.
 func (OrderPaidV2) EventMinReader() int { return 1 }
 
+// outboxgenOrderPaidV2Keys are the keys a version 2 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenOrderPaidV2Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "method", "channel"},
+}
+
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV2) Validate() error {
@@ -162,7 +174,7 @@ func (e OrderPaidV2) Validate() error {
 func decodeOrderPaidV2(version int, payload []byte) (OrderPaidV2, error) {
 	var e OrderPaidV2
 	key := runtime.Key{Type: OrderPaidType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "method", "channel")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenOrderPaidV2Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

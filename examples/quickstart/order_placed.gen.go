@@ -64,6 +64,12 @@ func (e OrderPlacedV1) EventTime() time.Time { return e.OccurredAt }
 // orders.order_placed decodes a version 1 payload.
 func (OrderPlacedV1) EventMinReader() int { return 1 }
 
+// outboxgenOrderPlacedV1Keys are the keys a version 1 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenOrderPlacedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "customer", "total"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPlacedV1) Validate() error {
@@ -88,7 +94,7 @@ func (e OrderPlacedV1) Validate() error {
 func decodeOrderPlacedV1(version int, payload []byte) (OrderPlacedV1, error) {
 	var e OrderPlacedV1
 	key := runtime.Key{Type: OrderPlacedType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "customer", "total")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenOrderPlacedV1Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -68,6 +68,12 @@ func (e DepositedV1) EventTime() time.Time { return e.OccurredAt }
 // bank.deposited decodes a version 1 payload.
 func (DepositedV1) EventMinReader() int { return 1 }
 
+// outboxgenDepositedV1Keys are the keys a version 1 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenDepositedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "amount", "reference", "note"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e DepositedV1) Validate() error {
@@ -92,7 +98,7 @@ func (e DepositedV1) Validate() error {
 func decodeDepositedV1(version int, payload []byte) (DepositedV1, error) {
 	var e DepositedV1
 	key := runtime.Key{Type: DepositedType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "amount", "reference", "note")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenDepositedV1Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

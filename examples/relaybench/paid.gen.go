@@ -70,6 +70,12 @@ func (e PaidV1) EventTime() time.Time { return e.OccurredAt }
 // bank.paid decodes a version 1 payload.
 func (PaidV1) EventMinReader() int { return 1 }
 
+// outboxgenPaidV1Keys are the keys a version 1 payload must have, nested ones
+// included, for outboxgenrt.MissingPaths.
+var outboxgenPaidV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "amount", "reference", "memo"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e PaidV1) Validate() error {
@@ -94,7 +100,7 @@ func (e PaidV1) Validate() error {
 func decodePaidV1(version int, payload []byte) (PaidV1, error) {
 	var e PaidV1
 	key := runtime.Key{Type: PaidType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "amount", "reference", "memo")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenPaidV1Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

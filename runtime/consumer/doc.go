@@ -33,6 +33,14 @@
 // latest version and sees every historical one as that. [Meta] carries the
 // envelope as received, wire version included.
 //
+// A message carrying the attributes of a CloudEvent in binary content mode
+// instead (ce_type, ce_id, ce_time, ... from a relay with
+// relay.Config.CloudEvents, or another producer) is decoded the same way:
+// ce_type is the event type and the ce_eventversion extension, or else the
+// payload's event_version, the version ([runtime.EnvelopeFromMetadata] has
+// the mapping). A CloudEvent lacking a required attribute (id, source,
+// specversion, type) is malformed.
+//
 // # Exactly-once effects: the inbox
 //
 // A handler registered with [Handle] or [HandleTx] runs inside a

@@ -6,7 +6,10 @@
 //
 // What application code reads (events, errors, the registry) lives in
 // package runtime; this package holds only what generated code needs to
-// decode and validate payloads: [MissingKeys], [IsDecimal], [InvalidEntry].
+// // decode and validate payloads: [MissingPaths] (with the [ObjectShape]
+// tables generated code declares), [IsDecimal], [InvalidEntry], and
+// [MissingKeys], which generation 2 code written before MissingPaths existed
+// still calls.
 // Like protobuf's protoimpl, it sits apart so that application code sees
 // only what it needs. It cannot be internal, because generated code lives
 // in the application's module.

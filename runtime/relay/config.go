@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/gooutbox/outbox/runtime"
 )
 
 // Default values of the [Config] fields. A zero field means its default.
@@ -113,6 +115,16 @@ type Config struct {
 	// it.
 	Logger *slog.Logger
 
+	// CloudEvents, when set, makes the relay publish every message as a
+	// CloudEvent in binary content mode: its metadata holds the CloudEvents
+	// attributes (ce_id, ce_type, ce_source, ce_time, ...; see
+	// [runtime.CloudEvents]) instead of the native keys (event_id,
+	// event_type, ...). The payload and the message UUID (the event id) are
+	// the same in both. runtime/consumer reads either form, so upgrade
+	// consumers to a version that does before turning this on.
+	// Default: nil, the native metadata ([runtime.Envelope.Metadata]).
+	CloudEvents *runtime.CloudEvents
+
 	// OnBatch, when set, is called after every claim that claimed a message
 	// or failed, from the goroutine running [Relay.Run]; it must not block.
 	// Use it for metrics (throughput, failures, batch latency).
@@ -187,8 +199,9 @@ func (c *Config) setDefaults(notifier bool) {
 	}
 }
 
-// Validate reports whether c is usable: no field is negative and MinBackoff is
-// not greater than MaxBackoff when both are set. The error wraps
+// Validate reports whether c is usable: no field is negative, MinBackoff is
+// not greater than MaxBackoff when both are set, and CloudEvents, when set,
+// passes [runtime.CloudEvents.Validate]. The error wraps
 // [ErrInvalidConfig] and names the field. Zero fields are valid (they mean
 // their defaults).
 func (c Config) Validate() error {
@@ -210,6 +223,11 @@ func (c Config) Validate() error {
 	} {
 		if f.value < 0 {
 			return fmt.Errorf("%w: %s is negative", ErrInvalidConfig, f.name)
+		}
+	}
+	if c.CloudEvents != nil {
+		if err := c.CloudEvents.Validate(); err != nil {
+			return fmt.Errorf("%w: CloudEvents: %w", ErrInvalidConfig, err)
 		}
 	}
 	if c.MinBackoff > 0 && c.MaxBackoff > 0 && c.MinBackoff > c.MaxBackoff {

@@ -36,6 +36,14 @@
 // process), or [Config.PollInterval] elapsing, which bounds the delay of a
 // message whose notification was lost. [Config.OnBatch] sees every batch.
 //
+// # Wire format
+//
+// Each message's UUID is the event id and its payload the event's JSON. Its
+// metadata is the native wire contract ([runtime.Envelope.Metadata]) or,
+// with [Config.CloudEvents], the attributes of a CloudEvent 1.0 in binary
+// content mode ([runtime.CloudEvents.Metadata]: ce_id, ce_type, ce_source,
+// ce_time, ...). The choice is per relay; runtime/consumer reads both.
+//
 // # Delivery: at least once
 //
 // The relay publishes first and has the store mark second. A crash, a lost

@@ -61,7 +61,7 @@ func (r *Relay) publish(ctx context.Context, msgs []runtime.OutboxMessage) Outco
 		}
 		b.ids = append(b.ids, m.ID)
 		b.aggs = append(b.aggs, aggregateKey{m.AggregateType, m.AggregateID})
-		b.msgs = append(b.msgs, toMessage(ctx, m))
+		b.msgs = append(b.msgs, r.toMessage(ctx, m))
 	}
 
 	results := make([]topicResult, len(batches))
@@ -255,11 +255,16 @@ func (b *topicBatch) byAggregate() []*topicBatch {
 }
 
 // toMessage converts an outbox message to a Watermill message following the
-// wire contract: UUID = event id, metadata = [runtime.Envelope.Metadata],
-// payload = the event's JSON, context = ctx.
-func toMessage(ctx context.Context, m runtime.OutboxMessage) *message.Message {
+// wire contract: UUID = event id, metadata = [runtime.Envelope.Metadata] or,
+// with [Config.CloudEvents], [runtime.CloudEvents.Metadata], payload = the
+// event's JSON, context = ctx.
+func (r *Relay) toMessage(ctx context.Context, m runtime.OutboxMessage) *message.Message {
 	wm := message.NewMessage(m.EventID.String(), message.Payload(m.Payload))
-	wm.Metadata = m.Metadata()
+	if r.cfg.CloudEvents != nil {
+		wm.Metadata = r.cfg.CloudEvents.Metadata(m.Envelope)
+	} else {
+		wm.Metadata = m.Metadata()
+	}
 	wm.SetContext(ctx)
 	return wm
 }

@@ -86,6 +86,10 @@ func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.CloudEvents != nil {
+		ce := *cfg.CloudEvents // the caller may change its copy later
+		cfg.CloudEvents = &ce
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()

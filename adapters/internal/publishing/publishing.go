@@ -59,13 +59,13 @@ func Context(msgs []*message.Message, timeout time.Duration, cause error) (conte
 }
 
 // AggregateKey returns the key of msg's aggregate (its aggregate_type and
-// aggregate_id metadata), or "" when it has no aggregate_id. A publisher
-// that fails a message holds back the call's later messages with the same
-// key, so that none overtakes it.
+// aggregate_id metadata, or a CloudEvent's: [runtime.AggregateOf]), or ""
+// when it has no aggregate id. A publisher that fails a message holds back
+// the call's later messages with the same key, so that none overtakes it.
 func AggregateKey(msg *message.Message) string {
-	id := msg.Metadata.Get(runtime.MetadataAggregateID)
+	typ, id := runtime.AggregateOf(msg.Metadata)
 	if id == "" {
 		return ""
 	}
-	return msg.Metadata.Get(runtime.MetadataAggregateType) + "\x00" + id
+	return typ + "\x00" + id
 }

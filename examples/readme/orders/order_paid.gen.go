@@ -57,6 +57,12 @@ func (e OrderPaidV1) EventTime() time.Time { return e.OccurredAt }
 // orders.order_paid decodes a version 1 payload.
 func (OrderPaidV1) EventMinReader() int { return 1 }
 
+// outboxgenOrderPaidV1Keys are the keys a version 1 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenOrderPaidV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "amount"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV1) Validate() error {
@@ -78,7 +84,7 @@ func (e OrderPaidV1) Validate() error {
 func decodeOrderPaidV1(version int, payload []byte) (OrderPaidV1, error) {
 	var e OrderPaidV1
 	key := runtime.Key{Type: OrderPaidType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "amount")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenOrderPaidV1Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -58,6 +58,12 @@ func (e OrderPlacedV1) EventTime() time.Time { return e.OccurredAt }
 // orders.order_placed decodes a version 1 payload.
 func (OrderPlacedV1) EventMinReader() int { return 1 }
 
+// outboxgenOrderPlacedV1Keys are the keys a version 1 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenOrderPlacedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "total"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPlacedV1) Validate() error {
@@ -78,7 +84,7 @@ func (e OrderPlacedV1) Validate() error {
 func decodeOrderPlacedV1(payload []byte) (OrderPlacedV1, error) {
 	var e OrderPlacedV1
 	key := runtime.Key{Type: OrderPlacedType, Version: 1}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "total")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenOrderPlacedV1Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -123,6 +129,12 @@ func (e OrderPlacedV2) EventTime() time.Time { return e.OccurredAt }
 // in the min_reader_version header, so that older consumers read this version.
 func (OrderPlacedV2) EventMinReader() int { return 1 }
 
+// outboxgenOrderPlacedV2Keys are the keys a version 2 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenOrderPlacedV2Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "total", "channel"},
+}
+
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPlacedV2) Validate() error {
@@ -144,7 +156,7 @@ func (e OrderPlacedV2) Validate() error {
 func decodeOrderPlacedV2(version int, payload []byte) (OrderPlacedV2, error) {
 	var e OrderPlacedV2
 	key := runtime.Key{Type: OrderPlacedType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "total", "channel")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenOrderPlacedV2Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

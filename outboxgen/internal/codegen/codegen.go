@@ -224,6 +224,9 @@ func (b *builder) shared() *File {
 			}
 		}
 		s.Objects = append(s.Objects, obj)
+		sh := b.shape(o.Fields, nil)
+		sh.Name = o.Name
+		s.Shapes = append(s.Shapes, sh)
 	}
 	for _, p := range b.order {
 		s.Patterns = append(s.Patterns, Pattern{Var: b.patterns[p], Literal: goString(p)})
@@ -336,25 +339,46 @@ func (b *builder) version(ev *schema.Event, v *schema.Version, entries *[]Entry)
 		StructField{Name: "EventVersion", Type: "int", Tag: `json:"event_version"`, Doc: comment("\t", fmt.Sprintf("EventVersion is the schema version of the payload, always %d.", v.Number))},
 		StructField{Name: "OccurredAt", Type: "time.Time", Tag: `json:"occurred_at"`, Doc: comment("\t", "OccurredAt is when the event occurred, in UTC with microsecond precision.")},
 	)
-	keys := []string{`"event_version"`, `"occurred_at"`}
 	for _, f := range v.Fields {
 		vc.Fields = append(vc.Fields, b.structField(f))
 		vc.Checks = append(vc.Checks, b.fieldChecks(sc, "e", f)...)
-		if f.Optional {
-			continue
-		}
-		// A required list or map may be absent or null on the wire (a nil
-		// slice or map marshals as null): it decodes as empty. Every other
-		// required key must be present with a non-null value.
-		if f.Type.Kind != schema.List && f.Type.Kind != schema.Map {
-			keys = append(keys, strconv.Quote(f.Name))
-		}
-		if f.Default != nil {
+		if !f.Optional && f.Default != nil {
 			vc.Defaults = append(vc.Defaults, Assign{Key: strconv.Quote(f.Name), Field: schema.GoName(f.Name), Value: b.defaultValue(f)})
 		}
 	}
-	vc.RequiredKeys = keys
+	vc.Shape = b.shape(v.Fields, []string{`"event_version"`, `"occurred_at"`})
+	vc.Objects = "nil"
+	if len(b.file.Types) > 0 {
+		vc.Objects = "outboxgenObjects"
+	}
 	return vc, nil
+}
+
+// shape is the Shape of an object with the given fields, after the
+// required keys in keys. A required list or map may be absent or null on
+// the wire (a nil slice or map marshals as null): it decodes as empty.
+// Every other required key must be present with a non-null value, in
+// nested objects too.
+func (b *builder) shape(fields []*schema.Field, keys []string) Shape {
+	sh := Shape{Required: keys}
+	for _, f := range fields {
+		if !f.Optional && f.Type.Kind != schema.List && f.Type.Kind != schema.Map {
+			sh.Required = append(sh.Required, strconv.Quote(f.Name))
+		}
+		containers := ""
+		t := f.Type
+		for ; t.Kind == schema.List || t.Kind == schema.Map; t = t.Elem {
+			if t.Kind == schema.List {
+				containers += "l"
+			} else {
+				containers += "m"
+			}
+		}
+		if t.Kind == schema.ObjectKind {
+			sh.Nested = append(sh.Nested, NestedShape{Key: strconv.Quote(f.Name), Containers: strconv.Quote(containers), Object: slices.Index(b.file.Types, t.Object), Type: t.Object.Name})
+		}
+	}
+	return sh
 }
 
 // minReader is the oldest version whose reader can decode v directly: the

@@ -35,6 +35,32 @@ type Shared struct {
 	Entries []Entry
 	// Events are the Go names of the events, for Register.
 	Events []string
+	// Shapes describe the object types for outboxgenrt.MissingPaths, in
+	// the order of the schema's types (the table outboxgenObjects); empty
+	// when the schema has no types.
+	Shapes []Shape
+}
+
+// Shape is an outboxgenrt.ObjectShape: the required keys of an object and
+// its keys holding further objects.
+type Shape struct {
+	// Name is the object type's Go name (in the table only).
+	Name string
+	// Required are the quoted keys of every non-optional field that is not
+	// a list or map.
+	Required []string
+	Nested   []NestedShape
+}
+
+// NestedShape is a key whose value holds objects: Containers (quoted, "l"
+// and "m" outermost first) around the object type at index Object of the
+// table.
+type NestedShape struct {
+	Key        string
+	Containers string
+	Object     int
+	// Type is the Go name of the object type, for a comment.
+	Type string
 }
 
 // Enum is a named string type with its constants.
@@ -171,9 +197,12 @@ type Version struct {
 	MinReaderDoc string
 	Fields       []StructField
 	Checks       []Check
-	// RequiredKeys are the quoted keys of every non-optional field, for
-	// outboxgenrt.MissingKeys.
-	RequiredKeys []string
+	// Shape holds the quoted keys of every non-optional field and the
+	// fields holding objects, for outboxgenrt.MissingPaths.
+	Shape Shape
+	// Objects is the expression of the object table: outboxgenObjects,
+	// or nil when the schema has no types.
+	Objects string
 	// Defaults fill keys missing from a payload.
 	Defaults []Assign
 	// Chain upcasts a decoded value of this version to the latest.

@@ -110,6 +110,17 @@ func (e CustomerRegisteredV1) EventTime() time.Time { return e.OccurredAt }
 // customers.customer_registered decodes a version 1 payload.
 func (CustomerRegisteredV1) EventMinReader() int { return 1 }
 
+// outboxgenCustomerRegisteredV1Keys are the keys a version 1 payload must have,
+// nested ones included, for outboxgenrt.MissingPaths.
+var outboxgenCustomerRegisteredV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "status"},
+	Nested: []outboxgenrt.NestedShape{
+		{Key: "address", Value: outboxgenrt.Shape{Object: 0}},                // Address
+		{Key: "lines", Value: outboxgenrt.Shape{Containers: "l", Object: 2}}, // Line
+		{Key: "second_address", Value: outboxgenrt.Shape{Object: 0}},         // Address
+	},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e CustomerRegisteredV1) Validate() error {
@@ -189,7 +200,7 @@ func (e CustomerRegisteredV1) Validate() error {
 func decodeCustomerRegisteredV1(payload []byte) (CustomerRegisteredV1, error) {
 	var e CustomerRegisteredV1
 	key := runtime.Key{Type: CustomerRegisteredType, Version: 1}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "status")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenCustomerRegisteredV1Keys, outboxgenObjects)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -292,6 +303,17 @@ func (e CustomerRegisteredV2) EventTime() time.Time { return e.OccurredAt }
 // customers.customer_registered decodes a version 2 payload.
 func (CustomerRegisteredV2) EventMinReader() int { return 2 }
 
+// outboxgenCustomerRegisteredV2Keys are the keys a version 2 payload must have,
+// nested ones included, for outboxgenrt.MissingPaths.
+var outboxgenCustomerRegisteredV2Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "lucky_number", "status", "locale", "premium", "since", "partner", "fee", "preferred_channel"},
+	Nested: []outboxgenrt.NestedShape{
+		{Key: "address", Value: outboxgenrt.Shape{Object: 0}},                // Address
+		{Key: "lines", Value: outboxgenrt.Shape{Containers: "l", Object: 2}}, // Line
+		{Key: "second_address", Value: outboxgenrt.Shape{Object: 0}},         // Address
+	},
+}
+
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e CustomerRegisteredV2) Validate() error {
@@ -380,7 +402,7 @@ func (e CustomerRegisteredV2) Validate() error {
 func decodeCustomerRegisteredV2(version int, payload []byte) (CustomerRegisteredV2, error) {
 	var e CustomerRegisteredV2
 	key := runtime.Key{Type: CustomerRegisteredType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "customer_id", "email", "age", "vip", "balance", "registered_at", "channel", "address", "lucky_number", "status", "locale", "premium", "since", "partner", "fee", "preferred_channel")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenCustomerRegisteredV2Keys, outboxgenObjects)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -103,6 +103,30 @@ func (o Line) validate() *runtime.FieldError {
 	return nil
 }
 
+// outboxgenObjects describes the object types, in schema order, for
+// outboxgenrt.MissingPaths: generated decoders report a required key missing
+// from a nested object by its full path.
+var outboxgenObjects = []outboxgenrt.ObjectShape{
+	// Address
+	0: {
+		Required: []string{"street", "city"},
+		Nested: []outboxgenrt.NestedShape{
+			{Key: "geo", Value: outboxgenrt.Shape{Object: 1}}, // Geo
+		},
+	},
+	// Geo
+	1: {
+		Required: []string{"lat", "lng"},
+		Nested: []outboxgenrt.NestedShape{
+			{Key: "parent", Value: outboxgenrt.Shape{Object: 1}}, // Geo
+		},
+	},
+	// Line
+	2: {
+		Required: []string{"sku", "quantity", "price"},
+	},
+}
+
 // Patterns of the schema's string fields, compiled once; regexp.Regexp is
 // safe for concurrent use.
 var (

@@ -169,34 +169,32 @@ func TestJSONSchemaAgreesWithDecoder(t *testing.T) {
 	tests := []struct {
 		name string
 		edit func(map[string]any)
-		// decoderGap, when set, says why the generated decoder
-		// accepts the payload today: only the schema is asserted.
-		decoderGap string
 	}{
-		{"required field missing", set("email", nil), ""},
-		{"required field of a nested object missing", set("address.city", nil),
-			"the generated decoder checks the required keys of the event, not of the objects inside it"},
-		{"string too long", set("email", strings.Repeat("a", 250)+"@b.cd"), ""},
-		{"pattern", set("email", "no-at-sign"), ""},
-		{"pattern in a nested object", set("address.zip", "1234"), ""},
-		{"pattern in a list element", set("lines.0.sku", "lower"), ""},
-		{"integer below min", set("age", -1), ""},
-		{"integer above max", set("age", 151), ""},
-		{"integer below min in a list element", set("lines.0.quantity", 0), ""},
-		{"not an integer", set("age", "42"), ""},
-		{"fractional integer", set("age", 4.5), ""},
-		{"int32 out of range in a recursive object", set("address.geo.lat", 1<<40), ""},
-		{"int64 out of range", set("lucky_number", json.Number("100000000000000000000")), ""},
-		{"uuid", set("customer_id", "not-a-uuid"), ""},
-		{"date-time", set("registered_at", "yesterday"), ""},
-		{"decimal", set("fee", "1.2.3"), ""},
-		{"decimal in a list element", set("lines.0.price", "9,99"), ""},
-		{"enum value", set("channel", "fax"), ""},
-		{"enum value in nested lists", set("nested", []any{[]any{"fax"}}), ""},
-		{"map value type", set("scores", map[string]any{"s": []any{"x"}}), ""},
-		{"list instead of object", set("address", []any{}), ""},
-		{"bool as string", set("vip", "true"), ""},
-		{"event_version of another version", set("event_version", 1), ""},
+		{"required field missing", set("email", nil)},
+		{"required field of a nested object missing", set("address.city", nil)},
+		{"required field of a list element missing", set("lines.0.sku", nil)},
+		{"required field of a recursive object missing", set("address.geo.lat", nil)},
+		{"string too long", set("email", strings.Repeat("a", 250)+"@b.cd")},
+		{"pattern", set("email", "no-at-sign")},
+		{"pattern in a nested object", set("address.zip", "1234")},
+		{"pattern in a list element", set("lines.0.sku", "lower")},
+		{"integer below min", set("age", -1)},
+		{"integer above max", set("age", 151)},
+		{"integer below min in a list element", set("lines.0.quantity", 0)},
+		{"not an integer", set("age", "42")},
+		{"fractional integer", set("age", 4.5)},
+		{"int32 out of range in a recursive object", set("address.geo.lat", 1<<40)},
+		{"int64 out of range", set("lucky_number", json.Number("100000000000000000000"))},
+		{"uuid", set("customer_id", "not-a-uuid")},
+		{"date-time", set("registered_at", "yesterday")},
+		{"decimal", set("fee", "1.2.3")},
+		{"decimal in a list element", set("lines.0.price", "9,99")},
+		{"enum value", set("channel", "fax")},
+		{"enum value in nested lists", set("nested", []any{[]any{"fax"}})},
+		{"map value type", set("scores", map[string]any{"s": []any{"x"}})},
+		{"list instead of object", set("address", []any{})},
+		{"bool as string", set("vip", "true")},
+		{"event_version of another version", set("event_version", 1)},
 	}
 	if err := validate(t, schemas[2], valid); err != nil {
 		t.Fatalf("the unmodified payload is invalid: %v", err)
@@ -209,10 +207,7 @@ func TestJSONSchemaAgreesWithDecoder(t *testing.T) {
 			if schemaErr == nil {
 				t.Errorf("the JSON Schema accepts %s", payload)
 			}
-			switch {
-			case decodeErr == nil && tc.decoderGap != "":
-				t.Logf("known gap: %s", tc.decoderGap)
-			case decodeErr == nil:
+			if decodeErr == nil {
 				t.Errorf("the generated decoder accepts %s", payload)
 			}
 		})

@@ -58,6 +58,12 @@ func (e InvoiceSentV1) EventTime() time.Time { return e.OccurredAt }
 // billing.invoice_sent decodes a version 1 payload.
 func (InvoiceSentV1) EventMinReader() int { return 1 }
 
+// outboxgenInvoiceSentV1Keys are the keys a version 1 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenInvoiceSentV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "invoice_id", "sent_at"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e InvoiceSentV1) Validate() error {
@@ -82,7 +88,7 @@ func (e InvoiceSentV1) Validate() error {
 func decodeInvoiceSentV1(version int, payload []byte) (InvoiceSentV1, error) {
 	var e InvoiceSentV1
 	key := runtime.Key{Type: InvoiceSentType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "invoice_id", "sent_at")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenInvoiceSentV1Keys, outboxgenObjects)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

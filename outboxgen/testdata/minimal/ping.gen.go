@@ -51,6 +51,12 @@ func (e PingV1) EventTime() time.Time { return e.OccurredAt }
 // health.ping decodes a version 1 payload.
 func (PingV1) EventMinReader() int { return 1 }
 
+// outboxgenPingV1Keys are the keys a version 1 payload must have, nested ones
+// included, for outboxgenrt.MissingPaths.
+var outboxgenPingV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e PingV1) Validate() error {
@@ -69,7 +75,7 @@ func (e PingV1) Validate() error {
 func decodePingV1(version int, payload []byte) (PingV1, error) {
 	var e PingV1
 	key := runtime.Key{Type: PingType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenPingV1Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -66,6 +66,16 @@ func (e CataloguedV1) EventTime() time.Time { return e.OccurredAt }
 // catalog.catalogued decodes a version 1 payload.
 func (CataloguedV1) EventMinReader() int { return 1 }
 
+// outboxgenCataloguedV1Keys are the keys a version 1 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenCataloguedV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "catalog_id"},
+	Nested: []outboxgenrt.NestedShape{
+		{Key: "groups", Value: outboxgenrt.Shape{Containers: "lm", Object: 0}}, // Item
+		{Key: "items", Value: outboxgenrt.Shape{Containers: "m", Object: 0}},   // Item
+	},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e CataloguedV1) Validate() error {
@@ -113,7 +123,7 @@ func (e CataloguedV1) Validate() error {
 func decodeCataloguedV1(version int, payload []byte) (CataloguedV1, error) {
 	var e CataloguedV1
 	key := runtime.Key{Type: CataloguedType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "catalog_id")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenCataloguedV1Keys, outboxgenObjects)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

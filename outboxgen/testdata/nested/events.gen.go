@@ -55,6 +55,16 @@ func validateItemPricesValue(x string) *runtime.FieldError {
 	return nil
 }
 
+// outboxgenObjects describes the object types, in schema order, for
+// outboxgenrt.MissingPaths: generated decoders report a required key missing
+// from a nested object by its full path.
+var outboxgenObjects = []outboxgenrt.ObjectShape{
+	// Item
+	0: {
+		Required: []string{"code"},
+	},
+}
+
 // Patterns of the schema's string fields, compiled once; regexp.Regexp is
 // safe for concurrent use.
 var (

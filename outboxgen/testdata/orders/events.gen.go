@@ -45,6 +45,16 @@ func (o Money) validate() *runtime.FieldError {
 	return nil
 }
 
+// outboxgenObjects describes the object types, in schema order, for
+// outboxgenrt.MissingPaths: generated decoders report a required key missing
+// from a nested object by its full path.
+var outboxgenObjects = []outboxgenrt.ObjectShape{
+	// Money
+	0: {
+		Required: []string{"value", "currency"},
+	},
+}
+
 // Patterns of the schema's string fields, compiled once; regexp.Regexp is
 // safe for concurrent use.
 var (

@@ -68,6 +68,12 @@ func (e OrderPaidV1) EventTime() time.Time { return e.OccurredAt }
 // orders.order_paid decodes a version 1 payload.
 func (OrderPaidV1) EventMinReader() int { return 1 }
 
+// outboxgenOrderPaidV1Keys are the keys a version 1 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenOrderPaidV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "order_id", "amount_cents", "currency", "payment_method"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV1) Validate() error {
@@ -99,7 +105,7 @@ func (e OrderPaidV1) Validate() error {
 func decodeOrderPaidV1(payload []byte) (OrderPaidV1, error) {
 	var e OrderPaidV1
 	key := runtime.Key{Type: OrderPaidType, Version: 1}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount_cents", "currency", "payment_method")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenOrderPaidV1Keys, outboxgenObjects)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -151,6 +157,16 @@ func (e OrderPaidV2) EventTime() time.Time { return e.OccurredAt }
 // orders.order_paid decodes a version 2 payload.
 func (OrderPaidV2) EventMinReader() int { return 2 }
 
+// outboxgenOrderPaidV2Keys are the keys a version 2 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenOrderPaidV2Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "order_id", "amount", "payment_method"},
+	Nested: []outboxgenrt.NestedShape{
+		{Key: "amount", Value: outboxgenrt.Shape{Object: 0}},                 // Money
+		{Key: "lines", Value: outboxgenrt.Shape{Containers: "m", Object: 0}}, // Money
+	},
+}
+
 // Validate reports whether e satisfies the constraints of version 2. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV2) Validate() error {
@@ -187,7 +203,7 @@ func (e OrderPaidV2) Validate() error {
 func decodeOrderPaidV2(payload []byte) (OrderPaidV2, error) {
 	var e OrderPaidV2
 	key := runtime.Key{Type: OrderPaidType, Version: 2}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount", "payment_method")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenOrderPaidV2Keys, outboxgenObjects)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
@@ -253,6 +269,16 @@ func (e OrderPaidV3) EventTime() time.Time { return e.OccurredAt }
 // in the min_reader_version header, so that older consumers read this version.
 func (OrderPaidV3) EventMinReader() int { return 2 }
 
+// outboxgenOrderPaidV3Keys are the keys a version 3 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenOrderPaidV3Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "order_id", "amount", "payment_method", "refund_window_days"},
+	Nested: []outboxgenrt.NestedShape{
+		{Key: "amount", Value: outboxgenrt.Shape{Object: 0}},                 // Money
+		{Key: "lines", Value: outboxgenrt.Shape{Containers: "m", Object: 0}}, // Money
+	},
+}
+
 // Validate reports whether e satisfies the constraints of version 3. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e OrderPaidV3) Validate() error {
@@ -290,7 +316,7 @@ func (e OrderPaidV3) Validate() error {
 func decodeOrderPaidV3(version int, payload []byte) (OrderPaidV3, error) {
 	var e OrderPaidV3
 	key := runtime.Key{Type: OrderPaidType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "order_id", "amount", "payment_method", "refund_window_days")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenOrderPaidV3Keys, outboxgenObjects)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}

@@ -60,6 +60,12 @@ func (e ParcelSentV1) EventTime() time.Time { return e.OccurredAt }
 // shipping.parcel_sent decodes a version 1 payload.
 func (ParcelSentV1) EventMinReader() int { return 1 }
 
+// outboxgenParcelSentV1Keys are the keys a version 1 payload must have, nested
+// ones included, for outboxgenrt.MissingPaths.
+var outboxgenParcelSentV1Keys = outboxgenrt.ObjectShape{
+	Required: []string{"event_version", "occurred_at", "parcel_id", "carrier", "weight_grams"},
+}
+
 // Validate reports whether e satisfies the constraints of version 1. It
 // returns a *runtime.FieldError naming the first field that does not.
 func (e ParcelSentV1) Validate() error {
@@ -89,7 +95,7 @@ func (e ParcelSentV1) Validate() error {
 func decodeParcelSentV1(version int, payload []byte) (ParcelSentV1, error) {
 	var e ParcelSentV1
 	key := runtime.Key{Type: ParcelSentType, Version: version}
-	missing, err := outboxgenrt.MissingKeys(payload, "event_version", "occurred_at", "parcel_id", "carrier", "weight_grams")
+	missing, err := outboxgenrt.MissingPaths(payload, &outboxgenParcelSentV1Keys, nil)
 	if err != nil {
 		return e, &runtime.DecodeError{Key: key, Err: err}
 	}
