@@ -393,7 +393,7 @@ func (e *faultEnv) delay() func(context.Context) error {
 // records the result. check, when set, runs as soon as the probes are
 // published (or the wait gave up) and adds its note and error.
 func (e *faultEnv) measure(ctx context.Context, fault string, faultAt time.Time, hold time.Duration, heal func() error, check func() (string, error)) error {
-	bound, from := livenessBound(fault, len(e.relays))
+	bound, from := livenessBound(fault, len(e.relays), e.ob.sdb.name())
 	l := livenessResult{Fault: fault, At: faultAt.Sub(e.start), Held: hold, Bound: bound, From: from}
 	ids, err := e.workload.probe(ctx, fmt.Sprintf("probe-%s-%d", fault, faultAt.Sub(e.start).Milliseconds()))
 	if err != nil {
