@@ -179,8 +179,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	failures := 0           // consecutive failed batches
 	var lastFound time.Time // the last claim that found messages
 	requested := false      // the store was asked to wake this relay
+	var next *claimed       // a batch claimed while the last one was marked
 	for ctx.Err() == nil {
-		res, timedOut := r.batch(ctx, owner)
+		res, timedOut, prefetched := r.batch(ctx, owner, next)
+		next = prefetched
 		if timedOut {
 			r.log.Warn("relay: shutdown timeout exceeded, batch released",
 				attrClaimed, res.Claimed,
@@ -194,6 +196,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			// because messages were rejected for good: the broker or the
 			// database is down. Back off.
 			failures++
+			next = nil // claimed before the backoff: claim afresh after it
 			var wait time.Duration
 			if ctx.Err() == nil {
 				wait = r.backoff(failures)
@@ -280,9 +283,40 @@ func (r *Relay) markRunning() {
 	r.runningOnce.Do(func() { close(r.running) })
 }
 
-// batch claims, publishes and marks one batch. It reports what happened,
-// and whether the batch was cut short by [Config.ShutdownTimeout].
-func (r *Relay) batch(ctx context.Context, owner string) (res BatchResult, timedOut bool) {
+// claimed is a batch claimed ahead, while the store marked the batch
+// before it (see [InFlightExcluder]).
+type claimed struct {
+	b   Batch
+	err error
+	// failed are the aggregates of which a message failed in the batch
+	// before: their messages in b must wait for the failed one.
+	failed map[aggregateKey]bool
+}
+
+// take returns the prefetched batch less the messages of failed aggregates,
+// or false when there is nothing to take.
+func (c *claimed) take() (Batch, bool) {
+	if c == nil || c.err != nil || len(c.b.Messages) == 0 {
+		return Batch{}, false
+	}
+	if len(c.failed) > 0 {
+		kept := c.b.Messages[:0:0]
+		for _, m := range c.b.Messages {
+			if !c.failed[aggregateKey{m.AggregateType, m.AggregateID}] {
+				kept = append(kept, m)
+			}
+		}
+		c.b.Messages = kept
+	}
+	return c.b, len(c.b.Messages) > 0
+}
+
+// batch publishes one batch, pre (claimed while the last batch was marked)
+// or else one it claims, and marks it. After a full batch, when the store is
+// an [InFlightExcluder], it claims the next batch while the store marks this
+// one, and returns it when the mark succeeded. It reports what happened, and
+// whether the batch was cut short by [Config.ShutdownTimeout].
+func (r *Relay) batch(ctx context.Context, owner string, pre *claimed) (res BatchResult, timedOut bool, next *claimed) {
 	batchCtx, done := r.batchContext(ctx)
 	defer done()
 	start := time.Now()
@@ -294,19 +328,21 @@ func (r *Relay) batch(ctx context.Context, owner string) (res BatchResult, timed
 		}
 	}()
 
-	claimCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
-	b, err := r.store.Claim(claimCtx, ClaimRequest{Owner: owner, Limit: r.cfg.BatchSize, MaxBytes: r.cfg.MaxBatchBytes})
-	cancel()
-	if err != nil {
-		res.Err = fmt.Errorf("relay: claim: %w", err)
-		return res, false
+	b, ok := pre.take()
+	if !ok {
+		claimCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
+		var err error
+		b, err = r.store.Claim(claimCtx, ClaimRequest{Owner: owner, Limit: r.cfg.BatchSize, MaxBytes: r.cfg.MaxBatchBytes})
+		cancel()
+		if err != nil {
+			res.Err = fmt.Errorf("relay: claim: %w", err)
+			return res, false, nil
+		}
 	}
 	res.Claimed = len(b.Messages)
-	// A store stops short of MaxBatchBytes when the next message would
-	// overshoot it: a batch past half the cap may have more behind it.
-	res.Full = len(b.Messages) >= r.cfg.BatchSize || r.cfg.MaxBatchBytes > 0 && 2*payloadBytes(b.Messages) >= r.cfg.MaxBatchBytes
+	res.Full = r.full(b.Messages)
 	if len(b.Messages) == 0 {
-		return res, false
+		return res, false, nil
 	}
 
 	deadline := time.Now().Add(r.cfg.PublishTimeout)
@@ -318,13 +354,55 @@ func (r *Relay) batch(ctx context.Context, owner string) (res BatchResult, timed
 	cancel()
 	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
 
-	markCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
-	err = r.store.Mark(markCtx, b, out)
-	cancel()
-	if err != nil {
-		res.Err = fmt.Errorf("relay: mark: %w", err)
+	var ahead chan *claimed
+	if _, ok := r.store.(InFlightExcluder); ok && res.Full && ctx.Err() == nil {
+		ahead = make(chan *claimed, 1)
+		go func() { ahead <- r.claimAhead(batchCtx, owner, b.Messages, out.Failed) }()
 	}
-	return res, false
+	markCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
+	err := r.store.Mark(markCtx, b, out)
+	cancel()
+	if ahead != nil {
+		next = <-ahead
+	}
+	if err != nil {
+		// The batch's published messages are published again: none of
+		// their aggregates' later messages may go out before them.
+		res.Err = fmt.Errorf("relay: mark: %w", err)
+		next = nil
+	}
+	return res, false, next
+}
+
+// full reports whether a claim of msgs may have left messages behind: it
+// reached BatchSize, or (a store stops short of MaxBatchBytes when the next
+// message would overshoot it) passed half the byte cap.
+func (r *Relay) full(msgs []runtime.OutboxMessage) bool {
+	return len(msgs) >= r.cfg.BatchSize || r.cfg.MaxBatchBytes > 0 && 2*payloadBytes(msgs) >= r.cfg.MaxBatchBytes
+}
+
+// claimAhead claims the batch after msgs, leaving msgs out, and notes the
+// aggregates of failed.
+func (r *Relay) claimAhead(ctx context.Context, owner string, msgs []runtime.OutboxMessage, failed []Failure) *claimed {
+	inFlight := make([]int64, len(msgs))
+	aggOf := make(map[int64]aggregateKey, len(failed))
+	for i, m := range msgs {
+		inFlight[i] = m.ID
+	}
+	c := &claimed{}
+	if len(failed) > 0 {
+		for _, m := range msgs {
+			aggOf[m.ID] = aggregateKey{m.AggregateType, m.AggregateID}
+		}
+		c.failed = make(map[aggregateKey]bool, len(failed))
+		for _, f := range failed {
+			c.failed[aggOf[f.ID]] = true
+		}
+	}
+	claimCtx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
+	defer cancel()
+	c.b, c.err = r.store.Claim(claimCtx, ClaimRequest{Owner: owner, Limit: r.cfg.BatchSize, MaxBytes: r.cfg.MaxBatchBytes, InFlight: inFlight})
+	return c
 }
 
 // payloadBytes sums the payload sizes of msgs.

@@ -21,6 +21,12 @@ type ClaimRequest struct {
 	// first message is returned whatever its size, so one large message
 	// cannot block the outbox. Zero means no byte limit.
 	MaxBytes int64
+
+	// InFlight lists the IDs of messages the caller claimed and has not
+	// marked yet: a relay whose store is an [InFlightExcluder] claims its
+	// next batch while the store marks the last one. Such a store leaves
+	// them out of the batch; other stores never receive it.
+	InFlight []int64
 }
 
 // Batch is what [Store.Claim] returns: messages the caller may publish now.
@@ -86,6 +92,23 @@ type Store interface {
 	// another relay) is left as it is. When Mark fails, nothing need be
 	// marked: the messages are published again later (at-least-once).
 	Mark(ctx context.Context, b Batch, o Outcome) error
+}
+
+// InFlightExcluder is implemented by stores whose Claim leaves out the
+// messages of [ClaimRequest.InFlight]. After a full batch, [Relay.Run] then
+// claims the next batch while [Store.Mark] records the last one, so a busy
+// relay waits for one of the two statements instead of both.
+//
+// Such a claim may return later messages of an aggregate whose earlier
+// message is in flight. The relay keeps the aggregate's order: it
+// publishes the next batch only after Mark has returned without error, and
+// leaves out of it (unpublished, unmarked, still pending) the messages of
+// every aggregate that had a message fail in the last batch.
+type InFlightExcluder interface {
+	Store
+	// ExcludesInFlight marks the store as honouring
+	// [ClaimRequest.InFlight]; the relay never calls it.
+	ExcludesInFlight()
 }
 
 // Releaser is implemented by stores whose claims are leases held by an

@@ -177,6 +177,10 @@ func (s *MemoryStore) Claim(ctx context.Context, req relay.ClaimRequest) (relay.
 	return relay.Batch{Messages: msgs, Deadline: until, Token: tok}, nil
 }
 
+// ExcludesInFlight implements [relay.InFlightExcluder]: a claim leaves out
+// every message another claim holds, and their aggregates with them.
+func (s *MemoryStore) ExcludesInFlight() {}
+
 // Mark implements [relay.Store]. It ignores messages whose claim is no longer
 // the batch's (the lease passed), and returns an error for an ID that is not
 // in the batch.

@@ -564,6 +564,57 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 		}
 	})
 
+	t.Run("InFlightLeftOut", func(t *testing.T) {
+		store, add := newStore(t)
+		if _, ok := store.(relay.InFlightExcluder); !ok {
+			t.Skip("the store is not a relay.InFlightExcluder")
+		}
+		// Aggregate x has messages 0-3, y has 4-5: the first claim takes
+		// x's first two; the claim ahead must leave them out.
+		msgs := testMessages(6, "a")
+		for i := range msgs {
+			msgs[i].AggregateID = "x"
+			if i >= 4 {
+				msgs[i].AggregateID = "y"
+			}
+		}
+		ids := add(msgs...)
+		first := claim(t, store, req("a", 2))
+		if diff := cmp.Diff(ids[:2], idsOf(first.Messages)); diff != "" {
+			t.Fatalf("first claim (-want +got):\n%s", diff)
+		}
+		ahead := claim(t, store, relay.ClaimRequest{Owner: "a", Limit: 10, InFlight: idsOf(first.Messages)})
+		got := idsOf(ahead.Messages)
+		if !slices.IsSorted(got) {
+			t.Errorf("claim ahead returned %v, want ID order", got)
+		}
+		// A store may hold x back while its first messages are in
+		// flight; if it returns x's later messages, they must be
+		// ids[2:4], in order, before nothing of x is skipped.
+		var gotX []int64
+		for _, m := range ahead.Messages {
+			if slices.Contains(idsOf(first.Messages), m.ID) {
+				t.Fatalf("claim ahead returned in-flight message %d (got %v)", m.ID, got)
+			}
+			if m.AggregateID == "x" {
+				gotX = append(gotX, m.ID)
+			}
+		}
+		if len(gotX) > 0 && !slices.Equal(gotX, ids[2:2+len(gotX)]) {
+			t.Errorf("claim ahead returned x's messages %v, want a prefix of %v", gotX, ids[2:4])
+		}
+		if !slices.Contains(got, ids[4]) || !slices.Contains(got, ids[5]) {
+			t.Errorf("claim ahead returned %v, want y's messages %v among them", got, ids[4:])
+		}
+		mark(t, store, first, nil)
+		mark(t, store, ahead, nil)
+		rest := idsOf(publishAll(t, store, "a", 10))
+		all := slices.Sorted(slices.Values(append(append(idsOf(first.Messages), got...), rest...)))
+		if diff := cmp.Diff(ids, all); diff != "" {
+			t.Errorf("published across the three claims (-want +got):\n%s", diff)
+		}
+	})
+
 	t.Run("ConcurrentOwnersPublishOnceInOrder", func(t *testing.T) {
 		store, add := newStore(t)
 		msgs := testMessages(120, "a", "b", "c")

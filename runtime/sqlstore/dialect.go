@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -126,9 +127,14 @@ type dialect interface {
 	// claimQuery returns the SELECT of the claimable rows (selectColumns, in
 	// id order) of the store's table: pending, not parked, of an aggregate
 	// with no waiting or parked row, at most limit rows whose payloads
-	// before each add up to less than maxBytes. shardFilter is "" or
-	// " AND o.shard IN (...)", for the table aliased o.
-	claimQuery(t storeTables, shardFilter string, limit int, maxBytes int64) (string, []any)
+	// before each add up to less than maxBytes. filter is "" or conditions
+	// such as " AND o.shard IN (...)", for the table aliased o; its
+	// placeholders, if any, follow the query's own (see excludeIDs).
+	claimQuery(t storeTables, filter string, limit int, maxBytes int64) (string, []any)
+	// excludeIDs returns the condition, for the table aliased o, that
+	// leaves out the rows of ids (non-empty), and its arguments, whose
+	// placeholders are numbered from next.
+	excludeIDs(ids []int64, next int) (string, []any)
 	// publishedSet is the SET clause (with its arguments) that marks rows
 	// published, on the clock retention compares with.
 	publishedSet() (string, []any)
@@ -151,6 +157,18 @@ type dialect interface {
 	// relays no longer alive; all "" for a dialect whose writers send no
 	// notifications.
 	wakeSQL(t storeTables) (request, cancel, cleanup string)
+}
+
+// idList is a comma-separated list of ids, safe to splice into SQL.
+func idList(ids []int64) string {
+	b := make([]byte, 0, len(ids)*8)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(b)
 }
 
 // sqlOf returns the SQL of dialect d.

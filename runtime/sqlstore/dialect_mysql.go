@@ -296,6 +296,11 @@ func (mysqlDialect) claimQuery(t storeTables, shardFilter string, limit int, max
 	return q, nil
 }
 
+// excludeIDs splices the ids (integers) into the statement.
+func (mysqlDialect) excludeIDs(ids []int64, _ int) (string, []any) {
+	return " AND o.id NOT IN (" + idList(ids) + ")", nil
+}
+
 func (mysqlDialect) publishedSet() (string, []any) { return "published_at = UTC_TIMESTAMP(6)", nil }
 
 func (mysqlDialect) updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64) error {

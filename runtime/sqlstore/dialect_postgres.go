@@ -247,6 +247,13 @@ func (postgresDialect) claimQuery(t storeTables, shardFilter string, limit int, 
 	return q, []any{limit, maxBytes}
 }
 
+// excludeIDs binds the ids as one array, so the statement's text, and
+// the driver's prepared statement, stay the same; NOT IN over a subquery
+// is planned as a hashed subplan.
+func (postgresDialect) excludeIDs(ids []int64, next int) (string, []any) {
+	return " AND o.id NOT IN (SELECT unnest($" + strconv.Itoa(next) + "::bigint[]))", []any{ids}
+}
+
 // publishedSet uses the database's clock, as deletePublished compares it.
 func (postgresDialect) publishedSet() (string, []any) { return "published_at = now()", nil }
 

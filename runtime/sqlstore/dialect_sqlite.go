@@ -115,6 +115,11 @@ func (sqliteDialect) claimQuery(t storeTables, shardFilter string, limit int, ma
 	return q, []any{time.Now().UnixMicro(), limit, maxBytes}
 }
 
+// excludeIDs splices the ids (integers) into the statement.
+func (sqliteDialect) excludeIDs(ids []int64, _ int) (string, []any) {
+	return " AND o.id NOT IN (" + idList(ids) + ")", nil
+}
+
 func (sqliteDialect) publishedSet() (string, []any) {
 	return "published_at = ?", []any{time.Now().UTC()}
 }

@@ -146,11 +146,17 @@ type ownerLease struct {
 // claimToken is the Token of the batches a Store returns.
 type claimToken struct{ owner string }
 
+// ExcludesInFlight implements [relay.InFlightExcluder]: Claim leaves out
+// [relay.ClaimRequest.InFlight], so the relay claims its next batch while
+// the store marks the last one.
+func (s *Store) ExcludesInFlight() {}
+
 var (
-	_ relay.Store         = (*Store)(nil)
-	_ relay.Releaser      = (*Store)(nil)
-	_ relay.Notifier      = (*Store)(nil)
-	_ relay.WakeRequester = (*Store)(nil)
+	_ relay.InFlightExcluder = (*Store)(nil)
+	_ relay.Store            = (*Store)(nil)
+	_ relay.Releaser         = (*Store)(nil)
+	_ relay.Notifier         = (*Store)(nil)
+	_ relay.WakeRequester    = (*Store)(nil)
 )
 
 // NewStore returns a store on db's connection pool (GORM users pass
@@ -232,7 +238,7 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	if len(o.shards) == 0 {
 		return relay.Batch{}, nil
 	}
-	msgs, err := s.selectClaimable(ctx, o.shards, req.Limit, req.MaxBytes)
+	msgs, err := s.selectClaimable(ctx, o.shards, req.InFlight, req.Limit, req.MaxBytes)
 	if err != nil {
 		return relay.Batch{}, err
 	}
@@ -406,15 +412,20 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 }
 
 // selectClaimable reads the claimable rows of shards (see [Store]).
-func (s *Store) selectClaimable(ctx context.Context, shards []int16, limit int, maxBytes int64) ([]runtime.OutboxMessage, error) {
+func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []int64, limit int, maxBytes int64) ([]runtime.OutboxMessage, error) {
 	if maxBytes <= 0 {
 		maxBytes = 1 << 62
 	}
-	shardFilter := ""
+	filter := ""
 	if len(shards) < Shards {
-		shardFilter = " AND o.shard IN (" + shardList(shards) + ")"
+		filter = " AND o.shard IN (" + shardList(shards) + ")"
 	}
-	q, args := s.dialect.claimQuery(s.tables, shardFilter, limit, maxBytes)
+	q, args := s.dialect.claimQuery(s.tables, filter, limit, maxBytes)
+	if len(inFlight) > 0 {
+		excl, exclArgs := s.dialect.excludeIDs(inFlight, len(args)+1)
+		q, args = s.dialect.claimQuery(s.tables, filter+excl, limit, maxBytes)
+		args = append(args, exclArgs...)
+	}
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: claim: select pending: %w", err)

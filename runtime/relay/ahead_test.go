@@ -1,0 +1,150 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
+)
+
+// aheadStore is a [relay.InFlightExcluder] that, like sqlstore.Store, may
+// return later messages of an aggregate whose earlier message is in flight:
+// a claim returns the first pending messages in ID order, leaving out
+// only req.InFlight. A failed message stays pending with no retry delay.
+type aheadStore struct {
+	mu       sync.Mutex
+	msgs     []runtime.OutboxMessage
+	done     map[int64]bool
+	requests []relay.ClaimRequest
+	failMark int // Mark calls still to fail
+}
+
+func (s *aheadStore) ExcludesInFlight() {}
+
+func (s *aheadStore) Claim(_ context.Context, req relay.ClaimRequest) (relay.Batch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = append(s.requests, req)
+	var b relay.Batch
+	for _, m := range s.msgs {
+		if len(b.Messages) == req.Limit {
+			break
+		}
+		if !s.done[m.ID] && !slices.Contains(req.InFlight, m.ID) {
+			b.Messages = append(b.Messages, m)
+		}
+	}
+	return b, nil
+}
+
+func (s *aheadStore) Mark(_ context.Context, _ relay.Batch, o relay.Outcome) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failMark > 0 {
+		s.failMark--
+		return errors.New("database unavailable")
+	}
+	for _, id := range o.Published {
+		s.done[id] = true
+	}
+	return nil
+}
+
+func (s *aheadStore) pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.msgs) - len(s.done)
+}
+
+func (s *aheadStore) Requests() []relay.ClaimRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
+}
+
+// aggMessages returns messages 1..n, message i of aggregate aggs[i-1] and
+// on the topic of the same name, with IDs 1..n.
+func aggMessages(aggs ...string) []runtime.OutboxMessage {
+	msgs := make([]runtime.OutboxMessage, len(aggs))
+	for i, a := range aggs {
+		m := newMessage(i+1, a)
+		m.ID = int64(i + 1)
+		m.AggregateID = a
+		msgs[i] = m
+	}
+	return msgs
+}
+
+// published returns, per topic, the UUIDs of the messages the publisher
+// accepted, in the order it accepted them.
+func published(pub *fakePublisher) map[string][]string {
+	out := map[string][]string{}
+	for _, c := range pub.Calls() {
+		if !c.Err {
+			out[c.Topic] = append(out[c.Topic], c.UUIDs...)
+		}
+	}
+	return out
+}
+
+func TestClaimAheadHoldsBackAggregateThatFailed(t *testing.T) {
+	// Batch 1 is x1, y1; the claim ahead, made while batch 1 is marked,
+	// returns x2, y2. x1 fails, so x2 must wait for it.
+	store := &aheadStore{msgs: aggMessages("x", "y", "x", "y"), done: map[int64]bool{}}
+	var xCalls int
+	var mu sync.Mutex
+	pub := &fakePublisher{fn: func(topic string, _ []*message.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if topic == "x" {
+			xCalls++
+			if xCalls == 1 {
+				return errors.New("partition leader moved")
+			}
+		}
+		return nil
+	}}
+	batches := newBatchRecorder()
+	r, err := relay.New(store, pub, relay.Config{BatchSize: 2, PollInterval: never, ActivePollInterval: 1, MinBackoff: 1, MaxBackoff: 1, OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	batches.until(t, func() bool { return store.pending() == 0 })
+
+	want := map[string][]string{"x": uuids(1, 3), "y": uuids(2, 4)}
+	if diff := cmp.Diff(want, published(pub)); diff != "" {
+		t.Errorf("accepted messages by topic (-want +got):\n%s", diff)
+	}
+	reqs := store.Requests()
+	if len(reqs) < 2 || !slices.Equal(reqs[1].InFlight, []int64{1, 2}) {
+		t.Errorf("claim requests %+v: want the second to leave out in-flight messages [1 2]", reqs)
+	}
+}
+
+func TestClaimAheadDroppedWhenMarkFails(t *testing.T) {
+	// Batch 1 (a1, b1) is published but its mark fails, so a1 and b1 are
+	// published again: a2 and b2, claimed ahead, must not go out before.
+	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}, failMark: 1}
+	pub := &fakePublisher{}
+	batches := newBatchRecorder()
+	r, err := relay.New(store, pub, relay.Config{BatchSize: 2, PollInterval: never, ActivePollInterval: 1, MinBackoff: 1, MaxBackoff: 1, OnBatch: batches.OnBatch, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	batches.until(t, func() bool { return store.pending() == 0 })
+
+	want := map[string][]string{"a": uuids(1, 1, 3), "b": uuids(2, 2, 4)}
+	if diff := cmp.Diff(want, published(pub)); diff != "" {
+		t.Errorf("accepted messages by topic (-want +got):\n%s", diff)
+	}
+}
