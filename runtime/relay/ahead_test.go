@@ -7,12 +7,14 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 // aheadStore is a [relay.InFlightExcluder] that, like sqlstore.Store, may
@@ -147,4 +149,29 @@ func TestClaimAheadDroppedWhenMarkFails(t *testing.T) {
 	if diff := cmp.Diff(want, published(pub)); diff != "" {
 		t.Errorf("accepted messages by topic (-want +got):\n%s", diff)
 	}
+}
+
+func TestClaimAgainInShortensTheWait(t *testing.T) {
+	// The store has no share for the relay yet, and says when to look
+	// again: the relay must not wait for its (hour-long) poll interval.
+	mem := &runtimetest.MemoryStore{}
+	mem.Add(newMessage(1, "a"))
+	var mu sync.Mutex
+	hinted := 0
+	store := &testStore{Store: mem, claim: func(ctx context.Context, req relay.ClaimRequest) (relay.Batch, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if hinted < 3 {
+			hinted++
+			return relay.Batch{ClaimAgainIn: time.Millisecond}, nil
+		}
+		return mem.Claim(ctx, req)
+	}}
+	batches := newBatchRecorder()
+	r, err := relay.New(store, &fakePublisher{}, relay.Config{PollInterval: never, ActivePeriod: time.Nanosecond, OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	batches.until(t, func() bool { return len(mem.Pending()) == 0 })
 }

@@ -181,7 +181,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	requested := false      // the store was asked to wake this relay
 	var next *claimed       // a batch claimed while the last one was marked
 	for ctx.Err() == nil {
-		res, timedOut, prefetched := r.batch(ctx, owner, next)
+		res, timedOut, prefetched, again := r.batch(ctx, owner, next)
 		next = prefetched
 		if timedOut {
 			r.log.Warn("relay: shutdown timeout exceeded, batch released",
@@ -224,6 +224,9 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		}
 		wait := time.Duration(r.poll.Load())
+		if again > 0 {
+			wait = min(wait, again)
+		}
 		switch {
 		case time.Since(lastFound) < r.cfg.ActivePeriod:
 			wait = min(wait, r.cfg.ActivePollInterval)
@@ -316,7 +319,7 @@ func (c *claimed) take() (Batch, bool) {
 // an [InFlightExcluder], it claims the next batch while the store marks this
 // one, and returns it when the mark succeeded. It reports what happened, and
 // whether the batch was cut short by [Config.ShutdownTimeout].
-func (r *Relay) batch(ctx context.Context, owner string, pre *claimed) (res BatchResult, timedOut bool, next *claimed) {
+func (r *Relay) batch(ctx context.Context, owner string, pre *claimed) (res BatchResult, timedOut bool, next *claimed, again time.Duration) {
 	batchCtx, done := r.batchContext(ctx)
 	defer done()
 	start := time.Now()
@@ -336,13 +339,13 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *claimed) (res Batc
 		cancel()
 		if err != nil {
 			res.Err = fmt.Errorf("relay: claim: %w", err)
-			return res, false, nil
+			return res, false, nil, 0
 		}
 	}
 	res.Claimed = len(b.Messages)
 	res.Full = r.full(b.Messages)
 	if len(b.Messages) == 0 {
-		return res, false, nil
+		return res, false, nil, b.ClaimAgainIn
 	}
 
 	deadline := time.Now().Add(r.cfg.PublishTimeout)
@@ -371,7 +374,7 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *claimed) (res Batc
 		res.Err = fmt.Errorf("relay: mark: %w", err)
 		next = nil
 	}
-	return res, false, next
+	return res, false, next, 0
 }
 
 // full reports whether a claim of msgs may have left messages behind: it

@@ -44,6 +44,14 @@ type Batch struct {
 	// Token is the store's own data about the claim (a fencing token, say),
 	// handed back to [Store.Mark] untouched.
 	Token any
+
+	// ClaimAgainIn, on an empty batch, is a hint that the caller may have
+	// messages to claim sooner than it would look again: the store is
+	// handing it a share of the outbox that other relays are giving back
+	// (sqlstore.Store, while a relay that just started takes its share
+	// over). [Relay.Run] then claims again after at most ClaimAgainIn.
+	// Zero means no hint.
+	ClaimAgainIn time.Duration
 }
 
 // Outcome is the result of publishing a [Batch], reported to [Store.Mark].

@@ -124,8 +124,8 @@ type dialect interface {
 	// leases returns the lease bookkeeping of a store's tables.
 	leases(t storeTables) leaseOps
 
-	// claimQuery returns the SELECT of the claimable rows (selectColumns, in
-	// id order) of the store's table: pending, not parked, of an aggregate
+	// claimQuery returns the SELECT of the claimable rows (selectColumns and
+	// the number of relays alive, in id order) of the store's table: pending, not parked, of an aggregate
 	// with no waiting or parked row, at most limit rows whose payloads
 	// before each add up to less than maxBytes. filter is "" or conditions
 	// such as " AND o.shard IN (...)", for the table aliased o; its

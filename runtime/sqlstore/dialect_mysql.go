@@ -284,7 +284,7 @@ func (l mysqlLeases) unregister(ctx context.Context, q Execer, owner string) err
 // claimQuery splices its numbers, so that the query runs without a
 // prepared statement.
 func (mysqlDialect) claimQuery(t storeTables, shardFilter string, limit int, maxBytes int64) (string, []any) {
-	q := `SELECT ` + selectColumns + ` FROM (
+	q := `SELECT ` + selectColumns + `, (SELECT COUNT(*) FROM ` + t.relays + ` WHERE expires_at > UTC_TIMESTAMP(6)) FROM (
 			SELECT c.*, SUM(LENGTH(c.payload)) OVER (ORDER BY c.id) AS run FROM (
 				SELECT ` + selectColumns + ` FROM ` + t.table + ` o
 				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + shardFilter + `

@@ -237,7 +237,7 @@ func (postgresDialect) leases(t storeTables) leaseOps {
 func (postgresDialect) claimQuery(t storeTables, shardFilter string, limit int, maxBytes int64) (string, []any) {
 	q := `WITH b AS MATERIALIZED (SELECT DISTINCT aggregate_type, aggregate_id FROM ` + t.table + `
 			WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at > now()))
-		SELECT ` + selectColumns + ` FROM (
+		SELECT ` + selectColumns + `, (SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now()) FROM (
 			SELECT c.*, sum(octet_length(c.payload)) OVER (ORDER BY c.id) AS run FROM (
 				SELECT ` + selectColumns + ` FROM ` + t.table + ` o
 				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + shardFilter + `

@@ -104,7 +104,7 @@ func (sqliteDialect) leases(t storeTables) leaseOps {
 }
 
 func (sqliteDialect) claimQuery(t storeTables, shardFilter string, limit int, maxBytes int64) (string, []any) {
-	q := `SELECT ` + selectColumns + ` FROM (
+	q := `SELECT ` + selectColumns + `, (SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > ?1) FROM (
 			SELECT c.*, sum(length(CAST(c.payload AS BLOB))) OVER (ORDER BY c.id) AS run FROM (
 				SELECT ` + selectColumns + ` FROM ` + t.table + ` o
 				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + shardFilter + `

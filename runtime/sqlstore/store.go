@@ -140,6 +140,8 @@ type ownerLease struct {
 	shards     []int16    // sorted
 	validUntil time.Time  // local clock, conservative
 	nextRenew  time.Time
+	alive      int  // relays alive at the last renewal
+	short      bool // holds less than its share: taking shards over
 	waiting    bool // RequestWake added the owner to the waiters
 }
 
@@ -236,11 +238,17 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 		}
 	}
 	if len(o.shards) == 0 {
-		return relay.Batch{}, nil
+		return relay.Batch{ClaimAgainIn: s.claimAgainIn(o)}, nil
 	}
-	msgs, err := s.selectClaimable(ctx, o.shards, req.InFlight, req.Limit, req.MaxBytes)
+	msgs, alive, err := s.selectClaimable(ctx, o.shards, req.InFlight, req.Limit, req.MaxBytes)
 	if err != nil {
 		return relay.Batch{}, err
+	}
+	if alive != o.alive {
+		// A relay joined or left: rebalance at the next claim rather
+		// than at the next scheduled renewal, so a relay that starts
+		// beside a busy one gets its share within a claim or two.
+		o.nextRenew = time.Now()
 	}
 	if len(msgs) == 0 {
 		return relay.Batch{}, nil
@@ -255,6 +263,16 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 		}
 	}
 	return relay.Batch{Messages: msgs, Deadline: o.validUntil, Token: claimToken{req.Owner}}, nil
+}
+
+// claimAgainIn is the hint of an empty batch: while the owner takes its
+// share over from other relays, which give shards back as soon as they see
+// it alive, its next renewal may bring it messages.
+func (s *Store) claimAgainIn(o *ownerLease) time.Duration {
+	if !o.short {
+		return 0
+	}
+	return max(time.Until(o.nextRenew), time.Millisecond)
 }
 
 // RequestWake implements [relay.WakeRequester]. On PostgreSQL, the outbox
@@ -340,7 +358,7 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlstore: lease: commit: %w", err)
 	}
-	o.shards = owned
+	o.shards, o.alive, o.short = owned, alive, len(owned) < target
 	// The database's expiry is its now() plus ttl, and its now() came after
 	// start: start plus ttl, less a margin for clock rate, is on the safe
 	// side.
@@ -412,7 +430,7 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 }
 
 // selectClaimable reads the claimable rows of shards (see [Store]).
-func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []int64, limit int, maxBytes int64) ([]runtime.OutboxMessage, error) {
+func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []int64, limit int, maxBytes int64) (msgs []runtime.OutboxMessage, alive int, err error) {
 	if maxBytes <= 0 {
 		maxBytes = 1 << 62
 	}
@@ -428,30 +446,30 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []
 	}
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlstore: claim: select pending: %w", err)
+		return nil, 0, fmt.Errorf("sqlstore: claim: select pending: %w", err)
 	}
 	defer rows.Close()
-	msgs := make([]runtime.OutboxMessage, 0, min(limit, 1024))
+	msgs = make([]runtime.OutboxMessage, 0, min(limit, 1024))
 	for rows.Next() {
 		var (
 			r       RowValues
 			headers sql.NullString
 		)
 		if err := rows.Scan(&r.ID, &r.EventID, &r.EventType, &r.EventVersion, &r.AggregateType, &r.AggregateID,
-			&r.Topic, &r.Payload, &headers, &r.OccurredAt, &r.CreatedAt, &r.Attempts); err != nil {
-			return nil, fmt.Errorf("sqlstore: claim: scan: %w", err)
+			&r.Topic, &r.Payload, &headers, &r.OccurredAt, &r.CreatedAt, &r.Attempts, &alive); err != nil {
+			return nil, 0, fmt.Errorf("sqlstore: claim: scan: %w", err)
 		}
 		r.Headers = headers.String
 		m, err := DecodeRow(r)
 		if err != nil {
-			return nil, fmt.Errorf("sqlstore: claim: %w", err)
+			return nil, 0, fmt.Errorf("sqlstore: claim: %w", err)
 		}
 		msgs = append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlstore: claim: select pending: %w", err)
+		return nil, 0, fmt.Errorf("sqlstore: claim: select pending: %w", err)
 	}
-	return msgs, nil
+	return msgs, alive, nil
 }
 
 // failureKind is how a failed message is recorded.
