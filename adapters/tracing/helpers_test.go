@@ -21,9 +21,9 @@ type OrderPlaced struct {
 
 const placedType = "orders.order_placed"
 
-func (OrderPlaced) EventKey() runtime.Key   { return runtime.Key{Type: placedType, Version: 1} }
+func (OrderPlaced) EventKey() runtime.Key  { return runtime.Key{Type: placedType, Version: 1} }
 func (e OrderPlaced) EventTime() time.Time { return e.OccurredAt }
-func (OrderPlaced) Validate() error         { return nil }
+func (OrderPlaced) Validate() error        { return nil }
 
 // Order is the aggregate of the tests; its events go to topic "order".
 type Order struct {
