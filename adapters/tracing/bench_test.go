@@ -33,9 +33,9 @@ func (discardPublisher) Publish(string, ...*message.Message) error { return nil 
 func (discardPublisher) Close() error                              { return nil }
 
 // benchTracer returns a Tracer as production would set one up: the SDK with
-// a batching span processor, here exporting to nowhere.
-func benchTracer(b *testing.B) (*tracing.Tracer, trace.TracerProvider) {
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+// a batching span processor, here exporting to nowhere, and sampler.
+func benchTracer(b *testing.B, sampler sdktrace.Sampler) (*tracing.Tracer, trace.TracerProvider) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()), sdktrace.WithSampler(sampler))
 	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	tr, err := tracing.New(tracing.Config{TracerProvider: tp})
 	if err != nil {
@@ -45,8 +45,9 @@ func benchTracer(b *testing.B) (*tracing.Tracer, trace.TracerProvider) {
 }
 
 // BenchmarkRelayTracing measures relay throughput with the tracing
-// publisher decorator off and on, in the same run: every event carries a
-// traceparent (as a traced save writes it) in both cases. "memory" is the
+// publisher decorator off, on (every send span sampled) and on with 1 % of
+// the send spans sampled, in the same run: every event carries a
+// traceparent (as a traced save writes it) in all cases. "memory" is the
 // in-memory store, where the relay itself is the whole cost (the decorator's
 // share is largest there); "postgres" is the SQL store on the local
 // PostgreSQL (skipped when it does not answer).
@@ -57,7 +58,8 @@ func BenchmarkRelayTracing(b *testing.B) {
 	if testing.Short() { // CI's smoke run
 		events = 2_000
 	}
-	tr, tp := benchTracer(b)
+	tr, tp := benchTracer(b, sdktrace.AlwaysSample())
+	sampled, _ := benchTracer(b, sdktrace.TraceIDRatioBased(0.01))
 	ctx, span := tp.Tracer("app").Start(context.Background(), "save")
 	span.End()
 	headers := map[string]string{}
@@ -101,6 +103,11 @@ func BenchmarkRelayTracing(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+				// Every run starts from the same table: the runs before
+				// left published rows, which would slow the later runs.
+				if err := db.Exec(`DELETE FROM ` + sqlstore.DefaultTable).Error; err != nil {
+					b.Fatal(err)
+				}
 				for start := 0; start < events; start += 1000 {
 					err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 						for i := start; i < min(start+1000, events); i++ {
@@ -130,11 +137,14 @@ func BenchmarkRelayTracing(b *testing.B) {
 				return s
 			}
 		}
-		for _, on := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/tracing=%v", storeName, on), func(b *testing.B) {
+		for _, mode := range []string{"off", "on", "on-sampled-1%"} {
+			b.Run(fmt.Sprintf("%s/tracing=%s", storeName, mode), func(b *testing.B) {
 				var pub message.Publisher = discardPublisher{}
-				if on {
+				switch mode {
+				case "on":
 					pub = tr.Publisher(pub)
+				case "on-sampled-1%":
+					pub = sampled.Publisher(pub)
 				}
 				var total time.Duration
 				for b.Loop() {
@@ -188,7 +198,7 @@ func drain(b *testing.B, store relay.Store, pub message.Publisher, n int) time.D
 //
 //	go test -run '^$' -bench SaveTracing -benchtime 2000x ./adapters/tracing/
 func BenchmarkSaveTracing(b *testing.B) {
-	tr, tp := benchTracer(b)
+	tr, tp := benchTracer(b, sdktrace.AlwaysSample())
 	ctx, span := tp.Tracer("app").Start(context.Background(), "request")
 	defer span.End()
 	for _, on := range []bool{false, true} {

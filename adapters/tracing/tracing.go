@@ -131,19 +131,20 @@ var _ message.Publisher = (*Publisher)(nil)
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	spans := make([]trace.Span, len(msgs))
 	out := make([]*message.Message, len(msgs))
+	start := p.t.startOptions(trace.SpanKindProducer, topic, semconv.MessagingOperationTypeSend, "send")
+	name := "send " + topic
 	for i, m := range msgs {
 		if m == nil { // passed through for the wrapped publisher to judge
 			continue
 		}
-		opts := []trace.SpanStartOption{
-			trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(p.t.attributes(topic, semconv.MessagingOperationTypeSend, "send", m)...),
+		ctx, span := p.t.tracer.Start(m.Context(), name, start...)
+		if span.IsRecording() { // what a sampled-out span would drop is not computed
+			created := trace.SpanContextFromContext(p.t.prop.Extract(context.Background(), propagation.MapCarrier(m.Metadata)))
+			if created.IsValid() {
+				span.AddLink(trace.Link{SpanContext: created})
+			}
+			span.SetAttributes(messageAttributes(m)...)
 		}
-		created := trace.SpanContextFromContext(p.t.prop.Extract(context.Background(), propagation.MapCarrier(m.Metadata)))
-		if created.IsValid() {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: created}))
-		}
-		ctx, span := p.t.tracer.Start(m.Context(), "send "+topic, opts...)
 		c := message.NewMessage(m.UUID, m.Payload)
 		c.Metadata = make(message.Metadata, len(m.Metadata)+2)
 		maps.Copy(c.Metadata, m.Metadata)
@@ -208,22 +209,31 @@ func (t *Tracer) startProcess(msg *message.Message) (trace.Span, func()) {
 	}
 	parent := t.prop.Extract(orig, propagation.MapCarrier(msg.Metadata))
 	ctx, span := t.tracer.Start(parent, name,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(t.attributes(topic, semconv.MessagingOperationTypeProcess, "process", msg)...))
+		t.startOptions(trace.SpanKindConsumer, topic, semconv.MessagingOperationTypeProcess, "process")...)
+	if span.IsRecording() {
+		span.SetAttributes(messageAttributes(msg)...)
+	}
 	msg.SetContext(ctx)
 	return span, func() { msg.SetContext(orig) }
 }
 
-// attributes returns the span attributes of m, published to or received
-// from topic.
-func (t *Tracer) attributes(topic string, op attribute.KeyValue, opName string, m *message.Message) []attribute.KeyValue {
-	a := make([]attribute.KeyValue, 0, 11)
-	a = append(a, t.system, op, semconv.MessagingOperationName(opName),
-		semconv.MessagingMessageID(m.UUID), semconv.MessagingMessageBodySize(len(m.Payload)))
+// startOptions returns the options of a span of kind for an operation on
+// topic: its kind and the attributes a sampler may look at (the messaging
+// conventions' sampling-relevant ones), the same for every message.
+func (t *Tracer) startOptions(kind trace.SpanKind, topic string, op attribute.KeyValue, opName string) []trace.SpanStartOption {
+	a := []attribute.KeyValue{t.system, op, semconv.MessagingOperationName(opName)}
 	if topic != "" {
 		a = append(a, semconv.MessagingDestinationName(topic))
 	}
-	for _, f := range []struct {
+	return []trace.SpanStartOption{trace.WithSpanKind(kind), trace.WithAttributes(a...)}
+}
+
+// messageAttributes returns the attributes of message m: its id and size,
+// and the wire contract's event type, version and aggregate when present.
+func messageAttributes(m *message.Message) []attribute.KeyValue {
+	a := make([]attribute.KeyValue, 0, 6)
+	a = append(a, semconv.MessagingMessageID(m.UUID), semconv.MessagingMessageBodySize(len(m.Payload)))
+	for _, f := range [...]struct {
 		key  attribute.Key
 		meta string
 	}{

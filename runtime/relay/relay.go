@@ -20,6 +20,8 @@ import (
 const (
 	attrTopic           = "topic"
 	attrOutboxID        = "outbox_id"
+	attrEventID         = "event_id"
+	attrEventType       = "event_type"
 	attrMessages        = "messages"
 	attrError           = "error"
 	attrAttempt         = "attempt"
@@ -180,7 +182,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	var lastFound time.Time // the last claim that found messages
 	requested := false      // the store was asked to wake this relay
 	for ctx.Err() == nil {
-		res, timedOut := r.batch(ctx, owner)
+		res, claimed, timedOut := r.batch(ctx, owner)
 		if timedOut {
 			r.log.Warn("relay: shutdown timeout exceeded, batch released",
 				attrClaimed, res.Claimed,
@@ -198,7 +200,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			if ctx.Err() == nil {
 				wait = r.backoff(failures)
 			}
-			r.logFailure(res, failures, wait)
+			r.logFailure(res, claimed, failures, wait)
 			if wait == 0 || !backoff.Sleep(ctx, wait) {
 				return nil
 			}
@@ -206,7 +208,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case res.Failed > 0:
 			// Partial: the publisher works; the failed messages wait in the
 			// store for their retry, and the relay goes on.
-			r.logFailure(res, 1, 0)
+			r.logFailure(res, claimed, 1, 0)
 		}
 		failures = 0
 		if res.Claimed > 0 {
@@ -281,8 +283,9 @@ func (r *Relay) markRunning() {
 }
 
 // batch claims, publishes and marks one batch. It reports what happened,
-// and whether the batch was cut short by [Config.ShutdownTimeout].
-func (r *Relay) batch(ctx context.Context, owner string) (res BatchResult, timedOut bool) {
+// the messages it claimed, and whether the batch was cut short by
+// [Config.ShutdownTimeout].
+func (r *Relay) batch(ctx context.Context, owner string) (res BatchResult, claimed []runtime.OutboxMessage, timedOut bool) {
 	batchCtx, done := r.batchContext(ctx)
 	defer done()
 	start := time.Now()
@@ -299,14 +302,14 @@ func (r *Relay) batch(ctx context.Context, owner string) (res BatchResult, timed
 	cancel()
 	if err != nil {
 		res.Err = fmt.Errorf("relay: claim: %w", err)
-		return res, false
+		return res, claimed, false
 	}
-	res.Claimed = len(b.Messages)
+	res.Claimed, claimed = len(b.Messages), b.Messages
 	// A store stops short of MaxBatchBytes when the next message would
 	// overshoot it: a batch past half the cap may have more behind it.
 	res.Full = len(b.Messages) >= r.cfg.BatchSize || r.cfg.MaxBatchBytes > 0 && 2*payloadBytes(b.Messages) >= r.cfg.MaxBatchBytes
 	if len(b.Messages) == 0 {
-		return res, false
+		return res, claimed, false
 	}
 
 	deadline := time.Now().Add(r.cfg.PublishTimeout)
@@ -324,7 +327,7 @@ func (r *Relay) batch(ctx context.Context, owner string) (res BatchResult, timed
 	if err != nil {
 		res.Err = fmt.Errorf("relay: mark: %w", err)
 	}
-	return res, false
+	return res, claimed, false
 }
 
 // payloadBytes sums the payload sizes of msgs.
@@ -367,8 +370,9 @@ func outage(failures []Failure) bool {
 }
 
 // logFailure logs a failed batch: the store's error, or one line per
-// failed topic and error with the first failed message.
-func (r *Relay) logFailure(res BatchResult, attempt int, wait time.Duration) {
+// distinct error naming the first message that failed with it (its outbox
+// id, topic, event id and type, found among claimed).
+func (r *Relay) logFailure(res BatchResult, claimed []runtime.OutboxMessage, attempt int, wait time.Duration) {
 	attrs := []any{attrAttempt, attempt}
 	if wait > 0 {
 		attrs = append(attrs, attrBackoff, wait)
@@ -389,9 +393,19 @@ func (r *Relay) logFailure(res BatchResult, attempt int, wait time.Duration) {
 			continue
 		}
 		seen[k] = true
+		var m runtime.OutboxMessage
+		for _, c := range claimed {
+			if c.ID == f.ID {
+				m = c
+				break
+			}
+		}
 		r.log.Warn("relay: publish failed",
 			append([]any{
 				attrOutboxID, f.ID,
+				attrTopic, m.Topic,
+				attrEventID, m.EventID.String(),
+				attrEventType, m.EventType,
 				attrMessages, res.Failed,
 				attrPublished, res.Published,
 				attrPermanent, f.Permanent,
