@@ -149,9 +149,14 @@ func TestLogKeysOfHandlerFailure(t *testing.T) {
 			"error": `consumer: handler for ` + paidType + ` failed after 2 attempt(s): card declined`,
 		})},
 	} {
+		// The dead-letter line is written after the dead-letter publish
+		// returns, which may be after the message arrived: poll.
 		got, ok := h.find(want.Msg)
+		for deadline := time.Now().Add(10 * time.Second); !ok && time.Now().Before(deadline); got, ok = h.find(want.Msg) {
+			time.Sleep(time.Millisecond)
+		}
 		if !ok {
-			t.Errorf("no %q record", want.Msg)
+			t.Errorf("no %q record within 10 s", want.Msg)
 			continue
 		}
 		if b, ok := want.Attrs["backoff"]; ok && b == "" && got.Attrs["backoff"] != "" {
