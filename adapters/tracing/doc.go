@@ -63,6 +63,18 @@
 // failed publish or handler sets the span status to Error, records the
 // error as an event and sets error.type.
 //
+// The kind, system, operation and destination are set when a span starts,
+// where a sampler sees them; the per-message attributes and the send span's
+// link are computed only for a span that is recording, so a sampled-out
+// message costs little more than carrying its traceparent on (with the
+// sampled flag off, which the consumer side honours).
+//
+// # Cost
+//
+// One span per message. BenchmarkRelayTracing measures the relay with the
+// decorator off, on, and on with 1 % sampling; the README's "Traces"
+// section has the figures.
+//
 // # Wiring
 //
 //	tr, err := tracing.New(tracing.Config{TracerProvider: tp, System: "kafka"})
