@@ -67,7 +67,8 @@
 // where a sampler sees them; the per-message attributes and the send span's
 // link are computed only for a span that is recording, so a sampled-out
 // message costs little more than carrying its traceparent on (with the
-// sampled flag off, which the consumer side honours).
+// sampled flag off, which a parent-based sampler on the consumer side
+// honours, the SDK default).
 //
 // # Cost
 //
