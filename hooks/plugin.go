@@ -31,7 +31,8 @@ type Config struct {
 
 	// Headers adds headers to the events written under ctx, after the
 	// correlation id and trace context of [runtime.HeadersFromContext]. Use
-	// it to inject an OpenTelemetry propagator's headers. Default: none.
+	// it to inject an OpenTelemetry propagator's headers, as the Headers
+	// method of adapters/tracing's Tracer does. Default: none.
 	Headers func(ctx context.Context, headers map[string]string)
 
 	// AfterCommit is called once after each transaction that inserted

@@ -408,7 +408,7 @@ func (p *Publisher) publish(ctx context.Context, pc *pubChannel, topic string, p
 		}
 		idx := byID[r.MessageId]
 		if len(idx) == 0 {
-			p.logger.Error("unmatched basic.return", nil, watermill.LogFields{"topic": topic, "message_id": r.MessageId})
+			p.logger.Error("unmatched basic.return", nil, watermill.LogFields{"topic": topic, "message_uuid": r.MessageId})
 			return
 		}
 		byID[r.MessageId] = idx[1:]

@@ -198,7 +198,7 @@ func (p *provisioner) checkForeign(ctx context.Context, name, subject string) {
 	fields := watermill.LogFields{"stream": name, "subject": subject}
 	s, err := p.js.Stream(ctx, name)
 	if err != nil {
-		p.logger.Info("using an existing stream; cannot read its config", fields.Add(watermill.LogFields{"err": err}))
+		p.logger.Info("using an existing stream; cannot read its config", fields.Add(watermill.LogFields{"error": err.Error()}))
 		return
 	}
 	if d := s.CachedInfo().Config.Duplicates; d < p.cfg.DedupWindow {

@@ -195,7 +195,7 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subsc
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	logger = logger.With(watermill.LogFields{"component": "nats_subscriber", "group": cfg.ConsumerGroup})
+	logger = logger.With(watermill.LogFields{"component": "nats_subscriber", "consumer_group": cfg.ConsumerGroup})
 	nc, owned, err := connect(cfg.Conn, cfg.URL, cfg.NatsOptions)
 	if err != nil {
 		return nil, err
@@ -336,7 +336,7 @@ func (s *Subscriber) handle(ctx context.Context, jm jetstream.Msg, out chan<- *m
 		_ = jm.Term()
 		return
 	}
-	fields = fields.Add(watermill.LogFields{"uuid": msg.UUID})
+	fields = fields.Add(watermill.LogFields{"message_uuid": msg.UUID})
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	msg.SetContext(mctx)

@@ -150,10 +150,11 @@
 // # Logs and metrics
 //
 // Logs go to [Config.Logger], slog.Default() when it is nil, with constant
-// messages and snake_case attributes. Warn: "relay: publish failed" (one
-// line per distinct error, naming the first failed message: outbox_id,
-// messages, published, permanent, error, attempt, and backoff when the relay
-// backs off), "relay: batch failed" (the store failed: error, claimed,
+// messages and snake_case attributes (the keys are listed in the README's
+// "Logs" section). Warn: "relay: publish failed" (one line per distinct
+// error, naming the first failed message: outbox_id, topic, event_id,
+// event_type, messages, published, permanent, error, attempt, and backoff
+// when the relay backs off), "relay: batch failed" (the store failed: error, claimed,
 // published, attempt, backoff), "relay: listen failed", "relay: release
 // failed", "relay: shutdown timeout exceeded, batch released". Info: start
 // and stop, and a store that cannot notify. Debug: each published batch.

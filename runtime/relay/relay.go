@@ -20,6 +20,8 @@ import (
 const (
 	attrTopic           = "topic"
 	attrOutboxID        = "outbox_id"
+	attrEventID         = "event_id"
+	attrEventType       = "event_type"
 	attrMessages        = "messages"
 	attrError           = "error"
 	attrAttempt         = "attempt"
@@ -179,11 +181,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	failures := 0           // consecutive failed batches
 	var lastFound time.Time // the last claim that found messages
 	requested := false      // the store was asked to wake this relay
-	var next *claimed       // a batch claimed while the last one was marked
+	var next *aheadBatch    // a batch claimed while the last one was marked
 	for ctx.Err() == nil {
-		res, timedOut, prefetched, again := r.batch(ctx, owner, next)
-		next = prefetched
-		if timedOut {
+		res, rd := r.batch(ctx, owner, next)
+		next = rd.next
+		if rd.timedOut {
 			r.log.Warn("relay: shutdown timeout exceeded, batch released",
 				attrClaimed, res.Claimed,
 				attrShutdownTimeout, r.cfg.ShutdownTimeout,
@@ -201,7 +203,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			if ctx.Err() == nil {
 				wait = r.backoff(failures)
 			}
-			r.logFailure(res, failures, wait)
+			r.logFailure(res, rd.msgs, failures, wait)
 			if wait == 0 || !backoff.Sleep(ctx, wait) {
 				return nil
 			}
@@ -209,7 +211,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case res.Failed > 0:
 			// Partial: the publisher works; the failed messages wait in the
 			// store for their retry, and the relay goes on.
-			r.logFailure(res, 1, 0)
+			r.logFailure(res, rd.msgs, 1, 0)
 		}
 		failures = 0
 		if res.Claimed > 0 {
@@ -224,8 +226,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		}
 		wait := time.Duration(r.poll.Load())
-		if again > 0 {
-			wait = min(wait, again)
+		if rd.again > 0 {
+			wait = min(wait, rd.again)
 		}
 		switch {
 		case time.Since(lastFound) < r.cfg.ActivePeriod:
@@ -286,9 +288,9 @@ func (r *Relay) markRunning() {
 	r.runningOnce.Do(func() { close(r.running) })
 }
 
-// claimed is a batch claimed ahead, while the store marked the batch
+// aheadBatch is a batch claimed ahead, while the store marked the batch
 // before it (see [InFlightExcluder]).
-type claimed struct {
+type aheadBatch struct {
 	b   Batch
 	err error
 	// failed are the aggregates of which a message failed in the batch
@@ -298,7 +300,7 @@ type claimed struct {
 
 // take returns the prefetched batch less the messages of failed aggregates,
 // or false when there is nothing to take.
-func (c *claimed) take() (Batch, bool) {
+func (c *aheadBatch) take() (Batch, bool) {
 	if c == nil || c.err != nil || len(c.b.Messages) == 0 {
 		return Batch{}, false
 	}
@@ -317,15 +319,15 @@ func (c *claimed) take() (Batch, bool) {
 // batch publishes one batch, pre (claimed while the last batch was marked)
 // or else one it claims, and marks it. After a full batch, when the store is
 // an [InFlightExcluder], it claims the next batch while the store marks this
-// one, and returns it when the mark succeeded. It reports what happened, and
-// whether the batch was cut short by [Config.ShutdownTimeout].
-func (r *Relay) batch(ctx context.Context, owner string, pre *claimed) (res BatchResult, timedOut bool, next *claimed, again time.Duration) {
+// one, and returns it when the mark succeeded. It reports what happened,
+// and the rest of the round in rd.
+func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res BatchResult, rd round) {
 	batchCtx, done := r.batchContext(ctx)
 	defer done()
 	start := time.Now()
 	defer func() {
 		res.Duration = time.Since(start)
-		timedOut = res.Err != nil && errors.Is(context.Cause(batchCtx), errShutdownTimeout)
+		rd.timedOut = res.Err != nil && errors.Is(context.Cause(batchCtx), errShutdownTimeout)
 		if r.cfg.OnBatch != nil && (res.Claimed > 0 || res.Err != nil) {
 			r.cfg.OnBatch(res)
 		}
@@ -339,13 +341,14 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *claimed) (res Batc
 		cancel()
 		if err != nil {
 			res.Err = fmt.Errorf("relay: claim: %w", err)
-			return res, false, nil, 0
+			return res, rd
 		}
 	}
-	res.Claimed = len(b.Messages)
+	res.Claimed, rd.msgs = len(b.Messages), b.Messages
 	res.Full = r.full(b.Messages)
 	if len(b.Messages) == 0 {
-		return res, false, nil, b.ClaimAgainIn
+		rd.again = b.ClaimAgainIn
+		return res, rd
 	}
 
 	deadline := time.Now().Add(r.cfg.PublishTimeout)
@@ -357,24 +360,34 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *claimed) (res Batc
 	cancel()
 	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
 
-	var ahead chan *claimed
+	var ahead chan *aheadBatch
 	if _, ok := r.store.(InFlightExcluder); ok && res.Full && ctx.Err() == nil {
-		ahead = make(chan *claimed, 1)
+		ahead = make(chan *aheadBatch, 1)
 		go func() { ahead <- r.claimAhead(batchCtx, owner, b.Messages, out.Failed) }()
 	}
 	markCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
 	err := r.store.Mark(markCtx, b, out)
 	cancel()
 	if ahead != nil {
-		next = <-ahead
+		rd.next = <-ahead
 	}
 	if err != nil {
 		// The batch's published messages are published again: none of
 		// their aggregates' later messages may go out before them.
 		res.Err = fmt.Errorf("relay: mark: %w", err)
-		next = nil
+		rd.next = nil
 	}
-	return res, false, next, 0
+	return res, rd
+}
+
+// round is what one batch left for the next: the messages it published
+// (for the log), whether [Config.ShutdownTimeout] cut it short, the batch
+// claimed ahead, and the store's hint of when to claim again.
+type round struct {
+	msgs     []runtime.OutboxMessage
+	timedOut bool
+	next     *aheadBatch
+	again    time.Duration
 }
 
 // full reports whether a claim of msgs may have left messages behind: it
@@ -386,13 +399,13 @@ func (r *Relay) full(msgs []runtime.OutboxMessage) bool {
 
 // claimAhead claims the batch after msgs, leaving msgs out, and notes the
 // aggregates of failed.
-func (r *Relay) claimAhead(ctx context.Context, owner string, msgs []runtime.OutboxMessage, failed []Failure) *claimed {
+func (r *Relay) claimAhead(ctx context.Context, owner string, msgs []runtime.OutboxMessage, failed []Failure) *aheadBatch {
 	inFlight := make([]int64, len(msgs))
 	aggOf := make(map[int64]aggregateKey, len(failed))
 	for i, m := range msgs {
 		inFlight[i] = m.ID
 	}
-	c := &claimed{}
+	c := &aheadBatch{}
 	if len(failed) > 0 {
 		for _, m := range msgs {
 			aggOf[m.ID] = aggregateKey{m.AggregateType, m.AggregateID}
@@ -448,8 +461,9 @@ func outage(failures []Failure) bool {
 }
 
 // logFailure logs a failed batch: the store's error, or one line per
-// failed topic and error with the first failed message.
-func (r *Relay) logFailure(res BatchResult, attempt int, wait time.Duration) {
+// distinct error naming the first message that failed with it (its outbox
+// id, topic, event id and type, found among claimed).
+func (r *Relay) logFailure(res BatchResult, claimed []runtime.OutboxMessage, attempt int, wait time.Duration) {
 	attrs := []any{attrAttempt, attempt}
 	if wait > 0 {
 		attrs = append(attrs, attrBackoff, wait)
@@ -470,9 +484,19 @@ func (r *Relay) logFailure(res BatchResult, attempt int, wait time.Duration) {
 			continue
 		}
 		seen[k] = true
+		var m runtime.OutboxMessage
+		for _, c := range claimed {
+			if c.ID == f.ID {
+				m = c
+				break
+			}
+		}
 		r.log.Warn("relay: publish failed",
 			append([]any{
 				attrOutboxID, f.ID,
+				attrTopic, m.Topic,
+				attrEventID, m.EventID.String(),
+				attrEventType, m.EventType,
 				attrMessages, res.Failed,
 				attrPublished, res.Published,
 				attrPermanent, f.Permanent,

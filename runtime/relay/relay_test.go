@@ -192,7 +192,7 @@ func TestRunRetriesFailedPublish(t *testing.T) {
 
 	// Each failure is logged once, and the relay backed off after each.
 	for attempt := 1; attempt <= failures; attempt++ {
-		logs.contains(t, fmt.Sprintf(`level=WARN msg="relay: publish failed" outbox_id=1 messages=3 published=0 permanent=false error="broker unavailable" attempt=%d backoff=*`, attempt))
+		logs.contains(t, fmt.Sprintf(`level=WARN msg="relay: publish failed" outbox_id=1 topic=orders event_id=01900000-0000-7000-8000-000000000001 event_type=orders.order_placed messages=3 published=0 permanent=false error="broker unavailable" attempt=%d backoff=*`, attempt))
 	}
 }
 
@@ -277,7 +277,7 @@ func TestRunPartialFailure(t *testing.T) {
 	// hour): a wake-up makes it claim again at once.
 	r.Notify()
 	receive(t, claims)
-	logs.contains(t, `level=WARN msg="relay: publish failed" outbox_id=2 messages=2 published=2 permanent=false error="unknown topic" attempt=1`)
+	logs.contains(t, `level=WARN msg="relay: publish failed" outbox_id=2 topic=bad event_id=01900000-0000-7000-8000-000000000002 event_type=orders.order_placed messages=2 published=2 permanent=false error="unknown topic" attempt=1`)
 }
 
 // TestRunBacksOffOnlyWhenNothingWasPublished runs in a synctest bubble, so
@@ -807,7 +807,7 @@ func TestRunFindsPoisonWithinAggregate(t *testing.T) {
 		t.Errorf("Publish calls (-want +got):\n%s", diff)
 	}
 	// One line for the message at fault; none for the one behind it.
-	logs.contains(t, `level=WARN msg="relay: publish failed" outbox_id=2 messages=2 published=2 permanent=false error="message too large" attempt=1`)
+	logs.contains(t, `level=WARN msg="relay: publish failed" outbox_id=2 topic=orders event_id=01900000-0000-7000-8000-000000000002 event_type=orders.order_placed messages=2 published=2 permanent=false error="message too large" attempt=1`)
 	if strings.Contains(logs.String(), "outbox_id=3") {
 		t.Errorf("logs name message 3, which was never tried:\n%s", logs.String())
 	}
@@ -870,7 +870,7 @@ func TestRunParksPermanentFailures(t *testing.T) {
 	}
 	// (The relay logs a batch after reporting it to OnBatch: by now the
 	// first batch's line is written.)
-	logs.contains(t, `level=WARN msg="relay: publish failed" outbox_id=1 messages=3 published=1 permanent=true error="outbox: permanent failure: message too large" attempt=1`)
+	logs.contains(t, `level=WARN msg="relay: publish failed" outbox_id=1 topic=orders event_id=01900000-0000-7000-8000-000000000001 event_type=orders.order_placed messages=3 published=1 permanent=true error="outbox: permanent failure: message too large" attempt=1`)
 
 	// An operator unparks it: its aggregate goes on, in order.
 	rejecting.Store(false)
