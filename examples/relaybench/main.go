@@ -123,6 +123,7 @@ type options struct {
 	rssLimit      int64
 
 	brokerURLs string
+	soakEvents int
 }
 
 // sections are the parts of the comparison, in the order they run.
@@ -179,6 +180,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.bigBytes, "big-bytes", 900_000, "payload size of each large event")
 	fs.Int64Var(&o.maxBatchBytes, "max-batch-bytes", 0, "relay MaxBatchBytes in the large-event mode (default: the relay's default, 8 MiB)")
 	fs.Int64Var(&o.rssLimit, "rss-limit", 8<<30, "large-event mode: exit with status 3 when the RSS exceeds this many bytes (0: no limit)")
+	fs.IntVar(&o.soakEvents, "soak-events", 0, "soak mode: publish this many events through one relay while the outbox is fed and retention runs, and print RSS and heap at each tenth (skips the sections)")
 	fs.StringVar(&o.brokerURLs, "broker-urls", "", "broker mode: comma-separated broker URLs (adapters/broker; kafka://kfake starts one in-process) to drain the same pre-filled outbox through, and nothing else")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h printed the usage: not a failure
@@ -215,6 +217,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if o.bigEvents > 0 {
 		return bigRun(ctx, o, out)
+	}
+	if o.soakEvents > 0 {
+		return soakRun(ctx, o, out)
 	}
 	if o.brokerURLs != "" {
 		return brokerRun(ctx, o, out)
