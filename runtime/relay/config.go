@@ -68,11 +68,13 @@ type Config struct {
 	PollInterval time.Duration
 
 	// ActivePollInterval and ActivePeriod keep the relay polling while
-	// messages keep coming: for ActivePeriod after a claim that found
-	// messages, the relay claims again every ActivePollInterval (sooner on
-	// a wake-up) instead of waiting up to PollInterval. A steady stream of
-	// messages is then picked up within ActivePollInterval without any
-	// transaction having to wake the relay; only after ActivePeriod without
+	// messages keep coming. The relay claims again at once after a claim
+	// that found messages; after one that found nothing, for ActivePeriod
+	// after its last claim that found messages, it claims again every
+	// ActivePollInterval (sooner on a wake-up) instead of waiting up to
+	// PollInterval. A steady stream of messages is then picked up within
+	// about one claim-publish-mark round, or ActivePollInterval after a
+	// lull, without any transaction having to wake the relay; only after ActivePeriod without
 	// a message does the relay go idle, ask a [WakeRequester] store for a
 	// notification, and wait for it (or PollInterval). An idle relay costs
 	// nothing but the PollInterval claims; a busy one costs one claim per

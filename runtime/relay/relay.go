@@ -117,9 +117,10 @@ func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 // Run relays messages until ctx is cancelled. It blocks.
 //
 // Each round claims up to [Config.BatchSize] messages with [Store.Claim] and
-// publishes them. After a full batch Run claims again at once. Otherwise,
-// within [Config.ActivePeriod] of its last claim that found messages, it
-// claims again after [Config.ActivePollInterval]; once idle, it asks a
+// publishes them. After a claim that found messages Run claims again at
+// once. After one that found nothing, within [Config.ActivePeriod] of its
+// last claim that found messages, it claims again after
+// [Config.ActivePollInterval]; once idle, it asks a
 // [WakeRequester] store for a notification, claims once more, and then waits
 // for a wake-up: a [Notifier] notification, a [Relay.Notify] call, or
 // [Config.PollInterval] elapsing. A wake-up cuts every wait short. When a batch fails as a whole (the store
@@ -222,7 +223,9 @@ func (r *Relay) Run(ctx context.Context) error {
 			lastFound = time.Now()
 			requested = false // the claim ended the store's wake request
 		}
-		if res.Full {
+		if res.Claimed > 0 {
+			// More may be pending, or on its way: a claim that finds
+			// nothing ends the streak.
 			continue
 		}
 		wait := time.Duration(r.poll.Load())
