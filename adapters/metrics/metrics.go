@@ -143,14 +143,15 @@ type Metrics struct {
 	cfg Config
 
 	// Relay.
-	published     *prometheus.CounterVec // topic, event_type
-	failures      *prometheus.CounterVec // topic, event_type, permanent
-	storeErrors   prometheus.Counter
-	batchSize     prometheus.Histogram
-	publishTime   prometheus.Histogram
-	batchTime     prometheus.Histogram
-	lag           prometheus.Histogram
-	publishedByKV sync.Map // labelKey → prometheus.Counter
+	published      *prometheus.CounterVec // topic, event_type
+	failures       *prometheus.CounterVec // topic, event_type, permanent
+	storeErrors    prometheus.Counter
+	batchSize      prometheus.Histogram
+	publishTime    prometheus.Histogram
+	batchTime      prometheus.Histogram
+	lag            prometheus.Histogram
+	publishedMu    sync.RWMutex
+	publishedByKey map[labelKey]prometheus.Counter
 
 	// Consumer.
 	outcomes       *prometheus.CounterVec   // consumer, event_type, outcome, reason
@@ -177,7 +178,7 @@ func New(cfg Config) (*Metrics, error) {
 	}
 	cfg.setDefaults()
 	cl := cfg.ConstLabels
-	m := &Metrics{cfg: cfg}
+	m := &Metrics{cfg: cfg, publishedByKey: make(map[labelKey]prometheus.Counter)}
 	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outbox_relay_published_total", ConstLabels: cl,
 		Help: "Messages the relay published (acknowledged by the broker), by topic and event type.",
@@ -338,42 +339,36 @@ func (m *Metrics) ObserveBatch(res relay.BatchResult) {
 			failed[f.ID] = f
 		}
 	}
-	// Consecutive messages usually share their topic and type: count them
-	// in runs and add each run at once.
-	var (
-		run  labelKey
-		runN int
-	)
-	flush := func() {
-		if runN > 0 {
-			m.publishedCounter(run).Add(float64(runN))
-		}
-	}
+	// Count per (topic, event type) first, then add each count once.
+	counts := make(map[labelKey]int, 8)
 	for i := range res.Messages {
 		msg := &res.Messages[i]
 		if f, ok := failed[msg.ID]; ok {
 			m.failures.WithLabelValues(msg.Topic, msg.EventType, boolLabel(f.Permanent)).Inc()
 			continue
 		}
-		if k := (labelKey{msg.Topic, msg.EventType}); k != run {
-			flush()
-			run, runN = k, 0
-		}
-		runN++
+		counts[labelKey{msg.Topic, msg.EventType}]++
 		if !msg.CreatedAt.IsZero() {
 			m.lag.Observe(max(res.PublishedAt.Sub(msg.CreatedAt), 0).Seconds())
 		}
 	}
-	flush()
+	for k, n := range counts {
+		m.publishedCounter(k).Add(float64(n))
+	}
 }
 
 // publishedCounter returns the published counter of k, cached.
 func (m *Metrics) publishedCounter(k labelKey) prometheus.Counter {
-	if c, ok := m.publishedByKV.Load(k); ok {
-		return c.(prometheus.Counter)
+	m.publishedMu.RLock()
+	c, ok := m.publishedByKey[k]
+	m.publishedMu.RUnlock()
+	if ok {
+		return c
 	}
-	c := m.published.WithLabelValues(k.topic, k.eventType)
-	m.publishedByKV.Store(k, c)
+	c = m.published.WithLabelValues(k.topic, k.eventType)
+	m.publishedMu.Lock()
+	m.publishedByKey[k] = c
+	m.publishedMu.Unlock()
 	return c
 }
 
