@@ -126,7 +126,8 @@ func BenchmarkRelayMetrics(b *testing.B) {
 	}
 	for _, st := range stores {
 		b.Run(st.name, func(b *testing.B) {
-			var off, on []float64 // events/s of each drain
+			var off, on []float64       // events/s of each drain
+			var offCPU, onCPU []float64 // CPU time per event of each drain, µs
 			i := 0
 			for b.Loop() {
 				for k := range 2 {
@@ -135,11 +136,13 @@ func BenchmarkRelayMetrics(b *testing.B) {
 					store := st.fill(b)
 					goruntime.GC() // each drain starts with the same heap
 					b.StartTimer()
+					cpu0 := cpuTime(b)
 					rate := float64(n) / drain(b, store, n, withMetrics).Seconds()
+					cpu := float64((cpuTime(b) - cpu0).Microseconds()) / float64(n)
 					if withMetrics {
-						on = append(on, rate)
+						on, onCPU = append(on, rate), append(onCPU, cpu)
 					} else {
-						off = append(off, rate)
+						off, offCPU = append(off, rate), append(offCPU, cpu)
 					}
 				}
 				i++
@@ -148,6 +151,10 @@ func BenchmarkRelayMetrics(b *testing.B) {
 			b.ReportMetric(offRate, "off_events/s")
 			b.ReportMetric(onRate, "on_events/s")
 			b.ReportMetric(100*(offRate-onRate)/offRate, "overhead_%")
+			offC, onC := median(offCPU), median(onCPU)
+			b.ReportMetric(offC, "off_cpu_µs/event")
+			b.ReportMetric(onC, "on_cpu_µs/event")
+			b.ReportMetric(100*(onC-offC)/offC, "cpu_overhead_%")
 		})
 	}
 }
