@@ -6,15 +6,15 @@
 // your own (nothing is registered globally) and feed through the relay's
 // and the consumers' callbacks:
 //
-//	m, err := metrics.New(metrics.Config{
-//		Store:   store,                         // sqlstore.Store: outbox gauges, queried at scrape time
-//		Inboxes: []metrics.Inbox{billing},      // *consumer.Consumer: inbox size, counted at scrape time
-//	})
+//	m, err := metrics.New(metrics.Config{Store: store}) // sqlstore.Store: outbox gauges, queried at scrape time
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(m)
 //	r, err := relay.New(store, pub, relay.Config{OnBatch: m.ObserveBatch})
 //	billing, err := consumer.New(events, consumer.Config{Name: "billing", OnOutcome: m.Consumer("billing"), ...})
+//	err = m.AddInbox(billing) // *consumer.Consumer: inbox size, counted at scrape time
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
+// examples/readme/monitor is a complete program.
 //
 // # Metrics
 //
