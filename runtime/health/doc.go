@@ -17,9 +17,12 @@
 //	mux.Handle("/readyz", checker.Readiness())
 //
 // Liveness checks the relay only: a relay that makes no progress for
-// [Config.MaxStall] is worth restarting. Readiness checks everything; a
-// database that is down or a backlog that is too old is worth an alert,
-// not a restart. Each check runs under [Config.Timeout], concurrently, so
+// [Config.MaxStall] (it stopped, or its store does not answer, or every
+// message it claims fails to publish) is worth restarting. Readiness checks
+// everything; a database that is down or a backlog that is too old is worth
+// an alert, not a restart. A broker outage shows in the backlog check: the
+// store holds failed messages back until their retry time, and the relay's
+// claims in between, which find nothing else to do, count as progress. Each check runs under [Config.Timeout], concurrently, so
 // a slow database cannot hang a probe.
 //
 // The report, for a relay that stalled:

@@ -3,12 +3,14 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
@@ -131,4 +133,71 @@ func waitPending(t *testing.T, mem *runtimetest.MemoryStore) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestLastProgressBrokerDown: while the broker fails every publish, the
+// relay makes no progress; once it recovers, it does; a batch whose
+// messages the broker rejects for good is progress too (they are parked and
+// the relay goes on).
+func TestLastProgressBrokerDown(t *testing.T) {
+	// Failed messages may be retried at once: every claim finds the
+	// message again, and fails to publish it. (With a retry delay, the
+	// claims in between find nothing to do, which is progress: the
+	// backlog's age is what shows a lasting outage; see LastProgress.)
+	mem := &runtimetest.MemoryStore{RetryDelay: time.Nanosecond, MaxRetryDelay: time.Nanosecond}
+	var down atomic.Bool
+	down.Store(true)
+	calls := make(chan string, 100)
+	pub := &fakePublisher{fn: func(topic string, _ []*message.Message) error {
+		select {
+		case calls <- topic:
+		default:
+		}
+		switch {
+		case topic == "rejected":
+			return runtime.Permanent(errors.New("message too large"))
+		case down.Load():
+			return errors.New("broker unreachable")
+		}
+		return nil
+	}}
+	// No active polling: the relay claims only when notified or after a
+	// failure, so each progress below is the round the test expects.
+	r, err := relay.New(mem, pub, relay.Config{
+		PollInterval: never, ActivePeriod: time.Nanosecond,
+		MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	start(t, context.Background(), r)
+	first := untilProgress(t, r, before) // the empty outbox's first claim
+
+	mem.Add(newMessage(1, "orders"))
+	r.Notify()
+	for range 3 { // three failed publishes, backing off between them
+		receive(t, calls)
+	}
+	if got := r.LastProgress(); !got.Equal(first) {
+		t.Fatalf("LastProgress moved from %v to %v while the broker was down", first, got)
+	}
+
+	down.Store(false)
+	waitPending(t, mem)
+	published := untilProgress(t, r, first.Add(time.Nanosecond))
+
+	// A batch whose only message is rejected for good: parked, and the
+	// relay goes on.
+	mem.Add(newMessage(2, "rejected"))
+	r.Notify()
+	deadline := time.Now().Add(waitTimeout)
+	for st, _ := mem.Stats(context.Background()); st.Parked != 1; st, _ = mem.Stats(context.Background()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats = %+v, want message 2 parked", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	untilProgress(t, r, published.Add(time.Nanosecond))
 }

@@ -281,14 +281,19 @@ func (r *Relay) Running() <-chan struct{} {
 }
 
 // LastProgress returns when [Relay.Run] last ended a round that did not
-// fail as a whole: a claim that found nothing to do, or a batch of which at
-// least one message was published or rejected for good (and marked). It is
+// fail as a whole: a claim that found nothing to do, or a batch the store
+// claimed and marked of which at least one message was published or whose
+// failures were all the messages' own (rejected for good, parked). It is
 // the zero time before the first such round. A running relay that is not
 // stuck makes progress at least once per [Config.PollInterval] when idle
 // and once per batch when busy, so a LastProgress older than PollInterval
 // plus [Config.PublishTimeout] and twice [Config.StoreTimeout] means the
-// relay is not running, or it cannot reach its store or its broker (it
-// backs off and retries meanwhile). Health checks (runtime/health) use it.
+// relay is not running, or it cannot reach its store, or every message it
+// claims fails to publish (it backs off and retries meanwhile). A store
+// holds a failed message back until its retry time, and claims that find
+// nothing else to do meanwhile count as progress: a lasting broker outage
+// shows in the age of the oldest pending message ([Stats]), not here.
+// Health checks (runtime/health) use it.
 // It is safe to call from any goroutine.
 func (r *Relay) LastProgress() time.Time {
 	n := r.progress.Load()
