@@ -117,3 +117,18 @@ func (c *Consumer) PruneInbox(ctx context.Context) (int64, error) {
 	}
 	return n, nil
 }
+
+// InboxSize returns how many inbox entries this consumer has: one per event
+// it applied through the inbox and [Consumer.PruneInbox] has not deleted
+// yet. It counts them (see sqlstore.Inbox.Count), so call it at a modest
+// rate: adapters/metrics caches it between scrapes.
+func (c *Consumer) InboxSize(ctx context.Context) (int64, error) {
+	if c.sqlDB == nil {
+		return 0, fmt.Errorf("consumer: inbox size: %w: no DB", ErrInvalidConfig)
+	}
+	n, err := c.sql.Count(ctx, c.sqlDB, c.cfg.Name)
+	if err != nil {
+		return 0, fmt.Errorf("consumer: %w", err)
+	}
+	return n, nil
+}

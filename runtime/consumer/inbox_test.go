@@ -44,10 +44,14 @@ func TestPruneInbox(t *testing.T) {
 				recent = append(recent, msg.UUID)
 			}
 			now.Store(t0.Add(70 * time.Minute).UnixNano()) // the t0 entries are past the hour
+			inboxSize(t, c, 30)
+			inboxSize(t, other, 25)
 			n, err := c.PruneInbox(context.Background())
 			if err != nil || n != 25 {
 				t.Fatalf("PruneInbox = %d, %v; want 25 (three batches of at most 10)", n, err)
 			}
+			inboxSize(t, c, 5)
+			inboxSize(t, other, 25)
 			var left []string
 			must(t, db.Table(consumer.DefaultTable).Where("consumer = ?", "billing").Order("event_id").Pluck("event_id", &left).Error)
 			if diff := cmp.Diff(sorted(recent), left); diff != "" {
@@ -82,6 +86,17 @@ func TestPruneInboxWithoutDB(t *testing.T) {
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c"})
 	if _, err := c.PruneInbox(context.Background()); !errors.Is(err, consumer.ErrInvalidConfig) {
 		t.Errorf("PruneInbox without DB = %v, want ErrInvalidConfig", err)
+	}
+	if _, err := c.InboxSize(context.Background()); !errors.Is(err, consumer.ErrInvalidConfig) {
+		t.Errorf("InboxSize without DB = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// inboxSize checks c's InboxSize.
+func inboxSize(t *testing.T, c *consumer.Consumer, want int64) {
+	t.Helper()
+	if n, err := c.InboxSize(context.Background()); err != nil || n != want {
+		t.Errorf("%s: InboxSize = %d, %v; want %d", c.Name(), n, err, want)
 	}
 }
 

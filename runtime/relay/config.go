@@ -152,6 +152,21 @@ type BatchResult struct {
 	Full bool
 	// Duration is how long the claim took, publishing included.
 	Duration time.Duration
+	// Messages are the claimed messages, in ID order (nil when the claim
+	// failed or found nothing): those not listed in Failures were
+	// published. The slice belongs to the relay; read it during the call
+	// only.
+	Messages []runtime.OutboxMessage
+	// PublishDuration is how long publishing took: from the first Publish
+	// call until the publisher had answered for every topic of the batch
+	// (claim and mark excluded). Zero when nothing was claimed.
+	PublishDuration time.Duration
+	// PublishedAt is when the publisher had answered for every topic of
+	// the batch, so the published messages were acknowledged by the broker
+	// by then (each topic's a little earlier when a batch spans topics).
+	// With a message's CreatedAt it gives its commit-to-publish lag. Zero
+	// when nothing was claimed.
+	PublishedAt time.Time
 	// Err is the error the store returned (claiming or marking), nil when
 	// the store did its part. Publishing failures are in Failures.
 	Err error

@@ -158,5 +158,9 @@
 // published, attempt, backoff), "relay: listen failed", "relay: release
 // failed", "relay: shutdown timeout exceeded, batch released". Info: start
 // and stop, and a store that cannot notify. Debug: each published batch.
-// [Config.OnBatch] receives a [BatchResult] after every batch, for metrics.
+// [Config.OnBatch] receives a [BatchResult] after every batch, for metrics:
+// the claimed messages (topic, event type, CreatedAt), which failed, and
+// when publishing ended (adapters/metrics turns it into Prometheus metrics,
+// commit-to-publish lag included). [Relay.LastProgress] tells a health
+// check (runtime/health) when the relay last made progress.
 package relay

@@ -250,15 +250,21 @@ func (b *batchRecorder) OnBatch(res relay.BatchResult) {
 	}
 }
 
-// Results returns the results so far, durations zeroed.
+// Results returns the results so far, with their durations, times and
+// messages zeroed (see Raw).
 func (b *batchRecorder) Results() []relay.BatchResult {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := append([]relay.BatchResult(nil), b.results...)
+	out := b.Raw()
 	for i := range out {
-		out[i].Duration = 0
+		out[i].Duration, out[i].PublishDuration, out[i].PublishedAt, out[i].Messages = 0, 0, time.Time{}, nil
 	}
 	return out
+}
+
+// Raw returns the results so far as the relay reported them.
+func (b *batchRecorder) Raw() []relay.BatchResult {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]relay.BatchResult(nil), b.results...)
 }
 
 // until waits for batches until cond holds.

@@ -64,6 +64,9 @@ type Relay struct {
 	running     chan struct{} // closed by markRunning
 	runningOnce sync.Once
 	active      atomic.Bool // a Run call is in progress
+	// progress is the end of Run's last round that did not fail as a
+	// whole, in Unix nanoseconds (0: none yet); see LastProgress.
+	progress atomic.Int64
 }
 
 // New returns a relay that claims messages from store and publishes them with
@@ -215,6 +218,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.logFailure(res, rd.msgs, 1, 0)
 		}
 		failures = 0
+		r.progress.Store(time.Now().UnixNano())
 		if res.Claimed > 0 {
 			r.log.Debug("relay: batch published",
 				attrClaimed, res.Claimed,
@@ -285,6 +289,29 @@ func (r *Relay) Notify() {
 // after Run returns.
 func (r *Relay) Running() <-chan struct{} {
 	return r.running
+}
+
+// LastProgress returns when [Relay.Run] last ended a round that did not
+// fail as a whole: a claim that found nothing to do, or a batch the store
+// claimed and marked of which at least one message was published or whose
+// failures were all the messages' own (rejected for good, parked). It is
+// the zero time before the first such round. A running relay that is not
+// stuck makes progress at least once per [Config.PollInterval] when idle
+// and once per batch when busy, so a LastProgress older than PollInterval
+// plus [Config.PublishTimeout] and twice [Config.StoreTimeout] means the
+// relay is not running, or it cannot reach its store, or every message it
+// claims fails to publish (it backs off and retries meanwhile). A store
+// holds a failed message back until its retry time, and claims that find
+// nothing else to do meanwhile count as progress: a lasting broker outage
+// shows in the age of the oldest pending message ([Stats]), not here.
+// Health checks (runtime/health) use it.
+// It is safe to call from any goroutine.
+func (r *Relay) LastProgress() time.Time {
+	n := r.progress.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 func (r *Relay) markRunning() {
@@ -359,8 +386,11 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res B
 		deadline = b.Deadline
 	}
 	pubCtx, cancel := context.WithDeadlineCause(batchCtx, deadline, errPublishDeadline)
+	pubStart := time.Now()
 	out := r.publish(pubCtx, b.Messages)
+	res.PublishedAt = time.Now()
 	cancel()
+	res.Messages, res.PublishDuration = b.Messages, res.PublishedAt.Sub(pubStart)
 	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
 
 	var ahead chan *aheadBatch

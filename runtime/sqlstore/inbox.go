@@ -125,6 +125,7 @@ type Inbox struct {
 	// session's timeouts.
 	guard, unguard string
 	prune          string
+	count          string
 	dialect        Dialect
 	// txTimeoutMS is txTimeout in whole milliseconds, for pgGuard.
 	txTimeoutMS string
@@ -157,8 +158,10 @@ func NewInbox(d Dialect, table string, txTimeout time.Duration) (*Inbox, error) 
 		prune: `DELETE FROM ` + table + ` WHERE consumer = ? AND event_id IN (SELECT event_id FROM ` + table +
 			` WHERE consumer = ? AND processed_at < ? ORDER BY processed_at LIMIT ?)`,
 	}
+	s.count = `SELECT count(*) FROM ` + table + ` WHERE consumer = ?`
 	switch d {
 	case Postgres:
+		s.count = `SELECT count(*) FROM ` + table + ` WHERE consumer = $1`
 		// The same insert, which also sets statement_timeout and
 		// idle_in_transaction_session_timeout to txTimeout for the rest of
 		// the transaction (set_config(..., true) is SET LOCAL), in the same
@@ -291,4 +294,17 @@ func (s *Inbox) Prune(ctx context.Context, db Execer, consumer string, cutoff ti
 			return total, nil
 		}
 	}
+}
+
+// Count returns how many markers consumer has in the inbox: one per event
+// it applied and [Inbox.Prune] has not deleted yet. It counts them on the
+// primary key's index, which takes time in proportion to their number
+// (milliseconds for thousands, seconds for tens of millions): call it for
+// monitoring at a modest rate, as adapters/metrics does with a cache.
+func (s *Inbox) Count(ctx context.Context, db Querier, consumer string) (int64, error) {
+	var n int64
+	if err := db.QueryRowContext(ctx, s.count, consumer).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlstore: count inbox: %w", err)
+	}
+	return n, nil
 }

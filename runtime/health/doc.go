@@ -1,0 +1,36 @@
+// Package health provides HTTP liveness and readiness checks for an outbox
+// relay: the relay is running and making progress, its database answers,
+// and the oldest pending message has not waited too long.
+//
+// A [Checker] serves a JSON report with status 200 when every check passes
+// and 503 otherwise:
+//
+//	checker, err := health.New(health.Config{
+//		Relay: r,  // *relay.Relay: its LastProgress
+//		DB:    db, // *sql.DB: PingContext
+//		OldestPending: func(ctx context.Context) (time.Duration, error) {
+//			st, err := store.Stats(ctx) // sqlstore.Store
+//			return st.OldestPending, err
+//		},
+//	})
+//	mux.Handle("/livez", checker.Liveness())
+//	mux.Handle("/readyz", checker.Readiness())
+//
+// Liveness checks the relay only: a relay that makes no progress for
+// [Config.MaxStall] (it stopped, or its store does not answer, or every
+// message it claims fails to publish) is worth restarting. Readiness checks
+// everything; a database that is down or a backlog that is too old is worth
+// an alert, not a restart. A broker outage shows in the backlog check: the
+// store holds failed messages back until their retry time, and the relay's
+// claims in between, which find nothing else to do, count as progress. Each check runs under [Config.Timeout], concurrently, so
+// a slow database cannot hang a probe.
+//
+// The report, for a relay that stalled:
+//
+//	{"status":"fail","checks":[
+//	  {"name":"relay","status":"fail","seconds":75.2,"limit_seconds":60,"error":"no progress for 1m15.2s (limit 1m0s)"},
+//	  {"name":"database","status":"ok","seconds":0.0008},
+//	  {"name":"backlog","status":"ok","seconds":3.5,"limit_seconds":300}]}
+//
+// The package imports only the standard library and runtime.
+package health
