@@ -274,11 +274,16 @@ func convert[E runtime.Event](evt runtime.Event) (E, error) {
 // JetStream subscribers) therefore keep each aggregate's order.
 func (c *Consumer) HandlerFunc() message.NoPublishHandlerFunc { return c.process }
 
-// process handles one delivery.
+// process handles one delivery from a Watermill router.
 func (c *Consumer) process(msg *message.Message) error {
+	return c.processFrom(msg, message.SubscribeTopicFromCtx(msg.Context()))
+}
+
+// processFrom handles one delivery from topic.
+func (c *Consumer) processFrom(msg *message.Message, topic string) error {
 	start := time.Now()
 	ctx := msg.Context()
-	res := Result{MessageUUID: msg.UUID, Meta: Meta{Topic: message.SubscribeTopicFromCtx(ctx)}}
+	res := Result{MessageUUID: msg.UUID, Meta: Meta{Topic: topic}, Batch: 1}
 	c.handle(ctx, msg, &res)
 	res.Duration = time.Since(start)
 	if c.cfg.OnOutcome != nil {
