@@ -113,10 +113,19 @@ func (s *Subscriber) subscribeLanes(ctx context.Context, topic string, window in
 	go func() {
 		defer s.wg.Done()
 		var lanes sync.WaitGroup
-		s.dispatch(ctx, reader, logger, rc.ReadBackoffMax, window, &lanes, newLane)
+		com := &committer{s: s, reader: reader, logger: logger, pending: make(map[int]kafka.Message), wake: make(chan struct{}, 1)}
+		lanesDone := make(chan struct{})
+		committed := make(chan struct{})
+		go func() {
+			defer close(committed)
+			com.run(lanesDone)
+		}()
+		s.dispatch(ctx, reader, logger, rc.ReadBackoffMax, window, com, &lanes, newLane)
 		stop()
 		cancel()
 		lanes.Wait()
+		close(lanesDone)
+		<-committed
 		done()
 		_ = reader.Close()
 		logger.Debug("subscription closed", nil)
@@ -127,7 +136,7 @@ func (s *Subscriber) subscribeLanes(ctx context.Context, topic string, window in
 
 // dispatch fetches records until ctx is done and hands each to its
 // partition's lane, starting lanes as partitions appear.
-func (s *Subscriber) dispatch(ctx context.Context, reader *kafka.Reader, logger watermill.LoggerAdapter, backoff time.Duration, window int,
+func (s *Subscriber) dispatch(ctx context.Context, reader *kafka.Reader, logger watermill.LoggerAdapter, backoff time.Duration, window int, com *committer,
 	lanes *sync.WaitGroup, newLane func(ctx context.Context) (chan<- *message.Message, func(), bool)) {
 	if backoff <= 0 {
 		backoff = time.Second
@@ -151,9 +160,9 @@ func (s *Subscriber) dispatch(ctx context.Context, reader *kafka.Reader, logger 
 			if !ok {
 				return
 			}
-			in = make(chan kafka.Message, window)
+			in = make(chan kafka.Message, s.cfg.PartitionWindow)
 			byPartition[record.Partition] = in
-			l := &lane{s: s, reader: reader, in: in, out: out, window: window,
+			l := &lane{s: s, com: com, in: in, out: out, window: window,
 				logger: logger.With(watermill.LogFields{"partition": record.Partition})}
 			lanes.Go(func() {
 				defer end()
@@ -172,7 +181,7 @@ func (s *Subscriber) dispatch(ctx context.Context, reader *kafka.Reader, logger 
 // window messages unacked, and commits them in order.
 type lane struct {
 	s      *Subscriber
-	reader *kafka.Reader
+	com    *committer
 	in     <-chan kafka.Message
 	out    chan<- *message.Message
 	window int
@@ -237,7 +246,7 @@ func (l *lane) run(ctx context.Context) {
 			for _, d := range inflight[:n] {
 				d.cancel()
 			}
-			l.commit(ctx, inflight[n-1].record)
+			l.com.add(inflight[n-1].record)
 			inflight = inflight[n:]
 		case <-nacked:
 			// Go back: wait until everything handed out after the nacked
@@ -278,9 +287,69 @@ func (l *lane) prepare(ctx context.Context, r kafka.Message) *delivery {
 	return &delivery{msg: msg, cancel: cancel, record: r}
 }
 
-// commit commits r's offset (and so every earlier one of its partition).
-func (l *lane) commit(ctx context.Context, r kafka.Message) {
-	l.s.commit(ctx, l.reader, r, l.logger, watermill.LogFields{"partition": r.Partition, "offset": r.Offset})
+// committer commits the offsets the lanes of a subscription acked, in the
+// background, each partition's highest in one CommitMessages call: the lanes
+// go on delivering while a commit is in flight, and the commits of all the
+// partitions share round trips.
+type committer struct {
+	s      *Subscriber
+	reader *kafka.Reader
+	logger watermill.LoggerAdapter
+
+	mu      sync.Mutex
+	pending map[int]kafka.Message // partition → highest acked record not committed
+	wake    chan struct{}         // capacity 1: there is something pending
+}
+
+// add records that r and everything before it on its partition is acked.
+func (c *committer) add(r kafka.Message) {
+	c.mu.Lock()
+	if cur, ok := c.pending[r.Partition]; !ok || r.Offset > cur.Offset {
+		c.pending[r.Partition] = r
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run commits what is pending until stop is closed, then commits what is
+// left once more.
+func (c *committer) run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-c.wake:
+			c.flush()
+		case <-stop:
+			c.flush()
+			return
+		}
+	}
+}
+
+// flush commits the pending offsets. Like [Subscriber.commit] it gives up
+// after the session timeout: by then the group has moved the partitions.
+func (c *committer) flush() {
+	c.mu.Lock()
+	records := make([]kafka.Message, 0, len(c.pending))
+	for _, r := range c.pending {
+		records = append(records, r)
+	}
+	clear(c.pending)
+	c.mu.Unlock()
+	if len(records) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.SessionTimeout)
+	defer cancel()
+	if err := c.reader.CommitMessages(ctx, records...); err != nil {
+		// The handlers' work is done; a failed commit (usually a
+		// rebalance) only means the messages will be delivered again.
+		c.logger.Info("commit failed, the messages may be delivered again", watermill.LogFields{"error": err.Error(), "partitions": len(records)})
+		return
+	}
+	c.logger.Trace("acked offsets committed", watermill.LogFields{"partitions": len(records)})
 }
 
 // isDone reports whether ch is closed.
