@@ -27,10 +27,13 @@ const DefaultPartitionWindow = 1000
 // them is acked (it is buffered that deep): the reader of a stream sees a
 // run of consecutive messages at once, which is what lets
 // runtime/consumer's Consumer.Run apply them in one database transaction.
-// The reader must ack a stream's messages in the order it received them.
-// Acks are committed in offset order, the highest acked offset of a run of
-// acks in one commit; an ack is never committed before the acks of the
-// messages before it. A Nack delivers the nacked message again, followed by
+// The reader must ack a stream's messages in the order it received them,
+// and must keep receiving from the channel of streams (a new stream waits
+// for it, holding back the other partitions). Acks are committed in offset
+// order, in the background: the highest acked offset of a run of acks, of
+// every partition, in one CommitMessages call; an ack is never committed
+// before the acks of the messages before it. An ack not yet committed when
+// the subscription ends (or the process dies) means a redelivery. A Nack delivers the nacked message again, followed by
 // every message of the stream delivered after it (acked or not), once all
 // of those have been acked or nacked: a stream that nacks sees the
 // messages after the nacked one twice, so its reader should deduplicate by

@@ -271,7 +271,8 @@ func convert[E runtime.Event](evt runtime.Event) (E, error) {
 // Messages are applied in the order they are delivered; the consumer adds no
 // parallelism. Subscribers that deliver a partition's next message only after
 // the current one is acked (adapters/kafka, Watermill's Kafka, SQL and
-// JetStream subscribers) therefore keep each aggregate's order.
+// JetStream subscribers) therefore keep each aggregate's order. For
+// partitions in parallel and batches in one transaction, see [Consumer.Run].
 func (c *Consumer) HandlerFunc() message.NoPublishHandlerFunc { return c.process }
 
 // process handles one delivery from a Watermill router.
