@@ -25,7 +25,9 @@ import (
 // each message with a [runtime.Registry] (any registered version, upcast to
 // the latest), runs the event type's handler, and with the inbox does so
 // exactly once per event id. Register handlers with [Handle] and
-// [HandleWithoutInbox], then consume with [Consumer.HandlerFunc].
+// [HandleWithoutInbox], then consume with [Consumer.HandlerFunc] in a
+// Watermill router, or with [Consumer.Run] (partitions in parallel, batches
+// in one transaction).
 //
 // A Consumer is safe for concurrent use: several subscriptions (partitions,
 // router handlers) may share one. Register every handler before the first
