@@ -47,6 +47,15 @@
 // at least once: after a crash or a rebalance, messages that were handled but
 // not yet committed are delivered again, with the same UUID.
 //
+// With [SubscriberConfig.ParallelPartitions] a subscription delivers one
+// message at a time per partition instead, the partitions in parallel (a
+// Watermill router runs them at once). [Subscriber.SubscribePartitions]
+// goes further: a stream per partition that hands out up to
+// [SubscriberConfig.PartitionWindow] messages before the first is acked,
+// for readers that apply a partition's messages in batches
+// (runtime/consumer's Consumer.Run). In both, acks are committed in offset
+// order in the background, each partition's highest ack in one call.
+//
 // # Testing
 //
 // Package [github.com/gooutbox/outbox/adapters/kafka/kafkatest] starts an

@@ -114,14 +114,18 @@ func (p relayMetadata) Publish(topic string, msgs ...*message.Message) error {
 // newSuitePubSub returns a publisher with the default config (what
 // broker.Open("kafka://...") gives), behind relayMetadata, and a subscriber
 // in group with test timing.
-func newSuitePubSub(t *testing.T, brokers []string, group string) (message.Publisher, message.Subscriber) {
+func newSuitePubSub(t *testing.T, brokers []string, group string, tune ...func(*kafka.SubscriberConfig)) (message.Publisher, message.Subscriber) {
 	t.Helper()
 	logger := testLogger()
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers}, logger)
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
-	sub, err := kafka.NewSubscriber(testSubscriberConfig(brokers, group), logger)
+	cfg := testSubscriberConfig(brokers, group)
+	for _, f := range tune {
+		f(&cfg)
+	}
+	sub, err := kafka.NewSubscriber(cfg, logger)
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}
@@ -180,19 +184,29 @@ var suiteFeatures = tests.Features{
 // suiteConstructors returns the suite's constructors on brokers: one
 // consumer group per suite test, so that the parallel tests' members do not
 // trigger rebalances in each other's groups, or the group the suite names.
-func suiteConstructors(brokers []string) (tests.PubSubConstructor, tests.ConsumerGroupPubSubConstructor) {
+func suiteConstructors(brokers []string, tune ...func(*kafka.SubscriberConfig)) (tests.PubSubConstructor, tests.ConsumerGroupPubSubConstructor) {
 	run := watermill.NewShortUUID()
 	return func(t *testing.T) (message.Publisher, message.Subscriber) {
-			return newSuitePubSub(t, brokers, groupName(t, run))
+			return newSuitePubSub(t, brokers, groupName(t, run), tune...)
 		},
 		func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
-			return newSuitePubSub(t, brokers, group)
+			return newSuitePubSub(t, brokers, group, tune...)
 		}
 }
 
 // TestPubSub runs Watermill's conformance suite against the adapter.
 func TestPubSub(t *testing.T) {
 	pubSub, withGroup := suiteConstructors(kafkatest.NewCluster(t))
+	tests.TestPubSub(t, suiteFeatures, pubSub, withGroup)
+}
+
+// TestPubSubParallelPartitions runs Watermill's conformance suite against
+// subscriptions that deliver their partitions in parallel
+// (SubscriberConfig.ParallelPartitions): the same Features hold, order per
+// aggregate included, since each partition still waits for the ack of its
+// current message.
+func TestPubSubParallelPartitions(t *testing.T) {
+	pubSub, withGroup := suiteConstructors(kafkatest.NewCluster(t), func(c *kafka.SubscriberConfig) { c.ParallelPartitions = true })
 	tests.TestPubSub(t, suiteFeatures, pubSub, withGroup)
 }
 

@@ -80,6 +80,31 @@ type SubscriberConfig struct {
 	// Default: 0 (deliver again at once).
 	NackResendSleep time.Duration
 
+	// ParallelPartitions makes [Subscriber.Subscribe] deliver the
+	// partitions assigned to a subscription in parallel: each partition
+	// has a goroutine that sends its next message only after the current
+	// one is acked or nacked, so the subscription has up to one message
+	// per partition unacked at once, each partition keeps its order, and a
+	// partition stuck on a nacked message holds back only itself (until
+	// PartitionWindow of its records are waiting; see
+	// [Subscriber.SubscribePartitions]). A Watermill router handles the
+	// messages of one subscription concurrently (it waits for nothing but
+	// the subscriber), so with this setting one router handler applies
+	// several partitions at once. Off, a subscription delivers one message
+	// at a time across all its partitions.
+	//
+	// Default: false.
+	ParallelPartitions bool
+
+	// PartitionWindow is how many messages of one partition
+	// [Subscriber.SubscribePartitions] hands out before the first of them
+	// is acked, and how many fetched records of a partition wait for their
+	// turn (with ParallelPartitions, or in SubscribePartitions) before the
+	// partition holds back the others.
+	//
+	// Default: 1000 ([DefaultPartitionWindow]).
+	PartitionWindow int
+
 	// TopicPartitions is the partition count [Subscriber.SubscribeInitialize]
 	// gives a topic it creates. Partitions bound the group's parallelism.
 	//
@@ -133,6 +158,9 @@ func (c *SubscriberConfig) setDefaults() {
 	if c.TopicPartitions == 0 {
 		c.TopicPartitions = 1
 	}
+	if c.PartitionWindow == 0 {
+		c.PartitionWindow = DefaultPartitionWindow
+	}
 	if c.TopicReplicationFactor == 0 {
 		c.TopicReplicationFactor = 1
 	}
@@ -162,6 +190,7 @@ func (c SubscriberConfig) Validate() error {
 		{"SessionTimeout", int64(c.SessionTimeout)},
 		{"RebalanceTimeout", int64(c.RebalanceTimeout)},
 		{"NackResendSleep", int64(c.NackResendSleep)},
+		{"PartitionWindow", int64(c.PartitionWindow)},
 		{"TopicPartitions", int64(c.TopicPartitions)},
 		{"TopicReplicationFactor", int64(c.TopicReplicationFactor)},
 	} {
@@ -259,7 +288,9 @@ func (s *Subscriber) readerConfig(topic string) kafka.ReaderConfig {
 // Messages are delivered one at a time: the next is sent only after the
 // current one is acked or nacked, across all the partitions the group gives
 // this subscription, so a message nacked again and again holds all of them
-// back; subscribe several times (several group members) for parallelism.
+// back; subscribe several times (several group members) for parallelism, or
+// set [SubscriberConfig.ParallelPartitions] to deliver one message at a time
+// per partition instead.
 // Ack commits the record's offset (kafka-go
 // CommitMessages) and cancels the message's context; Nack delivers the same
 // record again as a new message, after [SubscriberConfig.NackResendSleep].
@@ -276,6 +307,9 @@ func (s *Subscriber) readerConfig(topic string) kafka.ReaderConfig {
 // again; consumers deduplicate on the message UUID (runtime/consumer's inbox
 // does).
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if s.cfg.ParallelPartitions {
+		return s.subscribeParallel(ctx, topic)
+	}
 	if topic == "" {
 		return nil, errors.New("kafka: subscribe: empty topic")
 	}

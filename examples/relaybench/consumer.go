@@ -27,8 +27,11 @@ type Effect struct {
 const consumeTopic = "bench.consume"
 
 const (
-	consumeInbox   = "with the inbox (Handle)"
-	consumeNoInbox = "without the inbox (HandleWithoutInbox)"
+	consumeInbox        = "with the inbox (Handle)"
+	consumeNoInbox      = "without the inbox (HandleWithoutInbox)"
+	consumeRunInbox     = "Run, batches of 100, partitions in parallel, with the inbox"
+	consumeRunNoInbox   = "Run, partitions in parallel, without the inbox"
+	consumeRunBatchSize = 100
 )
 
 // consumerSection is section 4: runtime/consumer reading from kfake.
@@ -49,24 +52,34 @@ func (b *bench) consumerSection(ctx context.Context) error {
 	}
 	res := newResults()
 	for rep := range o.reps {
-		for _, inbox := range []bool{true, false} {
-			label := consumeNoInbox
-			if inbox {
-				label = consumeInbox
-			}
-			b.progress("consumer rep %d: %s", rep+1, label)
-			rate, err := b.runConsumer(ctx, reg, fmt.Sprintf("relaybench-%v-%d", inbox, rep), inbox)
+		for _, run := range []struct {
+			label        string
+			inbox, batch bool
+		}{
+			{consumeInbox, true, false}, {consumeNoInbox, false, false},
+			{consumeRunInbox, true, true}, {consumeRunNoInbox, false, true},
+		} {
+			b.progress("consumer rep %d: %s", rep+1, run.label)
+			rate, err := b.runConsumer(ctx, reg, fmt.Sprintf("relaybench-%v-%v-%d", run.inbox, run.batch, rep), run.inbox, run.batch)
 			if err != nil {
-				return fmt.Errorf("%s: %w", label, err)
+				return fmt.Errorf("%s: %w", run.label, err)
 			}
-			res.add(label, rate)
+			res.add(run.label, rate)
 		}
 	}
 	fmt.Fprintf(b.out, "\n### 4. Consumer: runtime/consumer, %s events from kfake (8 partitions, one subscription), the handler writes one row\n\n",
 		groupDigits(float64(o.consumerEvents)))
+	fmt.Fprintln(b.out, "The first two rows run in a Watermill router (HandlerFunc: one message at a time across the partitions);")
+	fmt.Fprintln(b.out, "the last two run Consumer.Run over SubscribePartitions (a goroutine per partition; with the inbox, up to 100")
+	fmt.Fprintln(b.out, "consecutive messages of a partition per transaction; without it, each row commits alone).")
+	fmt.Fprintln(b.out)
 	res.table(b.out, "events/s", groupDigits)
 	fmt.Fprintln(b.out)
-	res.ratios(b.out, []ratio{{"with / without the inbox", consumeInbox, consumeNoInbox}})
+	res.ratios(b.out, []ratio{
+		{"with / without the inbox", consumeInbox, consumeNoInbox},
+		{"Run: with / without the inbox", consumeRunInbox, consumeRunNoInbox},
+		{"Run with the inbox / router with the inbox", consumeRunInbox, consumeInbox},
+	})
 	return nil
 }
 
@@ -106,13 +119,15 @@ func (b *bench) fillConsumeTopic(ctx context.Context, n int) error {
 
 // runConsumer consumes the topic with a new consumer group and returns
 // events/s from the first event handled to the last.
-func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, name string, inbox bool) (float64, error) {
+// With batch it runs Consumer.Run (partitions in parallel, batches of
+// consumeRunBatchSize) instead of a router.
+func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, name string, inbox, batch bool) (float64, error) {
 	n := b.o.consumerEvents
 	var handled, failed atomic.Int64
 	var first, last time.Time
 	var mu sync.Mutex
 	done := make(chan struct{})
-	c, err := consumer.New(reg, consumer.Config{Name: name, DB: b.plain, Logger: quietLogger(), OnOutcome: func(r consumer.Result) {
+	c, err := consumer.New(reg, consumer.Config{Name: name, DB: b.plain, Logger: quietLogger(), BatchSize: consumeRunBatchSize, OnOutcome: func(r consumer.Result) {
 		if r.Outcome != consumer.OutcomeApplied {
 			failed.Add(1)
 			return
@@ -148,23 +163,32 @@ func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, name str
 		return 0, err
 	}
 	defer sub.Close()
-	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
-	if err != nil {
-		return 0, err
-	}
-	router.AddConsumerHandler(name, consumeTopic, sub, c.HandlerFunc())
 	errc := make(chan error, 1)
-	go func() { errc <- router.Run(ctx) }()
+	var stop func() error
+	if batch {
+		runCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() { errc <- c.Run(runCtx, sub, consumeTopic) }()
+		stop = func() error { cancel(); return nil }
+	} else {
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		if err != nil {
+			return 0, err
+		}
+		router.AddConsumerHandler(name, consumeTopic, sub, c.HandlerFunc())
+		go func() { errc <- router.Run(ctx) }()
+		stop = router.Close
+	}
 	select {
 	case <-done:
 	case err := <-errc:
-		return 0, fmt.Errorf("router stopped: %w", err)
+		return 0, fmt.Errorf("consumer stopped: %w", err)
 	case <-time.After(10 * time.Minute):
-		router.Close()
+		_ = stop()
 		<-errc
 		return 0, fmt.Errorf("%d of %d events handled in 10 minutes", handled.Load(), n)
 	}
-	if err := router.Close(); err != nil {
+	if err := stop(); err != nil {
 		return 0, err
 	}
 	if err := <-errc; err != nil {

@@ -38,7 +38,10 @@
 //     and through the plugin with the outbox table's NOTIFY trigger dropped.
 //   - consumer: events/s of runtime/consumer reading -consumer-events events
 //     from kfake, the handler writing one row, with the inbox and without it
-//     (HandleWithoutInbox); timed from the first event handled to the last.
+//     (HandleWithoutInbox), in a Watermill router (one message at a time)
+//     and with Consumer.Run (partitions in parallel, batches of 100 per
+//     transaction with the inbox); timed from the first event handled to
+//     the last.
 //   - idle: CPU of the process (getrusage) over -idle with our relay running
 //     and nothing to do, minus the same measured with the broker alone.
 //

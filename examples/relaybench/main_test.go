@@ -30,6 +30,7 @@ func TestRelaybenchRuns(t *testing.T) {
 		"### 2. Latency", "| ours, defaults | ", "| batched relay, poll 10ms | ",
 		"### 3. Save", "| " + saveHooks + " | ", "| " + saveByHand + " | ", "| " + saveNoNotify + " | ", "| " + saveRelay + " | ", "| " + saveRelayNoNotify + " | ", "| plugin / by hand | ", "| with a relay waiting: plugin / plugin without the NOTIFY trigger",
 		"### 4. Consumer", "| " + consumeInbox + " | ", "| " + consumeNoInbox + " | ", "| with / without the inbox | ",
+		"| " + consumeRunInbox + " | ", "| " + consumeRunNoInbox + " | ", "| Run: with / without the inbox | ", "| Run with the inbox / router with the inbox | ",
 		"### 5. Idle", "| " + idleBroker + " | ", "| " + idleRelay + " | ", "| " + idleDiff + " | ",
 	} {
 		if !strings.Contains(got, want) {

@@ -25,6 +25,9 @@ const (
 	DefaultInboxRetention = 7 * 24 * time.Hour
 	DefaultPruneBatchSize = 1000
 	DefaultTxTimeout      = 30 * time.Second
+	DefaultBatchSize      = 100
+	// MaxBatchSize is the largest [Config.BatchSize].
+	MaxBatchSize = sqlstore.MaxInboxBatch
 )
 
 // Action is what a consumer does with a message it has no way to apply: an
@@ -223,6 +226,23 @@ type Config struct {
 	// called, so that a failure is visible without configuration.
 	Logger *slog.Logger
 
+	// BatchSize is the most consecutive messages of one partition
+	// [Consumer.Run] applies in one transaction: their inbox markers (one
+	// statement on PostgreSQL and SQLite), the handlers' writes, one
+	// commit; then it acks them all. Run takes what the partition's stream
+	// has already delivered, up to BatchSize, waiting up to BatchWait for
+	// more; under a backlog batches fill, and a lone message is applied as
+	// soon as it arrives. 1 applies one message per transaction. It must be
+	// at most [MaxBatchSize]. [Consumer.HandlerFunc] ignores it.
+	// Default: 100 ([DefaultBatchSize]).
+	BatchSize int
+
+	// BatchWait is how long [Consumer.Run] waits for a batch to fill once
+	// it has its first message. It delays a message by at most that much
+	// when its partition is quiet.
+	// Default: 0 (take what is already delivered, wait for nothing).
+	BatchWait time.Duration
+
 	// OnOutcome, when set, is called once per delivery with its [Result],
 	// from the goroutine that handled the message, before the handler
 	// function returns (so before the ack). Use it for metrics; it must not
@@ -273,6 +293,9 @@ func (c *Config) setDefaults() {
 	if c.PruneBatchSize == 0 {
 		c.PruneBatchSize = DefaultPruneBatchSize
 	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
 	if c.Clock == nil {
 		c.Clock = runtime.SystemClock{}
 	}
@@ -304,10 +327,15 @@ func (c Config) Validate() error {
 		{"MaxNackDelay", int64(c.MaxNackDelay)},
 		{"InboxRetention", int64(c.InboxRetention)},
 		{"PruneBatchSize", int64(c.PruneBatchSize)},
+		{"BatchSize", int64(c.BatchSize)},
+		{"BatchWait", int64(c.BatchWait)},
 	} {
 		if f.value < 0 {
 			return fmt.Errorf("%w: %s is negative", ErrInvalidConfig, f.name)
 		}
+	}
+	if c.BatchSize > MaxBatchSize {
+		return fmt.Errorf("%w: BatchSize %d is more than %d", ErrInvalidConfig, c.BatchSize, MaxBatchSize)
 	}
 	if c.MinBackoff > 0 && c.MaxBackoff > 0 && c.MinBackoff > c.MaxBackoff {
 		return fmt.Errorf("%w: MinBackoff %v is greater than MaxBackoff %v", ErrInvalidConfig, c.MinBackoff, c.MaxBackoff)

@@ -25,7 +25,9 @@ import (
 // each message with a [runtime.Registry] (any registered version, upcast to
 // the latest), runs the event type's handler, and with the inbox does so
 // exactly once per event id. Register handlers with [Handle] and
-// [HandleWithoutInbox], then consume with [Consumer.HandlerFunc].
+// [HandleWithoutInbox], then consume with [Consumer.HandlerFunc] in a
+// Watermill router, or with [Consumer.Run] (partitions in parallel, batches
+// in one transaction).
 //
 // A Consumer is safe for concurrent use: several subscriptions (partitions,
 // router handlers) may share one. Register every handler before the first
@@ -271,14 +273,20 @@ func convert[E runtime.Event](evt runtime.Event) (E, error) {
 // Messages are applied in the order they are delivered; the consumer adds no
 // parallelism. Subscribers that deliver a partition's next message only after
 // the current one is acked (adapters/kafka, Watermill's Kafka, SQL and
-// JetStream subscribers) therefore keep each aggregate's order.
+// JetStream subscribers) therefore keep each aggregate's order. For
+// partitions in parallel and batches in one transaction, see [Consumer.Run].
 func (c *Consumer) HandlerFunc() message.NoPublishHandlerFunc { return c.process }
 
-// process handles one delivery.
+// process handles one delivery from a Watermill router.
 func (c *Consumer) process(msg *message.Message) error {
+	return c.processFrom(msg, message.SubscribeTopicFromCtx(msg.Context()))
+}
+
+// processFrom handles one delivery from topic.
+func (c *Consumer) processFrom(msg *message.Message, topic string) error {
 	start := time.Now()
 	ctx := msg.Context()
-	res := Result{MessageUUID: msg.UUID, Meta: Meta{Topic: message.SubscribeTopicFromCtx(ctx)}}
+	res := Result{MessageUUID: msg.UUID, Meta: Meta{Topic: topic}, Batch: 1}
 	c.handle(ctx, msg, &res)
 	res.Duration = time.Since(start)
 	if c.cfg.OnOutcome != nil {

@@ -138,10 +138,24 @@
 // [Config.NackDelay]; both waits end early when the message's context is
 // cancelled (adapters/kafka cancels it when its subscription closes).
 //
+// # Partitions in parallel, batches in one transaction
+//
+// [Consumer.Run] reads a topic itself, from a [PartitionSubscriber]
+// (adapters/kafka's Subscriber): one goroutine per partition, each applying
+// up to [Config.BatchSize] consecutive messages of its partition in one
+// transaction (the inbox markers of the batch in one statement, every
+// handler's writes, one commit), then acking them. A failed batch rolls back
+// and its messages are applied again one at a time, in order, with the
+// policy below; see [Consumer.Run] for why order and exactly-once hold
+// across rebalances.
+//
+//	c, err := consumer.New(reg, consumer.Config{Name: "billing", DB: db, BatchSize: 100})
+//	err = c.Run(ctx, kafkaSubscriber, "orders")
+//
 // # Order
 //
-// The consumer applies messages in the order the subscriber delivers them and
-// adds no parallelism. A subscriber that delivers a partition's next message
+// With [Consumer.HandlerFunc], the consumer applies messages in the order
+// the subscriber delivers them and adds no parallelism. A subscriber that delivers a partition's next message
 // only after the current one is acked or nacked (adapters/kafka, and
 // Watermill's Kafka, SQL and JetStream subscribers) therefore keeps each
 // aggregate's order, since an aggregate's events share a partition. A nacked
@@ -149,7 +163,8 @@
 // applied or dead-lettered. With adapters/kafka a subscription is one group
 // member that delivers one message at a time across all the partitions
 // assigned to it, so a nacked message holds back those partitions too; run
-// several members (handlers or processes) for parallelism and isolation. A
+// several members (handlers or processes), or set its ParallelPartitions,
+// for parallelism and isolation; or use [Consumer.Run]. A
 // dead-lettered message is skipped, so its aggregate's later events are
 // applied without it.
 //

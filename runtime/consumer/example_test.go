@@ -268,3 +268,88 @@ func ExampleHandleTx() {
 	// Output:
 	// invoices: 1
 }
+
+// onePartition is a PartitionSubscriber with one partition holding msgs
+// (adapters/kafka's Subscriber in production).
+type onePartition []*message.Message
+
+func (p onePartition) SubscribePartitions(ctx context.Context, topic string) (<-chan (<-chan *message.Message), error) {
+	stream := make(chan *message.Message, len(p))
+	for _, m := range p {
+		stream <- m
+	}
+	streams := make(chan (<-chan *message.Message), 1)
+	streams <- stream
+	go func() {
+		<-ctx.Done()
+		close(stream)
+		close(streams)
+	}()
+	return streams, nil
+}
+
+func ExampleConsumer_Run() {
+	dir, _ := os.MkdirTemp("", "consumer-example")
+	defer os.RemoveAll(dir)
+	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "billing.db")), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := consumer.Migrate(ctx, db, ""); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := db.AutoMigrate(&Invoice{}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	reg := runtime.NewRegistry()
+	if err := registerOrders(reg); err != nil {
+		fmt.Println(err)
+		return
+	}
+	done := make(chan consumer.Result, 3)
+	c, err := consumer.New(reg, consumer.Config{
+		Name:      "billing",
+		DB:        db,
+		BatchSize: 100, // up to 100 messages of a partition per transaction
+		OnOutcome: func(r consumer.Result) { done <- r },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPaid, m consumer.Meta) error {
+		return tx.Create(&Invoice{OrderID: e.OrderID, Amount: e.Amount, Currency: e.Currency}).Error
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	v1 := orderPaidMessage("0195a0d1-0000-7000-8000-000000000001", OrderPaidV1{EventVersion: 1, OccurredAt: time.Now(), OrderID: "A-1", Amount: "10.00"}, "A-1")
+	v2 := orderPaidMessage("0195a0d1-0000-7000-8000-000000000002", OrderPaid{EventVersion: 2, OccurredAt: time.Now(), OrderID: "A-2", Amount: "5.50", Currency: "USD"}, "A-2")
+	// The partition holds the first event twice; all three are applied in
+	// one transaction, the repeat as a duplicate.
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx, onePartition{v1, v2, v1.Copy()}, "orders") }()
+	for range 3 {
+		r := <-done
+		fmt.Printf("%s v%d: %s (batch of %d)\n", r.Meta.EventID, r.Meta.EventVersion, r.Outcome, r.Batch)
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		fmt.Println(err)
+	}
+	var invoices []Invoice
+	db.Order("order_id").Find(&invoices)
+	fmt.Printf("%+v\n", invoices)
+	// Output:
+	// 0195a0d1-0000-7000-8000-000000000001 v1: applied (batch of 3)
+	// 0195a0d1-0000-7000-8000-000000000002 v2: applied (batch of 3)
+	// 0195a0d1-0000-7000-8000-000000000001 v1: duplicate (batch of 3)
+	// [{OrderID:A-1 Amount:10.00 Currency:EUR} {OrderID:A-2 Amount:5.50 Currency:USD}]
+}

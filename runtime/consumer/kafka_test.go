@@ -57,16 +57,20 @@ func (b *broker) publisher(t testing.TB) *kafka.Publisher {
 
 // subscriber returns a member of group with short group timings, so that a
 // replacement member takes over quickly.
-func (b *broker) subscriber(t testing.TB, group string) *kafka.Subscriber {
+func (b *broker) subscriber(t testing.TB, group string, tune ...func(*kafka.SubscriberConfig)) *kafka.Subscriber {
 	t.Helper()
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
+	cfg := kafka.SubscriberConfig{
 		Brokers:           b.addrs,
 		ConsumerGroup:     group,
 		MaxWait:           100 * time.Millisecond,
 		HeartbeatInterval: 100 * time.Millisecond,
 		SessionTimeout:    time.Second,
 		RebalanceTimeout:  2 * time.Second,
-	}, nil)
+	}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	sub, err := kafka.NewSubscriber(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,7 +127,7 @@ type Meta struct {
 	// (correlation id, trace context, ...) and the raw payload.
 	runtime.Envelope
 	// Topic is the topic the message was consumed from, when the consumer
-	// runs in a Watermill router; "" otherwise.
+	// runs in a Watermill router or [Consumer.Run]; "" otherwise.
 	Topic string
 	// Attempt is 1 on the first run of the handler for this delivery and
 	// counts up with each retry.
@@ -153,6 +153,11 @@ type Result struct {
 	// [*HandlerError], an [*InboxError], ... It is nil otherwise.
 	Err error
 	// Duration is how long the delivery took, retries, backoff and
-	// [Config.NackDelay] included.
+	// [Config.NackDelay] included; for a message applied in a batch, how
+	// long the batch's transaction took.
 	Duration time.Duration
+	// Batch is how many messages were applied in the transaction of this
+	// one: more than 1 for a message applied in a batch by [Consumer.Run]
+	// ([Config.BatchSize]), 1 otherwise.
+	Batch int
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -127,6 +128,8 @@ type Inbox struct {
 	prune          string
 	count          string
 	dialect        Dialect
+	// table is the inbox table, for the statements MarkBatch builds.
+	table string
 	// txTimeoutMS is txTimeout in whole milliseconds, for pgGuard.
 	txTimeoutMS string
 }
@@ -154,6 +157,7 @@ func NewInbox(d Dialect, table string, txTimeout time.Duration) (*Inbox, error) 
 	// rolled back). A check-then-insert would race.
 	s := &Inbox{
 		dialect: d,
+		table:   table,
 		insert:  `INSERT INTO ` + table + ` (consumer, event_id, event_type, processed_at) VALUES (?, ?, ?, ?) ON CONFLICT (consumer, event_id) DO NOTHING`,
 		prune: `DELETE FROM ` + table + ` WHERE consumer = ? AND event_id IN (SELECT event_id FROM ` + table +
 			` WHERE consumer = ? AND processed_at < ? ORDER BY processed_at LIMIT ?)`,
@@ -246,6 +250,116 @@ func (s *Inbox) Mark(ctx context.Context, tx Execer, consumer string, eventID uu
 		return false, errors.Join(fmt.Errorf("sqlstore: inbox: insert marker: rows affected: %w", err), s.Restore(ctx, tx))
 	}
 	return n > 0, nil
+}
+
+// MaxInboxBatch is the most entries one [Inbox.MarkBatch] call takes (it
+// keeps a statement's placeholders within every dialect's limit).
+const MaxInboxBatch = 5000
+
+// InboxEntry is one event of [Inbox.MarkBatch].
+type InboxEntry struct {
+	EventID   uuid.UUID
+	EventType string
+}
+
+// MarkBatch is [Inbox.Mark] for several events in one transaction: it
+// inserts the markers of entries, in their order, and reports for each
+// whether it inserted it (false: the event was applied before, or its id
+// appears earlier in entries). On PostgreSQL and SQLite that is one
+// INSERT ... ON CONFLICT DO NOTHING RETURNING statement; on MySQL and
+// MariaDB, one INSERT IGNORE per entry, after setting the session's
+// timeouts once. Markers are inserted in the order of entries, so two
+// transactions marking overlapping runs of the same stream in the same
+// order wait on each other instead of deadlocking. As with Mark: call it
+// first in the transaction, and call [Inbox.Restore] before the
+// transaction ends when it returns without error. entries must hold at most
+// [MaxInboxBatch] entries.
+func (s *Inbox) MarkBatch(ctx context.Context, tx Querier, consumer string, entries []InboxEntry, now time.Time) (applied []bool, err error) {
+	if len(entries) > MaxInboxBatch {
+		return nil, fmt.Errorf("sqlstore: inbox: %d entries in one batch, more than %d", len(entries), MaxInboxBatch)
+	}
+	applied = make([]bool, len(entries))
+	first := make(map[uuid.UUID]int, len(entries)) // event id → index of its first entry
+	unique := make([]InboxEntry, 0, len(entries))
+	for i, e := range entries {
+		if _, dup := first[e.EventID]; !dup {
+			first[e.EventID] = i
+			unique = append(unique, e)
+		}
+	}
+	if len(unique) == 0 {
+		return applied, nil
+	}
+	if s.dialect == MySQL {
+		if _, err := tx.ExecContext(ctx, s.guard); err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox: set session timeouts: %w", err)
+		}
+		for _, e := range unique {
+			res, err := tx.ExecContext(ctx, s.insert, consumer, e.EventID.String(), e.EventType, now.UTC())
+			if err != nil {
+				return nil, errors.Join(fmt.Errorf("sqlstore: inbox: insert marker: %w", err), s.Restore(ctx, tx))
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return nil, errors.Join(fmt.Errorf("sqlstore: inbox: insert marker: rows affected: %w", err), s.Restore(ctx, tx))
+			}
+			applied[first[e.EventID]] = n > 0
+		}
+		return applied, nil
+	}
+	var q strings.Builder
+	args := make([]any, 0, 4+2*len(unique))
+	if s.dialect == Postgres {
+		// The guard of Mark's insert, once for the statement.
+		args = append(args, consumer, now.UTC(), s.txTimeoutMS, s.txTimeoutMS)
+		q.WriteString(`INSERT INTO ` + s.table + ` (consumer, event_id, event_type, processed_at)
+			SELECT $1::text, v.id::uuid, v.typ, $2::timestamptz
+			FROM (VALUES `)
+		for i, e := range unique {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			n := len(args)
+			fmt.Fprintf(&q, "($%d::text, $%d::text)", n+1, n+2)
+			args = append(args, e.EventID.String(), e.EventType)
+		}
+		q.WriteString(`) AS v (id, typ), (SELECT set_config('statement_timeout', $3::text, true), set_config('idle_in_transaction_session_timeout', $4::text, true)) AS guard
+			ON CONFLICT (consumer, event_id) DO NOTHING RETURNING event_id::text`)
+	} else {
+		q.WriteString(`INSERT INTO ` + s.table + ` (consumer, event_id, event_type, processed_at) VALUES `)
+		for i, e := range unique {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?)")
+			args = append(args, consumer, e.EventID.String(), e.EventType, now.UTC())
+		}
+		q.WriteString(` ON CONFLICT (consumer, event_id) DO NOTHING RETURNING event_id`)
+	}
+	rows, err := tx.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox: insert markers: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox: insert markers: %w", err)
+		}
+		u, err := uuid.Parse(id)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox: insert markers: returned event id %q: %w", id, err)
+		}
+		i, ok := first[u]
+		if !ok {
+			return nil, fmt.Errorf("sqlstore: inbox: insert markers: returned event id %s was not in the batch", u)
+		}
+		applied[i] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox: insert markers: %w", err)
+	}
+	return applied, nil
 }
 
 // Restore undoes what [Inbox.Mark] set on the session (MySQL), before the

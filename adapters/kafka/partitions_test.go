@@ -1,0 +1,166 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/go-cmp/cmp"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/gooutbox/outbox/adapters/kafka"
+	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// received is a message and the index of the stream it came on.
+type received struct {
+	stream int
+	msg    *message.Message
+}
+
+// mergeStreams forwards every stream's messages to one channel, tagged.
+func mergeStreams(streams <-chan (<-chan *message.Message)) <-chan received {
+	out := make(chan received, 1000)
+	go func() {
+		i := 0
+		for s := range streams {
+			go func(i int, s <-chan *message.Message) {
+				for m := range s {
+					out <- received{i, m}
+				}
+			}(i, s)
+			i++
+		}
+	}()
+	return out
+}
+
+func next(t *testing.T, ch <-chan received) received {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(waitTimeout):
+		t.Fatalf("no message within %s", waitTimeout)
+		return received{}
+	}
+}
+
+// TestSubscribePartitions: each partition comes on a stream of its own,
+// which hands out many messages before the first is acked, in order per
+// key; a nack delivers the nacked message and every one after it on its
+// stream again, in order; and the acks end up committed, all of them.
+func TestSubscribePartitions(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.NewCluster(t)
+	topic := newTopic(t, brokers, 3)
+	pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers})
+	const keys, perKey = 6, 10
+	var msgs []*message.Message
+	for i := range perKey {
+		for k := range keys {
+			msgs = append(msgs, newEvent(fmt.Sprintf("agg-%d", k), strconv.Itoa(i)))
+		}
+	}
+	if err := pub.Publish(topic, msgs...); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+
+	group := "group-" + watermill.NewShortUUID()
+	cfg := testSubscriberConfig(brokers, group)
+	cfg.PartitionWindow = 100
+	sub := newSubscriber(t, cfg)
+	streams, err := sub.SubscribePartitions(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := mergeStreams(streams)
+
+	// Everything arrives with nothing acked.
+	byStream := map[int][]*message.Message{}
+	got := map[string][]string{}
+	for range msgs {
+		r := next(t, in)
+		byStream[r.stream] = append(byStream[r.stream], r.msg)
+		agg := r.msg.Metadata.Get(runtime.MetadataAggregateID)
+		got[agg] = append(got[agg], string(r.msg.Payload))
+	}
+	for k := range keys {
+		agg := fmt.Sprintf("agg-%d", k)
+		var want []string
+		for i := range perKey {
+			want = append(want, strconv.Itoa(i))
+		}
+		if diff := cmp.Diff(want, got[agg]); diff != "" {
+			t.Errorf("%s on its stream (-want +got):\n%s", agg, diff)
+		}
+	}
+
+	// On one stream: ack two, nack the third, ack the rest.
+	nacked := 0
+	for i, s := range byStream {
+		if len(s) >= 3 {
+			nacked = i
+			break
+		}
+	}
+	s := byStream[nacked]
+	for i, m := range s {
+		if i == 2 {
+			m.Nack()
+		} else {
+			m.Ack()
+		}
+	}
+	for i, st := range byStream {
+		if i != nacked {
+			for _, m := range st {
+				m.Ack()
+			}
+		}
+	}
+	var again []string
+	for range s[2:] {
+		r := next(t, in)
+		if r.stream != nacked {
+			t.Fatalf("redelivery on stream %d, want %d", r.stream, nacked)
+		}
+		again = append(again, r.msg.UUID)
+		r.msg.Ack()
+	}
+	var want []string
+	for _, m := range s[2:] {
+		want = append(want, m.UUID)
+	}
+	if diff := cmp.Diff(want, again); diff != "" {
+		t.Errorf("redelivered after the nack (-want +got):\n%s", diff)
+	}
+
+	// Every partition's committed offset reaches its end.
+	client := &kafkago.Client{Addr: kafkago.TCP(brokers...)}
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		res, err := client.OffsetFetch(context.Background(), &kafkago.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: {0, 1, 2}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var committed int64
+		for _, p := range res.Topics[topic] {
+			if p.CommittedOffset > 0 {
+				committed += p.CommittedOffset
+			}
+		}
+		if committed == int64(len(msgs)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("committed offsets add up to %d, want %d", committed, len(msgs))
+		}
+		time.Sleep(50 * time.Millisecond) // polling the group's offsets
+	}
+}
