@@ -1,28 +1,14 @@
 package runtime_test
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/gooutbox/outbox/runtime/internal/depstest"
 )
 
 // TestDependencies guards the promise that domain code embedding
 // runtime.Recorder pulls in no database or broker client: runtime imports
 // only the standard library and google/uuid.
 func TestDependencies(t *testing.T) {
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("the go command is not on PATH")
-	}
-	out, err := exec.Command(goCmd, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		switch dep {
-		case "github.com/gooutbox/outbox/runtime", "github.com/google/uuid":
-		default:
-			t.Errorf("runtime depends on %s; it may import only the standard library and github.com/google/uuid", dep)
-		}
-	}
+	depstest.Only(t, "github.com/gooutbox/outbox/runtime", "github.com/google/uuid")
 }

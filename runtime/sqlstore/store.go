@@ -127,6 +127,9 @@ type Store struct {
 	tables  storeTables
 	lease   leaseOps
 	cfg     StoreConfig
+	// wake holds the dialect's wake-up statements (see dialect.wakeSQL),
+	// built once.
+	wake struct{ request, cancel, cleanup string }
 
 	mu     sync.Mutex
 	owners map[string]*ownerLease
@@ -181,10 +184,12 @@ func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
 		return nil, err
 	}
 	t := storeTables{table: cfg.Table, leases: leasesTable(cfg.Table), relays: relaysTable(cfg.Table), waiters: waitersTable(cfg.Table)}
-	return &Store{
+	s := &Store{
 		db: db, dialect: d, table: cfg.Table, tables: t, lease: d.leases(t), cfg: cfg,
 		owners: map[string]*ownerLease{},
-	}, nil
+	}
+	s.wake.request, s.wake.cancel, s.wake.cleanup = d.wakeSQL(t)
+	return s, nil
 }
 
 // Close releases the leases of every relay that claimed through this store,
@@ -257,8 +262,7 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 		// The relay found messages: it polls again before it waits. A
 		// failure only leaves writers notifying until the next claim that
 		// finds messages.
-		_, cancel, _ := s.dialect.wakeSQL(s.tables)
-		if _, err := s.db.ExecContext(ctx, cancel, req.Owner); err == nil {
+		if _, err := s.db.ExecContext(ctx, s.wake.cancel, req.Owner); err == nil {
 			o.waiting = false
 		}
 	}
@@ -283,7 +287,7 @@ func (s *Store) claimAgainIn(o *ownerLease) time.Duration {
 // nothing for its wake-ups while the application is busy. On SQLite and
 // MySQL, whose writers notify nothing, it does nothing.
 func (s *Store) RequestWake(ctx context.Context, owner string) error {
-	request, _, _ := s.dialect.wakeSQL(s.tables)
+	request := s.wake.request
 	if request == "" {
 		return nil
 	}
@@ -342,7 +346,7 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease) error {
 	if err := l.forget(ctx, tx, start); err != nil {
 		return fmt.Errorf("sqlstore: lease: forget stopped relays: %w", err)
 	}
-	if _, _, cleanup := s.dialect.wakeSQL(s.tables); cleanup != "" {
+	if cleanup := s.wake.cleanup; cleanup != "" {
 		if _, err := tx.ExecContext(ctx, cleanup); err != nil {
 			return fmt.Errorf("sqlstore: lease: forget waiters: %w", err)
 		}
@@ -421,7 +425,7 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 	if err := s.lease.unregister(ctx, s.db, owner); err != nil {
 		return fmt.Errorf("sqlstore: release leases: %w", err)
 	}
-	if _, cancel, _ := s.dialect.wakeSQL(s.tables); cancel != "" {
+	if cancel := s.wake.cancel; cancel != "" {
 		if _, err := s.db.ExecContext(ctx, cancel, owner); err != nil {
 			return fmt.Errorf("sqlstore: release leases: cancel wake-up: %w", err)
 		}
