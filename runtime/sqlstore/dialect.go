@@ -144,6 +144,14 @@ type dialect interface {
 	// pendingAge is the expression of the age, in seconds, of the oldest
 	// created_at of "SELECT min(created_at) " + from, or 0.
 	pendingAge(from string) string
+	// secondsSince is the expression of the seconds from the timestamp
+	// expression expr to now, on the clock that wrote it (NULL for NULL).
+	secondsSince(expr string) string
+	// timeCompare is the condition "col op ?" on a timestamp column, for a
+	// parameter made by timeArg.
+	timeCompare(col, op string) string
+	// timeArg is the parameter of a time for timeCompare.
+	timeArg(t time.Time) any
 	// listen waits for inserts (see [Store.Listen]).
 	listen(ctx context.Context, s *Store, notify func()) error
 	// wakeSQL returns the statements that add owner (their one argument)

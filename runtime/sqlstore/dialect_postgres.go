@@ -298,3 +298,10 @@ func (postgresDialect) wakeSQL(t storeTables) (string, string, string) {
 		`DELETE FROM ` + t.waiters + ` WHERE owner = $1`,
 		`DELETE FROM ` + t.waiters + ` w WHERE NOT EXISTS (SELECT 1 FROM ` + t.relays + ` r WHERE r.owner = w.owner AND r.expires_at > now())`
 }
+
+func (postgresDialect) secondsSince(expr string) string {
+	return `EXTRACT(EPOCH FROM now() - ` + expr + `)`
+}
+
+func (postgresDialect) timeCompare(col, op string) string { return col + " " + op + " ?" }
+func (postgresDialect) timeArg(t time.Time) any           { return t.UTC() }

@@ -164,3 +164,20 @@ func (sqliteDialect) guardLeaseTx(context.Context, *sql.Tx, time.Duration) (func
 
 // wakeSQL: writers send no notifications; the relay polls.
 func (sqliteDialect) wakeSQL(storeTables) (string, string, string) { return "", "", "" }
+
+// secondsSince uses julianday, which reads both the column default's
+// "YYYY-MM-DD HH:MM:SS" and the driver's formatting of a time.
+func (sqliteDialect) secondsSince(expr string) string {
+	return `(julianday('now') - julianday(` + expr + `)) * 86400`
+}
+
+// timeCompare compares julian days: created_at's default is text of
+// CURRENT_TIMESTAMP, whose format differs from the driver's for a bound
+// time, so the strings do not compare.
+func (sqliteDialect) timeCompare(col, op string) string {
+	return "julianday(" + col + ") " + op + " julianday(?)"
+}
+
+func (sqliteDialect) timeArg(t time.Time) any {
+	return t.UTC().Format("2006-01-02 15:04:05.000000")
+}
