@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +17,7 @@ import (
 // o1 and o2 published, o3 parked, o4 retrying, o5 and o6 pending; on topic
 // "payments", p1 and p2 pending.
 type adminFixture struct {
+	db    *sql.DB
 	store *sqlstore.Store
 	ids   map[string]int64 // aggregate id -> row id
 	rows  map[string]sqlstore.Row
@@ -41,7 +43,7 @@ func newAdminFixture(t *testing.T, d sqlstore.Dialect) adminFixture {
 	if _, err := w.Write(ctx, db, rows); err != nil {
 		t.Fatal(err)
 	}
-	f := adminFixture{store: store, ids: map[string]int64{}, rows: map[string]sqlstore.Row{}}
+	f := adminFixture{db: db, store: store, ids: map[string]int64{}, rows: map[string]sqlstore.Row{}}
 	b, err := store.Claim(ctx, relay.ClaimRequest{Owner: "admin-test", Limit: 100})
 	if err != nil {
 		t.Fatal(err)

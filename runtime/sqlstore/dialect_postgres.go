@@ -278,13 +278,22 @@ func (postgresDialect) failureSet(kind failureKind, text string, cfg StoreConfig
 	}
 }
 
-func (postgresDialect) deletePublished(table string, olderThan time.Duration, batch int) (string, []any) {
-	// Published rows are mostly the oldest: walk the primary key from the
-	// start rather than keep an index on published_at, which would cost
-	// every mark an index insertion.
-	return `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + `
-		WHERE published_at IS NOT NULL AND published_at < now() - $1 * interval '1 microsecond' ORDER BY id LIMIT $2)`,
-		[]any{olderThan.Microseconds(), batch}
+// deletePublished is one statement. Published rows are mostly the oldest:
+// it walks the primary key from the start rather than keep an index on
+// published_at, which would cost every mark an index insertion. FOR UPDATE
+// SKIP LOCKED passes over rows another transaction holds (a Replay), and
+// the outer condition is checked again on the row's latest version, so a
+// row replayed meanwhile is not deleted. Writers insert new rows and the
+// relay updates only pending ones: neither waits for it, nor it for them.
+func (postgresDialect) deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int) (int64, error) {
+	const cutoff = `now() - $1 * interval '1 microsecond'`
+	res, err := db.ExecContext(ctx, `DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+`
+		WHERE published_at IS NOT NULL AND published_at < `+cutoff+` ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+		AND published_at < `+cutoff, olderThan.Microseconds(), batch)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 func (postgresDialect) pendingAge(from string) string {

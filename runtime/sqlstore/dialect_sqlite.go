@@ -141,10 +141,16 @@ func (sqliteDialect) failureSet(kind failureKind, text string, cfg StoreConfig) 
 
 // deletePublished compares with the process's clock, which wrote
 // published_at.
-func (sqliteDialect) deletePublished(table string, olderThan time.Duration, batch int) (string, []any) {
-	return `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + `
+// SQLite serialises writers: one batch holds the write lock for the time it
+// takes to delete batch rows, and writers wait that long at most.
+func (sqliteDialect) deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int) (int64, error) {
+	res, err := db.ExecContext(ctx, `DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+`
 		WHERE published_at IS NOT NULL AND published_at < ? ORDER BY id LIMIT ?)`,
-		[]any{time.Now().Add(-olderThan).UTC(), batch}
+		time.Now().Add(-olderThan).UTC(), batch)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 func (sqliteDialect) pendingAge(from string) string {

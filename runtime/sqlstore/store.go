@@ -585,8 +585,9 @@ func (s *Store) execIDs(ctx context.Context, query string, ids []int64) (int64, 
 }
 
 // DeletePublished deletes rows published before now minus olderThan, at most
-// batch rows per statement (default 1,000 when batch <= 0), and returns how
-// many it deleted. Run it periodically; keep olderThan longer than any
+// batch rows per statement (default 1,000 when batch <= 0), each batch in
+// its own short transaction that waits for no row lock, and returns how
+// many it deleted. [Retention] runs it on a schedule. Keep olderThan longer than any
 // in-memory aggregate lives after its save, because the outbox row is what
 // deduplicates a second save of the same pending event (see the package
 // documentation).
@@ -598,20 +599,25 @@ func (s *Store) DeletePublished(ctx context.Context, olderThan time.Duration, ba
 	// the process's on SQLite.
 	var total int64
 	for {
-		q, args := s.dialect.deletePublished(s.table, olderThan, batch)
-		res, err := s.db.ExecContext(ctx, q, args...)
-		if err != nil {
-			return total, fmt.Errorf("sqlstore: delete published: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, fmt.Errorf("sqlstore: delete published: %w", err)
-		}
+		n, err := s.deletePublishedBatch(ctx, olderThan, batch)
 		total += n
+		if err != nil {
+			return total, err
+		}
 		if n < int64(batch) {
 			return total, nil
 		}
 	}
+}
+
+// deletePublishedBatch deletes at most batch rows published before now minus
+// olderThan, in one short transaction.
+func (s *Store) deletePublishedBatch(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
+	n, err := s.dialect.deletePublished(ctx, s.db, s.table, olderThan, batch)
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: delete published: %w", err)
+	}
+	return n, nil
 }
 
 // Stats reads the state of the outbox table, for monitoring: how many
