@@ -26,11 +26,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // Exit codes.
@@ -48,11 +51,14 @@ func main() {
 	os.Exit(code)
 }
 
-// env is what a command runs with: its output and the process environment.
+// env is what a command runs with: its output, the process environment and
+// the broker opener.
 type env struct {
 	ctx            context.Context
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// openPublisher opens the relay's broker (tests replace it).
+	openPublisher func(ctx context.Context, url string, log *slog.Logger) (message.Publisher, func() error, error)
 }
 
 // command is one subcommand.
@@ -85,7 +91,12 @@ func (a alertError) Error() string { return a.msg }
 
 // run runs the command line args and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv}
+	return (&env{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv, openPublisher: openBroker}).run(args)
+}
+
+// run runs the command line args in e and returns the exit status.
+func (e *env) run(args []string) int {
+	stdout, stderr := e.stdout, e.stderr
 	cmds := commands()
 	if len(args) == 0 {
 		printUsage(stderr, cmds)
@@ -174,7 +185,7 @@ type flagSet struct {
 func newFlagSet(e *env, c *command) *flagSet {
 	fs := &flagSet{FlagSet: flag.NewFlagSet("outbox "+c.name, flag.ContinueOnError), e: e}
 	fs.SetOutput(e.stderr)
-	fs.StringVar(&fs.db, "db", e.getenv("OUTBOX_DATABASE_URL"), "database `URL`: postgres://..., mysql://user:pass@host:3306/db or sqlite:file.db (default: $OUTBOX_DATABASE_URL)")
+	fs.StringVar(&fs.db, "db", "", "database `URL`: postgres://..., mysql://user:pass@host:3306/db or sqlite:file.db (default: $OUTBOX_DATABASE_URL)")
 	fs.StringVar(&fs.table, "table", "", "outbox `table` (default: outbox_messages)")
 	fs.BoolVar(&fs.json, "json", false, "print JSON")
 	fs.Usage = func() {
@@ -205,10 +216,16 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 		}
 		args = fs.Args()
 		if len(args) == 0 {
+			if fs.db == "" {
+				fs.db = fs.e.getenv("OUTBOX_DATABASE_URL") // not the flag's default: help would print it
+			}
 			return pos, nil
 		}
 		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
+			args = args[1:]
+			pos = append(pos, args...)
+			args = nil
+			continue
 		}
 		pos = append(pos, args[0])
 		args = args[1:]
