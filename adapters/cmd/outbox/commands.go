@@ -292,7 +292,11 @@ func parkedList(e *env, fs *flagSet, db *database, q sqlstore.Query) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	if len(entries) == q.Limit || (q.Limit == 0 && len(entries) == sqlstore.DefaultQueryLimit) {
+	limit := q.Limit
+	if limit == 0 {
+		limit = sqlstore.DefaultQueryLimit
+	}
+	if len(entries) > 0 && len(entries) == min(limit, sqlstore.MaxQueryLimit) {
 		fmt.Fprintf(e.stderr, "more may follow: --after %d\n", entries[len(entries)-1].ID)
 	}
 	return nil

@@ -34,6 +34,8 @@ import (
 	"syscall"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // Exit codes.
@@ -133,7 +135,7 @@ func code(stderr io.Writer, err error) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
-	case errors.As(err, &u):
+	case errors.As(err, &u), errors.Is(err, sqlstore.ErrInvalidQuery):
 		fmt.Fprintln(stderr, "outbox:", err)
 		return exitUsage
 	case errors.As(err, &a):
