@@ -143,7 +143,16 @@ func code(stderr io.Writer, err error) int {
 		return exitAlert
 	}
 	fmt.Fprintln(stderr, "outbox:", err)
+	if missingTable(err) {
+		fmt.Fprintln(stderr, `outbox: is the table there? "outbox migrate" creates it; --table names another`)
+	}
 	return exitError
+}
+
+// missingTable reports whether err is a database's "no such table".
+func missingTable(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "SQLSTATE 42P01") || strings.Contains(s, "Error 1146") || strings.Contains(s, "no such table")
 }
 
 func printUsage(w io.Writer, cmds map[string]*command) {

@@ -568,7 +568,7 @@ func TestMainExitStatus(t *testing.T) {
 		{[]string{"migrate", "--db", url}, 0, "migrated outbox_messages"},
 		{[]string{"status", "--db", url, "--json", "--fail-if-pending", "0"}, 0, `"pending": 0`},
 		{[]string{"parked", "retry", "7", "--db", url}, 1, "not parked"},
-		{[]string{"status", "--db", "sqlite:" + filepath.Join(t.TempDir(), "missing.db")}, 1, "no such table"},
+		{[]string{"status", "--db", "sqlite:" + filepath.Join(t.TempDir(), "missing.db")}, 1, "outbox migrate"},
 	} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")
 		cmd.Env = append(os.Environ(), "OUTBOX_TEST_MAIN_ARGS="+strings.Join(tc.args, "\x1f"), "OUTBOX_DATABASE_URL=")
