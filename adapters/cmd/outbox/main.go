@@ -5,6 +5,7 @@
 //
 //	go run github.com/gooutbox/outbox/adapters/cmd/outbox@latest status --db postgres://postgres@127.0.0.1:5432/shop
 //	outbox parked list --db mysql://root@127.0.0.1:3306/shop
+//	outbox list --aggregate-type order --aggregate-id 42
 //	outbox parked retry 1042 1043
 //	outbox replay --from 2026-11-30T10:00:00Z --to 2026-11-30T11:00:00Z --topic orders
 //	outbox relay --broker kafka://127.0.0.1:9092 --retention 7d
@@ -71,7 +72,7 @@ type command struct {
 
 // commands returns the subcommands by name.
 func commands() map[string]*command {
-	cs := []*command{statusCommand(), parkedCommand(), purgeCommand(), replayCommand(), relayCommand(), janitorCommand(), migrateCommand()}
+	cs := []*command{statusCommand(), listCommand(), parkedCommand(), purgeCommand(), replayCommand(), relayCommand(), janitorCommand(), migrateCommand()}
 	m := make(map[string]*command, len(cs))
 	for _, c := range cs {
 		m[c.name] = c

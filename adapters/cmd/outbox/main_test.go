@@ -635,3 +635,48 @@ func TestRelayStopsOnSIGTERM(t *testing.T) {
 		t.Errorf("no clean stop logged:\n%s", out.String())
 	}
 }
+
+func TestList(t *testing.T) {
+	forEachDatabase(t, func(t *testing.T, d testDB) {
+		events := d.write(t, "o1", "o2", "o3", "p1")
+		d.settle(t, []string{"o1"}, []string{"o2"}, []string{"o3"})
+		list := func(args ...string) []string {
+			t.Helper()
+			code, stdout, stderr := runCmd(t, nil, append([]string{"list", "--db", d.url, "--json"}, args...)...)
+			var es []entryJSON
+			if err := json.Unmarshal([]byte(stdout), &es); code != 0 || err != nil {
+				t.Fatalf("list %v: exit %d, %v: %s%s", args, code, err, stdout, stderr)
+			}
+			var aggs []string
+			for _, e := range es {
+				aggs = append(aggs, e.AggregateID+":"+string(e.State))
+			}
+			return aggs
+		}
+		for _, tc := range []struct {
+			args []string
+			want []string
+		}{
+			{nil, []string{"o1:published", "o2:retrying", "o3:parked", "p1:pending"}},
+			{[]string{"--state", "published"}, []string{"o1:published"}},
+			{[]string{"--state", "pending"}, []string{"o2:retrying", "p1:pending"}},
+			{[]string{"--event-id", events[2]}, []string{"o3:parked"}},
+			{[]string{"--aggregate-type", "order", "--aggregate-id", "p1"}, []string{"p1:pending"}},
+			{[]string{"--topic", "payments"}, []string{"p1:pending"}},
+			{[]string{"--limit", "2"}, []string{"o1:published", "o2:retrying"}},
+		} {
+			if got := list(tc.args...); !slices.Equal(got, tc.want) {
+				t.Errorf("list %v: %v, want %v", tc.args, got, tc.want)
+			}
+		}
+		code, stdout, stderr := runCmd(t, nil, "list", "--db", d.url, "--limit", "2")
+		if code != 0 || !strings.HasPrefix(stdout, "ID") || !strings.Contains(stdout, "retrying") || !strings.Contains(stderr, "more may follow: --after") {
+			t.Errorf("list: exit %d:\n%s%s", code, stdout, stderr)
+		}
+		for _, bad := range [][]string{{"--state", "stuck"}, {"--event-id", "nope"}} {
+			if code, _, _ := runCmd(t, nil, append([]string{"list", "--db", d.url}, bad...)...); code != exitUsage {
+				t.Errorf("list %v: exit %d, want 2", bad, code)
+			}
+		}
+	})
+}
