@@ -142,8 +142,9 @@ type dialect interface {
 	// minus olderThan, oldest first, in one short transaction that waits
 	// for no row lock (rows another transaction holds are left for the
 	// next batch) and never deletes a row that a concurrent
-	// [Store.Replay] made pending; it returns how many it deleted.
-	deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int) (int64, error)
+	// [Store.Replay] made pending; it returns how many it deleted. A
+	// positive maxID also bounds the rows' ids.
+	deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error)
 	// pendingAge is the expression of the age, in seconds, of the oldest
 	// created_at of "SELECT min(created_at) " + from, or 0.
 	pendingAge(from string) string

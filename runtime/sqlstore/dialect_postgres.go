@@ -285,11 +285,12 @@ func (postgresDialect) failureSet(kind failureKind, text string, cfg StoreConfig
 // the outer condition is checked again on the row's latest version, so a
 // row replayed meanwhile is not deleted. Writers insert new rows and the
 // relay updates only pending ones: neither waits for it, nor it for them.
-func (postgresDialect) deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int) (int64, error) {
+func (postgresDialect) deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
 	const cutoff = `now() - $1 * interval '1 microsecond'`
 	res, err := db.ExecContext(ctx, `DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+`
-		WHERE published_at IS NOT NULL AND published_at < `+cutoff+` ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
-		AND published_at < `+cutoff, olderThan.Microseconds(), batch)
+		WHERE published_at IS NOT NULL AND published_at < `+cutoff+` AND ($3 <= 0 OR id <= $3)
+		ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+		AND published_at < `+cutoff, olderThan.Microseconds(), batch, maxID)
 	if err != nil {
 		return 0, err
 	}

@@ -83,7 +83,8 @@ func BenchmarkRetention(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				if _, err := db.Exec(rebind(d, `UPDATE outbox_messages SET published_at = ? WHERE published_at IS NULL`), time.Now().Add(-30*24*time.Hour).UTC()); err != nil {
+				old := time.Now().Add(-30 * 24 * time.Hour).UTC()
+				if _, err := db.Exec(rebind(d, `UPDATE outbox_messages SET published_at = ?, created_at = ? WHERE published_at IS NULL`), old, old); err != nil {
 					b.Fatal(err)
 				}
 				stop := make(chan struct{})

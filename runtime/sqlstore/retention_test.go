@@ -55,7 +55,7 @@ func TestRetentionDeletesOnlyOldPublishedAndOldInbox(t *testing.T) {
 			old := time.Now().Add(-2 * time.Hour).UTC()
 			// o1 was published two hours ago; o2 just now. The parked and
 			// pending rows are as old, which must not matter.
-			if _, err := db.Exec(rebind(d, `UPDATE outbox_messages SET published_at = ? WHERE id = ?`), old, f.ids["o1"]); err != nil {
+			if _, err := db.Exec(rebind(d, `UPDATE outbox_messages SET published_at = ?, created_at = ? WHERE id = ?`), old, old.Add(-time.Second), f.ids["o1"]); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := db.Exec(rebind(d, `UPDATE outbox_messages SET parked_at = ?, created_at = ? WHERE id = ?`), old, old, f.ids["o3"]); err != nil {
