@@ -370,8 +370,21 @@ func (s *Store) Replay(ctx context.Context, r ReplayRange) (int64, error) {
 	if r.Topic != "" {
 		add("topic = ?", r.Topic)
 	}
-	// One statement: the range turns pending atomically.
-	res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET published_at = NULL, attempts = 0, last_error = NULL,
+	// One statement: the range turns pending atomically. On MySQL it runs
+	// under READ COMMITTED: InnoDB then keeps locks only on the rows it
+	// changes and takes no gap locks, where REPEATABLE READ would hold every
+	// row it scans (pending ones included, which the relay marks) and the
+	// insert position until the statement ends.
+	var opts *sql.TxOptions
+	if s.dialect.name() == MySQL {
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: replay: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }() // no-op after Commit
+	res, err := tx.ExecContext(ctx, `UPDATE `+s.table+` SET published_at = NULL, attempts = 0, last_error = NULL,
 		next_attempt_at = NULL, parked_at = NULL WHERE `+strings.Join(where, " AND "), args...)
 	if err != nil {
 		return 0, fmt.Errorf("sqlstore: replay: %w", err)
@@ -379,6 +392,9 @@ func (s *Store) Replay(ctx context.Context, r ReplayRange) (int64, error) {
 	n, err := res.RowsAffected()
 	if err != nil {
 		return 0, fmt.Errorf("sqlstore: replay: rows affected: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("sqlstore: replay: commit: %w", err)
 	}
 	return n, nil
 }
