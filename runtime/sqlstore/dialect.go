@@ -144,12 +144,24 @@ type dialect interface {
 	// failureSet returns the SET clause (and its arguments, numbered from
 	// 1) that records a failure of kind with the error text.
 	failureSet(kind failureKind, text string, cfg StoreConfig) (string, []any)
-	// deletePublished returns the statement that deletes at most batch rows
-	// published before now minus olderThan, oldest first.
-	deletePublished(table string, olderThan time.Duration, batch int) (string, []any)
+	// deletePublished deletes at most batch rows published before now
+	// minus olderThan, oldest first, in one short transaction that waits
+	// for no row lock (rows another transaction holds are left for the
+	// next batch) and never deletes a row that a concurrent
+	// [Store.Replay] made pending; it returns how many it deleted. A
+	// positive maxID also bounds the rows' ids.
+	deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error)
 	// pendingAge is the expression of the age, in seconds, of the oldest
 	// created_at of "SELECT min(created_at) " + from, or 0.
 	pendingAge(from string) string
+	// secondsSince is the expression of the seconds from the timestamp
+	// expression expr to now, on the clock that wrote it (NULL for NULL).
+	secondsSince(expr string) string
+	// timeCompare is the condition "col op ?" on a timestamp column, for a
+	// parameter made by timeArg.
+	timeCompare(col, op string) string
+	// timeArg is the parameter of a time for timeCompare.
+	timeArg(t time.Time) any
 	// listen waits for inserts (see [Store.Listen]).
 	listen(ctx context.Context, s *Store, notify func()) error
 	// wakeSQL returns the statements that add owner (their one argument)

@@ -325,10 +325,39 @@ func (mysqlDialect) failureSet(kind failureKind, text string, cfg StoreConfig) (
 	}
 }
 
-func (mysqlDialect) deletePublished(table string, olderThan time.Duration, batch int) (string, []any) {
-	return `DELETE FROM ` + table + ` WHERE published_at IS NOT NULL
-		AND published_at < DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND) ORDER BY id LIMIT ?`,
-		[]any{olderThan.Microseconds(), batch}
+// deletePublished locks the batch's rows with SELECT ... FOR UPDATE SKIP
+// LOCKED, then deletes them by primary key, in a READ COMMITTED
+// transaction: InnoDB then locks only the rows that match, takes no gap
+// locks (so writers' inserts never wait for it), and passes over the rows
+// the relay is marking. A plain "DELETE ... ORDER BY id LIMIT n" under
+// REPEATABLE READ would lock every row and gap it scans, pending rows
+// included, for the length of the statement.
+func (mysqlDialect) deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
+	const cutoff = `DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)`
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }() // no-op after Commit
+	ids, err := scanIDs(tx.QueryContext(ctx, `SELECT id FROM `+table+` WHERE published_at IS NOT NULL AND published_at < `+cutoff+`
+		AND (? <= 0 OR id <= ?) ORDER BY id LIMIT `+strconv.Itoa(batch)+` FOR UPDATE SKIP LOCKED`, olderThan.Microseconds(), maxID, maxID))
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	args := make([]any, 0, len(ids)+1)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)
+		AND published_at IS NOT NULL`, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	return n, tx.Commit()
 }
 
 func (mysqlDialect) pendingAge(from string) string {
@@ -360,3 +389,27 @@ func (mysqlDialect) guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Dur
 
 // wakeSQL: writers send no notifications; the relay polls.
 func (mysqlDialect) wakeSQL(storeTables) (string, string, string) { return "", "", "" }
+
+func (mysqlDialect) secondsSince(expr string) string {
+	return `TIMESTAMPDIFF(MICROSECOND, ` + expr + `, UTC_TIMESTAMP(6)) / 1000000`
+}
+
+func (mysqlDialect) timeCompare(col, op string) string { return col + " " + op + " ?" }
+func (mysqlDialect) timeArg(t time.Time) any           { return t.UTC() }
+
+// scanIDs reads a column of row ids.
+func scanIDs(rows *sql.Rows, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

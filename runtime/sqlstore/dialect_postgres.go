@@ -285,13 +285,23 @@ func (postgresDialect) failureSet(kind failureKind, text string, cfg StoreConfig
 	}
 }
 
-func (postgresDialect) deletePublished(table string, olderThan time.Duration, batch int) (string, []any) {
-	// Published rows are mostly the oldest: walk the primary key from the
-	// start rather than keep an index on published_at, which would cost
-	// every mark an index insertion.
-	return `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + `
-		WHERE published_at IS NOT NULL AND published_at < now() - $1 * interval '1 microsecond' ORDER BY id LIMIT $2)`,
-		[]any{olderThan.Microseconds(), batch}
+// deletePublished is one statement. Published rows are mostly the oldest:
+// it walks the primary key from the start rather than keep an index on
+// published_at, which would cost every mark an index insertion. FOR UPDATE
+// SKIP LOCKED passes over rows another transaction holds (a Replay), and
+// the outer condition is checked again on the row's latest version, so a
+// row replayed meanwhile is not deleted. Writers insert new rows and the
+// relay updates only pending ones: neither waits for it, nor it for them.
+func (postgresDialect) deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
+	const cutoff = `now() - $1 * interval '1 microsecond'`
+	res, err := db.ExecContext(ctx, `DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+`
+		WHERE published_at IS NOT NULL AND published_at < `+cutoff+` AND ($3 <= 0 OR id <= $3)
+		ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+		AND published_at < `+cutoff, olderThan.Microseconds(), batch, maxID)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 func (postgresDialect) pendingAge(from string) string {
@@ -305,3 +315,10 @@ func (postgresDialect) wakeSQL(t storeTables) (string, string, string) {
 		`DELETE FROM ` + t.waiters + ` WHERE owner = $1`,
 		`DELETE FROM ` + t.waiters + ` w WHERE NOT EXISTS (SELECT 1 FROM ` + t.relays + ` r WHERE r.owner = w.owner AND r.expires_at > now())`
 }
+
+func (postgresDialect) secondsSince(expr string) string {
+	return `EXTRACT(EPOCH FROM now() - ` + expr + `)`
+}
+
+func (postgresDialect) timeCompare(col, op string) string { return col + " " + op + " ?" }
+func (postgresDialect) timeArg(t time.Time) any           { return t.UTC() }

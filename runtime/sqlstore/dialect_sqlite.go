@@ -146,10 +146,16 @@ func (sqliteDialect) failureSet(kind failureKind, text string, cfg StoreConfig) 
 
 // deletePublished compares with the process's clock, which wrote
 // published_at.
-func (sqliteDialect) deletePublished(table string, olderThan time.Duration, batch int) (string, []any) {
-	return `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + `
-		WHERE published_at IS NOT NULL AND published_at < ? ORDER BY id LIMIT ?)`,
-		[]any{time.Now().Add(-olderThan).UTC(), batch}
+// SQLite serialises writers: one batch holds the write lock for the time it
+// takes to delete batch rows, and writers wait that long at most.
+func (sqliteDialect) deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
+	res, err := db.ExecContext(ctx, `DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+`
+		WHERE published_at IS NOT NULL AND published_at < ?1 AND (?3 <= 0 OR id <= ?3) ORDER BY id LIMIT ?2)`,
+		time.Now().Add(-olderThan).UTC(), batch, maxID)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 func (sqliteDialect) pendingAge(from string) string {
@@ -169,3 +175,20 @@ func (sqliteDialect) guardLeaseTx(context.Context, *sql.Tx, time.Duration) (func
 
 // wakeSQL: writers send no notifications; the relay polls.
 func (sqliteDialect) wakeSQL(storeTables) (string, string, string) { return "", "", "" }
+
+// secondsSince uses julianday, which reads both the column default's
+// "YYYY-MM-DD HH:MM:SS" and the driver's formatting of a time.
+func (sqliteDialect) secondsSince(expr string) string {
+	return `(julianday('now') - julianday(` + expr + `)) * 86400`
+}
+
+// timeCompare compares julian days: created_at's default is text of
+// CURRENT_TIMESTAMP, whose format differs from the driver's for a bound
+// time, so the strings do not compare.
+func (sqliteDialect) timeCompare(col, op string) string {
+	return "julianday(" + col + ") " + op + " julianday(?)"
+}
+
+func (sqliteDialect) timeArg(t time.Time) any {
+	return t.UTC().Format("2006-01-02 15:04:05.000000")
+}

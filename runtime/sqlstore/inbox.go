@@ -386,24 +386,16 @@ func (s *Inbox) Prune(ctx context.Context, db Execer, consumer string, cutoff ti
 	if batch <= 0 {
 		return 0, fmt.Errorf("sqlstore: prune inbox: batch %d must be positive", batch)
 	}
-	args := []any{consumer, consumer, cutoff.UTC(), batch}
-	if s.dialect == MySQL {
-		args = []any{consumer, cutoff.UTC(), batch}
-	}
 	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("sqlstore: prune inbox: %w", err)
 		}
-		res, err := db.ExecContext(ctx, s.prune, args...)
-		if err != nil {
-			return total, fmt.Errorf("sqlstore: prune inbox: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, fmt.Errorf("sqlstore: prune inbox: rows affected: %w", err)
-		}
+		n, err := s.pruneBatch(ctx, db, consumer, cutoff, batch)
 		total += n
+		if err != nil {
+			return total, err
+		}
 		if n < int64(batch) {
 			return total, nil
 		}
@@ -421,4 +413,50 @@ func (s *Inbox) Count(ctx context.Context, db Querier, consumer string) (int64, 
 		return 0, fmt.Errorf("sqlstore: count inbox: %w", err)
 	}
 	return n, nil
+}
+
+// pruneBatch deletes at most batch of consumer's markers processed before
+// cutoff, in one statement.
+func (s *Inbox) pruneBatch(ctx context.Context, db Execer, consumer string, cutoff time.Time, batch int) (int64, error) {
+	args := []any{consumer, consumer, cutoff.UTC(), batch}
+	if s.dialect == MySQL {
+		args = []any{consumer, cutoff.UTC(), batch}
+	}
+	res, err := db.ExecContext(ctx, s.prune, args...)
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: prune inbox: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: prune inbox: rows affected: %w", err)
+	}
+	return n, nil
+}
+
+// Consumers returns the names of the consumers that have markers in the
+// inbox, sorted, for pruning every consumer's markers (see [Retention]). It
+// reads one primary-key probe per consumer (a loose index scan), not the
+// whole table.
+func (s *Inbox) Consumers(ctx context.Context, db Querier) ([]string, error) {
+	rows, err := db.QueryContext(ctx, `WITH RECURSIVE c (consumer) AS (
+			SELECT MIN(consumer) FROM `+s.table+`
+			UNION ALL
+			SELECT (SELECT MIN(consumer) FROM `+s.table+` WHERE consumer > c.consumer) FROM c WHERE c.consumer IS NOT NULL
+		) SELECT consumer FROM c WHERE consumer IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox consumers: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox consumers: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox consumers: %w", err)
+	}
+	return out, nil
 }

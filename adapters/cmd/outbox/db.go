@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	_ "github.com/glebarez/go-sqlite" // the "sqlite" database/sql driver
+	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+// database is an open database and the outbox store on it.
+type database struct {
+	db      *sql.DB
+	dialect sqlstore.Dialect
+	store   *sqlstore.Store
+	table   string
+}
+
+// Close closes the store (releasing any relay leases) and the database.
+func (d *database) Close() error {
+	err := d.store.Close()
+	if cerr := d.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// openDatabase opens fs.db and a store on its outbox table, and checks
+// that the database answers.
+func openDatabase(ctx context.Context, fs *flagSet, cfg sqlstore.StoreConfig) (*database, error) {
+	if fs.db == "" {
+		return nil, usagef("no database: give --db URL or set OUTBOX_DATABASE_URL")
+	}
+	driver, dsn, dialect, err := parseDatabaseURL(fs.db)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s database: %w", dialect, err)
+	}
+	if dialect == sqlstore.SQLite {
+		db.SetMaxOpenConns(4) // one writer at a time anyway
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to the %s database: %w", dialect, err)
+	}
+	cfg.Dialect, cfg.Table = dialect, fs.table
+	store, err := sqlstore.NewStore(db, cfg)
+	if err != nil {
+		db.Close()
+		return nil, usageError{err.Error()}
+	}
+	table := fs.table
+	if table == "" {
+		table = sqlstore.DefaultTable
+	}
+	return &database{db: db, dialect: dialect, store: store, table: table}, nil
+}
+
+// parseDatabaseURL returns the driver, its data source name and the
+// dialect of a database URL:
+//
+//	postgres://user:pass@host:5432/db?sslmode=disable  (postgresql:// too)
+//	mysql://user:pass@host:3306/db?tls=true            (MySQL 8, MariaDB)
+//	sqlite:path/to/file.db, sqlite:///abs/file.db, file:path.db
+func parseDatabaseURL(raw string) (driver, dsn string, d sqlstore.Dialect, err error) {
+	scheme, rest, ok := strings.Cut(raw, ":")
+	if !ok {
+		return "", "", "", usagef("database URL %q has no scheme (postgres://, mysql://, sqlite:)", redactURL(raw))
+	}
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		return "pgx", raw, sqlstore.Postgres, nil
+	case "mysql", "mariadb":
+		dsn, err := mysqlDSN(raw)
+		return "mysql", dsn, sqlstore.MySQL, err
+	case "sqlite", "sqlite3", "file":
+		path := strings.TrimPrefix(rest, "//")
+		path, query, _ := strings.Cut(path, "?")
+		if path == "" {
+			return "", "", "", usagef("sqlite URL %q names no file", raw)
+		}
+		// WAL and a busy timeout, as the application's own pool should
+		// have: the command writes beside the application.
+		dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"
+		if query != "" {
+			dsn += "&" + query
+		}
+		return "sqlite", dsn, sqlstore.SQLite, nil
+	}
+	return "", "", "", usagef("unsupported database URL scheme %q (postgres://, mysql://, sqlite:)", scheme)
+}
+
+// mysqlDSN turns mysql://user:pass@host:port/db?params into
+// go-sql-driver/mysql's DSN, with parseTime=true (which the store needs)
+// and the URL's parameters passed on.
+func mysqlDSN(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", usagef("mysql URL: %v", err)
+	}
+	host := u.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		host = net.JoinHostPort(host, "3306")
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if db == "" {
+		return "", usagef("mysql URL %s names no database", u.Redacted())
+	}
+	q := u.Query()
+	q.Set("parseTime", "true")
+	cfg, err := mysql.ParseDSN("tcp(" + host + ")/" + db + "?" + q.Encode())
+	if err != nil {
+		return "", usagef("mysql URL %s: %v", u.Redacted(), err)
+	}
+	// Set apart, so that a password may hold any character.
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	return cfg.FormatDSN(), nil
+}
+
+// redactURL hides a URL's password.
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return raw
+}

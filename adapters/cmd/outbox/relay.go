@@ -1,0 +1,227 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/gooutbox/outbox/adapters/broker"
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+// openBroker opens the relay's publisher on the broker at url
+// (package adapters/broker).
+func openBroker(ctx context.Context, url string, log *slog.Logger) (message.Publisher, func() error, error) {
+	b, err := broker.Open(ctx, url, broker.Config{Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return b.Publisher(), b.Close, nil
+}
+
+// logger returns the command's logger: text on stderr, or JSON with --json.
+func logger(e *env, fs *flagSet, verbose bool) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	if verbose {
+		opts.Level = slog.LevelDebug
+	}
+	if fs.json {
+		return slog.New(slog.NewJSONHandler(e.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(e.stderr, opts))
+}
+
+// retentionFlags are the flags of the retention, shared by relay and
+// janitor.
+type retentionFlags struct {
+	published, inbox, interval time.Duration
+	inboxTable                 string
+	batch                      int
+}
+
+func (r *retentionFlags) register(fs *flagSet, publishedFlag, publishedUsage string) {
+	fs.Var(ageFlag{&r.published}, publishedFlag, publishedUsage)
+	fs.Var(ageFlag{&r.inbox}, "inbox-retention", "also delete inbox markers older than `age` (7d), of every consumer in --inbox-table on the same database (default: off)")
+	fs.StringVar(&r.inboxTable, "inbox-table", "", "inbox `table` (default: outbox_inbox)")
+	fs.Var(ageFlag{&r.interval}, "retention-interval", "time between retention passes (default: 1m)")
+	fs.IntVar(&r.batch, "retention-batch", 0, "rows per retention delete `statement` (default: 1000)")
+}
+
+// retention returns the retention the flags ask for, or nil.
+func (r *retentionFlags) retention(db *database, log *slog.Logger) (*sqlstore.Retention, error) {
+	if r.published == 0 && r.inbox == 0 {
+		return nil, nil
+	}
+	cfg := sqlstore.RetentionConfig{
+		PublishedAge: r.published, InboxAge: r.inbox, Interval: r.interval, BatchSize: r.batch, Logger: log,
+	}
+	store := db.store
+	if r.published == 0 {
+		store = nil // the inbox only
+	}
+	if r.inbox > 0 {
+		inbox, err := sqlstore.NewInbox(db.dialect, r.inboxTable, time.Minute)
+		if err != nil {
+			return nil, usageError{err.Error()}
+		}
+		cfg.Inbox, cfg.InboxDB = inbox, db.db
+	}
+	ret, err := sqlstore.NewRetention(store, cfg)
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	return ret, nil
+}
+
+func relayCommand() *command {
+	c := &command{
+		name: "relay", args: "--broker <url>",
+		summary: "run a relay: publish the outbox to a broker until SIGINT/SIGTERM",
+		help: `Runs a relay process: it publishes the committed messages of the outbox to the
+broker named by --broker (or $OUTBOX_BROKER_URL), in order per aggregate,
+until it receives SIGINT or SIGTERM; then it finishes the batch in flight,
+hands its share of the outbox to the other relays and exits 0. Run several
+for availability: they share the outbox by aggregate.
+
+Broker URLs (package adapters/broker): kafka://host:9092, amqp://user:pass@host:5672/,
+nats://host:4222, redis://host:6379/0, postgres://..., sqs://host:port,
+sns://host:port, memory:// (in-process, for trials).
+
+With --retention, the process also deletes published messages older than
+that age, in small batches that never block writers or the relay (see
+"outbox help janitor"). Logs go to stderr (JSON with --json).`,
+	}
+	c.run = func(e *env, args []string) error {
+		fs := newFlagSet(e, c)
+		brokerURL := fs.String("broker", e.getenv("OUTBOX_BROKER_URL"), "broker `URL` (default: $OUTBOX_BROKER_URL)")
+		var cfg relay.Config
+		var scfg sqlstore.StoreConfig
+		fs.IntVar(&cfg.BatchSize, "batch", 0, fmt.Sprintf("messages per claim (default: %d)", relay.DefaultBatchSize))
+		fs.DurationVar(&cfg.PollInterval, "poll", 0, "poll interval (default: 1s on PostgreSQL, which also listens; 100ms elsewhere)")
+		fs.IntVar(&scfg.MaxAttempts, "max-attempts", 0, "park a message after `N` failed attempts (default: 0, never)")
+		fs.DurationVar(&scfg.RetryDelay, "retry-delay", 0, "first retry delay of a failed message, doubling (default: 1s)")
+		fs.DurationVar(&scfg.MaxRetryDelay, "max-retry-delay", 0, "cap of the retry delay (default: 30s)")
+		fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to finish the batch in flight on a signal")
+		migrate := fs.Bool("migrate", false, "create the outbox table if it does not exist")
+		verbose := fs.Bool("v", false, "debug logs")
+		var rf retentionFlags
+		rf.register(fs, "retention", "also delete published messages older than `age` (7d, 36h; default: off)")
+		pos, err := fs.parse(args)
+		if err != nil {
+			return err
+		}
+		if len(pos) > 0 {
+			return usagef("relay takes flags, no arguments (got %q)", pos)
+		}
+		if *brokerURL == "" {
+			return usagef("no broker: give --broker URL or set OUTBOX_BROKER_URL")
+		}
+		log := logger(e, fs, *verbose)
+		cfg.Logger = log
+		db, err := openDatabase(e.ctx, fs, scfg)
+		if err != nil {
+			return err
+		}
+		defer db.Close() // after the relay: releases its leases
+		if *migrate {
+			if err := sqlstore.MigrateOutbox(e.ctx, db.db, db.dialect, fs.table); err != nil {
+				return err
+			}
+		}
+		ret, err := rf.retention(db, log)
+		if err != nil {
+			return err
+		}
+		pub, closeBroker, err := e.openPublisher(e.ctx, *brokerURL, log)
+		if err != nil {
+			return err
+		}
+		defer closeBroker()
+		r, err := relay.New(db.store, pub, cfg)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		log.Info("relay starting", slog.String("table", db.table), slog.String("dialect", string(db.dialect)),
+			slog.String("broker", redactURL(*brokerURL)), slog.Duration("retention", rf.published))
+		var wg sync.WaitGroup
+		if ret != nil {
+			wg.Go(func() { _ = ret.Run(e.ctx) })
+		}
+		err = r.Run(e.ctx)
+		wg.Wait()
+		if errors.Is(err, context.Canceled) || (err == nil && e.ctx.Err() != nil) {
+			log.Info("relay stopped")
+			return nil
+		}
+		return err
+	}
+	return c
+}
+
+func janitorCommand() *command {
+	c := &command{
+		name: "janitor", args: "[--published-age 7d] [--inbox-retention 7d] [--once]",
+		summary: "delete old published messages (and inbox markers) on a schedule",
+		help: `Deletes published messages older than --published-age (and, with
+--inbox-retention, inbox markers older than that age) every
+--retention-interval, until SIGINT or SIGTERM; with --once, one pass, then it
+prints what it deleted and exits.
+
+Each batch is its own short transaction that waits for no row lock:
+PostgreSQL deletes "WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)" and
+checks the row again; MySQL/MariaDB selects the batch FOR UPDATE SKIP LOCKED
+under READ COMMITTED (no gap locks) and deletes it by primary key; SQLite
+holds its write lock for one batch. Writers only insert, and the relay only
+updates pending rows, so neither waits for it. Pending and parked messages
+are never deleted.`,
+	}
+	c.run = func(e *env, args []string) error {
+		fs := newFlagSet(e, c)
+		var rf retentionFlags
+		rf.register(fs, "published-age", "delete published messages older than `age` (default: 7d)")
+		once := fs.Bool("once", false, "run one pass and exit")
+		verbose := fs.Bool("v", false, "debug logs")
+		pos, err := fs.parse(args)
+		if err != nil {
+			return err
+		}
+		if len(pos) > 0 {
+			return usagef("janitor takes flags, no arguments (got %q)", pos)
+		}
+		rf.published = cmp.Or(rf.published, sqlstore.DefaultRetentionAge)
+		log := logger(e, fs, *verbose)
+		db, err := openDatabase(e.ctx, fs, sqlstore.StoreConfig{})
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		ret, err := rf.retention(db, log)
+		if err != nil {
+			return err
+		}
+		if !*once {
+			return ret.Run(e.ctx)
+		}
+		res := ret.RunOnce(e.ctx)
+		if res.Err != nil {
+			return res.Err
+		}
+		if fs.json {
+			return writeJSON(e.stdout, map[string]any{
+				"published_deleted": res.Published, "inbox_deleted": res.Inbox, "batches": res.Batches,
+				"seconds": res.Duration.Seconds(),
+			})
+		}
+		fmt.Fprintf(e.stdout, "deleted %d published rows and %d inbox markers in %d batches (%s)\n",
+			res.Published, res.Inbox, res.Batches, age(res.Duration))
+		return nil
+	}
+	return c
+}

@@ -1,0 +1,400 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
+)
+
+// This file is the operator's view of the outbox table: listing and reading
+// rows, counts per topic and event type, and replaying published rows. The
+// operator command (adapters/cmd/outbox) and the web dashboard are built on
+// it; [Store.Unpark], [Store.Discard] and [Store.DeletePublished] complete it.
+
+// ErrNotFound is wrapped by [Store.Entry]'s error when no row has the id.
+var ErrNotFound = errors.New("sqlstore: no such outbox row")
+
+// ErrInvalidQuery is wrapped by the errors of [Store.Entries] and
+// [Store.Replay] for a query or range they cannot run (an unknown state, a
+// negative limit, a replay without bounds).
+var ErrInvalidQuery = errors.New("sqlstore: invalid admin query")
+
+// State is where an outbox row is in its life.
+type State string
+
+// The states of an outbox row. An [Entry] is in exactly one of them; a
+// [Query] for [StatePending] also matches [StateRetrying] rows (as
+// [relay.Stats] counts them).
+const (
+	// StatePending: not yet published, never failed.
+	StatePending State = "pending"
+	// StateRetrying: not yet published, failed at least once (attempts >
+	// 0), waiting for its next attempt.
+	StateRetrying State = "retrying"
+	// StateParked: set aside after a permanent failure or too many
+	// attempts, until [Store.Unpark] or [Store.Discard].
+	StateParked State = "parked"
+	// StatePublished: the broker acknowledged it; kept until retention
+	// ([Store.DeletePublished], [Retention]) deletes it.
+	StatePublished State = "published"
+)
+
+// ParseState returns the state named s ("" is no state: every row). Another
+// name returns an error wrapping [ErrInvalidQuery].
+func ParseState(s string) (State, error) {
+	switch st := State(s); st {
+	case "", StatePending, StateRetrying, StateParked, StatePublished:
+		return st, nil
+	}
+	return "", fmt.Errorf("%w: unknown state %q (pending, retrying, parked, published)", ErrInvalidQuery, s)
+}
+
+// Entry is one outbox row as an operator sees it.
+type Entry struct {
+	runtime.OutboxMessage
+	// State is the row's state.
+	State State
+	// LastError is the error of the row's last failed attempt, or "".
+	LastError string
+	// NextAttemptAt is when a failed row is tried again (zero when unset).
+	NextAttemptAt time.Time
+	// PublishedAt is when the broker acknowledged the row (zero when not
+	// published).
+	PublishedAt time.Time
+	// ParkedAt is when the row was parked (zero when not parked).
+	ParkedAt time.Time
+}
+
+// Query selects outbox rows for [Store.Entries]. Every set field narrows
+// the selection; the zero value lists the first rows of the table.
+type Query struct {
+	// State keeps the rows in that state; "" keeps every row.
+	// [StatePending] includes [StateRetrying].
+	State State
+	// Topic, EventType, AggregateType and AggregateID keep the rows whose
+	// column equals them, when set.
+	Topic, EventType, AggregateType, AggregateID string
+	// EventID keeps the row of that event, when not uuid.Nil.
+	EventID uuid.UUID
+	// AfterID keeps rows whose id is greater (keyset pagination: pass the
+	// last id of the previous page). Rows come in ascending id order.
+	AfterID int64
+	// Limit is the page size. Default (0): 100; values above 1,000 are
+	// read as 1,000.
+	Limit int
+}
+
+// Page sizes of [Store.Entries].
+const (
+	// DefaultQueryLimit is the page size of a [Query] whose Limit is 0.
+	DefaultQueryLimit = 100
+	// MaxQueryLimit is the largest page size; larger Limits are read as it.
+	MaxQueryLimit = 1000
+)
+
+const entryColumns = selectColumns + ", last_error, next_attempt_at, published_at, parked_at"
+
+// Entries returns the rows q selects, in ascending id order. Index use: a
+// state of pending, retrying or parked walks that state's partial index (on
+// MySQL the (published_at, parked_at, id) index), an event id uses the
+// unique index, and every other filter is checked along the primary key,
+// so a filter that matches few rows of a large table reads much of it
+// (search by event id where you can).
+func (s *Store) Entries(ctx context.Context, q Query) ([]Entry, error) {
+	if _, err := ParseState(string(q.State)); err != nil {
+		return nil, fmt.Errorf("sqlstore: entries: %w", err)
+	}
+	if q.Limit < 0 || q.AfterID < 0 {
+		return nil, fmt.Errorf("sqlstore: entries: %w: negative limit %d or after id %d", ErrInvalidQuery, q.Limit, q.AfterID)
+	}
+	limit := q.Limit
+	if limit == 0 {
+		limit = DefaultQueryLimit
+	}
+	limit = min(limit, MaxQueryLimit)
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, arg any) {
+		args = append(args, arg)
+		where = append(where, strings.ReplaceAll(cond, "?", s.dialect.ph(len(args))))
+	}
+	if cond := stateCondition(q.State); cond != "" {
+		where = append(where, cond)
+	}
+	if q.AfterID > 0 {
+		add("id > ?", q.AfterID)
+	}
+	if q.Topic != "" {
+		add("topic = ?", q.Topic)
+	}
+	if q.EventType != "" {
+		add("event_type = ?", q.EventType)
+	}
+	if q.AggregateType != "" {
+		add("aggregate_type = ?", q.AggregateType)
+	}
+	if q.AggregateID != "" {
+		add("aggregate_id = ?", q.AggregateID)
+	}
+	if q.EventID != uuid.Nil {
+		add("event_id = ?", q.EventID.String())
+	}
+	stmt := `SELECT ` + entryColumns + ` FROM ` + s.table
+	if len(where) > 0 {
+		stmt += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	stmt += fmt.Sprintf(` ORDER BY id LIMIT %d`, limit)
+	rows, err := s.db.QueryContext(ctx, stmt, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: entries: %w", err)
+	}
+	defer rows.Close()
+	out := []Entry{}
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: entries: %w", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlstore: entries: %w", err)
+	}
+	return out, nil
+}
+
+// stateCondition is the WHERE condition of a state, or "".
+func stateCondition(st State) string {
+	const pending = "published_at IS NULL AND parked_at IS NULL"
+	switch st {
+	case StatePending:
+		return pending
+	case StateRetrying:
+		return pending + " AND attempts > 0"
+	case StateParked:
+		return "parked_at IS NOT NULL AND published_at IS NULL"
+	case StatePublished:
+		return "published_at IS NOT NULL"
+	}
+	return ""
+}
+
+// Entry returns the row with the given id, or an error wrapping
+// [ErrNotFound].
+func (s *Store) Entry(ctx context.Context, id int64) (Entry, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+entryColumns+` FROM `+s.table+` WHERE id = `+s.dialect.ph(1), id)
+	if err != nil {
+		return Entry{}, fmt.Errorf("sqlstore: entry %d: %w", id, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return Entry{}, fmt.Errorf("sqlstore: entry %d: %w", id, err)
+		}
+		return Entry{}, fmt.Errorf("sqlstore: entry %d: %w", id, ErrNotFound)
+	}
+	e, err := scanEntry(rows)
+	if err != nil {
+		return Entry{}, fmt.Errorf("sqlstore: entry %d: %w", id, err)
+	}
+	return e, nil
+}
+
+// scanEntry reads one row of entryColumns.
+func scanEntry(rows *sql.Rows) (Entry, error) {
+	var (
+		r                     RowValues
+		headers, lastError    sql.NullString
+		nextAttempt           any // a time, or unix microseconds on SQLite
+		publishedAt, parkedAt sql.NullTime
+	)
+	if err := rows.Scan(&r.ID, &r.EventID, &r.EventType, &r.EventVersion, &r.AggregateType, &r.AggregateID,
+		&r.Topic, &r.Payload, &headers, &r.OccurredAt, &r.CreatedAt, &r.Attempts,
+		&lastError, &nextAttempt, &publishedAt, &parkedAt); err != nil {
+		return Entry{}, fmt.Errorf("scan: %w", err)
+	}
+	r.Headers = headers.String
+	m, err := DecodeRow(r)
+	if err != nil {
+		return Entry{}, err
+	}
+	e := Entry{OutboxMessage: m, LastError: lastError.String}
+	switch v := nextAttempt.(type) {
+	case time.Time:
+		e.NextAttemptAt = v.UTC()
+	case int64:
+		e.NextAttemptAt = time.UnixMicro(v).UTC()
+	case nil:
+	default:
+		return Entry{}, fmt.Errorf("row %d: next_attempt_at: unexpected %T", r.ID, nextAttempt)
+	}
+	if publishedAt.Valid {
+		e.PublishedAt = publishedAt.Time.UTC()
+	}
+	if parkedAt.Valid {
+		e.ParkedAt = parkedAt.Time.UTC()
+	}
+	switch {
+	case publishedAt.Valid:
+		e.State = StatePublished
+	case parkedAt.Valid:
+		e.State = StateParked
+	case r.Attempts > 0:
+		e.State = StateRetrying
+	default:
+		e.State = StatePending
+	}
+	return e, nil
+}
+
+// GroupStats is the state of one topic and event type's unpublished rows.
+type GroupStats struct {
+	Topic, EventType string
+	relay.Stats
+}
+
+// StatsByType returns [Store.Stats] per topic and event type, sorted by
+// topic then event type, for the groups that have unpublished rows. Like
+// Stats it reads only unpublished rows, in one query; on a large backlog it
+// reads every one of them: call it at scrape intervals.
+func (s *Store) StatsByType(ctx context.Context) ([]GroupStats, error) {
+	q := `SELECT topic, event_type,
+		SUM(CASE WHEN parked_at IS NULL THEN 1 ELSE 0 END),
+		SUM(CASE WHEN parked_at IS NULL AND attempts > 0 THEN 1 ELSE 0 END),
+		SUM(CASE WHEN parked_at IS NOT NULL THEN 1 ELSE 0 END),
+		` + s.dialect.secondsSince(`MIN(CASE WHEN parked_at IS NULL THEN created_at END)`) + `
+		FROM ` + s.table + ` WHERE published_at IS NULL
+		GROUP BY topic, event_type ORDER BY topic, event_type`
+	rows, err := s.db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: stats by type: %w", err)
+	}
+	defer rows.Close()
+	out := []GroupStats{}
+	for rows.Next() {
+		var (
+			g       GroupStats
+			seconds sql.NullFloat64
+		)
+		if err := rows.Scan(&g.Topic, &g.EventType, &g.Pending, &g.Retrying, &g.Parked, &seconds); err != nil {
+			return nil, fmt.Errorf("sqlstore: stats by type: scan: %w", err)
+		}
+		if seconds.Float64 > 0 {
+			g.OldestPending = time.Duration(seconds.Float64 * float64(time.Second))
+		}
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlstore: stats by type: %w", err)
+	}
+	return out, nil
+}
+
+// ReplayRange selects the published rows [Store.Replay] puts back in the
+// queue. At least one of FromID, ToID, Since and Until must be set.
+type ReplayRange struct {
+	// FromID and ToID bound the rows' ids, both inclusive; 0 is unbounded.
+	FromID, ToID int64
+	// Since (inclusive) and Until (exclusive) bound the rows' created_at
+	// (the commit time, on the database's clock, the process's on SQLite);
+	// the zero time is unbounded.
+	Since, Until time.Time
+	// Topic keeps only the rows of that topic, when set.
+	Topic string
+}
+
+// Validate reports whether r is a range [Store.Replay] can run.
+func (r ReplayRange) Validate() error {
+	switch {
+	case r.FromID == 0 && r.ToID == 0 && r.Since.IsZero() && r.Until.IsZero():
+		return fmt.Errorf("%w: replay needs an id or time bound (FromID, ToID, Since, Until)", ErrInvalidQuery)
+	case r.FromID < 0 || r.ToID < 0:
+		return fmt.Errorf("%w: replay: negative id bound", ErrInvalidQuery)
+	case r.ToID != 0 && r.FromID > r.ToID:
+		return fmt.Errorf("%w: replay: FromID %d is after ToID %d", ErrInvalidQuery, r.FromID, r.ToID)
+	case !r.Since.IsZero() && !r.Until.IsZero() && !r.Since.Before(r.Until):
+		return fmt.Errorf("%w: replay: Since %s is not before Until %s", ErrInvalidQuery,
+			r.Since.Format(time.RFC3339Nano), r.Until.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// Replay puts the published rows of r back in the queue (published_at,
+// attempts, last_error and the retry schedule cleared) and returns how many
+// it replayed: the relay then publishes them again through its usual
+// machinery, each aggregate's rows in id order and before the aggregate's
+// newer pending rows, as it would have the first time. Use it after a
+// broker lost data; consumers that keep an inbox (package
+// runtime/consumer) apply each event once whatever the broker delivers
+// again. Pending and parked rows are left alone.
+//
+// The whole range turns pending in one statement, so a relay sees all of
+// it or none, and a replay that fails changes nothing. The statement holds
+// the range's rows until it ends; split a range of millions of rows by id. Ranges by
+// id walk the primary key; ranges by time or topic read published rows
+// along it.
+func (s *Store) Replay(ctx context.Context, r ReplayRange) (int64, error) {
+	if err := r.Validate(); err != nil {
+		return 0, fmt.Errorf("sqlstore: %w", err)
+	}
+	var (
+		where = []string{"published_at IS NOT NULL"}
+		args  []any
+	)
+	add := func(cond string, arg any) {
+		args = append(args, arg)
+		where = append(where, strings.ReplaceAll(cond, "?", s.dialect.ph(len(args))))
+	}
+	if r.FromID > 0 {
+		add("id >= ?", r.FromID)
+	}
+	if r.ToID > 0 {
+		add("id <= ?", r.ToID)
+	}
+	if !r.Since.IsZero() {
+		add(s.dialect.timeCompare("created_at", ">="), s.dialect.timeArg(r.Since))
+	}
+	if !r.Until.IsZero() {
+		add(s.dialect.timeCompare("created_at", "<"), s.dialect.timeArg(r.Until))
+	}
+	if r.Topic != "" {
+		add("topic = ?", r.Topic)
+	}
+	// One statement: the range turns pending atomically. On MySQL it runs
+	// under READ COMMITTED: InnoDB then keeps locks only on the rows it
+	// changes and takes no gap locks, where REPEATABLE READ would hold every
+	// row it scans (pending ones included, which the relay marks) and the
+	// insert position until the statement ends.
+	var opts *sql.TxOptions
+	if s.dialect.name() == MySQL {
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: replay: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }() // no-op after Commit
+	res, err := tx.ExecContext(ctx, `UPDATE `+s.table+` SET published_at = NULL, attempts = 0, last_error = NULL,
+		next_attempt_at = NULL, parked_at = NULL WHERE `+strings.Join(where, " AND "), args...)
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: replay: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: replay: rows affected: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("sqlstore: replay: commit: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,293 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+// adminFixture is an outbox with rows in every state: on topic "orders",
+// o1 and o2 published, o3 parked, o4 retrying, o5 and o6 pending; on topic
+// "payments", p1 and p2 pending.
+type adminFixture struct {
+	db    *sql.DB
+	store *sqlstore.Store
+	ids   map[string]int64 // aggregate id -> row id
+	rows  map[string]sqlstore.Row
+}
+
+func newAdminFixture(t *testing.T, d sqlstore.Dialect) adminFixture {
+	t.Helper()
+	ctx := context.Background()
+	db := migrated(t, d)
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{RetryDelay: time.Hour, MaxRetryDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := writeRows("o1", "o2", "o3", "o4", "o5", "o6")
+	for _, r := range writeRows("p1", "p2") {
+		r.Topic, r.Envelope.EventType, r.Envelope.AggregateType = "payments", "payments.made", "payment"
+		rows = append(rows, r)
+	}
+	w, err := sqlstore.NewWriter(d, "", sqlstore.WriterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(ctx, db, rows); err != nil {
+		t.Fatal(err)
+	}
+	f := adminFixture{db: db, store: store, ids: map[string]int64{}, rows: map[string]sqlstore.Row{}}
+	b, err := store.Claim(ctx, relay.ClaimRequest{Owner: "admin-test", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Messages) != len(rows) {
+		t.Fatalf("claimed %d messages, want %d", len(b.Messages), len(rows))
+	}
+	for _, m := range b.Messages {
+		f.ids[m.AggregateID] = m.ID
+	}
+	for _, r := range rows {
+		f.rows[r.Envelope.AggregateID] = r
+	}
+	err = store.Mark(ctx, b, relay.Outcome{
+		Published: []int64{f.ids["o1"], f.ids["o2"]},
+		Failed: []relay.Failure{
+			{ID: f.ids["o3"], Err: errors.New("too large"), Permanent: true},
+			{ID: f.ids["o4"], Err: errors.New("broker said no")},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Release(ctx, "admin-test"); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// aggs returns the aggregate ids of entries, in order.
+func aggs(es []sqlstore.Entry) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.AggregateID
+	}
+	return out
+}
+
+func TestAdminEntries(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			f := newAdminFixture(t, d)
+			s := f.store
+			for _, tc := range []struct {
+				name string
+				q    sqlstore.Query
+				want []string
+			}{
+				{"all", sqlstore.Query{}, []string{"o1", "o2", "o3", "o4", "o5", "o6", "p1", "p2"}},
+				{"pending includes retrying", sqlstore.Query{State: sqlstore.StatePending}, []string{"o4", "o5", "o6", "p1", "p2"}},
+				{"retrying", sqlstore.Query{State: sqlstore.StateRetrying}, []string{"o4"}},
+				{"parked", sqlstore.Query{State: sqlstore.StateParked}, []string{"o3"}},
+				{"published", sqlstore.Query{State: sqlstore.StatePublished}, []string{"o1", "o2"}},
+				{"topic", sqlstore.Query{Topic: "payments"}, []string{"p1", "p2"}},
+				{"event type and state", sqlstore.Query{EventType: "orders.placed", State: sqlstore.StatePending}, []string{"o4", "o5", "o6"}},
+				{"aggregate", sqlstore.Query{AggregateType: "order", AggregateID: "o5"}, []string{"o5"}},
+				{"aggregate of another type", sqlstore.Query{AggregateType: "payment", AggregateID: "o5"}, []string{}},
+				{"event id", sqlstore.Query{EventID: f.rows["p2"].Envelope.EventID}, []string{"p2"}},
+				{"after id", sqlstore.Query{AfterID: f.ids["o5"]}, []string{"o6", "p1", "p2"}},
+				{"limit", sqlstore.Query{Limit: 2, AfterID: f.ids["o1"]}, []string{"o2", "o3"}},
+			} {
+				got, err := s.Entries(ctx, tc.q)
+				if err != nil {
+					t.Fatalf("%s: %v", tc.name, err)
+				}
+				if g := aggs(got); !slices.Equal(g, tc.want) {
+					t.Errorf("%s: got %v, want %v", tc.name, g, tc.want)
+				}
+			}
+
+			// Paging by AfterID visits every row once, in order.
+			var paged []string
+			after := int64(0)
+			for range 10 {
+				page, err := s.Entries(ctx, sqlstore.Query{AfterID: after, Limit: 3})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(page) == 0 {
+					break
+				}
+				paged = append(paged, aggs(page)...)
+				after = page[len(page)-1].ID
+			}
+			if want := []string{"o1", "o2", "o3", "o4", "o5", "o6", "p1", "p2"}; !slices.Equal(paged, want) {
+				t.Errorf("paged %v, want %v", paged, want)
+			}
+
+			for _, q := range []sqlstore.Query{{State: "stuck"}, {Limit: -1}, {AfterID: -1}} {
+				if _, err := s.Entries(ctx, q); !errors.Is(err, sqlstore.ErrInvalidQuery) {
+					t.Errorf("Entries(%+v) = %v, want ErrInvalidQuery", q, err)
+				}
+			}
+		})
+	}
+}
+
+func TestAdminEntry(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			f := newAdminFixture(t, d)
+			s := f.store
+			entry := func(agg string) sqlstore.Entry {
+				t.Helper()
+				e, err := s.Entry(ctx, f.ids[agg])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e.ID != f.ids[agg] || e.AggregateID != agg {
+					t.Fatalf("Entry(%d) is row %d of %s", f.ids[agg], e.ID, e.AggregateID)
+				}
+				return e
+			}
+			pub := entry("o1")
+			want := f.rows["o1"].Envelope
+			if pub.State != sqlstore.StatePublished || pub.PublishedAt.IsZero() || !pub.ParkedAt.IsZero() ||
+				pub.EventID != want.EventID || string(pub.Payload) != string(want.Payload) || pub.Topic != "orders" ||
+				pub.EventType != want.EventType || !pub.OccurredAt.Equal(want.OccurredAt) || pub.CreatedAt.IsZero() {
+				t.Errorf("published entry: %+v", pub)
+			}
+			if since := time.Since(pub.PublishedAt); since < -time.Minute || since > time.Minute {
+				t.Errorf("published at %v, %v ago", pub.PublishedAt, since)
+			}
+			parked := entry("o3")
+			if parked.State != sqlstore.StateParked || parked.ParkedAt.IsZero() || parked.LastError != "too large" ||
+				parked.Attempts != 1 || !parked.PublishedAt.IsZero() {
+				t.Errorf("parked entry: %+v", parked)
+			}
+			retrying := entry("o4")
+			if retrying.State != sqlstore.StateRetrying || retrying.LastError != "broker said no" || retrying.Attempts != 1 ||
+				time.Until(retrying.NextAttemptAt) < 30*time.Minute || time.Until(retrying.NextAttemptAt) > 2*time.Hour {
+				t.Errorf("retrying entry (next attempt in %v): %+v", time.Until(retrying.NextAttemptAt), retrying)
+			}
+			pending := entry("p1")
+			if pending.State != sqlstore.StatePending || pending.LastError != "" || !pending.NextAttemptAt.IsZero() ||
+				!pending.PublishedAt.IsZero() || !pending.ParkedAt.IsZero() || pending.Topic != "payments" {
+				t.Errorf("pending entry: %+v", pending)
+			}
+			if _, err := s.Entry(ctx, 1<<40); !errors.Is(err, sqlstore.ErrNotFound) {
+				t.Errorf("Entry of a missing id: %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+func TestAdminStatsByType(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			f := newAdminFixture(t, d)
+			got, err := f.store.StatsByType(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 2 || got[0].Topic != "orders" || got[0].EventType != "orders.placed" ||
+				got[1].Topic != "payments" || got[1].EventType != "payments.made" {
+				t.Fatalf("groups: %+v", got)
+			}
+			o, p := got[0].Stats, got[1].Stats
+			if o.Pending != 3 || o.Retrying != 1 || o.Parked != 1 || p.Pending != 2 || p.Retrying != 0 || p.Parked != 0 {
+				t.Errorf("orders %+v, payments %+v", o, p)
+			}
+			for _, g := range got {
+				if g.OldestPending < 0 || g.OldestPending > time.Minute {
+					t.Errorf("%s oldest pending %v", g.Topic, g.OldestPending)
+				}
+			}
+			// The groups add up to Stats.
+			total, err := f.store.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if total.Pending != o.Pending+p.Pending || total.Retrying != o.Retrying+p.Retrying || total.Parked != o.Parked+p.Parked {
+				t.Errorf("Stats %+v is not the sum of %+v and %+v", total, o, p)
+			}
+		})
+	}
+}
+
+func TestAdminReplay(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			f := newAdminFixture(t, d)
+			s := f.store
+			replay := func(r sqlstore.ReplayRange, want int64) {
+				t.Helper()
+				n, err := s.Replay(ctx, r)
+				if err != nil {
+					t.Fatalf("Replay(%+v): %v", r, err)
+				}
+				if n != want {
+					t.Fatalf("Replay(%+v) replayed %d rows, want %d", r, n, want)
+				}
+			}
+			for _, bad := range []sqlstore.ReplayRange{
+				{}, {Topic: "orders"}, {FromID: 5, ToID: 4}, {FromID: -1},
+				{Since: time.Now(), Until: time.Now().Add(-time.Hour)},
+			} {
+				if _, err := s.Replay(ctx, bad); !errors.Is(err, sqlstore.ErrInvalidQuery) {
+					t.Errorf("Replay(%+v) = %v, want ErrInvalidQuery", bad, err)
+				}
+			}
+			// Ranges that hold no published row change nothing: o3 (parked)
+			// and the pending rows are left alone.
+			replay(sqlstore.ReplayRange{FromID: f.ids["o3"]}, 0)
+			replay(sqlstore.ReplayRange{Until: time.Now().Add(-time.Hour)}, 0)
+			replay(sqlstore.ReplayRange{Since: time.Now().Add(time.Hour)}, 0)
+			replay(sqlstore.ReplayRange{FromID: f.ids["o1"], Topic: "payments"}, 0)
+
+			replay(sqlstore.ReplayRange{FromID: f.ids["o2"], ToID: f.ids["o2"]}, 1)
+			e, err := s.Entry(ctx, f.ids["o2"])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.State != sqlstore.StatePending || !e.PublishedAt.IsZero() || e.Attempts != 0 || e.LastError != "" {
+				t.Errorf("replayed row: %+v", e)
+			}
+			replay(sqlstore.ReplayRange{Since: time.Now().Add(-time.Hour), Until: time.Now().Add(time.Hour), Topic: "orders"}, 1) // o1
+			if parked, err := s.Entry(ctx, f.ids["o3"]); err != nil || parked.State != sqlstore.StateParked {
+				t.Errorf("parked row after replay: %+v, %v", parked, err)
+			}
+
+			// The relay publishes the replayed rows again, first, in id
+			// order; o4 still waits for its retry.
+			b, err := s.Claim(ctx, relay.ClaimRequest{Owner: "replay-test", Limit: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range b.Messages {
+				got = append(got, m.AggregateID)
+			}
+			if want := []string{"o1", "o2", "o5", "o6", "p1", "p2"}; !slices.Equal(got, want) {
+				t.Errorf("claimed %v after replay, want %v", got, want)
+			}
+			if err := s.Mark(ctx, b, relay.Outcome{Published: []int64{f.ids["o1"], f.ids["o2"]}}); err != nil {
+				t.Fatal(err)
+			}
+			if pub, err := s.Entries(ctx, sqlstore.Query{State: sqlstore.StatePublished}); err != nil || !slices.Equal(aggs(pub), []string{"o1", "o2"}) {
+				t.Errorf("published after the replay's publish: %v, %v", aggs(pub), err)
+			}
+			_ = s.Release(ctx, "replay-test")
+		})
+	}
+}
