@@ -125,8 +125,12 @@ type Handler struct {
 	csrf  *csrf
 	cop   *http.CrossOriginProtection
 
-	mu      sync.Mutex
-	history *ring
+	refresh sync.Mutex // one reader of Stats and StatsByType at a time
+
+	mu       sync.Mutex // guards the fields below
+	history  *ring
+	groups   []sqlstore.GroupStats
+	groupsAt time.Time // when groups was read; zero: read again
 }
 
 //go:embed templates/*.html
@@ -334,6 +338,8 @@ func (h *Handler) storeFailed(w http.ResponseWriter, r *http.Request, what strin
 // overviewData is the overview page's data.
 type overviewData struct {
 	Stats       relay.Stats
+	StatsAt     time.Time
+	GroupsAt    time.Time
 	Backlog     chart
 	Lag         chart
 	Parked      chart
@@ -352,25 +358,10 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	tm := &timing{start: time.Now()}
 	t0 := time.Now()
-	st, err := h.store.Stats(ctx)
+	snap, err := h.snapshot(ctx)
 	tm.since(t0)
 	if err != nil {
 		h.storeFailed(w, r, "stats", err)
-		return
-	}
-	now := time.Now()
-	h.mu.Lock()
-	if last, ok := h.history.last(); !ok || now.Sub(last.At) >= h.cfg.SampleInterval {
-		h.history.add(sample{At: now, Stats: st})
-	}
-	samples := h.history.all()
-	h.mu.Unlock()
-
-	t0 = time.Now()
-	groups, err := h.store.StatsByType(ctx)
-	tm.since(t0)
-	if err != nil {
-		h.storeFailed(w, r, "stats by type", err)
 		return
 	}
 	t0 = time.Now()
@@ -380,7 +371,15 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, r, "parked events", err)
 		return
 	}
-	d := overviewData{Stats: st, Groups: groups, ParkedRows: parked, SampleEvery: h.cfg.SampleInterval}
+	samples := snap.samples
+	d := overviewData{
+		Stats:       samples[len(samples)-1].Stats,
+		StatsAt:     samples[len(samples)-1].At,
+		Groups:      snap.groups,
+		GroupsAt:    snap.groupsAt,
+		ParkedRows:  parked,
+		SampleEvery: h.cfg.SampleInterval,
+	}
 	if len(d.Groups) > maxGroupsShown {
 		d.GroupsMore = len(d.Groups) - maxGroupsShown
 		d.Groups = d.Groups[:maxGroupsShown]
@@ -395,6 +394,60 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		d.Refresh = n
 	}
 	h.render(w, r, http.StatusOK, "overview", "Overview", tm, d)
+}
+
+// snapshotData is what the overview shows of the store's counts.
+type snapshotData struct {
+	samples  []sample // at least one
+	groups   []sqlstore.GroupStats
+	groupsAt time.Time
+}
+
+// snapshot returns the samples and the per-type counts, reading the store
+// only for what is older than Config.SampleInterval (both at once, when
+// both are): counting a large backlog takes a while, and the charts need
+// samples, not a count per page view. Concurrent requests share one read.
+func (h *Handler) snapshot(ctx context.Context) (snapshotData, error) {
+	h.refresh.Lock()
+	defer h.refresh.Unlock()
+	now := time.Now()
+	h.mu.Lock()
+	last, ok := h.history.last()
+	needStats := !ok || now.Sub(last.At) >= h.cfg.SampleInterval
+	needGroups := h.groupsAt.IsZero() || now.Sub(h.groupsAt) >= h.cfg.SampleInterval
+	h.mu.Unlock()
+
+	var (
+		wg        sync.WaitGroup
+		statsErr  error
+		groupsErr error
+		groups    []sqlstore.GroupStats
+	)
+	if needGroups {
+		wg.Go(func() { groups, groupsErr = h.store.StatsByType(ctx) })
+	}
+	if needStats {
+		_, statsErr = h.Sample(ctx)
+	}
+	wg.Wait()
+	if err := errors.Join(statsErr, groupsErr); err != nil {
+		return snapshotData{}, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if needGroups {
+		h.groups, h.groupsAt = groups, now
+	}
+	return snapshotData{samples: h.history.all(), groups: h.groups, groupsAt: h.groupsAt}, nil
+}
+
+// invalidate makes the next overview read the store's counts afresh (after
+// an action changed them).
+func (h *Handler) invalidate() {
+	h.mu.Lock()
+	h.groupsAt = time.Time{}
+	h.history.stale = true
+	h.mu.Unlock()
 }
 
 // eventsData is the events page's data: a filtered list or a search.
@@ -660,6 +713,7 @@ func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
 	if n == 0 {
 		done = "unchanged"
 	}
+	h.invalidate()
 	h.cfg.Logger.Info("outbox dashboard: "+action, "id", id, "changed", n)
 	w.Header().Set("Location", fmt.Sprintf("event?id=%d&done=%s", id, done))
 	w.WriteHeader(http.StatusSeeOther)

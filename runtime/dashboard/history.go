@@ -23,11 +23,15 @@ type ring struct {
 	buf  []sample
 	next int
 	full bool
+	// stale makes last report no sample, so the next page view samples
+	// (after an action changed the counts).
+	stale bool
 }
 
 func newRing(n int) *ring { return &ring{buf: make([]sample, n)} }
 
 func (r *ring) add(s sample) {
+	r.stale = false
 	r.buf[r.next] = s
 	r.next = (r.next + 1) % len(r.buf)
 	if r.next == 0 {
@@ -36,7 +40,7 @@ func (r *ring) add(s sample) {
 }
 
 func (r *ring) last() (sample, bool) {
-	if !r.full && r.next == 0 {
+	if r.stale || !r.full && r.next == 0 {
 		return sample{}, false
 	}
 	return r.buf[(r.next+len(r.buf)-1)%len(r.buf)], true
