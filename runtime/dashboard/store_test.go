@@ -169,7 +169,7 @@ func BenchmarkPages(b *testing.B) {
 			seed(b, db, d, size)
 			park(b, db, d, 101, "publish order: broker said: message too large (1048576 bytes)")
 			if d == sqlstore.Postgres {
-				if _, err := db.Exec(`ANALYZE `+sqlstore.DefaultTable); err != nil {
+				if _, err := db.Exec(`ANALYZE ` + sqlstore.DefaultTable); err != nil {
 					b.Fatal(err)
 				}
 			}
