@@ -578,11 +578,17 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 
 // eventData is the event page's data.
 type eventData struct {
-	Entry   sqlstore.Entry
-	Payload string
-	Headers [][2]string
-	Done    string
+	Entry        sqlstore.Entry
+	Payload      string
+	PayloadCut   bool // only the first PayloadShown of PayloadSize bytes
+	PayloadShown int64
+	PayloadSize  int64
+	Headers      [][2]string
+	Done         string
 }
+
+// maxPayloadShown bounds the payload an event page shows, and so the page.
+const maxPayloadShown = 64 << 10
 
 // doneMessages are the outcomes an action redirects with (never reflected
 // from the request).
@@ -620,7 +626,13 @@ func (h *Handler) event(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d := eventData{Entry: e, Payload: prettyJSON(e.Payload), Done: doneMessages[r.URL.Query().Get("done")]}
+	d := eventData{Entry: e, Done: doneMessages[r.URL.Query().Get("done")], PayloadSize: int64(len(e.Payload))}
+	if len(e.Payload) > maxPayloadShown {
+		d.Payload = strings.ToValidUTF8(string(e.Payload[:maxPayloadShown]), "")
+		d.PayloadCut, d.PayloadShown = true, maxPayloadShown
+	} else {
+		d.Payload = prettyJSON(e.Payload)
+	}
 	for k, v := range e.Headers {
 		d.Headers = append(d.Headers, [2]string{k, v})
 	}

@@ -363,3 +363,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Errorf("New(nil) = %v", err)
 	}
 }
+
+func TestLargePayloadIsCut(t *testing.T) {
+	f := newFake()
+	f.add(sqlstore.StatePending, "a", "", `{"blob":"`+strings.Repeat("x", 1<<20)+`"}`)
+	srv, c := serve(t, newHandler(t, f, dashboard.Config{}), "")
+	code, body, _ := get(t, c, srv.URL+"/event?id=1")
+	if code != http.StatusOK || len(body) > 80<<10 || !strings.Contains(body, "Showing the first 65,536 of 1,048,587 bytes") {
+		t.Errorf("event page with a 1 MiB payload: %d, %d bytes, no cut notice", code, len(body))
+	}
+}
