@@ -92,10 +92,12 @@ type Query struct {
 	Limit int
 }
 
-// Query limits.
+// Page sizes of [Store.Entries].
 const (
+	// DefaultQueryLimit is the page size of a [Query] whose Limit is 0.
 	DefaultQueryLimit = 100
-	MaxQueryLimit     = 1000
+	// MaxQueryLimit is the largest page size; larger Limits are read as it.
+	MaxQueryLimit = 1000
 )
 
 const entryColumns = selectColumns + ", last_error, next_attempt_at, published_at, parked_at"

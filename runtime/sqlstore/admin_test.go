@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -290,26 +289,5 @@ func TestAdminReplay(t *testing.T) {
 			}
 			_ = s.Release(ctx, "replay-test")
 		})
-	}
-}
-
-// ExampleStore_Entries lists the parked rows of an outbox page by page, as
-// an operator's tool would.
-func ExampleStore_Entries() {
-	var store *sqlstore.Store // sqlstore.NewStore(db, sqlstore.StoreConfig{})
-	if store == nil {
-		return
-	}
-	ctx := context.Background()
-	q := sqlstore.Query{State: sqlstore.StateParked, Limit: 100}
-	for {
-		page, err := store.Entries(ctx, q)
-		if err != nil || len(page) == 0 {
-			return
-		}
-		for _, e := range page {
-			fmt.Println(e.ID, e.EventType, e.AggregateID, e.ParkedAt.Format(time.RFC3339), e.LastError)
-		}
-		q.AfterID = page[len(page)-1].ID
 	}
 }

@@ -11,8 +11,11 @@ import (
 
 // Default values of the [RetentionConfig] fields.
 const (
-	DefaultRetentionAge       = 7 * 24 * time.Hour
-	DefaultRetentionInterval  = time.Minute
+	// DefaultRetentionAge is the default PublishedAge and InboxAge.
+	DefaultRetentionAge = 7 * 24 * time.Hour
+	// DefaultRetentionInterval is the default Interval between passes.
+	DefaultRetentionInterval = time.Minute
+	// DefaultRetentionBatchSize is the default BatchSize.
 	DefaultRetentionBatchSize = 1000
 )
 

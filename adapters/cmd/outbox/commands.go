@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
@@ -237,7 +239,7 @@ a parked row (the others are still done).`,
 		defer db.Close()
 		switch sub {
 		case "list":
-			return parkedList(e, fs, db, q)
+			return listEntries(e, fs, db, q)
 		case "show":
 			return parkedShow(e, fs, db, ids[0])
 		}
@@ -272,7 +274,63 @@ a parked row (the others are still done).`,
 	return c
 }
 
-func parkedList(e *env, fs *flagSet, db *database, q sqlstore.Query) error {
+// listTable prints rows of any state.
+func listTable(e *env, entries []sqlstore.Entry) error {
+	t := newTable(e.stdout, "ID", "STATE", "TOPIC", "EVENT TYPE", "AGGREGATE", "EVENT ID", "CREATED", "ATTEMPTS", "LAST ERROR")
+	for _, en := range entries {
+		t.row(itoa(en.ID), string(en.State), en.Topic, en.EventType, en.AggregateType+"/"+en.AggregateID, en.EventID.String(),
+			age(time.Since(en.CreatedAt))+" ago", strconv.Itoa(en.Attempts), truncate(en.LastError, 40))
+	}
+	return t.flush()
+}
+
+func listCommand() *command {
+	c := &command{
+		name: "list", args: "[--state S] [--event-id ID] [--aggregate-id A] [--topic T] ...",
+		summary: "find messages by state, event id, aggregate, topic or event type",
+		help: `Lists outbox rows in id order, filtered: --state pending (retrying included),
+retrying, parked or published; --event-id (uses the unique index: the fast
+way to find one event); --aggregate-type and --aggregate-id; --topic;
+--event-type. Page with --after <last id> and --limit (at most 1000).
+"outbox parked show <id>" prints one row in full.`,
+	}
+	c.run = func(e *env, args []string) error {
+		fs := newFlagSet(e, c)
+		var q sqlstore.Query
+		state := fs.String("state", "", "pending, retrying, parked or published (default: every state)")
+		eventID := fs.String("event-id", "", "only this event `id`")
+		fs.StringVar(&q.Topic, "topic", "", "only this `topic`")
+		fs.StringVar(&q.EventType, "event-type", "", "only this event `type`")
+		fs.StringVar(&q.AggregateType, "aggregate-type", "", "only this aggregate `type`")
+		fs.StringVar(&q.AggregateID, "aggregate-id", "", "only this aggregate `id`")
+		fs.Int64Var(&q.AfterID, "after", 0, "rows after this `id` (the last id of the previous page)")
+		fs.IntVar(&q.Limit, "limit", 100, "at most `N` rows (at most 1000)")
+		pos, err := fs.parse(args)
+		if err != nil {
+			return err
+		}
+		if len(pos) > 0 {
+			return usagef("list takes flags, no arguments (got %q)", pos)
+		}
+		if q.State, err = sqlstore.ParseState(*state); err != nil {
+			return usageError{err.Error()}
+		}
+		if *eventID != "" {
+			if q.EventID, err = uuid.Parse(*eventID); err != nil {
+				return usagef("--event-id %q is not a UUID", *eventID)
+			}
+		}
+		db, err := openDatabase(e.ctx, fs, sqlstore.StoreConfig{})
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		return listEntries(e, fs, db, q)
+	}
+	return c
+}
+
+func listEntries(e *env, fs *flagSet, db *database, q sqlstore.Query) error {
 	entries, err := db.store.Entries(e.ctx, q)
 	if err != nil {
 		return err
@@ -284,15 +342,23 @@ func parkedList(e *env, fs *flagSet, db *database, q sqlstore.Query) error {
 		}
 		return writeJSON(e.stdout, out)
 	}
-	t := newTable(e.stdout, "ID", "TOPIC", "EVENT TYPE", "AGGREGATE", "ATTEMPTS", "PARKED", "LAST ERROR")
-	for _, en := range entries {
-		t.row(itoa(en.ID), en.Topic, en.EventType, en.AggregateType+"/"+en.AggregateID, strconv.Itoa(en.Attempts),
-			age(time.Since(en.ParkedAt))+" ago", truncate(en.LastError, 60))
-	}
-	if err := t.flush(); err != nil {
+	if q.State == sqlstore.StateParked {
+		t := newTable(e.stdout, "ID", "TOPIC", "EVENT TYPE", "AGGREGATE", "ATTEMPTS", "PARKED", "LAST ERROR")
+		for _, en := range entries {
+			t.row(itoa(en.ID), en.Topic, en.EventType, en.AggregateType+"/"+en.AggregateID, strconv.Itoa(en.Attempts),
+				age(time.Since(en.ParkedAt))+" ago", truncate(en.LastError, 60))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	} else if err := listTable(e, entries); err != nil {
 		return err
 	}
-	if len(entries) == q.Limit || (q.Limit == 0 && len(entries) == sqlstore.DefaultQueryLimit) {
+	limit := q.Limit
+	if limit == 0 {
+		limit = sqlstore.DefaultQueryLimit
+	}
+	if len(entries) > 0 && len(entries) == min(limit, sqlstore.MaxQueryLimit) {
 		fmt.Fprintf(e.stderr, "more may follow: --after %d\n", entries[len(entries)-1].ID)
 	}
 	return nil

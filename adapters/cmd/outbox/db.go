@@ -122,19 +122,16 @@ func mysqlDSN(raw string) (string, error) {
 	if db == "" {
 		return "", usagef("mysql URL %s names no database", u.Redacted())
 	}
-	userinfo := ""
-	if u.User != nil {
-		userinfo = u.User.Username()
-		if p, ok := u.User.Password(); ok {
-			userinfo += ":" + p
-		}
-		userinfo += "@"
-	}
 	q := u.Query()
 	q.Set("parseTime", "true")
-	cfg, err := mysql.ParseDSN(userinfo + "tcp(" + host + ")/" + db + "?" + q.Encode())
+	cfg, err := mysql.ParseDSN("tcp(" + host + ")/" + db + "?" + q.Encode())
 	if err != nil {
 		return "", usagef("mysql URL %s: %v", u.Redacted(), err)
+	}
+	// Set apart, so that a password may hold any character.
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
 	}
 	return cfg.FormatDSN(), nil
 }

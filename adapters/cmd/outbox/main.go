@@ -5,6 +5,7 @@
 //
 //	go run github.com/gooutbox/outbox/adapters/cmd/outbox@latest status --db postgres://postgres@127.0.0.1:5432/shop
 //	outbox parked list --db mysql://root@127.0.0.1:3306/shop
+//	outbox list --aggregate-type order --aggregate-id 42
 //	outbox parked retry 1042 1043
 //	outbox replay --from 2026-11-30T10:00:00Z --to 2026-11-30T11:00:00Z --topic orders
 //	outbox relay --broker kafka://127.0.0.1:9092 --retention 7d
@@ -34,6 +35,8 @@ import (
 	"syscall"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // Exit codes.
@@ -69,7 +72,7 @@ type command struct {
 
 // commands returns the subcommands by name.
 func commands() map[string]*command {
-	cs := []*command{statusCommand(), parkedCommand(), purgeCommand(), replayCommand(), relayCommand(), janitorCommand(), migrateCommand(), dashboardCommand()}
+	cs := []*command{statusCommand(), listCommand(), parkedCommand(), purgeCommand(), replayCommand(), relayCommand(), janitorCommand(), migrateCommand(), dashboardCommand()}
 	m := make(map[string]*command, len(cs))
 	for _, c := range cs {
 		m[c.name] = c
@@ -133,7 +136,7 @@ func code(stderr io.Writer, err error) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
-	case errors.As(err, &u):
+	case errors.As(err, &u), errors.Is(err, sqlstore.ErrInvalidQuery):
 		fmt.Fprintln(stderr, "outbox:", err)
 		return exitUsage
 	case errors.As(err, &a):
@@ -141,7 +144,16 @@ func code(stderr io.Writer, err error) int {
 		return exitAlert
 	}
 	fmt.Fprintln(stderr, "outbox:", err)
+	if missingTable(err) {
+		fmt.Fprintln(stderr, `outbox: is the table there? "outbox migrate" creates it; --table names another`)
+	}
 	return exitError
+}
+
+// missingTable reports whether err is a database's "no such table".
+func missingTable(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "SQLSTATE 42P01") || strings.Contains(s, "Error 1146") || strings.Contains(s, "no such table")
 }
 
 func printUsage(w io.Writer, cmds map[string]*command) {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -206,6 +207,7 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"replay", "--from", "9", "--to", "3", "--db", "sqlite:x.db"}, 2, "after ToID"},
 		{[]string{"relay", "--db", "sqlite:x.db"}, 2, "no broker"},
 		{[]string{"status", "--fail-if-older", "soon", "--db", "sqlite:x.db"}, 2, "not a duration"},
+		{[]string{"parked", "list", "--limit", "-1", "--db", "sqlite:" + filepath.Join(t.TempDir(), "x.db")}, 2, "negative limit"},
 	} {
 		code, stdout, stderr := runCmd(t, nil, tc.args...)
 		out := stderr
@@ -222,6 +224,7 @@ func TestParseDatabaseURL(t *testing.T) {
 	for _, tc := range []struct{ url, driver, dsn string }{
 		{"postgres://u:p@h:5432/db?sslmode=disable", "pgx", "postgres://u:p@h:5432/db?sslmode=disable"},
 		{"mysql://u:p@h/db", "mysql", "u:p@tcp(h:3306)/db?parseTime=true"},
+		{"mysql://u:p%2F%40x@h/db", "mysql", "u:p/@x@tcp(h:3306)/db?parseTime=true"},
 		{"mysql://u@h:3307/db?tls=skip-verify", "mysql", "u@tcp(h:3307)/db?parseTime=true&tls=skip-verify"},
 		{"sqlite:/tmp/a.db", "sqlite", "file:/tmp/a.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"},
 		{"sqlite://rel/a.db", "sqlite", "file:rel/a.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"},
@@ -565,7 +568,7 @@ func TestMainExitStatus(t *testing.T) {
 		{[]string{"migrate", "--db", url}, 0, "migrated outbox_messages"},
 		{[]string{"status", "--db", url, "--json", "--fail-if-pending", "0"}, 0, `"pending": 0`},
 		{[]string{"parked", "retry", "7", "--db", url}, 1, "not parked"},
-		{[]string{"status", "--db", "sqlite:" + filepath.Join(t.TempDir(), "missing.db")}, 1, "no such table"},
+		{[]string{"status", "--db", "sqlite:" + filepath.Join(t.TempDir(), "missing.db")}, 1, "outbox migrate"},
 	} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")
 		cmd.Env = append(os.Environ(), "OUTBOX_TEST_MAIN_ARGS="+strings.Join(tc.args, "\x1f"), "OUTBOX_DATABASE_URL=")
@@ -581,4 +584,99 @@ func TestMainExitStatus(t *testing.T) {
 			t.Errorf("outbox %s: exit %d, want %d with %q:\n%s", strings.Join(tc.args, " "), code, tc.code, tc.want, out)
 		}
 	}
+}
+
+// TestRelayStopsOnSIGTERM runs "outbox relay" in a child process (this test
+// binary, re-executed), waits until it published the outbox, sends it
+// SIGTERM and expects exit status 0.
+func TestRelayStopsOnSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	url := "sqlite:" + filepath.Join(dir, "outbox.db")
+	if code, _, stderr := runCmd(t, nil, "migrate", "--db", url); code != 0 {
+		t.Fatal(stderr)
+	}
+	driver, dsn, _, _ := parseDatabaseURL(url)
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	(testDB{url: url, dialect: sqlstore.SQLite, db: db, store: store}).write(t, "o1", "o2")
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")
+	cmd.Env = append(os.Environ(), "OUTBOX_TEST_MAIN_ARGS="+strings.Join([]string{"relay", "--db", url, "--broker", "memory://", "--poll", "20ms"}, "\x1f"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if st, err := store.Stats(context.Background()); err == nil && st.Pending == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the outcome
+	}
+	if st, err := store.Stats(context.Background()); err != nil || st.Pending != 0 {
+		_ = cmd.Process.Kill()
+		t.Fatalf("the relay process did not publish: %+v, %v\n%s", st, err, out.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("relay after SIGTERM: %v, want exit status 0\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "relay stopped") {
+		t.Errorf("no clean stop logged:\n%s", out.String())
+	}
+}
+
+func TestList(t *testing.T) {
+	forEachDatabase(t, func(t *testing.T, d testDB) {
+		events := d.write(t, "o1", "o2", "o3", "p1")
+		d.settle(t, []string{"o1"}, []string{"o2"}, []string{"o3"})
+		list := func(args ...string) []string {
+			t.Helper()
+			code, stdout, stderr := runCmd(t, nil, append([]string{"list", "--db", d.url, "--json"}, args...)...)
+			var es []entryJSON
+			if err := json.Unmarshal([]byte(stdout), &es); code != 0 || err != nil {
+				t.Fatalf("list %v: exit %d, %v: %s%s", args, code, err, stdout, stderr)
+			}
+			var aggs []string
+			for _, e := range es {
+				aggs = append(aggs, e.AggregateID+":"+string(e.State))
+			}
+			return aggs
+		}
+		for _, tc := range []struct {
+			args []string
+			want []string
+		}{
+			{nil, []string{"o1:published", "o2:retrying", "o3:parked", "p1:pending"}},
+			{[]string{"--state", "published"}, []string{"o1:published"}},
+			{[]string{"--state", "pending"}, []string{"o2:retrying", "p1:pending"}},
+			{[]string{"--event-id", events[2]}, []string{"o3:parked"}},
+			{[]string{"--aggregate-type", "order", "--aggregate-id", "p1"}, []string{"p1:pending"}},
+			{[]string{"--topic", "payments"}, []string{"p1:pending"}},
+			{[]string{"--limit", "2"}, []string{"o1:published", "o2:retrying"}},
+		} {
+			if got := list(tc.args...); !slices.Equal(got, tc.want) {
+				t.Errorf("list %v: %v, want %v", tc.args, got, tc.want)
+			}
+		}
+		code, stdout, stderr := runCmd(t, nil, "list", "--db", d.url, "--limit", "2")
+		if code != 0 || !strings.HasPrefix(stdout, "ID") || !strings.Contains(stdout, "retrying") || !strings.Contains(stderr, "more may follow: --after") {
+			t.Errorf("list: exit %d:\n%s%s", code, stdout, stderr)
+		}
+		for _, bad := range [][]string{{"--state", "stuck"}, {"--event-id", "nope"}} {
+			if code, _, _ := runCmd(t, nil, append([]string{"list", "--db", d.url}, bad...)...); code != exitUsage {
+				t.Errorf("list %v: exit %d, want 2", bad, code)
+			}
+		}
+	})
 }
