@@ -195,9 +195,9 @@ func BenchmarkPages(b *testing.B) {
 			for _, pg := range []struct{ name, path string }{
 				{"overview", "/"},
 				{"parked-list", "/events?state=parked"},
-				{"pending-list-after-50000", "/events?state=pending&after=50000"},
-				{"search-aggregate", "/events?q=agg-99999"},
-				{"event", "/event?id=5050"},
+				{"pending-list-after-half", fmt.Sprintf("/events?state=pending&after=%d", size/2)},
+				{"search-aggregate", fmt.Sprintf("/events?q=agg-%d", size-1)},
+				{"event", fmt.Sprintf("/event?id=%d", size/2+1)},
 			} {
 				p := pg.path
 				b.Run(pg.name, func(b *testing.B) {
