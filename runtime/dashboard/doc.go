@@ -56,9 +56,13 @@
 //
 // # Cost
 //
-// Each page runs a bounded number of queries: the overview one [Store.Stats],
-// one [Store.StatsByType] and one page of parked events; lists are keyset
-// pages of at most [Config.PageSize] rows ([sqlstore.Query.AfterID]), never
-// an OFFSET or a COUNT per row. Responses carry a Server-Timing header
-// (db and render durations).
+// Counting a large backlog takes a while ([sqlstore.Store.Stats] counts the
+// pending rows; [sqlstore.Store.StatsByType] groups the unpublished ones),
+// so the overview reads both at most once per [Config.SampleInterval], both
+// at once, shared by concurrent viewers and read again after an action;
+// other views show the last sample and its age. Every other query is
+// bounded: lists are keyset pages of at most [Config.PageSize] rows
+// ([sqlstore.Query.AfterID]), never an OFFSET or a COUNT per row, and an
+// event page shows at most 64 KiB of payload. Responses carry a
+// Server-Timing header (db and render durations).
 package dashboard
