@@ -373,3 +373,27 @@ func TestLargePayloadIsCut(t *testing.T) {
 		t.Errorf("event page with a 1 MiB payload: %d, %d bytes, no cut notice", code, len(body))
 	}
 }
+
+// TestCountsReadOncePerInterval: views within SampleInterval share one read
+// of the counts, and an action makes the next view read them again.
+func TestCountsReadOncePerInterval(t *testing.T) {
+	f := newFake()
+	f.add(sqlstore.StateParked, "a", "bad", `{}`)
+	srv, c := serve(t, newHandler(t, f, dashboard.Config{AllowActions: true, SampleInterval: time.Hour}), "")
+	for range 3 {
+		if _, body, hd := get(t, c, srv.URL+"/"); !strings.Contains(body, `id="parked">1<`) || !strings.Contains(hd.Get("Server-Timing"), "db;dur=") {
+			t.Fatalf("overview without the parked count or Server-Timing")
+		}
+	}
+	if f.statsCalls != 1 || f.byTypeCalls != 1 {
+		t.Errorf("3 views read Stats %d and StatsByType %d times, want 1 and 1", f.statsCalls, f.byTypeCalls)
+	}
+	token := confirmToken(t, c, srv.URL, "discard", "1")
+	post(t, c, srv.URL+"/action", url.Values{"action": {"discard"}, "id": {"1"}, "token": {token}}, nil)
+	if _, body, _ := get(t, c, srv.URL+"/"); !strings.Contains(body, `id="parked">0<`) {
+		t.Errorf("the overview after a discard still shows the old count")
+	}
+	if f.statsCalls != 2 || f.byTypeCalls != 2 {
+		t.Errorf("after an action: Stats %d, StatsByType %d calls, want 2 and 2", f.statsCalls, f.byTypeCalls)
+	}
+}

@@ -21,6 +21,8 @@ type fakeStore struct {
 	queries []sqlstore.Query
 	unpark  []int64
 	discard []int64
+	// statsCalls and byTypeCalls count the expensive reads.
+	statsCalls, byTypeCalls int
 }
 
 func newFake() *fakeStore { return &fakeStore{} }
@@ -64,6 +66,7 @@ func (f *fakeStore) add(st sqlstore.State, aggID, lastError string, payload stri
 func (f *fakeStore) Stats(ctx context.Context) (relay.Stats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.statsCalls++
 	var st relay.Stats
 	for _, e := range f.entries {
 		switch e.State {
@@ -83,6 +86,7 @@ func (f *fakeStore) Stats(ctx context.Context) (relay.Stats, error) {
 func (f *fakeStore) StatsByType(ctx context.Context) ([]sqlstore.GroupStats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.byTypeCalls++
 	m := map[[2]string]*sqlstore.GroupStats{}
 	for _, e := range f.entries {
 		if e.State == sqlstore.StatePublished {
