@@ -11,7 +11,14 @@
 // With no flags it needs nothing installed: SQLite (pure Go) in a temporary
 // directory and an in-process Kafka-protocol broker (kfake).
 //
+// With -dashboard it also serves the outbox dashboard (package
+// runtime/dashboard) under /outbox/ at that address, and after the summary
+// goes on placing an order every -dashboard-every until interrupted, so the
+// charts have something to show (-dashboard-actions enables the retry and
+// discard buttons):
+//
 //	go run ./examples/quickstart
+//	go run ./examples/quickstart -dashboard :8080   # then open http://localhost:8080/outbox/
 //	go run ./examples/quickstart -database-url 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable' -kafka-brokers 127.0.0.1:9092
 package main
 
@@ -22,6 +29,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -41,6 +50,7 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
+	"github.com/gooutbox/outbox/runtime/dashboard"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
@@ -64,6 +74,9 @@ type options struct {
 	brokerURL    string
 	orders       int
 	verbose      bool
+	dashboard    string
+	dashActions  bool
+	dashEvery    time.Duration
 }
 
 // run runs the quickstart with the command-line arguments args. -h prints
@@ -77,6 +90,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&opt.brokerURL, "broker-url", os.Getenv("BROKER_URL"), "any broker by URL: kafka://, amqp://, nats://, redis://, postgres://, memory://, sqs:// (see adapters/broker; default: $BROKER_URL, else Kafka per -kafka-brokers)")
 	fs.IntVar(&opt.orders, "orders", 10, "number of orders to place")
 	fs.BoolVar(&opt.verbose, "v", false, "log debug output to stderr (default: warnings only)")
+	fs.StringVar(&opt.dashboard, "dashboard", "", "serve the outbox dashboard under /outbox/ at this address (e.g. :8080) and keep placing orders until interrupted")
+	fs.BoolVar(&opt.dashActions, "dashboard-actions", false, "with -dashboard: show retry and discard buttons on parked events (default: read-only)")
+	fs.DurationVar(&opt.dashEvery, "dashboard-every", time.Second, "with -dashboard: place an order this often after the first ones")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h printed the usage: not a failure
 			return nil
@@ -85,6 +101,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if opt.orders < 1 {
 		return fmt.Errorf("-orders must be at least 1")
+	}
+	if opt.dashEvery <= 0 {
+		return fmt.Errorf("-dashboard-every must be positive")
 	}
 	logLevel := slog.LevelWarn
 	if opt.verbose {
@@ -160,6 +179,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	// The dashboard, when asked for, on the same store.
+	if opt.dashboard != "" {
+		stopDash, err := serveDashboard(ctx, opt, store, log, out)
+		if err != nil {
+			return err
+		}
+		defer stopDash()
+	}
+
 	// 4. The consuming side: a shipping service that applies each event
 	// once, through its inbox, in a Watermill router.
 	shipping := newShipping(out)
@@ -168,7 +196,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	runCtx, cancel := context.WithCancel(ctx)
+	runBase := ctx
+	if opt.dashboard != "" {
+		// Ctrl-C ends placing orders; the relay and the consumer then
+		// finish what was committed (stopAll stops them).
+		runBase = context.WithoutCancel(ctx)
+	}
+	runCtx, cancel := context.WithCancel(runBase)
 	defer cancel()
 	var wg sync.WaitGroup
 	relayErr, routerErr := make(chan error, 1), make(chan error, 1)
@@ -183,25 +217,55 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// 5. The application: place every order and pay it; every third
 	// payment is declined inside its transaction, which rolls back its
 	// event.
-	committed, declined, err := placeAndPay(ctx, db, opt.orders)
+	committed, declined, err := placeAndPay(ctx, db, 1, opt.orders)
 	if err != nil {
 		return errors.Join(err, stopAll())
 	}
 	shipping.expect(declined)
 
+	// With the dashboard, go on placing orders until interrupted.
+	waitCtx := ctx
+	if opt.dashboard != "" {
+		fmt.Fprintf(out, "placing an order every %v; Ctrl-C to stop\n", opt.dashEvery)
+		next := opt.orders + 1
+		tick := time.NewTicker(opt.dashEvery)
+		for ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+				continue
+			case <-tick.C:
+			}
+			// Not cancelled half-way by Ctrl-C: the counts must be exact.
+			c, d, err := placeAndPay(context.WithoutCancel(ctx), db, next, 1)
+			if err != nil {
+				tick.Stop()
+				return errors.Join(err, stopAll())
+			}
+			committed += c
+			for id := range d {
+				declined[id] = true
+			}
+			shipping.expect(declined)
+			next++
+		}
+		tick.Stop()
+		// Interrupted: still wait for what was committed.
+		waitCtx = context.WithoutCancel(ctx)
+	}
+
 	// 6. Wait until the consumer has applied every committed event, then
 	// stop the relay (it finishes and marks its batch) and the router.
-	waitErr := shipping.wait(ctx, committed, 30*time.Second)
+	waitErr := shipping.wait(waitCtx, committed, 30*time.Second)
 	if err := errors.Join(waitErr, stopAll()); err != nil {
 		return err
 	}
 
-	stats, err := store.Stats(ctx)
+	stats, err := store.Stats(waitCtx)
 	if err != nil {
 		return err
 	}
 	var shipments int64
-	if err := db.Model(&Shipment{}).Count(&shipments).Error; err != nil {
+	if err := db.WithContext(waitCtx).Model(&Shipment{}).Count(&shipments).Error; err != nil {
 		return fmt.Errorf("count shipments: %w", err)
 	}
 	applied, ghosts := shipping.counts()
@@ -216,13 +280,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 var errDeclined = errors.New("card declined")
 
-// placeAndPay runs the application's transactions. It returns how many
-// events committed and the ids of the orders whose payment was declined
-// (each rolled back one event).
-func placeAndPay(ctx context.Context, db *gorm.DB, n int) (committed int, declined map[string]bool, err error) {
+// placeAndPay runs the application's transactions for orders from to
+// from+n-1. It returns how many events committed and the ids of the orders
+// whose payment was declined (each rolled back one event).
+func placeAndPay(ctx context.Context, db *gorm.DB, from, n int) (committed int, declined map[string]bool, err error) {
 	clk := runtime.SystemClock{}
 	declined = map[string]bool{}
-	for i := 1; i <= n; i++ {
+	for i := from; i < from+n; i++ {
 		o := &Order{}
 		o.Place(clk, fmt.Sprintf("customer-%d", i), fmt.Sprintf("%d.00", 10*i))
 		// A single Create: GORM's own transaction holds the order row and
@@ -435,4 +499,48 @@ func splitBrokers(s string) []string {
 		}
 	}
 	return out
+}
+
+// serveDashboard serves the outbox dashboard under /outbox/ at opt.dashboard
+// (and redirects / there) and samples the store for its charts, until the
+// returned function is called.
+func serveDashboard(ctx context.Context, opt options, store *sqlstore.Store, log *slog.Logger, out io.Writer) (stop func(), err error) {
+	dash, err := dashboard.New(store, dashboard.Config{
+		AllowActions:   opt.dashActions,
+		Title:          "Outbox · quickstart",
+		SampleInterval: 2 * time.Second,
+		Logger:         log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/outbox/", http.StripPrefix("/outbox", dash))
+	mux.Handle("/outbox", http.StripPrefix("/outbox", dash))
+	mux.Handle("/{$}", http.RedirectHandler("/outbox/", http.StatusFound))
+	ln, err := net.Listen("tcp", opt.dashboard)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	sampleCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = dash.Run(sampleCtx) })
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("dashboard server failed", "error", err)
+		}
+	})
+	host := ln.Addr().String()
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+		host = net.JoinHostPort("localhost", fmt.Sprint(tcp.Port))
+	}
+	fmt.Fprintf(out, "dashboard: http://%s/outbox/\n", host)
+	return func() {
+		shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+		defer done()
+		_ = srv.Shutdown(shutdownCtx)
+		cancel()
+		wg.Wait()
+	}, nil
 }

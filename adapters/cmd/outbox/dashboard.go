@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gooutbox/outbox/runtime/dashboard"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+func dashboardCommand() *command {
+	c := &command{
+		name: "dashboard", args: "[--addr 127.0.0.1:8080] [--allow-actions]",
+		summary: "serve the web dashboard (backlog, lag, parked events, search)",
+		help: `Serves the outbox's web dashboard (package runtime/dashboard) at --addr
+until SIGINT or SIGTERM: pending, retrying and parked counts, backlog and lag
+over time, counts per topic and event type, the parked events with their last
+error, and any event by row id, event id or aggregate id.
+
+It is read-only unless --allow-actions is given; then parked events can be
+retried or discarded, each after a confirmation page (with CSRF protection).
+The dashboard has no login: it listens on the loopback interface by default;
+put it behind an authenticating proxy before listening anywhere else.`,
+	}
+	c.run = func(e *env, args []string) error {
+		fs := newFlagSet(e, c)
+		addr := fs.String("addr", "127.0.0.1:8080", "listen `address`")
+		allow := fs.Bool("allow-actions", false, "show retry and discard buttons on parked events")
+		interval := fs.Duration("sample-interval", 10*time.Second, "how often to sample the backlog for the charts")
+		verbose := fs.Bool("v", false, "debug logs")
+		pos, err := fs.parse(args)
+		if err != nil {
+			return err
+		}
+		if len(pos) > 0 {
+			return usagef("dashboard takes flags, no arguments (got %q)", pos)
+		}
+		if *interval <= 0 {
+			return usagef("--sample-interval must be positive")
+		}
+		log := logger(e, fs, *verbose)
+		db, err := openDatabase(e.ctx, fs, sqlstore.StoreConfig{})
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		dash, err := dashboard.New(db.store, dashboard.Config{AllowActions: *allow, SampleInterval: *interval, Logger: log})
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", *addr)
+		if err != nil {
+			return fmt.Errorf("dashboard: %w", err)
+		}
+		srv := &http.Server{Handler: dash, ReadHeaderTimeout: 10 * time.Second}
+		fmt.Fprintf(e.stdout, "dashboard: http://%s/\n", ln.Addr())
+		sampleCtx, stopSampling := context.WithCancel(e.ctx)
+		defer stopSampling()
+		go func() { _ = dash.Run(sampleCtx) }()
+		serveErr := make(chan error, 1)
+		go func() { serveErr <- srv.Serve(ln) }()
+		select {
+		case err := <-serveErr:
+			return fmt.Errorf("dashboard: %w", err)
+		case <-e.ctx.Done():
+		}
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("dashboard: shutdown: %w", err)
+		}
+		return nil
+	}
+	return c
+}

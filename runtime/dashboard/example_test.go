@@ -1,0 +1,56 @@
+package dashboard_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+
+	"github.com/gooutbox/outbox/runtime/dashboard"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+// Example mounts a read-only dashboard under /outbox/ of an application's
+// mux, on a SQLite outbox.
+func Example() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "dashboard-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", filepath.Join(dir, "app.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.SQLite, ""); err != nil {
+		log.Fatal(err)
+	}
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+
+	dash, err := dashboard.New(store, dashboard.Config{}) // read-only
+	if err != nil {
+		log.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go dash.Run(runCtx) // samples the backlog for the charts
+
+	mux := http.NewServeMux()
+	mux.Handle("/outbox/", http.StripPrefix("/outbox", dash)) // behind your auth middleware
+	mux.Handle("/outbox", http.StripPrefix("/outbox", dash))  // redirects to /outbox/
+
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/outbox/", nil))
+	fmt.Println(rec.Code, rec.Header().Get("Content-Type"))
+	// Output: 200 text/html; charset=utf-8
+}
