@@ -141,21 +141,11 @@ func (s *Subscriber) subscribeLanes(ctx context.Context, topic string, window in
 // partition's lane, starting lanes as partitions appear.
 func (s *Subscriber) dispatch(ctx context.Context, reader *kafka.Reader, logger watermill.LoggerAdapter, backoff time.Duration, window int, com *committer,
 	lanes *sync.WaitGroup, newLane func(ctx context.Context) (chan<- *message.Message, func(), bool)) {
-	if backoff <= 0 {
-		backoff = time.Second
-	}
 	byPartition := make(map[int]chan kafka.Message)
 	for {
-		record, err := reader.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			logger.Error("fetch failed", err, nil)
-			if !sleepCtx(ctx, backoff) {
-				return
-			}
-			continue
+		record, ok := fetch(ctx, reader, logger, backoff)
+		if !ok {
+			return
 		}
 		in, ok := byPartition[record.Partition]
 		if !ok {

@@ -349,26 +349,33 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 // consume delivers the reader's records to out until ctx is done.
 func (s *Subscriber) consume(ctx context.Context, reader *kafka.Reader, out chan<- *message.Message, logger watermill.LoggerAdapter, backoff time.Duration) {
+	for {
+		record, ok := fetch(ctx, reader, logger, backoff)
+		if !ok || !s.deliver(ctx, reader, record, out, logger) {
+			return
+		}
+	}
+}
+
+// fetch returns the reader's next record, or false when ctx is done first.
+// A failed fetch is logged and tried again after backoff (default 1s):
+// kafka-go retries internally, so what reaches us is an error that outlived
+// its retries (e.g. a rejected session timeout), which someone has to fix.
+func fetch(ctx context.Context, reader *kafka.Reader, logger watermill.LoggerAdapter, backoff time.Duration) (kafka.Message, bool) {
 	if backoff <= 0 {
 		backoff = time.Second
 	}
 	for {
 		record, err := reader.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			// kafka-go retries internally; what reaches us is an error that
-			// outlived its retries (e.g. a rejected session timeout), which
-			// someone has to fix.
-			logger.Error("fetch failed", err, nil)
-			if !sleepCtx(ctx, backoff) {
-				return
-			}
-			continue
+		if err == nil {
+			return record, true
 		}
-		if !s.deliver(ctx, reader, record, out, logger) {
-			return
+		if ctx.Err() != nil {
+			return kafka.Message{}, false
+		}
+		logger.Error("fetch failed", err, nil)
+		if !sleepCtx(ctx, backoff) {
+			return kafka.Message{}, false
 		}
 	}
 }

@@ -381,8 +381,10 @@ func boolLabel(b bool) string {
 
 // ObserveOutcome records one consumer delivery of the consumer named name:
 // it counts the outcome and reason by event type and observes the delivery's
-// duration. Set consumer.Config.OnOutcome to m.Consumer(name) rather than
-// calling it directly.
+// duration (for a message that consumer.Consumer.Run applied in a batch,
+// the batch's transaction: each message of the batch waited that long).
+// Set consumer.Config.OnOutcome to m.Consumer(name) rather than calling it
+// directly.
 //
 // The event_type label is empty for a malformed message or an unknown event
 // type, so that a producer's mistakes cannot multiply the label values.

@@ -69,7 +69,10 @@ type Config struct {
 	ParkedShown int
 	// QueryTimeout bounds the store calls of one request (default 10s).
 	QueryTimeout time.Duration
-	// Logger receives store errors (default: discarded).
+	// Logger receives store and sampling failures (Warn, Error) and, at
+	// Info, every retry and discard done through the dashboard, as an
+	// audit trail. Default: [slog.Default]; pass
+	// slog.New(slog.DiscardHandler) to silence it.
 	Logger *slog.Logger
 }
 
@@ -93,7 +96,7 @@ func (c *Config) setDefaults() {
 		c.QueryTimeout = 10 * time.Second
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 }
 

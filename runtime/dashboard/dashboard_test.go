@@ -1,14 +1,17 @@
 package dashboard_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -395,5 +398,28 @@ func TestCountsReadOncePerInterval(t *testing.T) {
 	}
 	if f.statsCalls != 2 || f.byTypeCalls != 2 {
 		t.Errorf("after an action: Stats %d, StatsByType %d calls, want 2 and 2", f.statsCalls, f.byTypeCalls)
+	}
+}
+
+// TestActionsLoggedByDefault checks that, with no Config.Logger, a retry
+// done through the dashboard is logged on slog.Default, as the relay and
+// the consumer log: an operator's actions leave a trail by default.
+func TestActionsLoggedByDefault(t *testing.T) {
+	var buf bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	f := newFake()
+	id := f.add(sqlstore.StateParked, "a-1", "bad", `{}`)
+	srv, c := serve(t, newHandler(t, f, dashboard.Config{AllowActions: true}), "")
+	sid := strconv.FormatInt(id, 10)
+	token := confirmToken(t, c, srv.URL, "retry", sid)
+	resp := post(t, c, srv.URL+"/action", url.Values{"action": {"retry"}, "id": {sid}, "token": {token}}, nil)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("retry: %d", resp.StatusCode)
+	}
+	if got := buf.String(); !strings.Contains(got, "outbox dashboard: retry") || !strings.Contains(got, "id="+sid) {
+		t.Errorf("default logger got %q, want the retry of row %s", got, sid)
 	}
 }

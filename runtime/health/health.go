@@ -138,7 +138,8 @@ type Report struct {
 // Result is the outcome of one check.
 type Result struct {
 	// Name is [CheckRelay], [CheckDatabase] or [CheckBacklog].
-	Name   string `json:"name"`
+	Name string `json:"name"`
+	// Status is [StatusOK] when the check passed.
 	Status Status `json:"status"`
 	// Seconds is what was measured: the time since the relay's last
 	// progress, the ping's duration, or the age of the oldest pending

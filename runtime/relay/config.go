@@ -150,7 +150,9 @@ type BatchResult struct {
 	// of [Config.MaxBatchBytes] (the store stops before a message that
 	// would overshoot the cap): the relay claims again at once.
 	Full bool
-	// Duration is how long the claim took, publishing included.
+	// Duration is how long the round took: the claim (unless the batch was
+	// claimed ahead, while the store marked the batch before it), the
+	// publishing and the mark.
 	Duration time.Duration
 	// Messages are the claimed messages, in ID order (nil when the claim
 	// failed or found nothing): those not listed in Failures were

@@ -336,7 +336,12 @@ func (r ReplayRange) Validate() error {
 // newer pending rows, as it would have the first time. Use it after a
 // broker lost data; consumers that keep an inbox (package
 // runtime/consumer) apply each event once whatever the broker delivers
-// again. Pending and parked rows are left alone.
+// again, as long as their inbox still holds its marker (replay no further
+// back than the inbox's retention). Pending and parked rows are left
+// alone. Replayed rows keep their created_at, so until they are published
+// again they count in [Store.Stats] as pending since their first commit
+// (the oldest-pending age, and the health and dashboard views built on it,
+// jump), and their commit-to-publish lag is measured from it.
 //
 // The whole range turns pending in one statement, so a relay sees all of
 // it or none, and a replay that fails changes nothing. The statement holds

@@ -291,3 +291,61 @@ func TestAdminReplay(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayOfOldRows: a replayed row keeps its created_at, so it counts as
+// pending since its first commit (Stats.OldestPending, which the health and
+// dashboard views read), and the retention, which deletes by published_at,
+// leaves it alone while it is pending and after it is published again.
+func TestReplayOfOldRows(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			f := newAdminFixture(t, d) // o1, o2 published; o3 parked; o4 retrying; the rest pending
+			old := time.Now().Add(-2 * time.Hour).UTC()
+			if _, err := f.db.Exec(rebind(d, `UPDATE outbox_messages SET published_at = ?, created_at = ? WHERE id = ?`), old, old, f.ids["o1"]); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := f.store.Replay(ctx, sqlstore.ReplayRange{FromID: f.ids["o1"], ToID: f.ids["o1"]}); err != nil || n != 1 {
+				t.Fatalf("Replay: %d, %v; want 1 row", n, err)
+			}
+			st, err := f.store.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.OldestPending < 90*time.Minute {
+				t.Errorf("OldestPending after replaying a 2h-old row: %v, want about 2h", st.OldestPending)
+			}
+
+			ret, err := sqlstore.NewRetention(f.store, sqlstore.RetentionConfig{PublishedAge: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			state := func(want sqlstore.State) {
+				t.Helper()
+				if res := ret.RunOnce(ctx); res.Err != nil {
+					t.Fatal(res.Err)
+				}
+				e, err := f.store.Entry(ctx, f.ids["o1"])
+				if err != nil {
+					t.Fatalf("replayed row after a retention pass: %v", err)
+				}
+				if e.State != want {
+					t.Errorf("replayed row after a retention pass: %s, want %s", e.State, want)
+				}
+			}
+			state(sqlstore.StatePending)
+
+			b, err := f.store.Claim(ctx, relay.ClaimRequest{Owner: "replay-old", Limit: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.store.Mark(ctx, b, relay.Outcome{Published: []int64{f.ids["o1"]}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.store.Release(ctx, "replay-old"); err != nil {
+				t.Fatal(err)
+			}
+			state(sqlstore.StatePublished)
+		})
+	}
+}
