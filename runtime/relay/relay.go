@@ -403,6 +403,10 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res B
 	cancel()
 	if ahead != nil {
 		rd.next = <-ahead
+		if rd.next.err != nil && ctx.Err() == nil {
+			// The next round claims afresh, and reports its own error.
+			r.log.Debug("relay: claim ahead failed", errAttr(rd.next.err))
+		}
 	}
 	if err != nil {
 		// The batch's published messages are published again: none of
