@@ -6,7 +6,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -679,4 +682,73 @@ func TestList(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRelayServesMetricsAndHealth runs "outbox relay --listen" and reads
+// its /metrics, /livez and /readyz while it relays.
+func TestRelayServesMetricsAndHealth(t *testing.T) {
+	dir := t.TempDir()
+	url := "sqlite:" + filepath.Join(dir, "outbox.db")
+	if code, _, stderr := runCmd(t, nil, "migrate", "--db", url); code != 0 {
+		t.Fatal(stderr)
+	}
+	driver, dsn, _, _ := parseDatabaseURL(url)
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := testDB{url: url, dialect: sqlstore.SQLite, db: db, store: store}
+	d.write(t, "o1", "o2")
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the relay
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"relay", "--db", url, "--broker", "memory://", "--listen", addr}, &out, &errOut, func(string) string { return "" })
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("relay: exit %d: %s", code, errOut.String())
+		}
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	// Poll until both events are counted as published and the relay is
+	// ready.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := get("/metrics")
+		ready, _ := get("/readyz")
+		if code == http.StatusOK && ready == http.StatusOK &&
+			strings.Contains(body, `outbox_relay_published_total{event_type="orders.placed",topic="orders"} 2`) &&
+			strings.Contains(body, "outbox_pending_messages 0") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30s: /metrics %d, /readyz %d; metrics:\n%s", code, ready, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, body := get("/livez"); code != http.StatusOK {
+		t.Errorf("/livez = %d %s, want 200", code, body)
+	}
 }

@@ -6,12 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gooutbox/outbox/adapters/broker"
+	"github.com/gooutbox/outbox/adapters/metrics"
+	"github.com/gooutbox/outbox/runtime/health"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
@@ -96,7 +102,11 @@ sns://host:port, memory:// (in-process, for trials).
 
 With --retention, the process also deletes published messages older than
 that age, in small batches that never block writers or the relay (see
-"outbox help janitor"). Logs go to stderr (JSON with --json).`,
+"outbox help janitor"). With --listen, it serves Prometheus metrics at
+/metrics (package adapters/metrics) and health checks at /livez (the relay
+is making progress) and /readyz (also: the database answers, the oldest
+pending message is younger than --max-backlog-age). Logs go to stderr (JSON
+with --json).`,
 	}
 	c.run = func(e *env, args []string) error {
 		fs := newFlagSet(e, c)
@@ -111,6 +121,8 @@ that age, in small batches that never block writers or the relay (see
 		fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to finish the batch in flight on a signal")
 		migrate := fs.Bool("migrate", false, "create the outbox table if it does not exist")
 		verbose := fs.Bool("v", false, "debug logs")
+		listen := fs.String("listen", "", "serve /metrics, /livez and /readyz on this `address` (host:port; default: off)")
+		maxBacklog := fs.Duration("max-backlog-age", 0, "readiness fails when the oldest pending message is older (default: 5m)")
 		var rf retentionFlags
 		rf.register(fs, "retention", "also delete published messages older than `age` (7d, 36h; default: off)")
 		pos, err := fs.parse(args)
@@ -144,9 +156,23 @@ that age, in small batches that never block writers or the relay (see
 			return err
 		}
 		defer closeBroker()
+		var m *metrics.Metrics
+		if *listen != "" {
+			if m, err = metrics.New(metrics.Config{Store: db.store}); err != nil {
+				return err
+			}
+			cfg.OnBatch = m.ObserveBatch
+		}
 		r, err := relay.New(db.store, pub, cfg)
 		if err != nil {
 			return usageError{err.Error()}
+		}
+		if *listen != "" {
+			stop, err := serveMonitoring(e.ctx, *listen, m, r, db, *maxBacklog, log)
+			if err != nil {
+				return err
+			}
+			defer stop()
 		}
 		log.Info("relay starting", slog.String("table", db.table), slog.String("dialect", string(db.dialect)),
 			slog.String("broker", redactURL(*brokerURL)), slog.Duration("retention", rf.published))
@@ -224,4 +250,37 @@ are never deleted.`,
 		return nil
 	}
 	return c
+}
+
+// serveMonitoring serves the relay's metrics and health checks on addr
+// until the returned function is called.
+func serveMonitoring(ctx context.Context, addr string, m *metrics.Metrics, r *relay.Relay, db *database, maxBacklog time.Duration, log *slog.Logger) (stop func(), err error) {
+	checker, err := health.New(health.Config{
+		Relay: r,
+		DB:    db.db,
+		OldestPending: func(ctx context.Context) (time.Duration, error) {
+			st, err := db.store.Stats(ctx)
+			return st.OldestPending, err
+		},
+		MaxOldestPending: maxBacklog,
+	})
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(m); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /livez", checker.Liveness())
+	mux.Handle("GET /readyz", checker.Readiness())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("serving metrics and health checks", slog.String("address", ln.Addr().String()))
+	return func() { _ = srv.Close() }, nil
 }
