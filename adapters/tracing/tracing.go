@@ -198,6 +198,39 @@ func (t *Tracer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
+// StartHandler is for consumer.Config.StartHandler: it starts the CONSUMER
+// span of one handler call, a child of the trace context in env's headers
+// (the send span's, injected by [Tracer.Publisher]), in the context it
+// returns; end ends it with the handler's outcome. Unlike [Tracer.Handler],
+// it also covers consumer.Consumer.Run, which applies batches of messages
+// in one transaction: each event's handler call gets its own span. Use one
+// or the other, not both.
+func (t *Tracer) StartHandler(ctx context.Context, topic string, env runtime.Envelope) (context.Context, func(error)) {
+	name := "process"
+	if topic != "" {
+		name += " " + topic
+	}
+	ctx = t.prop.Extract(ctx, propagation.MapCarrier(env.Headers))
+	ctx, span := t.tracer.Start(ctx, name,
+		t.startOptions(trace.SpanKindConsumer, topic, semconv.MessagingOperationTypeProcess, "process")...)
+	if span.IsRecording() {
+		span.SetAttributes(envelopeAttributes(env)...)
+	}
+	return ctx, func(err error) { end(span, err) }
+}
+
+// envelopeAttributes returns the attributes of a message with envelope
+// env: those of [messageAttributes] but the body size, unknown here.
+func envelopeAttributes(env runtime.Envelope) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		semconv.MessagingMessageID(env.EventID.String()),
+		AttrEventType.String(env.EventType),
+		AttrEventVersion.Int(env.EventVersion),
+		AttrAggregateType.String(env.AggregateType),
+		AttrAggregateID.String(env.AggregateID),
+	}
+}
+
 // startProcess starts the process span of msg, sets it in msg's context,
 // and returns it with a function that restores msg's context.
 func (t *Tracer) startProcess(msg *message.Message) (trace.Span, func()) {

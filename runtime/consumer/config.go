@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"log/slog"
@@ -242,6 +243,18 @@ type Config struct {
 	// when its partition is quiet.
 	// Default: 0 (take what is already delivered, wait for nothing).
 	BatchWait time.Duration
+
+	// StartHandler, when set, is called before each call of a handler with
+	// the context the handler would get, the message's topic and its
+	// envelope (whose Headers carry the W3C trace context the relay
+	// injected); the handler gets the returned context, and end is called
+	// with the handler's error (nil on success, a *PanicError after a
+	// panic). It is how adapters/tracing's Tracer.StartHandler puts a
+	// CONSUMER span in the handler's context on every path, the router's
+	// and [Consumer.Run]'s batches alike; it must not block. With it set,
+	// do not also wrap the router handler with that Tracer's Handler.
+	// Default: nil.
+	StartHandler func(ctx context.Context, topic string, env runtime.Envelope) (handlerCtx context.Context, end func(error))
 
 	// OnOutcome, when set, is called once per delivery with its [Result],
 	// from the goroutine that handled the message, before the handler

@@ -456,7 +456,7 @@ func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result,
 // otherwise the handler's error.
 func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m Meta) error {
 	if r.kind == withoutInbox {
-		return call(ctx, r, txs{}, evt, m)
+		return c.call(ctx, r, txs{}, evt, m)
 	}
 	// The deadline covers begin, the marker insert, the handler's
 	// statements and commit: the driver fails each of them once it passes
@@ -477,7 +477,7 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 			}
 			return errDuplicate
 		}
-		if err := call(tctx, r, handler, evt, m); err != nil {
+		if err := c.call(tctx, r, handler, evt, m); err != nil {
 			handlerErr = err
 			return errors.Join(err, c.sql.Restore(tctx, tx))
 		}
@@ -550,8 +550,14 @@ func (c *Consumer) sqlTransaction(ctx context.Context, fn func(tx *sql.Tx) error
 // deadline passes.
 var errTxDeadline = errors.New("consumer: inbox transaction deadline")
 
-// call runs a handler, turning a panic into a *PanicError.
-func call(ctx context.Context, r *route, tx txs, evt runtime.Event, m Meta) (err error) {
+// call runs a handler, turning a panic into a *PanicError, between
+// [Config.StartHandler] and its end.
+func (c *Consumer) call(ctx context.Context, r *route, tx txs, evt runtime.Event, m Meta) (err error) {
+	if c.cfg.StartHandler != nil {
+		var end func(error)
+		ctx, end = c.cfg.StartHandler(ctx, m.Topic, m.Envelope)
+		defer func() { end(err) }()
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = &PanicError{Value: p}

@@ -254,7 +254,7 @@ func (c *Consumer) applyBatch(ctx context.Context, run []batched) error {
 			if !applied[i] {
 				continue
 			}
-			if err := call(tctx, b.route, handler, b.evt, b.meta); err != nil {
+			if err := c.call(tctx, b.route, handler, b.evt, b.meta); err != nil {
 				return errors.Join(fmt.Errorf("event %s (%s): %w", b.meta.EventID, b.meta.EventType, err), c.sql.Restore(tctx, tx))
 			}
 		}
