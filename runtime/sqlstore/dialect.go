@@ -164,11 +164,11 @@ type dialect interface {
 	timeArg(t time.Time) any
 	// listen waits for inserts (see [Store.Listen]).
 	listen(ctx context.Context, s *Store, notify func()) error
-	// wakeSQL returns the statements that add owner (their one argument)
-	// to the waiters and remove it, and the one that drops the waiters of
-	// relays no longer alive; all "" for a dialect whose writers send no
-	// notifications.
-	wakeSQL(t storeTables) (request, cancel, cleanup string)
+	// wakeSQL returns the statement that asks writers to notify for the
+	// next $1 milliseconds (extending, never shortening, a request), the
+	// one (no argument) that ends the request, or "" for a dialect whose
+	// writers send no notifications.
+	wakeSQL(t storeTables) (request, cancel string)
 }
 
 // idList is a comma-separated list of ids, safe to splice into SQL.
@@ -198,7 +198,7 @@ func sqlOf(d Dialect) (dialect, error) {
 
 // storeTables names a store's tables.
 type storeTables struct {
-	table, leases, relays, waiters string
+	table, leases, relays, wake string
 }
 
 // leaseOps is the lease bookkeeping of [Store.renew], run in one transaction

@@ -388,7 +388,7 @@ func (mysqlDialect) guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Dur
 }
 
 // wakeSQL: writers send no notifications; the relay polls.
-func (mysqlDialect) wakeSQL(storeTables) (string, string, string) { return "", "", "" }
+func (mysqlDialect) wakeSQL(storeTables) (string, string) { return "", "" }
 
 func (mysqlDialect) secondsSince(expr string) string {
 	return `TIMESTAMPDIFF(MICROSECOND, ` + expr + `, UTC_TIMESTAMP(6)) / 1000000`

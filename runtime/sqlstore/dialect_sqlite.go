@@ -174,7 +174,7 @@ func (sqliteDialect) guardLeaseTx(context.Context, *sql.Tx, time.Duration) (func
 }
 
 // wakeSQL: writers send no notifications; the relay polls.
-func (sqliteDialect) wakeSQL(storeTables) (string, string, string) { return "", "", "" }
+func (sqliteDialect) wakeSQL(storeTables) (string, string) { return "", "" }
 
 // secondsSince uses julianday, which reads both the column default's
 // "YYYY-MM-DD HH:MM:SS" and the driver's formatting of a time.

@@ -117,10 +117,12 @@
 // creates the table with a unique index on event_id and partial indexes on
 // pending, blocked (waiting or parked) and parked rows; the two small tables
 // relays share it through (<table>_leases, one row per shard, and
-// <table>_relays); on PostgreSQL an UNLOGGED <table>_waiters and a
-// statement-level trigger that sends NOTIFY on the table's channel (no
-// payload, so it never fails a business transaction) only while a live
-// relay waits for one ([Store.RequestWake]): a NOTIFY serializes the
+// <table>_relays); on PostgreSQL a sequence <table>_wake (the time until
+// which a relay waits for a notification) and a statement-level trigger
+// that sends NOTIFY on the table's channel (no payload, so it never fails a
+// business transaction) only while a relay waits for one
+// ([Store.RequestWake]; writers need the SELECT privilege on the
+// sequence, which its owner has): a NOTIFY serializes the
 // commits of the transactions that send it, so writers pay for a wake-up
 // only when a relay is idle, never while it polls a busy table; on MySQL
 // the commit-order lock table (<table>_locks). The statements are idempotent and bring a table of

@@ -85,9 +85,14 @@ func qualify(table, name string) string {
 func leasesTable(table string) string { return qualify(table, baseName(table)+"_leases") }
 func relaysTable(table string) string { return qualify(table, baseName(table)+"_relays") }
 
-// waitersTable names the table of relays waiting for a notification
+// waitersTable names the table of relays waiting for a notification of
+// earlier versions (replaced by wakeSequence; left in place, unused).
 // (PostgreSQL only: see [Store.RequestWake]).
 func waitersTable(table string) string { return qualify(table, baseName(table)+"_waiters") }
+
+// wakeSequence names the sequence that holds, on PostgreSQL, the time until
+// which some relay waits for a notification (see Store.RequestWake).
+func wakeSequence(table string) string { return qualify(table, baseName(table)+"_wake") }
 
 // aggregateHash is the 32-bit FNV-1a hash of an aggregate, the source of its
 // shard and of its write lock key.

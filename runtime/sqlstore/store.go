@@ -129,7 +129,7 @@ type Store struct {
 	cfg     StoreConfig
 	// wake holds the dialect's wake-up statements (see dialect.wakeSQL),
 	// built once.
-	wake struct{ request, cancel, cleanup string }
+	wake struct{ request, cancel string }
 
 	mu     sync.Mutex
 	owners map[string]*ownerLease
@@ -145,7 +145,7 @@ type ownerLease struct {
 	nextRenew  time.Time
 	alive      int  // relays alive at the last renewal
 	short      bool // holds less than its share: taking shards over
-	waiting    bool // RequestWake added the owner to the waiters
+	waiting    bool // RequestWake asked writers to notify for the owner
 }
 
 // claimToken is the Token of the batches a Store returns.
@@ -183,12 +183,12 @@ func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := storeTables{table: cfg.Table, leases: leasesTable(cfg.Table), relays: relaysTable(cfg.Table), waiters: waitersTable(cfg.Table)}
+	t := storeTables{table: cfg.Table, leases: leasesTable(cfg.Table), relays: relaysTable(cfg.Table), wake: wakeSequence(cfg.Table)}
 	s := &Store{
 		db: db, dialect: d, table: cfg.Table, tables: t, lease: d.leases(t), cfg: cfg,
 		owners: map[string]*ownerLease{},
 	}
-	s.wake.request, s.wake.cancel, s.wake.cleanup = d.wakeSQL(t)
+	s.wake.request, s.wake.cancel = d.wakeSQL(t)
 	return s, nil
 }
 
@@ -262,7 +262,7 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 		// The relay found messages: it polls again before it waits. A
 		// failure only leaves writers notifying until the next claim that
 		// finds messages.
-		if _, err := s.db.ExecContext(ctx, s.wake.cancel, req.Owner); err == nil {
+		if _, err := s.db.ExecContext(ctx, s.wake.cancel); err == nil {
 			o.waiting = false
 		}
 	}
@@ -280,21 +280,24 @@ func (s *Store) claimAgainIn(o *ownerLease) time.Duration {
 }
 
 // RequestWake implements [relay.WakeRequester]. On PostgreSQL, the outbox
-// table's trigger sends a NOTIFY only while some live relay has asked for
-// one: RequestWake adds owner to <table>_waiters, and owner's next claim
-// that returns messages (or its release) removes it. A relay that polls
-// while messages keep coming, as [relay.Relay] does, thus costs writers
-// nothing for its wake-ups while the application is busy. On SQLite and
+// table's trigger sends a NOTIFY only while some relay has asked for one:
+// the sequence <table>_wake holds the time until which a relay waits.
+// RequestWake sets it to at least now plus LeaseTTL, owner's lease renewals
+// extend it while owner waits, and owner's next claim that returns messages
+// (or its release) clears it. (Another relay that still waits sets it again
+// at its next renewal, within a second, and polls meanwhile.) A relay that
+// polls while messages keep coming, as [relay.Relay] does, thus costs
+// writers nothing for its wake-ups while the application is busy, and the
+// trigger reads the sequence with a function call, no query. On SQLite and
 // MySQL, whose writers notify nothing, it does nothing.
 func (s *Store) RequestWake(ctx context.Context, owner string) error {
-	request := s.wake.request
-	if request == "" {
+	if s.wake.request == "" {
 		return nil
 	}
 	o := s.owner(owner)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if _, err := s.db.ExecContext(ctx, request, owner); err != nil {
+	if _, err := s.db.ExecContext(ctx, s.wake.request, s.cfg.LeaseTTL.Milliseconds()); err != nil {
 		return fmt.Errorf("sqlstore: request wake-up: %w", err)
 	}
 	o.waiting = true
@@ -346,9 +349,10 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease) error {
 	if err := l.forget(ctx, tx, start); err != nil {
 		return fmt.Errorf("sqlstore: lease: forget stopped relays: %w", err)
 	}
-	if cleanup := s.wake.cleanup; cleanup != "" {
-		if _, err := tx.ExecContext(ctx, cleanup); err != nil {
-			return fmt.Errorf("sqlstore: lease: forget waiters: %w", err)
+	if o.waiting && s.wake.request != "" {
+		// Still waiting: extend the wake-up request with the lease.
+		if _, err := tx.ExecContext(ctx, s.wake.request, ttl.Milliseconds()); err != nil {
+			return fmt.Errorf("sqlstore: lease: extend the wake-up request: %w", err)
 		}
 	}
 	if s.inRenew != nil {
@@ -425,8 +429,8 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 	if err := s.lease.unregister(ctx, s.db, owner); err != nil {
 		return fmt.Errorf("sqlstore: release leases: %w", err)
 	}
-	if cancel := s.wake.cancel; cancel != "" {
-		if _, err := s.db.ExecContext(ctx, cancel, owner); err != nil {
+	if cancel := s.wake.cancel; cancel != "" && o != nil && o.waiting {
+		if _, err := s.db.ExecContext(ctx, cancel); err != nil {
 			return fmt.Errorf("sqlstore: release leases: cancel wake-up: %w", err)
 		}
 	}

@@ -177,3 +177,45 @@ func TestRequestWakeIsANoOpWithoutNotify(t *testing.T) {
 		})
 	}
 }
+
+// TestTriggerIgnoresTheWritersSearchPath: the trigger finds its wake-up
+// sequence whatever the writer's search_path, so a writer that names the
+// outbox table with its schema from a session whose search_path does not
+// include it still commits, waiting relay or not.
+func TestTriggerIgnoresTheWritersSearchPath(t *testing.T) {
+	ctx := context.Background()
+	db := migrated(t, sqlstore.Postgres)
+	var schema string
+	if err := db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := sqlstore.NewWriter(sqlstore.Postgres, schema+"."+sqlstore.DefaultTable, sqlstore.WriterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, `SET search_path TO pg_catalog`); err != nil {
+		t.Fatal(err)
+	}
+	defer c.ExecContext(ctx, `RESET search_path`)
+	if _, err := w.Write(ctx, c, writeRows("a")); err != nil {
+		t.Fatalf("write with another search_path, no relay waiting: %v", err)
+	}
+	if _, err := store.Claim(ctx, relay.ClaimRequest{Owner: "r1", Limit: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.RequestWake(ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(ctx, c, writeRows("b")); err != nil {
+		t.Fatalf("write with another search_path while a relay waits: %v", err)
+	}
+}
