@@ -506,22 +506,8 @@ func TestRelayRetention(t *testing.T) {
 // TestRelayThroughBrokerURL runs the relay with a real broker URL
 // (memory://, through package adapters/broker).
 func TestRelayThroughBrokerURL(t *testing.T) {
-	dir := t.TempDir()
-	url := "sqlite:" + filepath.Join(dir, "outbox.db")
-	if code, _, stderr := runCmd(t, nil, "migrate", "--db", url); code != 0 {
-		t.Fatal(stderr)
-	}
-	driver, dsn, _, _ := parseDatabaseURL(url)
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := testDB{url: url, dialect: sqlstore.SQLite, db: db, store: store}
+	d := sqliteDB(t)
+	url, store := d.url, d.store
 	d.write(t, "o1")
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut bytes.Buffer
@@ -593,22 +579,9 @@ func TestMainExitStatus(t *testing.T) {
 // binary, re-executed), waits until it published the outbox, sends it
 // SIGTERM and expects exit status 0.
 func TestRelayStopsOnSIGTERM(t *testing.T) {
-	dir := t.TempDir()
-	url := "sqlite:" + filepath.Join(dir, "outbox.db")
-	if code, _, stderr := runCmd(t, nil, "migrate", "--db", url); code != 0 {
-		t.Fatal(stderr)
-	}
-	driver, dsn, _, _ := parseDatabaseURL(url)
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	(testDB{url: url, dialect: sqlstore.SQLite, db: db, store: store}).write(t, "o1", "o2")
+	d := sqliteDB(t)
+	url, store := d.url, d.store
+	d.write(t, "o1", "o2")
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")
 	cmd.Env = append(os.Environ(), "OUTBOX_TEST_MAIN_ARGS="+strings.Join([]string{"relay", "--db", url, "--broker", "memory://", "--poll", "20ms"}, "\x1f"))
@@ -687,22 +660,8 @@ func TestList(t *testing.T) {
 // TestRelayServesMetricsAndHealth runs "outbox relay --listen" and reads
 // its /metrics, /livez and /readyz while it relays.
 func TestRelayServesMetricsAndHealth(t *testing.T) {
-	dir := t.TempDir()
-	url := "sqlite:" + filepath.Join(dir, "outbox.db")
-	if code, _, stderr := runCmd(t, nil, "migrate", "--db", url); code != 0 {
-		t.Fatal(stderr)
-	}
-	driver, dsn, _, _ := parseDatabaseURL(url)
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := testDB{url: url, dialect: sqlstore.SQLite, db: db, store: store}
+	d := sqliteDB(t)
+	url := d.url
 	d.write(t, "o1", "o2")
 	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the relay
 	if err != nil {
@@ -751,4 +710,25 @@ func TestRelayServesMetricsAndHealth(t *testing.T) {
 	if code, body := get("/livez"); code != http.StatusOK {
 		t.Errorf("/livez = %d %s, want 200", code, body)
 	}
+}
+
+// sqliteDB returns a migrated SQLite outbox in a temporary file, opened as
+// the command opens a sqlite: URL, closed when t ends.
+func sqliteDB(t *testing.T) testDB {
+	t.Helper()
+	url := "sqlite:" + filepath.Join(t.TempDir(), "outbox.db")
+	if code, _, stderr := runCmd(t, nil, "migrate", "--db", url); code != 0 {
+		t.Fatal(stderr)
+	}
+	driver, dsn, _, _ := parseDatabaseURL(url)
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testDB{url: url, dialect: sqlstore.SQLite, db: db, store: store}
 }
