@@ -343,3 +343,79 @@ func TestPartitionedRelayOrder(t *testing.T) {
 		t.Errorf("%d rows not marked published", n)
 	}
 }
+
+// TestPartitionDropBesideWritersAndRelay drops an old partition while
+// writers insert and a relay publishes: no write or mark fails (they wait
+// at most for the drop's brief lock), every event is published once, and
+// the partition goes (a pass whose lock wait timed out is retried).
+func TestPartitionDropBesideWritersAndRelay(t *testing.T) {
+	const writers, perWriter = 4, 100
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	db := partitioned(t)
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Now().UTC().Truncate(time.Hour)
+	old := createPartition(t, db, hour.Add(-72*time.Hour))
+	w, err := sqlstore.NewWriter(sqlstore.Postgres, "", sqlstore.WriterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldRows := writeRows("x", "y", "z")
+	for i := range oldRows {
+		oldRows[i].Envelope.EventID = eventIDAt(hour.Add(-72 * time.Hour).Add(time.Duration(i) * time.Minute))
+	}
+	if _, err := w.Write(ctx, db, oldRows); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE outbox_messages SET published_at = now() - interval '3 days'`); err != nil {
+		t.Fatal(err)
+	}
+	broker := &orderBroker{got: map[string][]string{}}
+	rl, err := relay.New(store, broker, relay.Config{BatchSize: 20, PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rl.Run(ctx) }()
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() {
+			for j := range perWriter {
+				if _, err := w.Write(ctx, db, writeRows("w"+string(rune('a'+i))+"-"+string(rune('a'+j%5)))); err != nil {
+					t.Errorf("writer %d: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	r, err := sqlstore.NewRetention(store, sqlstore.RetentionConfig{PublishedAge: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	dropped := 0
+	for dropped == 0 && time.Now().Before(deadline) {
+		res := r.RunOnce(ctx)
+		dropped += res.PartitionsDropped
+	}
+	wg.Wait()
+	for (broker.published() < writers*perWriter || stats(t, db).Pending > 0) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling for the outcome
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("relay: %v", err)
+	}
+	if _, ok := partitionsOf(t, db)[old]; ok || dropped != 1 {
+		t.Errorf("%s not dropped (%d dropped)", old, dropped)
+	}
+	if n := broker.published(); n != writers*perWriter {
+		t.Errorf("published %d events, want %d once each", n, writers*perWriter)
+	}
+	if n := count(t, db, sqlstore.Postgres, `SELECT count(*) FROM outbox_messages`); n != writers*perWriter {
+		t.Errorf("%d rows, want the %d new ones", n, writers*perWriter)
+	}
+}
