@@ -680,3 +680,28 @@ func TestList(t *testing.T) {
 		}
 	})
 }
+
+// TestMigratePartitioned: migrate --partition-interval creates a
+// partitioned outbox on PostgreSQL, and is a usage error on SQLite.
+func TestMigratePartitioned(t *testing.T) {
+	url := hookstest.PostgresDSN(t)
+	if code, _, stderr := runCmd(t, nil, "migrate", "--partition-interval", "24h", "--db", url); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	}
+	driver, dsn, _, _ := parseDatabaseURL(url)
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var partitions int
+	if err := db.QueryRow(`SELECT count(*) FROM pg_inherits WHERE inhparent = 'outbox_messages'::regclass`).Scan(&partitions); err != nil {
+		t.Fatal(err)
+	}
+	if partitions != 5 { // DEFAULT, today, 3 ahead
+		t.Errorf("%d partitions, want 5", partitions)
+	}
+	if code, _, _ := runCmd(t, nil, "migrate", "--partition-interval", "24h", "--db", "sqlite:"+filepath.Join(t.TempDir(), "o.db")); code != 2 {
+		t.Errorf("migrate --partition-interval on SQLite: exit %d, want 2", code)
+	}
+}
