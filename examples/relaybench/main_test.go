@@ -117,7 +117,7 @@ func TestRelaybenchRetentionMode(t *testing.T) {
 	if err := run(context.Background(), args, &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"| plain table, delete-based retention |", "| partitioned by day, partition drop |", "| 3 partitions ("} {
+	for _, want := range []string{"| plain table, delete-based retention |", "| partitioned by day, partition drop |", "| 3 partitions dropped, "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

@@ -44,8 +44,8 @@ const (
 func retentionRun(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintf(out, "relaybench: retention comparison: %d events over %d days (UUIDv7 ids, %d B payloads, %d aggregates), the newest %d pending; retention age %v; PostgreSQL %s\n\n",
 		o.retentionEvents, retentionDays, o.payload, o.aggregates, o.retentionPending, retentionAge, redact(o.dsn))
-	fmt.Fprintln(out, "| layout | fill (s) | relay events/s, full table | size before retention (MB) | retention pass (s) | rows/partitions removed | size after (MB) | dead tuples after | relay events/s after retention | size after VACUUM (MB) | VACUUM (s) |")
-	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(out, "| layout | fill (s) | relay events/s, full table | size before retention (MB) | retention pass (s) | removed | rows before → after | size after (MB) | dead tuples after | relay events/s after retention | size after those events and VACUUM (MB) | VACUUM (s) |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, partitioned := range []bool{false, true} {
 		if err := retentionLayout(ctx, o, partitioned, out); err != nil {
 			return err
@@ -119,6 +119,10 @@ func retentionLayout(ctx context.Context, o options, partitioned bool, out io.Wr
 	if err != nil {
 		return err
 	}
+	var rowsBefore, rowsAfter int64
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&rowsBefore); err != nil {
+		return err
+	}
 
 	ret, err := sqlstore.NewRetention(store, sqlstore.RetentionConfig{PublishedAge: retentionAge, Logger: quietLogger()})
 	if err != nil {
@@ -128,9 +132,12 @@ func retentionLayout(ctx context.Context, o options, partitioned bool, out io.Wr
 	if res.Err != nil {
 		return fmt.Errorf("%s: retention: %w", layout, res.Err)
 	}
-	removed := strconv.FormatInt(res.Published, 10) + " rows"
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&rowsAfter); err != nil {
+		return err
+	}
+	removed := strconv.FormatInt(res.Published, 10) + " rows deleted"
 	if partitioned {
-		removed = fmt.Sprintf("%d partitions (~%d rows) + %d rows", res.PartitionsDropped, res.PartitionRows, res.Published)
+		removed = fmt.Sprintf("%d partitions dropped, %d rows deleted", res.PartitionsDropped, res.Published)
 	}
 	vlog("retention: %+v", res)
 	// The statistics collector publishes counts at most once a second.
@@ -160,8 +167,8 @@ func retentionLayout(ctx context.Context, o options, partitioned bool, out io.Wr
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "| %s | %.1f | %.0f | %.0f | %.2f | %s | %.0f | %d | %.0f | %.0f | %.1f |\n",
-		layout, fill.Seconds(), rateFull, mb(before), res.Duration.Seconds(), removed, mb(after), dead, rateAfter, mb(vacuumed), vacuum.Seconds())
+	fmt.Fprintf(out, "| %s | %.1f | %.0f | %.0f | %.2f | %s | %d → %d | %.0f | %d | %.0f | %.0f | %.1f |\n",
+		layout, fill.Seconds(), rateFull, mb(before), res.Duration.Seconds(), removed, rowsBefore, rowsAfter, mb(after), dead, rateAfter, mb(vacuumed), vacuum.Seconds())
 	return nil
 }
 
