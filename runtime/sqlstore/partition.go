@@ -40,9 +40,12 @@ type PartitionConfig struct {
 	// milliseconds. Pick it so that a partition holds between a few hours
 	// and a day of events; retention drops a partition once its newest
 	// possible event is older than the retention age. At least one
-	// minute. Default: 24 hours ([DefaultPartitionInterval]); for a
-	// [Retention], the width of the newest partition, so that a
-	// retention need not repeat the migration's setting.
+	// minute. Default: the width of the newest partition, so that a
+	// [Retention] and later migrations need not repeat the first
+	// migration's setting, or 24 hours ([DefaultPartitionInterval]) when
+	// there is none. A new Interval applies from the first interval that
+	// overlaps no existing partition; events in between go to the DEFAULT
+	// partition.
 	Interval time.Duration
 
 	// Ahead is how many partitions after the current one are kept ready,
@@ -150,9 +153,6 @@ func MigratePartitionedOutbox(ctx context.Context, db *sql.DB, table string, cfg
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
-	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultPartitionInterval
 	}
 	cfg.setDefaults()
 	d := postgresDialect{}
