@@ -179,8 +179,10 @@ func MigratePartitionedOutbox(ctx context.Context, db *sql.DB, table string, cfg
 		return err
 	}
 	m := partitionMaintenance{db: db, table: table, cfg: cfg}
-	_, err = m.createAhead(ctx)
-	return err
+	if _, err := m.createAhead(ctx); err != nil {
+		return fmt.Errorf("sqlstore: migrate partitioned outbox: %w", err)
+	}
+	return nil
 }
 
 // partition is one partition of a partitioned outbox table.
@@ -242,7 +244,7 @@ func (m partitionMaintenance) list(ctx context.Context) ([]partition, time.Time,
 	}
 	if now.IsZero() { // no partition at all
 		if err := m.db.QueryRowContext(ctx, `SELECT now()`).Scan(&now); err != nil {
-			return nil, time.Time{}, err
+			return nil, time.Time{}, fmt.Errorf("database clock: %w", err)
 		}
 	}
 	slices.SortFunc(out, func(a, b partition) int { return a.from.Compare(b.from) })
