@@ -180,7 +180,10 @@
 //     for the transactions using the table, holds writers off until it
 //     commits, and gives up after [PartitionConfig.LockTimeout], default
 //     200ms, to be retried at the next pass), a check on the partition's
-//     partial indexes, then DROP TABLE. A partition that holds an
+//     partial indexes, then DROP TABLE (DETACH ... CONCURRENTLY would not
+//     hold writers off, but it cannot run in a transaction, so the check
+//     and the drop would not be atomic, and PostgreSQL refuses it while a
+//     DEFAULT partition exists). A partition that holds an
 //     unpublished row is kept (RetentionResult.PartitionsKept, logged) and
 //     dropped at a later pass once the row is published or discarded;
 //   - deletes old published rows batch by batch from the DEFAULT partition
