@@ -701,6 +701,15 @@ func TestMigratePartitioned(t *testing.T) {
 	if partitions != 5 { // DEFAULT, today, 3 ahead
 		t.Errorf("%d partitions, want 5", partitions)
 	}
+	// janitor drops an old, published partition.
+	day := time.Now().UTC().Truncate(24 * time.Hour).Add(-10 * 24 * time.Hour)
+	if _, err := db.Exec(`CREATE TABLE outbox_messages_old PARTITION OF outbox_messages FOR VALUES FROM ('` +
+		sqlstore.EventIDBound(day).String() + `') TO ('` + sqlstore.EventIDBound(day.Add(24*time.Hour)).String() + `')`); err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, stderr := runCmd(t, nil, "janitor", "--once", "--published-age", "7d", "--db", url); code != 0 || !strings.Contains(stdout, "partitions: 1 dropped") {
+		t.Errorf("janitor --once: exit %d: %s%s", code, stdout, stderr)
+	}
 	if code, _, _ := runCmd(t, nil, "migrate", "--partition-interval", "24h", "--db", "sqlite:"+filepath.Join(t.TempDir(), "o.db")); code != 2 {
 		t.Errorf("migrate --partition-interval on SQLite: exit %d, want 2", code)
 	}
