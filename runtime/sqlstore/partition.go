@@ -324,7 +324,8 @@ type dropResult struct {
 	dropped     int
 	kept        []string // partitions kept for their unpublished rows
 	rows        int64    // estimated rows of the dropped partitions
-	defaultName string
+	defaultName string   // "" when there is no DEFAULT partition
+	listed      bool     // the partitions could be listed
 }
 
 // dropOld drops the time partitions whose every event is older than age
@@ -341,6 +342,7 @@ func (m partitionMaintenance) dropOld(ctx context.Context, age time.Duration) (d
 	if err != nil {
 		return res, err
 	}
+	res.listed = true
 	cutoff := now.Add(-age)
 	var errs []error
 	for _, p := range parts {

@@ -419,3 +419,25 @@ func TestPartitionDropBesideWritersAndRelay(t *testing.T) {
 		t.Errorf("%d rows, want the %d new ones", n, writers*perWriter)
 	}
 }
+
+// TestPartitionRetentionWithoutDefault: a partitioned table of one's own
+// DDL may have no DEFAULT partition; a pass then only creates and drops
+// partitions.
+func TestPartitionRetentionWithoutDefault(t *testing.T) {
+	db := partitioned(t)
+	if _, err := db.Exec(`DROP TABLE outbox_messages_default`); err != nil {
+		t.Fatal(err)
+	}
+	old := createPartition(t, db, time.Now().UTC().Truncate(time.Hour).Add(-72*time.Hour))
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sqlstore.NewRetention(store, sqlstore.RetentionConfig{PublishedAge: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := r.RunOnce(context.Background()); res.Err != nil || res.PartitionsDropped != 1 || res.Published != 0 {
+		t.Errorf("pass: %+v, want %s dropped and nothing else", res, old)
+	}
+}

@@ -110,7 +110,9 @@ type RetentionResult struct {
 // key, and deletes only up to it, so a pass with nothing to delete costs a
 // few dozen point reads, not a walk over the young published rows. Run it beside the relay
 // (the operator command's "relay --retention") or on its own; several
-// can run at once.
+// can run at once. On a partitioned PostgreSQL outbox
+// ([MigratePartitionedOutbox]) it drops whole partitions instead: see
+// "Partitioned outbox" in the package documentation.
 type Retention struct {
 	store *Store
 	cfg   RetentionConfig
@@ -218,12 +220,16 @@ func (r *Retention) pass(ctx context.Context, res *RetentionResult) error {
 			}
 		}
 		if partitioned {
-			var err error
-			if table, partErr = r.partitions(ctx, res); table == "" {
-				return fmt.Errorf("sqlstore: retention: %w", partErr)
+			var listed bool
+			table, listed, partErr = r.partitions(ctx, res)
+			if !listed {
+				return partErr
 			}
-			if horizon, err = maxID(ctx, r.store.db, table); err != nil {
-				return fmt.Errorf("sqlstore: retention: %w", err)
+			if table != "" { // else there is no DEFAULT partition
+				var err error
+				if horizon, err = maxID(ctx, r.store.db, table); err != nil {
+					return fmt.Errorf("sqlstore: retention: %w", err)
+				}
 			}
 		} else {
 			var err error
@@ -278,23 +284,20 @@ func (r *Retention) pass(ctx context.Context, res *RetentionResult) error {
 }
 
 // partitions creates the partitions ahead and drops the old ones of a
-// partitioned outbox, records it in res, and returns the DEFAULT
-// partition's name ("" when it could not list the partitions) and the
-// failures, which do not stop the pass.
-func (r *Retention) partitions(ctx context.Context, res *RetentionResult) (string, error) {
+// partitioned outbox and records it in res. It returns the DEFAULT
+// partition's name ("" when the table has none), whether it could list the
+// partitions, and the failures; failures to create or drop one partition
+// do not stop the pass.
+func (r *Retention) partitions(ctx context.Context, res *RetentionResult) (defaultName string, listed bool, err error) {
 	m := partitionMaintenance{db: r.store.db, table: r.store.table, cfg: r.cfg.Partitions}
 	created, errCreate := m.createAhead(ctx)
 	res.PartitionsCreated = created
 	dropped, errDrop := m.dropOld(ctx, r.cfg.PublishedAge)
 	res.PartitionsDropped, res.PartitionsKept, res.PartitionRows = dropped.dropped, dropped.kept, dropped.rows
-	if dropped.defaultName == "" && errDrop == nil {
-		errDrop = fmt.Errorf("partitioned table %s has no DEFAULT partition", r.store.table)
-	}
-	err := errors.Join(errCreate, errDrop)
-	if err != nil {
+	if err = errors.Join(errCreate, errDrop); err != nil {
 		err = fmt.Errorf("sqlstore: retention: %w", err)
 	}
-	return dropped.defaultName, err
+	return dropped.defaultName, dropped.listed, err
 }
 
 // maxID is the largest id of table, or 0.
