@@ -198,7 +198,7 @@
 // adds a few locks and index probes to every statement that cannot prune
 // it (the claim reads every partition's pending index), so keep a few
 // dozen partitions, not hundreds: daily partitions for a week's retention
-// are 11 with the DEFAULT and 3 ahead. Event ids that are not UUIDv7 but
+// are 12 with the DEFAULT and 3 ahead. Event ids that are not UUIDv7 but
 // happen to fall in a time partition's range (1 chance in millions for a
 // random UUID) are dropped with that partition.
 //
