@@ -53,6 +53,15 @@
 //
 //	go run ./examples/relaybench -events 20000 -broker-urls kafka://kfake,amqp://guest:guest@127.0.0.1:5672/,memory://
 //
+// With -retention-compare N it compares retention on a plain outbox table
+// (delete-based) and on one partitioned by day (partitions dropped): N
+// events over 10 days, all published but the newest -retention-pending,
+// which one relay drains; one retention pass (age 7 days); the relay
+// again; VACUUM. It prints relay events/s, the pass's time, and the
+// table's size and dead tuples:
+//
+//	go run ./examples/relaybench -retention-compare 2000000
+//
 // With -big-events it measures the memory of a backlog of large events: it
 // pre-fills that many events of -big-bytes (default 900,000) bytes each,
 // drains them with the relay's defaults (or -max-batch-bytes) to a kfake
@@ -127,6 +136,9 @@ type options struct {
 
 	brokerURLs string
 	soakEvents int
+
+	retentionEvents  int
+	retentionPending int
 }
 
 // sections are the parts of the comparison, in the order they run.
@@ -184,6 +196,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&o.maxBatchBytes, "max-batch-bytes", 0, "relay MaxBatchBytes in the large-event mode (default: the relay's default, 8 MiB)")
 	fs.Int64Var(&o.rssLimit, "rss-limit", 8<<30, "large-event mode: exit with status 3 when the RSS exceeds this many bytes (0: no limit)")
 	fs.IntVar(&o.soakEvents, "soak-events", 0, "soak mode: publish this many events through one relay while the outbox is fed and retention runs, and print RSS and heap at each tenth (skips the sections)")
+	fs.IntVar(&o.retentionEvents, "retention-compare", 0, "retention mode: fill a plain and a day-partitioned outbox with this many events over 10 days, drain, run retention (7 days), and print relay speed, retention time and table size (skips the sections)")
+	fs.IntVar(&o.retentionPending, "retention-pending", 200_000, "retention mode: the newest events left pending for the relay to drain, before and after the retention")
 	fs.StringVar(&o.brokerURLs, "broker-urls", "", "broker mode: comma-separated broker URLs (adapters/broker; kafka://kfake starts one in-process) to drain the same pre-filled outbox through, and nothing else")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h printed the usage: not a failure
@@ -223,6 +237,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if o.soakEvents > 0 {
 		return soakRun(ctx, o, out)
+	}
+	if o.retentionEvents > 0 {
+		if o.retentionPending < 1 || o.retentionPending > o.retentionEvents {
+			return errors.New("-retention-pending must be between 1 and -retention-compare")
+		}
+		return retentionRun(ctx, o, out)
 	}
 	if o.brokerURLs != "" {
 		return brokerRun(ctx, o, out)

@@ -107,3 +107,19 @@ func TestRelaybenchLargeEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestRelaybenchRetentionMode runs the retention comparison with tiny
+// numbers: both layouts' rows are printed, and the partitioned table's pass
+// dropped the 3 oldest days' partitions.
+func TestRelaybenchRetentionMode(t *testing.T) {
+	var out bytes.Buffer
+	args := []string{"-database-url", hookstest.PostgresDSN(t), "-retention-compare", "3000", "-retention-pending", "300", "-aggregates", "10"}
+	if err := run(context.Background(), args, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"| plain table, delete-based retention |", "| partitioned by day, partition drop |", "| 3 partitions dropped, "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -26,54 +26,59 @@ func TestStoreConformance(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
 			runtimetest.TestStore(t, func(t *testing.T) (relay.Store, func(...runtime.OutboxMessage) []int64) {
-				db := migrated(t, d)
-				tm := runtimetest.StoreTimings
-				store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{
-					RetryDelay: tm.RetryDelay, MaxRetryDelay: tm.MaxRetryDelay, MaxAttempts: tm.MaxAttempts, LeaseTTL: tm.LeaseTTL,
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				add := func(msgs ...runtime.OutboxMessage) []int64 {
-					ids := make([]int64, 0, len(msgs))
-					for _, m := range msgs {
-						var headers any
-						if h, err := sqlstore.EncodeHeaders(m.Headers); err != nil {
-							t.Fatal(err)
-						} else if h != "" {
-							headers = h
-						}
-						payload := string(m.Payload)
-						if payload == "" {
-							payload = "{}"
-						}
-						insert := `INSERT INTO outbox_messages (event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at, shard)
-							VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-						if d == sqlstore.Postgres {
-							insert = `INSERT INTO outbox_messages (event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at, shard)
-							VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
-						}
-						args := []any{m.EventID.String(), m.EventType, m.EventVersion, m.AggregateType, m.AggregateID, m.Topic, payload, headers, m.OccurredAt,
-							sqlstore.ShardOf(m.AggregateType, m.AggregateID)}
-						var id int64
-						var err error
-						if d == sqlstore.MySQL { // MySQL 8 has no RETURNING
-							var res sql.Result
-							if res, err = db.ExecContext(context.Background(), insert, args...); err == nil {
-								id, err = res.LastInsertId()
-							}
-						} else {
-							err = db.QueryRowContext(context.Background(), insert+` RETURNING id`, args...).Scan(&id)
-						}
-						if err != nil {
-							t.Fatalf("insert %+v: %v", m, err)
-						}
-						ids = append(ids, id)
-					}
-					return ids
-				}
-				return store, add
+				return conformanceStore(t, d, migrated(t, d))
 			})
 		})
 	}
+}
+
+// conformanceStore returns a store on db, with the suite's timings, and
+// the suite's insert function.
+func conformanceStore(t *testing.T, d sqlstore.Dialect, db *sql.DB) (relay.Store, func(...runtime.OutboxMessage) []int64) {
+	tm := runtimetest.StoreTimings
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{
+		RetryDelay: tm.RetryDelay, MaxRetryDelay: tm.MaxRetryDelay, MaxAttempts: tm.MaxAttempts, LeaseTTL: tm.LeaseTTL,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := func(msgs ...runtime.OutboxMessage) []int64 {
+		ids := make([]int64, 0, len(msgs))
+		for _, m := range msgs {
+			var headers any
+			if h, err := sqlstore.EncodeHeaders(m.Headers); err != nil {
+				t.Fatal(err)
+			} else if h != "" {
+				headers = h
+			}
+			payload := string(m.Payload)
+			if payload == "" {
+				payload = "{}"
+			}
+			insert := `INSERT INTO outbox_messages (event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at, shard)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+			if d == sqlstore.Postgres {
+				insert = `INSERT INTO outbox_messages (event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at, shard)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+			}
+			args := []any{m.EventID.String(), m.EventType, m.EventVersion, m.AggregateType, m.AggregateID, m.Topic, payload, headers, m.OccurredAt,
+				sqlstore.ShardOf(m.AggregateType, m.AggregateID)}
+			var id int64
+			var err error
+			if d == sqlstore.MySQL { // MySQL 8 has no RETURNING
+				var res sql.Result
+				if res, err = db.ExecContext(context.Background(), insert, args...); err == nil {
+					id, err = res.LastInsertId()
+				}
+			} else {
+				err = db.QueryRowContext(context.Background(), insert+` RETURNING id`, args...).Scan(&id)
+			}
+			if err != nil {
+				t.Fatalf("insert %+v: %v", m, err)
+			}
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	return store, add
 }

@@ -139,8 +139,11 @@ type dialect interface {
 	// published, on the clock retention compares with.
 	publishedSet() (string, []any)
 	// updateFenced runs "UPDATE table SET set" on the pending rows of ids in
-	// the shards that owner holds; set's placeholders come first.
-	updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64) error
+	// the shards that owner holds; set's placeholders come first. A
+	// non-nil events bounds the rows' event ids too (the event ids of the
+	// ids' rows lie within it), so that on a partitioned table the update
+	// reads only the partitions that can hold them.
+	updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64, events *eventRange) error
 	// failureSet returns the SET clause (and its arguments, numbered from
 	// 1) that records a failure of kind with the error text.
 	failureSet(kind failureKind, text string, cfg StoreConfig) (string, []any)
@@ -284,6 +287,9 @@ func scanEventIDs(rows *sql.Rows, err error, inserted map[uuid.UUID]bool) error 
 	}
 	return rows.Err()
 }
+
+// eventRange is the smallest and the largest of some event ids.
+type eventRange struct{ lo, hi string }
 
 // updateFencedIn is updateFenced with "?" placeholders and IN lists of at
 // most 500 ids, for the dialects that have no array parameters.

@@ -303,7 +303,7 @@ func (mysqlDialect) excludeIDs(ids []int64, _ int) (string, []any) {
 
 func (mysqlDialect) publishedSet() (string, []any) { return "published_at = UTC_TIMESTAMP(6)", nil }
 
-func (mysqlDialect) updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64) error {
+func (mysqlDialect) updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64, _ *eventRange) error {
 	return updateFencedIn(ctx, db, t, owner, set, setArgs, ids)
 }
 

@@ -259,13 +259,20 @@ func (postgresDialect) publishedSet() (string, []any) { return "published_at = n
 // updateFenced commits without waiting for the WAL flush
 // (synchronous_commit off): a mark lost in a database crash only publishes
 // the message again.
-func (postgresDialect) updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64) error {
+func (postgresDialect) updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64, events *eventRange) error {
 	n := len(setArgs)
 	q := `UPDATE ` + t.table + ` AS o SET ` + set + `
 		FROM (SELECT set_config('synchronous_commit', 'off', true)) AS sc
 		WHERE o.id = ANY($` + strconv.Itoa(n+1) + `) AND o.published_at IS NULL
 		AND o.shard IN (SELECT shard FROM ` + t.leases + ` WHERE owner = $` + strconv.Itoa(n+2) + `)`
-	_, err := db.ExecContext(ctx, q, append(setArgs, ids, owner)...)
+	args := append(setArgs, ids, owner)
+	if events != nil {
+		// Run-time partition pruning: the UPDATE reads the one or two
+		// partitions of the batch's events, not every partition's index.
+		q += ` AND o.event_id BETWEEN $` + strconv.Itoa(n+3) + `::uuid AND $` + strconv.Itoa(n+4) + `::uuid`
+		args = append(args, events.lo, events.hi)
+	}
+	_, err := db.ExecContext(ctx, q, args...)
 	return err
 }
 

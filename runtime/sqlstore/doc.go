@@ -148,6 +148,62 @@
 // event and consumer, keyed (consumer, event_id), with an index on
 // (consumer, processed_at) for [Inbox.Prune].
 //
+// # Partitioned outbox
+//
+// On PostgreSQL the outbox table can instead be partitioned by event time
+// ([MigratePartitionedOutbox], or "outbox migrate --partition-interval
+// 24h"), so that retention drops whole partitions instead of deleting rows:
+// no dead tuples, no VACUUM work, and the table shrinks. The partition key
+// is the event id: event ids are UUIDv7 ([runtime.NewEventID]), whose first
+// 48 bits are the Unix millisecond of the event, and PostgreSQL compares
+// uuid values bytewise, so a range of event ids is a range of time
+// ([EventIDBound] gives the bounds). Partitioning by created_at would not
+// do: every unique index of a partitioned table must contain the partition
+// key, and the event id index, which deduplicates a second save of an event
+// (the [Writer]'s ON CONFLICT (event_id) DO NOTHING), would only be unique
+// within a partition. With the event id as the key it stays unique across
+// the table; the primary key is (id, event_id), ids still come from one
+// sequence, and the relay still reads in id order (a Merge Append over the
+// partitions' pending indexes). A DEFAULT partition takes ids of other
+// versions and events past the partitions created ahead.
+//
+// Nothing else changes: [NewWriter], [NewStore], the admin operations and
+// [MigrateOutbox] (which leaves a partitioned table as it is) work on either
+// table. A [Store] asks once whether its table is partitioned; if so its
+// marks also bound the event ids (BETWEEN the batch's smallest and largest),
+// so that PostgreSQL reads only the partitions that hold the batch.
+// [Retention] detects a partitioned table at every pass and then:
+//
+//   - creates the partitions of the current interval and of
+//     [PartitionConfig.Ahead] after it (default 3) that do not exist;
+//   - drops every partition whose upper bound is older than PublishedAge
+//     (on the database's clock) and that holds no pending, retrying or
+//     parked row. The drop is one transaction: DETACH PARTITION (which waits
+//     for the transactions using the table, holds writers off until it
+//     commits, and gives up after [PartitionConfig.LockTimeout], default
+//     200ms, to be retried at the next pass), a check on the partition's
+//     partial indexes, then DROP TABLE (DETACH ... CONCURRENTLY would not
+//     hold writers off, but it cannot run in a transaction, so the check
+//     and the drop would not be atomic, and PostgreSQL refuses it while a
+//     DEFAULT partition exists). A partition that holds an
+//     unpublished row is kept (RetentionResult.PartitionsKept, logged) and
+//     dropped at a later pass once the row is published or discarded;
+//   - deletes old published rows batch by batch from the DEFAULT partition
+//     only.
+//
+// What differs from delete-based retention: the age is counted from the
+// event's time (its id), not from its publication, and rows are kept up to
+// one Interval longer than the age (a partition goes once its newest
+// possible event is older than the age). Partitioning is chosen when the
+// table is created: [MigratePartitionedOutbox] refuses an existing plain
+// table ([ErrNotPartitioned]) and changes nothing in it. Each partition
+// adds a few locks and index probes to every statement that cannot prune
+// it (the claim reads every partition's pending index), so keep a few
+// dozen partitions, not hundreds: daily partitions for a week's retention
+// are 12 with the DEFAULT and 3 ahead. Event ids that are not UUIDv7 but
+// happen to fall in a time partition's range (1 chance in millions for a
+// random UUID) are dropped with that partition.
+//
 // # Debezium
 //
 // The outbox table can be read by Debezium's Outbox Event Router instead of

@@ -66,6 +66,15 @@ type RetentionConfig struct {
 	// OnPass, when set, is called after every pass with its result (for
 	// metrics). Default: nil.
 	OnPass func(RetentionResult)
+
+	// Partitions configures the retention of a partitioned outbox table
+	// (PostgreSQL, [MigratePartitionedOutbox]), which a pass detects: it
+	// creates the partitions ahead, drops the partitions whose events are
+	// all older than PublishedAge and published, and deletes published
+	// rows older than PublishedAge batch by batch from the DEFAULT
+	// partition only. Default: the zero [PartitionConfig] (the newest
+	// partition's width, 3 partitions ahead, 200ms lock timeout).
+	Partitions PartitionConfig
 }
 
 // RetentionResult is what one pass of a [Retention] did.
@@ -78,6 +87,16 @@ type RetentionResult struct {
 	Batches int
 	// Duration is how long the pass took.
 	Duration time.Duration
+	// PartitionsDropped and PartitionsCreated are how many partitions of a
+	// partitioned outbox the pass dropped and created ahead.
+	PartitionsDropped, PartitionsCreated int
+	// PartitionsKept names the partitions old enough to drop that the pass
+	// kept because they hold a pending, retrying or parked row.
+	PartitionsKept []string
+	// PartitionRows is the number of rows in the dropped partitions, as
+	// PostgreSQL estimates it (pg_class.reltuples, from the last VACUUM or
+	// ANALYZE); they are not counted in Published.
+	PartitionRows int64
 	// Err is the pass's error, or nil.
 	Err error
 }
@@ -91,7 +110,9 @@ type RetentionResult struct {
 // key, and deletes only up to it, so a pass with nothing to delete costs a
 // few dozen point reads, not a walk over the young published rows. Run it beside the relay
 // (the operator command's "relay --retention") or on its own; several
-// can run at once.
+// can run at once. On a partitioned PostgreSQL outbox
+// ([MigratePartitionedOutbox]) it drops whole partitions instead: see
+// "Partitioned outbox" in the package documentation.
 type Retention struct {
 	store *Store
 	cfg   RetentionConfig
@@ -110,6 +131,10 @@ func NewRetention(store *Store, cfg RetentionConfig) (*Retention, error) {
 	case cfg.PublishedAge < 0 || cfg.InboxAge < 0 || cfg.Interval < 0 || cfg.BatchSize < 0 || cfg.BatchPause < 0:
 		return nil, errors.New("sqlstore: retention: PublishedAge, InboxAge, Interval, BatchSize and BatchPause must not be negative")
 	}
+	if err := cfg.Partitions.Validate(); err != nil {
+		return nil, fmt.Errorf("sqlstore: retention: %w", err)
+	}
+	cfg.Partitions.setDefaults()
 	if cfg.PublishedAge == 0 {
 		cfg.PublishedAge = DefaultRetentionAge
 	}
@@ -147,10 +172,17 @@ func (r *Retention) Run(ctx context.Context) error {
 		}
 		attrs := []any{slog.Int64("published", res.Published), slog.Int64("inbox", res.Inbox),
 			slog.Int("batches", res.Batches), slog.Duration("duration", res.Duration)}
+		if res.PartitionsDropped+res.PartitionsCreated+len(res.PartitionsKept) > 0 {
+			attrs = append(attrs, slog.Int("partitions_dropped", res.PartitionsDropped), slog.Int64("partition_rows", res.PartitionRows),
+				slog.Int("partitions_created", res.PartitionsCreated))
+		}
+		if len(res.PartitionsKept) > 0 {
+			r.log.Info("retention kept old partitions that hold unpublished rows", slog.Any("partitions", res.PartitionsKept))
+		}
 		switch {
 		case res.Err != nil:
 			r.log.Warn("retention pass failed", append(attrs, slog.String("error", res.Err.Error()))...)
-		case res.Published+res.Inbox > 0:
+		case res.Published+res.Inbox > 0 || res.PartitionsDropped+res.PartitionsCreated > 0:
 			r.log.Info("retention pass", attrs...)
 		default:
 			r.log.Debug("retention pass", attrs...)
@@ -175,17 +207,42 @@ func (r *Retention) RunOnce(ctx context.Context) RetentionResult {
 
 func (r *Retention) pass(ctx context.Context, res *RetentionResult) error {
 	batch := r.cfg.BatchSize
+	var partErr error
 	if r.store != nil {
-		horizon, err := r.store.createdHorizon(ctx, r.cfg.PublishedAge)
-		if err != nil {
-			return fmt.Errorf("sqlstore: retention: %w", err)
+		// On a partitioned table, only the DEFAULT partition's rows are
+		// deleted one by one, with no horizon (it is small).
+		table, horizon := r.store.table, int64(0)
+		partitioned := false
+		if r.store.dialect.name() == Postgres {
+			var err error
+			if partitioned, err = isPartitioned(ctx, r.store.db, r.store.table); err != nil {
+				return fmt.Errorf("sqlstore: retention: %w", err)
+			}
+		}
+		if partitioned {
+			var listed bool
+			table, listed, partErr = r.partitions(ctx, res)
+			if !listed {
+				return partErr
+			}
+			if table != "" { // else there is no DEFAULT partition
+				var err error
+				if horizon, err = maxID(ctx, r.store.db, table); err != nil {
+					return fmt.Errorf("sqlstore: retention: %w", err)
+				}
+			}
+		} else {
+			var err error
+			if horizon, err = r.store.createdHorizon(ctx, r.cfg.PublishedAge); err != nil {
+				return fmt.Errorf("sqlstore: retention: %w", err)
+			}
 		}
 		for horizon > 0 {
-			n, err := r.store.deletePublishedBatch(ctx, r.cfg.PublishedAge, batch, horizon)
+			n, err := r.store.dialect.deletePublished(ctx, r.store.db, table, r.cfg.PublishedAge, batch, horizon)
 			res.Published += n
 			res.Batches++
 			if err != nil {
-				return fmt.Errorf("sqlstore: retention: %w", err)
+				return fmt.Errorf("sqlstore: retention: delete published: %w", err)
 			}
 			if n < int64(batch) {
 				break
@@ -196,7 +253,7 @@ func (r *Retention) pass(ctx context.Context, res *RetentionResult) error {
 		}
 	}
 	if r.cfg.Inbox == nil {
-		return nil
+		return partErr
 	}
 	consumers := r.cfg.InboxConsumers
 	if consumers == nil {
@@ -223,7 +280,33 @@ func (r *Retention) pass(ctx context.Context, res *RetentionResult) error {
 			}
 		}
 	}
-	return nil
+	return partErr
+}
+
+// partitions creates the partitions ahead and drops the old ones of a
+// partitioned outbox and records it in res. It returns the DEFAULT
+// partition's name ("" when the table has none), whether it could list the
+// partitions, and the failures; failures to create or drop one partition
+// do not stop the pass.
+func (r *Retention) partitions(ctx context.Context, res *RetentionResult) (defaultName string, listed bool, err error) {
+	m := partitionMaintenance{db: r.store.db, table: r.store.table, cfg: r.cfg.Partitions}
+	created, errCreate := m.createAhead(ctx)
+	res.PartitionsCreated = created
+	dropped, errDrop := m.dropOld(ctx, r.cfg.PublishedAge)
+	res.PartitionsDropped, res.PartitionsKept, res.PartitionRows = dropped.dropped, dropped.kept, dropped.rows
+	if err = errors.Join(errCreate, errDrop); err != nil {
+		err = fmt.Errorf("sqlstore: retention: %w", err)
+	}
+	return dropped.defaultName, dropped.listed, err
+}
+
+// maxID is the largest id of table, or 0.
+func maxID(ctx context.Context, db *sql.DB, table string) (int64, error) {
+	var id sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT max(id) FROM `+table).Scan(&id); err != nil {
+		return 0, fmt.Errorf("max id of %s: %w", table, err)
+	}
+	return id.Int64, nil
 }
 
 // pause waits BatchPause, or until ctx is done.

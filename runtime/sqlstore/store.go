@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
@@ -133,6 +134,10 @@ type Store struct {
 
 	mu     sync.Mutex
 	owners map[string]*ownerLease
+
+	// partitioned is 0 until the first mark has asked the database
+	// whether the table is partitioned (PostgreSQL), then 1 (no) or 2 (yes).
+	partitioned atomic.Int32
 
 	inRenew func() // tests only: called inside the lease transaction, before it commits
 }
@@ -499,7 +504,15 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 	if !ok {
 		return fmt.Errorf("sqlstore: mark: the batch's token is %T, not this store's", b.Token)
 	}
-	if err := s.markPublished(ctx, tok.owner, o.Published); err != nil {
+	byID := make(map[int64]*runtime.OutboxMessage, len(b.Messages))
+	for i := range b.Messages {
+		byID[b.Messages[i].ID] = &b.Messages[i]
+	}
+	ranged, err := s.rangedMarks(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.markPublished(ctx, tok.owner, o.Published, s.eventRange(ranged, byID, o.Published)); err != nil {
 		return err
 	}
 	if len(o.Failed) == 0 {
@@ -507,10 +520,6 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 	}
 	// Record the failure on each aggregate's first failed message; the
 	// others wait behind it.
-	byID := make(map[int64]*runtime.OutboxMessage, len(b.Messages))
-	for i := range b.Messages {
-		byID[b.Messages[i].ID] = &b.Messages[i]
-	}
 	type group struct {
 		kind failureKind
 		text string
@@ -542,7 +551,7 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 	}
 	for _, g := range order {
 		set, args := s.dialect.failureSet(g.kind, g.text, s.cfg)
-		if err := s.dialect.updateFenced(ctx, s.db, s.tables, tok.owner, set, args, groups[g]); err != nil {
+		if err := s.dialect.updateFenced(ctx, s.db, s.tables, tok.owner, set, args, groups[g], s.eventRange(ranged, byID, groups[g])); err != nil {
 			return fmt.Errorf("sqlstore: mark: record failed attempt: %w", err)
 		}
 	}
@@ -551,13 +560,64 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 
 type aggKey struct{ typ, id string }
 
+// rangedMarks reports whether marks bound the event ids too: on a
+// partitioned PostgreSQL table (asked once per store), where it prunes the
+// partitions the update reads.
+func (s *Store) rangedMarks(ctx context.Context) (bool, error) {
+	switch s.partitioned.Load() {
+	case 1:
+		return false, nil
+	case 2:
+		return true, nil
+	}
+	if s.dialect.name() != Postgres {
+		s.partitioned.Store(1)
+		return false, nil
+	}
+	p, err := isPartitioned(ctx, s.db, s.table)
+	if err != nil {
+		return false, fmt.Errorf("sqlstore: mark: is %s partitioned: %w", s.table, err)
+	}
+	if p {
+		s.partitioned.Store(2)
+	} else {
+		s.partitioned.Store(1)
+	}
+	return p, nil
+}
+
+// eventRange returns the range of the event ids of ids' messages when
+// ranged is set, or nil.
+func (s *Store) eventRange(ranged bool, byID map[int64]*runtime.OutboxMessage, ids []int64) *eventRange {
+	if !ranged || len(ids) == 0 {
+		return nil
+	}
+	var r *eventRange
+	for _, id := range ids {
+		m := byID[id]
+		if m == nil {
+			return nil // not from the batch: no bound
+		}
+		e := m.EventID.String() // lower-case hex: compares as PostgreSQL compares uuids
+		switch {
+		case r == nil:
+			r = &eventRange{e, e}
+		case e < r.lo:
+			r.lo = e
+		case e > r.hi:
+			r.hi = e
+		}
+	}
+	return r
+}
+
 // markPublished marks ids as published, fenced by owner's leases.
-func (s *Store) markPublished(ctx context.Context, owner string, ids []int64) error {
+func (s *Store) markPublished(ctx context.Context, owner string, ids []int64, events *eventRange) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	set, args := s.dialect.publishedSet()
-	if err := s.dialect.updateFenced(ctx, s.db, s.tables, owner, set, args, ids); err != nil {
+	if err := s.dialect.updateFenced(ctx, s.db, s.tables, owner, set, args, ids, events); err != nil {
 		return fmt.Errorf("sqlstore: mark published: %w", err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
@@ -19,9 +20,15 @@ import (
 // commit order with the sender's process id, so the first notification
 // after a write that must notify tells whether an earlier write notified
 // too.
+// It runs on a plain and on a partitioned outbox table, whose statement
+// trigger is the partitioned table's.
 func TestWritersNotifyOnlyWhileARelayWaits(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { writersNotifyOnlyWhileARelayWaits(t, migrated(t, sqlstore.Postgres)) })
+	t.Run("partitioned", func(t *testing.T) { writersNotifyOnlyWhileARelayWaits(t, partitioned(t)) })
+}
+
+func writersNotifyOnlyWhileARelayWaits(t *testing.T, db *sql.DB) {
 	ctx := context.Background()
-	db := migrated(t, sqlstore.Postgres)
 	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -549,12 +549,18 @@ func migrateCommand() *command {
 		name: "migrate", summary: "create the outbox table (and the inbox table) if they do not exist",
 		help: `Creates the outbox table, its indexes and lease tables (and on PostgreSQL
 its wake-up trigger) if they do not exist; with --inbox, the consumers' inbox
-table too. Safe to run on every deploy.`,
+table too. Safe to run on every deploy.
+
+With --partition-interval (PostgreSQL), a new outbox table is partitioned by
+event time, one partition per interval, so that retention drops whole
+partitions (see "Partitioned outbox" in the README); an existing table that
+is not partitioned is left alone and the command fails.`,
 	}
 	c.run = func(e *env, args []string) error {
 		fs := newFlagSet(e, c)
 		inbox := fs.Bool("inbox", false, "also create the inbox table")
 		inboxTable := fs.String("inbox-table", "", "inbox `table` (default: outbox_inbox)")
+		interval := fs.Duration("partition-interval", 0, "PostgreSQL: create the outbox table partitioned by event time, one partition per `interval` (e.g. 24h)")
 		pos, err := fs.parse(args)
 		if err != nil {
 			return err
@@ -562,12 +568,23 @@ table too. Safe to run on every deploy.`,
 		if len(pos) > 0 {
 			return usagef("migrate takes no arguments")
 		}
+		if *interval < 0 {
+			return usagef("--partition-interval must be positive")
+		}
 		db, err := openDatabase(e.ctx, fs, sqlstore.StoreConfig{})
 		if err != nil {
 			return err
 		}
 		defer db.Close()
-		if err := sqlstore.MigrateOutbox(e.ctx, db.db, db.dialect, fs.table); err != nil {
+		switch {
+		case *interval > 0 && db.dialect != sqlstore.Postgres:
+			return usagef("--partition-interval needs PostgreSQL")
+		case *interval > 0:
+			err = sqlstore.MigratePartitionedOutbox(e.ctx, db.db, fs.table, sqlstore.PartitionConfig{Interval: *interval})
+		default:
+			err = sqlstore.MigrateOutbox(e.ctx, db.db, db.dialect, fs.table)
+		}
+		if err != nil {
 			return err
 		}
 		created := []string{db.table}

@@ -732,3 +732,37 @@ func sqliteDB(t *testing.T) testDB {
 	}
 	return testDB{url: url, dialect: sqlstore.SQLite, db: db, store: store}
 }
+
+// TestMigratePartitioned: migrate --partition-interval creates a
+// partitioned outbox on PostgreSQL, and is a usage error on SQLite.
+func TestMigratePartitioned(t *testing.T) {
+	url := hookstest.PostgresDSN(t)
+	if code, _, stderr := runCmd(t, nil, "migrate", "--partition-interval", "24h", "--db", url); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	}
+	driver, dsn, _, _ := parseDatabaseURL(url)
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var partitions int
+	if err := db.QueryRow(`SELECT count(*) FROM pg_inherits WHERE inhparent = 'outbox_messages'::regclass`).Scan(&partitions); err != nil {
+		t.Fatal(err)
+	}
+	if partitions != 5 { // DEFAULT, today, 3 ahead
+		t.Errorf("%d partitions, want 5", partitions)
+	}
+	// janitor drops an old, published partition.
+	day := time.Now().UTC().Truncate(24 * time.Hour).Add(-10 * 24 * time.Hour)
+	if _, err := db.Exec(`CREATE TABLE outbox_messages_old PARTITION OF outbox_messages FOR VALUES FROM ('` +
+		sqlstore.EventIDBound(day).String() + `') TO ('` + sqlstore.EventIDBound(day.Add(24*time.Hour)).String() + `')`); err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, stderr := runCmd(t, nil, "janitor", "--once", "--published-age", "7d", "--db", url); code != 0 || !strings.Contains(stdout, "partitions: 1 dropped") {
+		t.Errorf("janitor --once: exit %d: %s%s", code, stdout, stderr)
+	}
+	if code, _, _ := runCmd(t, nil, "migrate", "--partition-interval", "24h", "--db", "sqlite:"+filepath.Join(t.TempDir(), "o.db")); code != 2 {
+		t.Errorf("migrate --partition-interval on SQLite: exit %d, want 2", code)
+	}
+}

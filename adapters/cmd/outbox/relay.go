@@ -242,11 +242,16 @@ are never deleted.`,
 		if fs.json {
 			return writeJSON(e.stdout, map[string]any{
 				"published_deleted": res.Published, "inbox_deleted": res.Inbox, "batches": res.Batches,
-				"seconds": res.Duration.Seconds(),
+				"seconds": res.Duration.Seconds(), "partitions_dropped": res.PartitionsDropped,
+				"partitions_created": res.PartitionsCreated, "partitions_kept": res.PartitionsKept,
 			})
 		}
 		fmt.Fprintf(e.stdout, "deleted %d published rows and %d inbox markers in %d batches (%s)\n",
 			res.Published, res.Inbox, res.Batches, age(res.Duration))
+		if res.PartitionsDropped+res.PartitionsCreated+len(res.PartitionsKept) > 0 {
+			fmt.Fprintf(e.stdout, "partitions: %d dropped (about %d rows), %d created ahead, %d kept for unpublished rows %v\n",
+				res.PartitionsDropped, res.PartitionRows, res.PartitionsCreated, len(res.PartitionsKept), res.PartitionsKept)
+		}
 		return nil
 	}
 	return c
