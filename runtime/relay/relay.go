@@ -207,7 +207,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			if ctx.Err() == nil {
 				wait = r.backoff(failures)
 			}
-			r.logFailure(res, rd.msgs, failures, wait)
+			r.logFailure(res, failures, wait)
 			if wait == 0 || !backoff.Sleep(ctx, wait) {
 				return nil
 			}
@@ -215,7 +215,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case res.Failed > 0:
 			// Partial: the publisher works; the failed messages wait in the
 			// store for their retry, and the relay goes on.
-			r.logFailure(res, rd.msgs, 1, 0)
+			r.logFailure(res, 1, 0)
 		}
 		failures = 0
 		r.progress.Store(time.Now().UnixNano())
@@ -374,7 +374,7 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res B
 			return res, rd
 		}
 	}
-	res.Claimed, rd.msgs = len(b.Messages), b.Messages
+	res.Claimed = len(b.Messages)
 	res.Full = r.full(b.Messages)
 	if len(b.Messages) == 0 {
 		rd.again = b.ClaimAgainIn
@@ -417,11 +417,10 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res B
 	return res, rd
 }
 
-// round is what one batch left for the next: the messages it published
-// (for the log), whether [Config.ShutdownTimeout] cut it short, the batch
-// claimed ahead, and the store's hint of when to claim again.
+// round is what one batch left for the next: whether
+// [Config.ShutdownTimeout] cut it short, the batch claimed ahead, and the
+// store's hint of when to claim again.
 type round struct {
-	msgs     []runtime.OutboxMessage
 	timedOut bool
 	next     *aheadBatch
 	again    time.Duration
@@ -499,8 +498,8 @@ func outage(failures []Failure) bool {
 
 // logFailure logs a failed batch: the store's error, or one line per
 // distinct error naming the first message that failed with it (its outbox
-// id, topic, event id and type, found among claimed).
-func (r *Relay) logFailure(res BatchResult, claimed []runtime.OutboxMessage, attempt int, wait time.Duration) {
+// id, topic, event id and type, found among res.Messages).
+func (r *Relay) logFailure(res BatchResult, attempt int, wait time.Duration) {
 	attrs := []any{attrAttempt, attempt}
 	if wait > 0 {
 		attrs = append(attrs, attrBackoff, wait)
@@ -522,7 +521,7 @@ func (r *Relay) logFailure(res BatchResult, claimed []runtime.OutboxMessage, att
 		}
 		seen[k] = true
 		var m runtime.OutboxMessage
-		for _, c := range claimed {
+		for _, c := range res.Messages {
 			if c.ID == f.ID {
 				m = c
 				break
