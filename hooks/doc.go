@@ -102,7 +102,11 @@
 // (a save, or [Plugin.Enqueue], which takes no row lock): the writer takes
 // a per-aggregate lock held until the transaction ends, on PostgreSQL an
 // advisory lock and on MySQL a row of a lock table; SQLite serialises
-// writers anyway. Two transactions writing events of the same two
+// writers anyway. A Create whose primary key the database generates (an
+// auto-increment id, a column default) takes no such lock: no other
+// transaction can know the new aggregate before this one commits. A key set
+// before the INSERT (by the application, in BeforeCreate, a natural key), an
+// upsert, an update, a delete and Enqueue take it. Two transactions writing events of the same two
 // aggregates in opposite orders can deadlock, as with row locks, and the
 // application retries. How relays share the table, what happens to failed
 // and poison messages, the schema and each database's specifics are

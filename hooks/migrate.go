@@ -9,7 +9,7 @@ import (
 )
 
 // Migrate creates the outbox table, its indexes, its lease tables and
-// (PostgreSQL) its NOTIFY trigger if they do not exist, in one GORM
+// (PostgreSQL) its wake-up register if they do not exist, in one GORM
 // transaction of db (a savepoint when db is a transaction already, as a
 // migration tool's step is), in db's dialect: [sqlstore.MigrateOutboxTx]
 // for a GORM database. It is safe to run on every start. An empty table

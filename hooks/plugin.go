@@ -108,7 +108,10 @@ func New(cfg Config) (*Plugin, error) {
 // Name returns "outbox", the plugin's name in GORM.
 func (p *Plugin) Name() string { return "outbox" }
 
-const keyStartedTx = "outbox:started_transaction"
+const (
+	keyStartedTx     = "outbox:started_transaction"
+	keyNewAggregates = "outbox:new_aggregates"
+)
 
 // Initialize registers the plugin's callbacks on db and wraps db's
 // connection pool so that the commit and rollback of every transaction begun
@@ -130,6 +133,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	add := func(err error) { errs = append(errs, err) }
 
 	add(cb.Create().After("gorm:begin_transaction").Before("gorm:before_create").Register("outbox:begin", p.begin))
+	add(cb.Create().After("gorm:before_create").Before("gorm:create").Register("outbox:new_aggregates", noteNewAggregates))
 	add(cb.Create().After("gorm:after_create").Before("gorm:commit_or_rollback_transaction").Register("outbox:write", p.writeCreate))
 	add(cb.Create().After("gorm:commit_or_rollback_transaction").Register("outbox:commit", p.commit))
 
@@ -296,6 +300,72 @@ func (p *Plugin) commit(db *gorm.DB) {
 	db.Statement.ConnPool = started.prev
 }
 
+// noteNewAggregates runs just before a Create's INSERT, after the model
+// hooks: it notes the models whose primary key is still zero, so that the
+// database generates it (a sequence, an identity or a column default).
+// After the INSERT such a model is a new aggregate that no other
+// transaction can know of before this one ends, and its events need no
+// commit-order lock ([sqlstore.Row.NewAggregate]). An upsert (an ON
+// CONFLICT clause) may return an existing row's key instead, and a key
+// that GORM fills in from a Go default is known before the INSERT; neither
+// counts.
+func noteNewAggregates(db *gorm.DB) {
+	if db.Error != nil || skipsHooks(db) || !db.Statement.ReflectValue.IsValid() {
+		return
+	}
+	sch := db.Statement.Schema
+	if sch == nil || len(sch.PrimaryFields) == 0 || !reflect.PointerTo(sch.ModelType).Implements(recorderOwnerType) {
+		return
+	}
+	if _, upsert := db.Statement.Clauses["ON CONFLICT"]; upsert {
+		return
+	}
+	for _, f := range sch.PrimaryFields {
+		if f.DefaultValueInterface != nil {
+			return
+		}
+	}
+	defer recoverInto(db)
+	fresh := make(map[uintptr]bool)
+	ctx := db.Statement.Context
+	note := func(v reflect.Value) {
+		for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+			if v.IsNil() {
+				return
+			}
+			v = v.Elem()
+		}
+		if v.Type() != sch.ModelType || !v.CanAddr() {
+			return
+		}
+		for _, f := range sch.PrimaryFields {
+			if _, zero := f.ValueOf(ctx, v); !zero {
+				return
+			}
+		}
+		fresh[v.Addr().Pointer()] = true
+	}
+	switch rv := reflect.Indirect(db.Statement.ReflectValue); rv.Kind() {
+	case reflect.Slice, reflect.Array:
+		for i := range rv.Len() {
+			note(rv.Index(i))
+		}
+	default:
+		note(rv)
+	}
+	if len(fresh) > 0 {
+		db.InstanceSet(keyNewAggregates, fresh)
+	}
+}
+
+// newAggregates returns the models noteNewAggregates found, by address.
+func newAggregates(db *gorm.DB) map[uintptr]bool {
+	if v, ok := db.InstanceGet(keyNewAggregates); ok {
+		return v.(map[uintptr]bool)
+	}
+	return nil
+}
+
 func (p *Plugin) writeCreate(db *gorm.DB) { p.write(db, false) }
 
 func (p *Plugin) writeChanged(db *gorm.DB) { p.write(db, true) }
@@ -341,14 +411,24 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 		rows   []sqlstore.Row
 		states []*runtime.RecorderState // the recorder of rows[i]
 	)
+	var fresh map[uintptr]bool
+	if !needRows {
+		fresh = newAggregates(db)
+	}
 	for _, s := range srcs {
-		var err error
+		var (
+			err    error
+			fromPK bool
+		)
 		aggType, aggID = "", "" // not the previous aggregate's, if AggregateID panics
-		aggType, aggID, err = p.aggregate(db, s.value)
+		aggType, aggID, fromPK, err = p.aggregate(db, s.value)
 		if err != nil {
 			_ = db.AddError(&WriteError{AggregateType: aggType, Err: err})
 			return
 		}
+		// A model whose key the database generated in this statement, and
+		// whose aggregate id is that key, is a new aggregate.
+		newAgg := fromPK && fresh[s.value.Addr().Pointer()]
 		for _, r := range s.state.Pending() {
 			env, err := runtime.NewEnvelope(ctx, r.ID, r.Event, aggType, aggID)
 			if err != nil {
@@ -358,7 +438,7 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 			if custom {
 				env.Headers = headers
 			}
-			rows = append(rows, sqlstore.Row{Envelope: env, Topic: p.topic(env)})
+			rows = append(rows, sqlstore.Row{Envelope: env, Topic: p.topic(env), NewAggregate: newAgg})
 			states = append(states, s.state)
 		}
 	}
@@ -434,14 +514,14 @@ func (p *Plugin) topic(env runtime.Envelope) string {
 	return env.AggregateType
 }
 
-// aggregate derives the aggregate type and id of a model value.
-func (p *Plugin) aggregate(db *gorm.DB, v reflect.Value) (string, string, error) {
+// aggregate derives the aggregate type and id of a model value, and
+// reports whether the id is the model's primary key.
+func (p *Plugin) aggregate(db *gorm.DB, v reflect.Value) (aggType, aggID string, fromPK bool, err error) {
 	model := v.Addr().Interface()
 	sch, err := p.schemaOf(db, v)
 	if err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
-	aggType := ""
 	if t, ok := model.(AggregateTyper); ok {
 		aggType = t.AggregateType()
 	}
@@ -453,21 +533,21 @@ func (p *Plugin) aggregate(db *gorm.DB, v reflect.Value) (string, string, error)
 	}
 	if i, ok := model.(AggregateIDer); ok {
 		if id := i.AggregateID(); id != "" {
-			return aggType, id, nil
+			return aggType, id, false, nil
 		}
 	}
 	if sch == nil || len(sch.PrimaryFields) == 0 {
-		return aggType, "", fmt.Errorf("%w: %s has no primary key; implement AggregateID", ErrNoAggregateID, v.Type())
+		return aggType, "", false, fmt.Errorf("%w: %s has no primary key; implement AggregateID", ErrNoAggregateID, v.Type())
 	}
 	parts := make([]string, 0, len(sch.PrimaryFields))
 	for _, f := range sch.PrimaryFields {
 		val, zero := f.ValueOf(db.Statement.Context, v)
 		if zero {
-			return aggType, "", fmt.Errorf("%w: %s.%s is zero", ErrNoAggregateID, v.Type(), f.Name)
+			return aggType, "", false, fmt.Errorf("%w: %s.%s is zero", ErrNoAggregateID, v.Type(), f.Name)
 		}
 		parts = append(parts, fmt.Sprint(val))
 	}
-	return aggType, strings.Join(parts, ":"), nil
+	return aggType, strings.Join(parts, ":"), true, nil
 }
 
 func (p *Plugin) schemaOf(db *gorm.DB, v reflect.Value) (*schema.Schema, error) {

@@ -150,7 +150,9 @@ type Notifier interface {
 // relay has asked to be woken, so a busy application pays nothing for
 // wake-ups the relay does not need. The relay asks when it goes idle (see
 // [Config.ActivePeriod]) and then claims once more before it waits, so a
-// message committed while it was asking is not left to the next poll.
+// message committed while it was asking is not left to the next poll. A
+// store whose writers learn of a request with a delay (sqlstore on
+// PostgreSQL: up to 100 ms) also notifies once after that delay.
 type WakeRequester interface {
 	// RequestWake asks for notifications on behalf of owner (the
 	// [ClaimRequest.Owner] of its claims) until owner's next claim that

@@ -107,7 +107,7 @@ func (mysqlDialect) migrateLock(string) string { return "" }
 // has no Commit method) it begins one on q's pool, so that the
 // commit-order lock covers the rows' commit.
 func (d mysqlDialect) write(ctx context.Context, conn Querier, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error) {
-	if _, inTx := conn.(txCommitter); inTx || !orderLocks {
+	if _, inTx := conn.(txCommitter); inTx || !orderLocks || !slices.ContainsFunc(rows, needsOrderLock) {
 		return d.writeTx(ctx, conn, table, rows, orderLocks)
 	}
 	tx, err := beginOn(ctx, conn)
@@ -129,7 +129,7 @@ func (mysqlDialect) writeTx(ctx context.Context, conn Querier, table string, row
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
 		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
-		if orderLocks {
+		if orderLocks && slices.ContainsFunc(chunk, needsOrderLock) {
 			if _, err := conn.ExecContext(ctx, lockSlotsSQL(table, chunk)); err != nil {
 				return nil, fmt.Errorf("insert into %s: commit-order lock: %w", table, err)
 			}
@@ -165,13 +165,20 @@ func (mysqlDialect) writeTx(ctx context.Context, conn Querier, table string, row
 	return inserted, nil
 }
 
-// lockSlotsSQL locks the commit-order slots of rows' aggregates, in slot
-// order, creating the slots' rows on first use. The slots are numbers,
-// spliced into the statement so that it needs no prepared statement.
+// needsOrderLock reports whether r's aggregate needs the commit-order
+// lock: every row but those of a new aggregate.
+func needsOrderLock(r Row) bool { return !r.NewAggregate }
+
+// lockSlotsSQL locks the commit-order slots of the aggregates of rows that
+// need one (at least one must), in slot order, creating the slots' rows on
+// first use. The slots are numbers, spliced into the statement so that it
+// needs no prepared statement.
 func lockSlotsSQL(table string, rows []Row) string {
 	slots := make([]int, 0, len(rows))
 	for _, r := range rows {
-		slots = append(slots, int(aggregateHash(r.Envelope.AggregateType, r.Envelope.AggregateID)%lockSlots))
+		if needsOrderLock(r) {
+			slots = append(slots, int(aggregateHash(r.Envelope.AggregateType, r.Envelope.AggregateID)%lockSlots))
+		}
 	}
 	slices.Sort(slots)
 	slots = slices.Compact(slots)

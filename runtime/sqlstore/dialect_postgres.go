@@ -61,30 +61,21 @@ func (postgresDialect) ddl(table string) []string {
 )`,
 		// The wake-up register (Store.RequestWake): a sequence whose value
 		// is the time, in Unix milliseconds on the database's clock, until
-		// which some relay waits for a notification. Reading it is a plain
-		// function call (no query), so the trigger costs writers next to
-		// nothing while no relay waits, and setval is not transactional,
-		// so a request is seen at once by every writer.
+		// which some relay waits for a notification. setval is not
+		// transactional, so a request is seen at once by every writer that
+		// reads it (see writerWake).
 		`CREATE SEQUENCE IF NOT EXISTS ` + wakeSequence(table) + ` MINVALUE 0 START 0`,
-		// The statement trigger notifies only while a relay waits: a
-		// NOTIFY serializes the commits of the transactions that send it,
-		// so a busy application, whose relays poll while messages keep
-		// coming, should not send one per transaction.
-		// The function names the sequence by its schema-qualified name,
-		// found when it is created (a DO block): resolving it with the
-		// writer's search_path could fail a business transaction, and a
-		// function-level SET search_path costs every insert about 10%.
-		`DO $do$ BEGIN EXECUTE format($f$CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	IF pg_sequence_last_value(%L::regclass) > (extract(epoch FROM now()) * 1000)::bigint THEN
-		PERFORM pg_notify('` + base + `', '');
+		// Earlier versions notified from a statement trigger that read the
+		// register on every insert; writers now read it at most every
+		// 100 ms and notify themselves, which costs them next to nothing.
+		// (Looked up first: DROP TRIGGER locks the table even when there is
+		// none, and this runs at every start.)
+		`DO $$ BEGIN
+	IF EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + table + `'::regclass AND tgname = '` + base + `_notify') THEN
+		DROP TRIGGER ` + base + `_notify ON ` + table + `;
 	END IF;
-	RETURN NULL;
-END
-$$$f$, (SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-	WHERE c.oid = '` + wakeSequence(table) + `'::regclass)); END $do$`,
-		`CREATE OR REPLACE TRIGGER ` + base + `_notify AFTER INSERT ON ` + table +
-			` FOR EACH STATEMENT EXECUTE FUNCTION ` + fn + `()`,
+END $$`,
+		`DROP FUNCTION IF EXISTS ` + fn + `()`,
 	}
 }
 
@@ -127,8 +118,9 @@ var insertCasts = [...]string{"uuid", "text", "int4", "text", "text", "text", "t
 // events of one aggregate are serialised from the first write to the
 // commit, so the aggregate's ids follow commit order, whatever the write
 // path (an aggregate saved under its row lock, or Enqueue, which takes
-// none). ON CONFLICT (event_id) DO NOTHING RETURNING event_id reports the
-// inserted ids.
+// none). Rows of a new aggregate ([Row.NewAggregate]) need no lock; a chunk
+// of only such rows is a plain INSERT. ON CONFLICT (event_id) DO NOTHING
+// RETURNING event_id reports the inserted ids.
 func (d postgresDialect) write(ctx context.Context, conn Querier, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
@@ -151,30 +143,37 @@ func (d postgresDialect) insertSQL(table string, rows []Row, orderLocks bool) (s
 	if err != nil {
 		return "", nil, err
 	}
-	var b strings.Builder
-	var args []any
+	var locks []int32
 	if orderLocks {
-		// One lock per aggregate, in a stable order.
-		seen := make(map[int32]bool, len(rows))
-		var locks []int32
-		for _, r := range rows {
-			k := int32(aggregateHash(r.Envelope.AggregateType, r.Envelope.AggregateID))
-			if !seen[k] {
-				seen[k] = true
-				locks = append(locks, k)
-			}
-		}
-		slices.Sort(locks)
-		// The first key is the table's oid, so outbox tables of other
-		// schemas (or databases' other two-key advisory locks) do not
-		// share the locks.
-		args = append(make([]any, 0, 1+len(vals)), locks)
-		b.WriteString("WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(('" + table +
-			"'::regclass::oid::int8 - 2147483648)::int4, k) FROM unnest($1::int4[]) AS u(k) ORDER BY k) ")
+		locks = orderLockKeys(rows)
 	}
+	var b strings.Builder
+	if len(locks) == 0 {
+		b.WriteString("INSERT INTO " + table + " (" + insertColumns + ") VALUES ")
+		for i := range rows {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteByte('(')
+			for j := range len(insertCasts) {
+				if j > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(d.ph(i*len(insertCasts) + j + 1))
+			}
+			b.WriteByte(')')
+		}
+		b.WriteString(" ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
+		return b.String(), vals, nil
+	}
+	// The first key is the table's oid, so outbox tables of other schemas
+	// (or databases' other two-key advisory locks) do not share the locks.
+	args := append(make([]any, 0, 1+len(vals)), locks)
+	b.WriteString("WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(('" + table +
+		"'::regclass::oid::int8 - 2147483648)::int4, k) FROM unnest($1::int4[]) AS u(k) ORDER BY k) ")
 	args = append(args, vals...)
 	b.WriteString("INSERT INTO " + table + " (" + insertColumns + ") SELECT * FROM (VALUES ")
-	n := len(args) - len(vals)
+	n := 1
 	for i := range rows {
 		if i > 0 {
 			b.WriteString(", ")
@@ -189,14 +188,23 @@ func (d postgresDialect) insertSQL(table string, rows []Row, orderLocks bool) (s
 		}
 		b.WriteByte(')')
 	}
-	b.WriteString(") AS v")
-	if orderLocks {
-		// The gate is evaluated once, before the first row is produced and
-		// so before any row takes its id from the sequence.
-		b.WriteString(" WHERE (SELECT count(*) FROM l) > 0")
-	}
-	b.WriteString(" ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
+	// The gate is evaluated once, before the first row is produced and so
+	// before any row takes its id from the sequence.
+	b.WriteString(") AS v WHERE (SELECT count(*) FROM l) > 0 ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
 	return b.String(), args, nil
+}
+
+// orderLockKeys returns the sorted, distinct commit-order lock keys of the
+// aggregates of rows that need one: every row but those of a new aggregate.
+func orderLockKeys(rows []Row) []int32 {
+	var keys []int32
+	for _, r := range rows {
+		if !r.NewAggregate {
+			keys = append(keys, int32(aggregateHash(r.Envelope.AggregateType, r.Envelope.AggregateID)))
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
 }
 
 func (postgresDialect) leaseTx() *sql.TxOptions { return nil }

@@ -20,8 +20,10 @@ const (
 )
 
 // Listen waits for PostgreSQL notifications on the outbox table's channel
-// (sent by the statement trigger that [MigrateOutbox] installs) and calls notify
-// for each, after one initial call once it is listening. It holds one pool
+// (sent by writers while a relay waits: see [Store.RequestWake]) and calls
+// notify for each, after one initial call once it is listening, and once
+// more shortly after each RequestWake through this store. notify may be
+// called from another goroutine than Listen's. It holds one pool
 // connection, which it discards when it returns, and checks every 15s that
 // the connection still answers within 5s. It returns ctx.Err() when ctx is
 // done and the connection's error when the connection fails. On SQLite and
@@ -55,6 +57,9 @@ func (postgresDialect) listen(ctx context.Context, s *Store, notify func()) erro
 			lerr = fmt.Errorf("sqlstore: listen: %w", err)
 			return driver.ErrBadConn
 		}
+		p := &notify
+		s.listening.Store(p)
+		defer s.listening.CompareAndSwap(p, nil)
 		notify()
 		for {
 			wctx, cancel := context.WithTimeout(ctx, listenCheckEvery)

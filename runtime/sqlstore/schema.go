@@ -63,8 +63,8 @@ func CheckTable(name string, maxBase int) error {
 	return nil
 }
 
-// baseName is the unqualified table name, used to name indexes, functions,
-// triggers and the NOTIFY channel.
+// baseName is the unqualified table name, used to name indexes, sequences
+// and the NOTIFY channel.
 func baseName(table string) string {
 	if i := strings.LastIndexByte(table, '.'); i >= 0 {
 		return table[i+1:]
@@ -128,7 +128,7 @@ func seedLeases(table, conflict string) string {
 
 // OutboxDDL returns the statements that create the outbox table, its
 // indexes, the two small tables relays share it through (leases per shard,
-// relays alive) and, for PostgreSQL, the NOTIFY trigger (for MySQL, the
+// relays alive) and, for PostgreSQL, the wake-up register (for MySQL, the
 // commit-order lock table), for users who run their own migrations. The
 // statements are idempotent, and bring a table created by an earlier
 // version up to date. An empty table means [DefaultTable]. It returns an
@@ -148,7 +148,7 @@ func OutboxDDL(d Dialect, table string) ([]string, error) {
 }
 
 // MigrateOutbox creates the outbox table, its indexes, its lease tables
-// and (PostgreSQL) its NOTIFY trigger if they do not exist, in one
+// and (PostgreSQL) its wake-up register if they do not exist, in one
 // transaction (on MySQL and MariaDB, whose DDL commits implicitly, the
 // statements are idempotent instead). Concurrent runs on PostgreSQL are
 // serialised by an advisory lock. It is safe to run on every start. An

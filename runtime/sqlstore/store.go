@@ -131,6 +131,8 @@ type Store struct {
 	// wake holds the dialect's wake-up statements (see dialect.wakeSQL),
 	// built once.
 	wake struct{ request, cancel string }
+	// listening is the notify function of a running Listen, or nil.
+	listening atomic.Pointer[func()]
 
 	mu     sync.Mutex
 	owners map[string]*ownerLease
@@ -284,17 +286,20 @@ func (s *Store) claimAgainIn(o *ownerLease) time.Duration {
 	return max(time.Until(o.nextRenew), time.Millisecond)
 }
 
-// RequestWake implements [relay.WakeRequester]. On PostgreSQL, the outbox
-// table's trigger sends a NOTIFY only while some relay has asked for one:
-// the sequence <table>_wake holds the time until which a relay waits.
-// RequestWake sets it to at least now plus LeaseTTL, owner's lease renewals
-// extend it while owner waits, and owner's next claim that returns messages
-// (or its release) clears it. (Another relay that still waits sets it again
-// at its next renewal, within a second, and polls meanwhile.) A relay that
-// polls while messages keep coming, as [relay.Relay] does, thus costs
-// writers nothing for its wake-ups while the application is busy, and the
-// trigger reads the sequence with a function call, no query. On SQLite and
-// MySQL, whose writers notify nothing, it does nothing.
+// RequestWake implements [relay.WakeRequester]. On PostgreSQL, writers
+// ([Writer], and so the GORM plugin) send a NOTIFY with their rows only
+// while some relay has asked for one: the sequence <table>_wake holds the
+// time until which a relay waits. RequestWake sets it to at least now plus
+// LeaseTTL, owner's lease renewals extend it while owner waits, and owner's
+// next claim that returns messages (or its release) clears it. (Another
+// relay that still waits sets it again at its next renewal, within a
+// second, and polls meanwhile.) A relay that polls while messages keep
+// coming, as [relay.Relay] does, thus costs writers nothing for its
+// wake-ups while the application is busy. Writers read the register at
+// most every 100 ms, so a running [Store.Listen] also wakes the relay once
+// 250 ms after the request, for rows written by writers that had not read
+// it yet. On SQLite and MySQL, whose writers notify nothing, it does
+// nothing.
 func (s *Store) RequestWake(ctx context.Context, owner string) error {
 	if s.wake.request == "" {
 		return nil
@@ -306,6 +311,7 @@ func (s *Store) RequestWake(ctx context.Context, owner string) error {
 		return fmt.Errorf("sqlstore: request wake-up: %w", err)
 	}
 	o.waiting = true
+	s.settleWake()
 	return nil
 }
 

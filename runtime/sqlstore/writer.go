@@ -16,6 +16,17 @@ import (
 type Row struct {
 	Envelope runtime.Envelope
 	Topic    string
+
+	// NewAggregate reports that the event's aggregate was created by the
+	// writing transaction with an identifier the database generated (an
+	// INSERT that took its primary key from a sequence or a column
+	// default), so no other transaction can write events of that aggregate
+	// before this one ends. Such a row needs no commit-order lock (see
+	// "Commit order" in the package documentation), and [Writer.Write]
+	// takes none for it. Setting it for any other row can publish the
+	// aggregate's events out of order. Package hooks sets it for a GORM
+	// Create that got its primary key from the database.
+	NewAggregate bool
 }
 
 const insertColumns = "event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at, shard"
@@ -43,6 +54,7 @@ type Writer struct {
 	d          dialect
 	table      string
 	orderLocks bool
+	wake       *writerWake // PostgreSQL: notifies a waiting relay; nil elsewhere
 }
 
 // NewWriter returns a writer of table (empty: [DefaultTable]) in dialect d.
@@ -58,7 +70,11 @@ func NewWriter(d Dialect, table string, cfg WriterConfig) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{d: impl, table: table, orderLocks: !cfg.SkipOrderLocks}, nil
+	w := &Writer{d: impl, table: table, orderLocks: !cfg.SkipOrderLocks}
+	if d == Postgres {
+		w.wake = newWriterWake(table)
+	}
+	return w, nil
 }
 
 // Write inserts rows through q, skipping event ids that already have a
@@ -68,7 +84,11 @@ func NewWriter(d Dialect, table string, cfg WriterConfig) (*Writer, error) {
 //
 // Before any row gets its id, Write takes the commit-order lock of each
 // aggregate of rows, held until the transaction ends (see "Commit order" in
-// the package documentation). On MySQL that lock needs a transaction: when
+// the package documentation), but for rows of a new aggregate
+// ([Row.NewAggregate]). On PostgreSQL, while a relay waits for a wake-up
+// ([Store.RequestWake]), Write also sends a NOTIFY through q, delivered
+// when the transaction commits; it learns of a request within 100 ms (one
+// short query per 100 ms per Writer). On MySQL that lock needs a transaction: when
 // q is not one (it has no Commit method), Write runs the insert in a
 // transaction of its own, begun on q through a BeginTx method returning a
 // *sql.Tx (a *sql.DB, a *sql.Conn) or a GetDBConn method (GORM's pools).
@@ -76,7 +96,14 @@ func (w *Writer) Write(ctx context.Context, q Querier, rows []Row) (inserted map
 	if len(rows) == 0 {
 		return map[uuid.UUID]bool{}, nil
 	}
-	return w.d.write(ctx, q, w.table, rows, w.orderLocks)
+	inserted, err = w.d.write(ctx, q, w.table, rows, w.orderLocks)
+	if err != nil || len(inserted) == 0 || w.wake == nil {
+		return inserted, err
+	}
+	if err := w.wake.afterInsert(ctx, q); err != nil {
+		return nil, fmt.Errorf("insert into %s: %w", w.table, err)
+	}
+	return inserted, nil
 }
 
 // txCommitter is a transaction: a *sql.Tx, or GORM's transaction.

@@ -548,7 +548,7 @@ func migrateCommand() *command {
 	c := &command{
 		name: "migrate", summary: "create the outbox table (and the inbox table) if they do not exist",
 		help: `Creates the outbox table, its indexes and lease tables (and on PostgreSQL
-its wake-up trigger) if they do not exist; with --inbox, the consumers' inbox
+its wake-up register) if they do not exist; with --inbox, the consumers' inbox
 table too. Safe to run on every deploy.
 
 With --partition-interval (PostgreSQL), a new outbox table is partitioned by
