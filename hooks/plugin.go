@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -90,6 +91,10 @@ type Plugin struct {
 
 	schemas sync.Map // reflect.Type → *schema.Schema for models that are not the statement's schema
 
+	typeNames sync.Map // reflect.Type → its default aggregate type (see typeName)
+
+	newKeys sync.Map // *schema.Schema → bool: Creates of it can make new aggregates (see noteNewAggregates)
+
 	controlStmts sync.Map // *sql.Stmt → struct{}: prepared transaction-control statements (see trackedTx.PrepareContext)
 
 	noOrderLocks bool // tests only: skip the per-aggregate commit-order locks, to measure their cost
@@ -133,7 +138,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	add := func(err error) { errs = append(errs, err) }
 
 	add(cb.Create().After("gorm:begin_transaction").Before("gorm:before_create").Register("outbox:begin", p.begin))
-	add(cb.Create().After("gorm:before_create").Before("gorm:create").Register("outbox:new_aggregates", noteNewAggregates))
+	add(cb.Create().After("gorm:before_create").Before("gorm:create").Register("outbox:new_aggregates", p.noteNewAggregates))
 	add(cb.Create().After("gorm:after_create").Before("gorm:commit_or_rollback_transaction").Register("outbox:write", p.writeCreate))
 	add(cb.Create().After("gorm:commit_or_rollback_transaction").Register("outbox:commit", p.commit))
 
@@ -309,21 +314,16 @@ func (p *Plugin) commit(db *gorm.DB) {
 // CONFLICT clause) may return an existing row's key instead, and a key
 // that GORM fills in from a Go default is known before the INSERT; neither
 // counts.
-func noteNewAggregates(db *gorm.DB) {
+func (p *Plugin) noteNewAggregates(db *gorm.DB) {
 	if db.Error != nil || skipsHooks(db) || !db.Statement.ReflectValue.IsValid() {
 		return
 	}
 	sch := db.Statement.Schema
-	if sch == nil || len(sch.PrimaryFields) == 0 || !reflect.PointerTo(sch.ModelType).Implements(recorderOwnerType) {
+	if sch == nil || !p.makesNewAggregates(sch) {
 		return
 	}
 	if _, upsert := db.Statement.Clauses["ON CONFLICT"]; upsert {
 		return
-	}
-	for _, f := range sch.PrimaryFields {
-		if f.DefaultValueInterface != nil {
-			return
-		}
 	}
 	defer recoverInto(db)
 	fresh := make(map[uintptr]bool)
@@ -356,6 +356,22 @@ func noteNewAggregates(db *gorm.DB) {
 	if len(fresh) > 0 {
 		db.InstanceSet(keyNewAggregates, fresh)
 	}
+}
+
+// makesNewAggregates reports whether a Create of sch's models can make new
+// aggregates: they record events and their primary key has no Go default.
+func (p *Plugin) makesNewAggregates(sch *schema.Schema) bool {
+	if ok, known := p.newKeys.Load(sch); known {
+		return ok.(bool)
+	}
+	ok := len(sch.PrimaryFields) > 0 && reflect.PointerTo(sch.ModelType).Implements(recorderOwnerType)
+	for _, f := range sch.PrimaryFields {
+		if f.DefaultValueInterface != nil {
+			ok = false
+		}
+	}
+	p.newKeys.Store(sch, ok)
+	return ok
 }
 
 // newAggregates returns the models noteNewAggregates found, by address.
@@ -525,11 +541,8 @@ func (p *Plugin) aggregate(db *gorm.DB, v reflect.Value) (aggType, aggID string,
 	if t, ok := model.(AggregateTyper); ok {
 		aggType = t.AggregateType()
 	}
-	if aggType == "" && sch != nil {
-		aggType = schema.NamingStrategy{}.ColumnName("", sch.Name)
-	}
 	if aggType == "" {
-		aggType = schema.NamingStrategy{}.ColumnName("", v.Type().Name())
+		aggType = p.typeName(sch, v.Type())
 	}
 	if i, ok := model.(AggregateIDer); ok {
 		if id := i.AggregateID(); id != "" {
@@ -545,9 +558,51 @@ func (p *Plugin) aggregate(db *gorm.DB, v reflect.Value) (aggType, aggID string,
 		if zero {
 			return aggType, "", false, fmt.Errorf("%w: %s.%s is zero", ErrNoAggregateID, v.Type(), f.Name)
 		}
-		parts = append(parts, fmt.Sprint(val))
+		parts = append(parts, keyString(val))
+	}
+	if len(parts) == 1 {
+		return aggType, parts[0], true, nil
 	}
 	return aggType, strings.Join(parts, ":"), true, nil
+}
+
+// keyString formats a primary key value as fmt.Sprint does, without its
+// reflection for the usual key types.
+func keyString(v any) string {
+	switch k := v.(type) {
+	case int64:
+		return strconv.FormatInt(k, 10)
+	case int:
+		return strconv.Itoa(k)
+	case int32:
+		return strconv.FormatInt(int64(k), 10)
+	case uint64:
+		return strconv.FormatUint(k, 10)
+	case uint:
+		return strconv.FormatUint(uint64(k), 10)
+	case uint32:
+		return strconv.FormatUint(uint64(k), 10)
+	case string:
+		return k
+	}
+	return fmt.Sprint(v)
+}
+
+// typeName is the default aggregate type of models of type t: the GORM
+// schema name (or the type's) in snake_case, computed once per type.
+func (p *Plugin) typeName(sch *schema.Schema, t reflect.Type) string {
+	if n, ok := p.typeNames.Load(t); ok {
+		return n.(string)
+	}
+	n := ""
+	if sch != nil {
+		n = schema.NamingStrategy{}.ColumnName("", sch.Name)
+	}
+	if n == "" {
+		n = schema.NamingStrategy{}.ColumnName("", t.Name())
+	}
+	p.typeNames.Store(t, n)
+	return n
 }
 
 func (p *Plugin) schemaOf(db *gorm.DB, v reflect.Value) (*schema.Schema, error) {

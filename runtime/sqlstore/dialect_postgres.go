@@ -118,9 +118,10 @@ var insertCasts = [...]string{"uuid", "text", "int4", "text", "text", "text", "t
 // events of one aggregate are serialised from the first write to the
 // commit, so the aggregate's ids follow commit order, whatever the write
 // path (an aggregate saved under its row lock, or Enqueue, which takes
-// none). Rows of a new aggregate ([Row.NewAggregate]) need no lock; a chunk
-// of only such rows is a plain INSERT. ON CONFLICT (event_id) DO NOTHING
-// RETURNING event_id reports the inserted ids.
+// none). Rows of a new aggregate ([Row.NewAggregate]) need no lock, nor
+// deduplication: a chunk of only such rows is a plain INSERT. Otherwise ON
+// CONFLICT (event_id) DO NOTHING RETURNING event_id reports the inserted
+// ids.
 func (d postgresDialect) write(ctx context.Context, conn Querier, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
@@ -163,7 +164,14 @@ func (d postgresDialect) insertSQL(table string, rows []Row, orderLocks bool) (s
 			}
 			b.WriteByte(')')
 		}
-		b.WriteString(" ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
+		if !slices.ContainsFunc(rows, needsOrderLock) {
+			// Only new aggregates: their events cannot have rows yet, and
+			// leaving out the ON CONFLICT arbiter saves an index probe
+			// per row. A duplicate event id fails the write instead.
+			b.WriteString(" RETURNING event_id")
+		} else {
+			b.WriteString(" ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
+		}
 		return b.String(), vals, nil
 	}
 	// The first key is the table's oid, so outbox tables of other schemas

@@ -23,9 +23,12 @@ type Row struct {
 	// default), so no other transaction can write events of that aggregate
 	// before this one ends. Such a row needs no commit-order lock (see
 	// "Commit order" in the package documentation), and [Writer.Write]
-	// takes none for it. Setting it for any other row can publish the
-	// aggregate's events out of order. Package hooks sets it for a GORM
-	// Create that got its primary key from the database.
+	// takes none for it. Its event cannot have a row yet either: on
+	// PostgreSQL a write of only such rows leaves out the deduplication on
+	// the event id, and an event id that has a row fails the write (a
+	// unique violation) rather than be skipped. Setting it for any other
+	// row can publish the aggregate's events out of order. Package hooks
+	// sets it for a GORM Create that got its primary key from the database.
 	NewAggregate bool
 }
 

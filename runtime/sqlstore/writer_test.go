@@ -65,3 +65,40 @@ func stats(t *testing.T, db *sql.DB) relay.Stats {
 	}
 	return st
 }
+
+// TestWriterNewAggregateRowsAreInsertedOnce: rows of a new aggregate are
+// written as any other (and on MySQL and SQLite deduplicated as any other),
+// but on PostgreSQL, where they skip the deduplication, an event id that
+// already has a row fails the write: it is neither skipped silently nor
+// written twice, and the table keeps one row per event id.
+func TestWriterNewAggregateRowsAreInsertedOnce(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			db := migrated(t, d)
+			ctx := context.Background()
+			w, err := sqlstore.NewWriter(d, "", sqlstore.WriterConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows := writeRows("1", "2")
+			for i := range rows {
+				rows[i].NewAggregate = true
+			}
+			inserted, err := w.Write(ctx, db, rows)
+			if err != nil || len(inserted) != 2 {
+				t.Fatalf("Write of new aggregates' rows = %v, %v; want both inserted", inserted, err)
+			}
+			inserted, err = w.Write(ctx, db, rows)
+			if d == sqlstore.Postgres {
+				if err == nil {
+					t.Errorf("Write of new aggregates' rows that have rows = %v, nil; want a unique violation", inserted)
+				}
+			} else if err != nil || len(inserted) != 0 {
+				t.Errorf("Write again = %v, %v; want nothing inserted", inserted, err)
+			}
+			if st := stats(t, db); st.Pending != 2 {
+				t.Errorf("pending = %d, want 2", st.Pending)
+			}
+		})
+	}
+}
