@@ -28,7 +28,7 @@ func TestRelaybenchRuns(t *testing.T) {
 		"| Watermill forwarder, poll 10ms | ", "| " + batchedLabel + " | ", "| " + batchedDeleteLabel + " | ",
 		"| ours(1) / batched | ", "| ours(2) / ours(1) | ", "| ours(1) / Watermill forwarder, defaults | ", "| ours(1) / batched DELETE | ",
 		"### 2. Latency", "| ours, defaults | ", "| batched relay, poll 10ms | ",
-		"### 3. Save", "| " + saveHooks + " | ", "| " + saveByHand + " | ", "| " + saveNoWake + " | ", "| " + saveRelay + " | ", "| " + saveRelayNoWake + " | ", "| plugin / by hand | ", "| with a relay running: plugin / plugin with the register dropped",
+		"### 3. Save", "| " + saveHooks + " | ", "| " + saveByHand + " | ", "| " + saveNoWake + " | ", "| " + saveRelay + " | ", "| " + saveRelayNoWake + " | ", "| plugin / by hand | ", "| with a relay running: plugin / plugin with the register dropped", "NOTIFYs the writers sent while our relay ran",
 		"### 4. Consumer", "| " + consumeInbox + " | ", "| " + consumeNoInbox + " | ", "| with / without the inbox | ",
 		"| " + consumeRunInbox + " | ", "| " + consumeRunNoInbox + " | ", "| Run: with / without the inbox | ", "| Run with the inbox / router with the inbox | ",
 		"### 5. Idle", "| " + idleBroker + " | ", "| " + idleRelay + " | ", "| " + idleDiff + " | ",

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime/relay"
@@ -17,8 +18,8 @@ import (
 )
 
 const (
-	saveHooks         = "hooks plugin"
-	saveByHand        = "outbox row by hand (plain INSERT, no plugin)"
+	saveHooks       = "hooks plugin"
+	saveByHand      = "outbox row by hand (plain INSERT, no plugin)"
 	saveNoWake      = "hooks plugin, wake-up register dropped (writers never notify)"
 	saveRelay       = "hooks plugin, our relay running on its own pool"
 	saveRelayNoWake = "hooks plugin, wake-up register dropped, our relay running on its own pool (polling)"
@@ -68,6 +69,7 @@ func (b *bench) saveSection(ctx context.Context) error {
 		variant{label: saveNoWake, write: viaPlugin},
 		variant{label: saveRelayNoWake, write: viaPlugin, relay: true})
 	res := newResults()
+	notes := map[string]int64{} // notifications sent while our relay ran, by variant
 	for rep := range o.reps {
 		for _, v := range variants {
 			b.progress("save rep %d: %s", rep+1, v.label)
@@ -77,15 +79,20 @@ func (b *bench) saveSection(ctx context.Context) error {
 					return fmt.Errorf("drop the wake-up register: %w", err)
 				}
 			}
-			var stop func() error
+			var stop, stopCount func() error
+			var count *atomic.Int64
 			if v.relay {
-				if stop, err = b.startRelay(ctx); err != nil {
+				if count, stopCount, err = b.countNotifications(ctx); err != nil {
 					return err
+				}
+				if stop, err = b.startRelay(ctx); err != nil {
+					return errors.Join(err, stopCount())
 				}
 			}
 			rate, err := b.runSave(ctx, v.write)
 			if stop != nil {
-				err = errors.Join(err, stop())
+				err = errors.Join(err, stop(), stopCount())
+				notes[v.label] += count.Load()
 			}
 			if noWake {
 				if rerr := b.plain.Exec(restore).Error; rerr != nil {
@@ -106,7 +113,39 @@ func (b *bench) saveSection(ctx context.Context) error {
 		{"plugin / plugin with the wake-up register dropped (its read, every 100 ms)", saveHooks, saveNoWake},
 		{"with a relay running: plugin / plugin with the register dropped (the wake-ups' cost to writers)", saveRelay, saveRelayNoWake},
 	})
+	fmt.Fprintf(b.out, "\nNOTIFYs the writers sent while our relay ran (all repetitions, counted by a LISTEN connection): %d with the register, %d with it dropped.\n",
+		notes[saveRelay], notes[saveRelayNoWake])
 	return nil
+}
+
+// countNotifications listens on the outbox table's channel on a connection
+// of its own and counts the notifications until the returned function
+// stops it.
+func (b *bench) countNotifications(ctx context.Context) (*atomic.Int64, func() error, error) {
+	conn, err := pgx.Connect(ctx, b.dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `LISTEN "`+sqlstore.DefaultTable+`"`); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("listen: %w", err), conn.Close(ctx))
+	}
+	var n atomic.Int64
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if _, err := conn.WaitForNotification(lctx); err != nil {
+				return
+			}
+			n.Add(1)
+		}
+	}()
+	return &n, func() error {
+		cancel()
+		<-done
+		return conn.Close(context.Background())
+	}, nil
 }
 
 var sequenceRE = regexp.MustCompile(`(?is)^\s*CREATE\s+SEQUENCE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+_wake)\s`)

@@ -19,9 +19,12 @@ import (
 // process. A writer may thus miss a request for up to wakeCheckEvery, so
 // [Store.Listen] also wakes the relay once wakeSettle after each request:
 // rows committed by such writers are claimed then, not at the next poll.
+// While a relay waits, writers read the register again every 5 ms, so that
+// once the relay is awake and busy they stop notifying at once.
 const (
-	wakeCheckEvery = 100 * time.Millisecond
-	wakeSettle     = 2*wakeCheckEvery + 50*time.Millisecond
+	wakeCheckEvery          = 100 * time.Millisecond
+	wakeRecheckWhileWaiting = 5 * time.Millisecond
+	wakeSettle              = 2*wakeCheckEvery + 50*time.Millisecond
 )
 
 // writerWake is a Writer's cached view of the wake-up register.
@@ -61,6 +64,10 @@ func (w *writerWake) afterInsert(ctx context.Context, q Querier) error {
 		until := int64(0)
 		if left.Valid && left.Int64 > 0 {
 			until = now + left.Int64*int64(time.Millisecond)
+			// The relay clears the register when a claim finds messages:
+			// read it again soon, so that a burst of writes after an idle
+			// period stops notifying within a few milliseconds.
+			w.next.Store(now + int64(wakeRecheckWhileWaiting))
 		}
 		w.until.Store(until)
 	}
