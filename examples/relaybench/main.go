@@ -35,7 +35,8 @@
 //   - save: GORM transactions per second of -producers writers for
 //     -duration, each creating a business row and one event: through the hooks
 //     plugin, with the outbox row written by hand (a plain INSERT, no plugin),
-//     and through the plugin with the outbox table's NOTIFY trigger dropped.
+//     and through the plugin with the wake-up register dropped (writers never
+//     notify); the plugin again with our relay running, and the NOTIFYs sent.
 //   - consumer: events/s of runtime/consumer reading -consumer-events events
 //     from kfake, the handler writing one row, with the inbox and without it
 //     (HandleWithoutInbox), in a Watermill router (one message at a time)

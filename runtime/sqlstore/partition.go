@@ -110,7 +110,7 @@ func boundTime(u uuid.UUID) time.Time {
 // partitioned table must, and so does the event id index, which stays
 // unique across the whole table. A DEFAULT partition takes the rows whose
 // event id falls in no time partition (ids of other versions, or past the
-// partitions created ahead). The indexes, tables and trigger that follow
+// partitions created ahead). The indexes, tables and sequence that follow
 // are the plain table's, created on the partitioned table.
 func (d postgresDialect) partitionedDDL(table string) []string {
 	plain := d.ddl(table)
