@@ -33,19 +33,7 @@ func writersNotifyOnlyWhileARelayWaits(t *testing.T, db *sql.DB) {
 		t.Fatal(err)
 	}
 	// The listener: LISTEN on a connection of its own.
-	lc, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
-	var listener *pgx.Conn
-	if err := lc.Raw(func(dc any) error {
-		listener = dc.(*stdlib.Conn).Conn()
-		_, err := listener.Exec(ctx, `LISTEN "`+sqlstore.DefaultTable+`"`)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	lc, listener := listenOn(t, db)
 	// writer returns a function that writes one event from a connection
 	// of its own, and that connection's process id.
 	writer := func(agg string) (func(), uint32) {
@@ -237,19 +225,16 @@ func TestWritersNotifyWhateverTheirSearchPath(t *testing.T) {
 	}
 }
 
-// listenFor listens on the default table's channel while write runs, and
-// reports whether a notification from the session of process id sender
-// arrived: it sends one of its own afterwards, which PostgreSQL delivers
-// after any sent by transactions that committed before. (Channels are per
-// database: other tests' writers notify on it too.)
-func listenFor(t *testing.T, db *sql.DB, sender uint32, write func()) bool {
+// listenOn returns a connection of its own listening on the default
+// table's channel, closed when the test ends, and its pgx connection.
+func listenOn(t *testing.T, db *sql.DB) (*sql.Conn, *pgx.Conn) {
 	t.Helper()
 	ctx := context.Background()
 	lc, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lc.Close()
+	t.Cleanup(func() { lc.Close() })
 	var listener *pgx.Conn
 	if err := lc.Raw(func(dc any) error {
 		listener = dc.(*stdlib.Conn).Conn()
@@ -258,12 +243,24 @@ func listenFor(t *testing.T, db *sql.DB, sender uint32, write func()) bool {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return lc, listener
+}
+
+// listenFor listens on the default table's channel while write runs, and
+// reports whether a notification from the session of process id sender
+// arrived: it sends one of its own afterwards, which PostgreSQL delivers
+// after any sent by transactions that committed before. (Channels are per
+// database: other tests' writers notify on it too.)
+func listenFor(t *testing.T, db *sql.DB, sender uint32, write func()) bool {
+	t.Helper()
+	ctx := context.Background()
+	lc, listener := listenOn(t, db)
 	write()
 	if _, err := db.ExecContext(ctx, `SELECT pg_notify($1, 'sentinel')`, sqlstore.DefaultTable); err != nil {
 		t.Fatal(err)
 	}
 	var mine int
-	err = lc.Raw(func(any) error {
+	err := lc.Raw(func(any) error {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		for {
