@@ -26,6 +26,7 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // warmTopic receives the messages that warm publishers up, so that they
@@ -238,9 +239,12 @@ func (b *bench) relaySection(ctx context.Context) error {
 	var paths []path
 	for _, k := range o.relays {
 		paths = append(paths, path{oursLabel(k), o.events, func(ctx context.Context, rep int) (time.Duration, error) {
-			return b.drainOurs(ctx, k, rep == 0 && k == 1)
+			return b.drainOurs(ctx, k, rep == 0 && k == 1, sqlstore.StoreConfig{})
 		}})
 	}
+	paths = append(paths, path{oursDeleteLabel, o.events, func(ctx context.Context, _ int) (time.Duration, error) {
+		return b.drainOurs(ctx, 1, false, sqlstore.StoreConfig{DeletePublished: true})
+	}})
 	paths = append(paths,
 		path{"naive loop (claim 100, per row: produce + UPDATE)", o.naive, func(ctx context.Context, _ int) (time.Duration, error) {
 			if err := b.prefillPlain(ctx, o.naive); err != nil {
@@ -292,6 +296,8 @@ func (b *bench) relaySection(ctx context.Context) error {
 		ratio{"ours(1) / Watermill forwarder, defaults", one, "Watermill forwarder, defaults (poll 1s)"},
 		ratio{"ours(1) / Watermill forwarder, poll 10ms", one, "Watermill forwarder, poll 10ms"},
 		ratio{"ours(1) / batched DELETE", one, batchedDeleteLabel},
+		ratio{"ours, 1 relay, DeletePublished / batched DELETE", oursDeleteLabel, batchedDeleteLabel},
+		ratio{"ours, 1 relay, DeletePublished / ours(1)", oursDeleteLabel, one},
 		ratio{"batched DELETE / batched", batchedDeleteLabel, batchedLabel},
 		ratio{"ours(1) / naive loop", one, "naive loop (claim 100, per row: produce + UPDATE)"},
 	)
@@ -306,6 +312,7 @@ func (b *bench) relaySection(ctx context.Context) error {
 }
 
 const (
+	oursDeleteLabel    = "ours, 1 relay, StoreConfig.DeletePublished (the mark is a DELETE)"
 	batchedLabel       = "batched relay (claim SKIP LOCKED, 1 write, UPDATE = ANY)"
 	batchedDeleteLabel = "batched relay, DELETE instead of UPDATE"
 )
@@ -326,7 +333,7 @@ func effectiveBatch(b int) int {
 
 // drainOurs pre-fills the outbox and drains it with k relays, each with its
 // own pool, store and publisher.
-func (b *bench) drainOurs(ctx context.Context, k int, profile bool) (time.Duration, error) {
+func (b *bench) drainOurs(ctx context.Context, k int, profile bool, cfg sqlstore.StoreConfig) (time.Duration, error) {
 	if err := prefill(ctx, b.db, b.plugin, b.ev, b.o.events, b.o.aggregates); err != nil {
 		return 0, err
 	}
@@ -337,7 +344,7 @@ func (b *bench) drainOurs(ctx context.Context, k int, profile bool) (time.Durati
 		if err != nil {
 			return 0, err
 		}
-		s, err := newStore(db)
+		s, err := newStoreWith(db, cfg)
 		if err != nil {
 			return 0, err
 		}

@@ -163,11 +163,16 @@ type relayStore interface {
 // newStore returns the outbox store the relay reads, with its defaults, on
 // db's connection pool. It is the program's only place that builds one.
 func newStore(db *gorm.DB) (relayStore, error) {
+	return newStoreWith(db, sqlstore.StoreConfig{})
+}
+
+// newStoreWith is newStore with cfg instead of the defaults.
+func newStoreWith(db *gorm.DB, cfg sqlstore.StoreConfig) (relayStore, error) {
 	sqlDB, err := db.DB()
 	if err != nil {
 		return nil, err
 	}
-	return sqlstore.NewStore(sqlDB, sqlstore.StoreConfig{})
+	return sqlstore.NewStore(sqlDB, cfg)
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {

@@ -139,7 +139,8 @@ type dialect interface {
 	// published, on the clock retention compares with.
 	publishedSet() (string, []any)
 	// updateFenced runs "UPDATE table SET set" on the pending rows of ids in
-	// the shards that owner holds; set's placeholders come first. A
+	// the shards that owner holds; set's placeholders come first. An empty
+	// set deletes those rows instead (StoreConfig.DeletePublished). A
 	// non-nil events bounds the rows' event ids too (the event ids of the
 	// ids' rows lie within it), so that on a partitioned table the update
 	// reads only the partitions that can hold them.
@@ -302,7 +303,11 @@ func updateFencedIn(ctx context.Context, db *sql.DB, t storeTables, owner, set s
 			args = append(args, id)
 		}
 		args = append(args, owner)
-		q := `UPDATE ` + t.table + ` SET ` + set + ` WHERE id IN (?` + strings.Repeat(", ?", len(part)-1) + `)
+		q := `UPDATE ` + t.table + ` SET ` + set
+		if set == "" {
+			q = `DELETE FROM ` + t.table
+		}
+		q += ` WHERE id IN (?` + strings.Repeat(", ?", len(part)-1) + `)
 			AND published_at IS NULL AND shard IN (SELECT shard FROM ` + t.leases + ` WHERE owner = ?)`
 		if _, err := db.ExecContext(ctx, q, args...); err != nil {
 			return err

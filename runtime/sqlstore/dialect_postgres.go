@@ -278,7 +278,11 @@ func (postgresDialect) publishedSet() (string, []any) { return "published_at = n
 func (postgresDialect) updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64, events *eventRange) error {
 	n := len(setArgs)
 	q := `UPDATE ` + t.table + ` AS o SET ` + set + `
-		FROM (SELECT set_config('synchronous_commit', 'off', true)) AS sc
+		FROM (SELECT set_config('synchronous_commit', 'off', true)) AS sc`
+	if set == "" {
+		q = `DELETE FROM ` + t.table + ` AS o USING (SELECT set_config('synchronous_commit', 'off', true)) AS sc`
+	}
+	q += `
 		WHERE o.id = ANY($` + strconv.Itoa(n+1) + `) AND o.published_at IS NULL
 		AND o.shard IN (SELECT shard FROM ` + t.leases + ` WHERE owner = $` + strconv.Itoa(n+2) + `)`
 	args := append(setArgs, ids, owner)

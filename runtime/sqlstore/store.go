@@ -64,6 +64,21 @@ type StoreConfig struct {
 	// cleanly hands it over at once. A relay never publishes past its
 	// lease. Default: 15s.
 	LeaseTTL time.Duration
+
+	// DeletePublished deletes each row once its message is published,
+	// instead of keeping it with published_at set until retention deletes
+	// it. The mark is then a DELETE, about three times cheaper than the
+	// UPDATE on PostgreSQL (the relay drains about 1.4 times faster, see
+	// the README's Performance), and the table holds only pending, retrying
+	// and parked rows, so no retention is needed for the outbox. What it
+	// gives up: [Store.Replay] and the published views of [Store.Entries]
+	// find nothing, and a writer that saves an event again after its row
+	// was published and deleted (an application retrying a save whose
+	// commit failed but went through) writes and publishes it a second
+	// time, where the kept row would have deduplicated it; consumers that
+	// keep an inbox (package runtime/consumer) still apply it once.
+	// Default: false, keep published rows.
+	DeletePublished bool
 }
 
 func (c *StoreConfig) setDefaults() {
@@ -623,6 +638,9 @@ func (s *Store) markPublished(ctx context.Context, owner string, ids []int64, ev
 		return nil
 	}
 	set, args := s.dialect.publishedSet()
+	if s.cfg.DeletePublished {
+		set, args = "", nil // a DELETE (see dialect.updateFenced)
+	}
 	if err := s.dialect.updateFenced(ctx, s.db, s.tables, owner, set, args, ids, events); err != nil {
 		return fmt.Errorf("sqlstore: mark published: %w", err)
 	}
