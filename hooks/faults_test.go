@@ -56,7 +56,7 @@ func TestBrokerFaultsLoseNothing(t *testing.T) {
 		w.WriteTimeout = 500 * time.Millisecond
 		w.ReadTimeout = 500 * time.Millisecond
 		w.MaxAttempts = 3
-	}}, nil)
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -20,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/go-cmp/cmp"
 	kafkago "github.com/segmentio/kafka-go"
@@ -110,7 +110,7 @@ func newPipelineOn(t *testing.T, dialect string, partitions int, brokers []strin
 	if p.store, err = sqlstore.NewStore(sqlDBOf(t, p.db), sqlstore.StoreConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: p.brokers, ConsumerGroup: "init", TopicPartitions: partitions}, nil)
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: p.brokers, ConsumerGroup: "init", TopicPartitions: partitions})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func newPipelineOn(t *testing.T, dialect string, partitions int, brokers []strin
 
 func (p *pipeline) publisher(t *testing.T) *kafka.Publisher {
 	t.Helper()
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: p.brokers}, nil)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: p.brokers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,7 @@ func TestRelayCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: []string{os.Getenv("OUTBOX_TEST_CHILD_BROKER")}}, watermill.NopLogger{})
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: []string{os.Getenv("OUTBOX_TEST_CHILD_BROKER")}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -708,7 +708,7 @@ func TestOversizeMessageIsParkedOthersGoOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.store = store
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: p.brokers, BatchBytes: 4096}, nil)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: p.brokers, BatchBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package amqp
 import (
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -174,6 +175,13 @@ type Config struct {
 	//
 	// Default: watermill-amqp's DefaultTopologyBuilder.
 	TopologyBuilder wamqp.TopologyBuilder
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [NewPublisher] or
+	// [NewSubscriber] is called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 func (c *Config) setDefaults() {

@@ -51,16 +51,16 @@ func TestConfigValidate(t *testing.T) {
 // TestConstructorsCheckGroup: Group belongs to ModePubSub subscribers only.
 // These fail before dialling.
 func TestConstructorsCheckGroup(t *testing.T) {
-	if _, err := amqp.NewPublisher(amqp.Config{URL: anyURL, Mode: amqp.ModePubSub, Group: "g"}, nil); !errors.Is(err, amqp.ErrInvalidConfig) {
+	if _, err := amqp.NewPublisher(amqp.Config{URL: anyURL, Mode: amqp.ModePubSub, Group: "g"}); !errors.Is(err, amqp.ErrInvalidConfig) {
 		t.Errorf("NewPublisher with Group = %v, want ErrInvalidConfig", err)
 	}
-	if _, err := amqp.NewSubscriber(amqp.Config{URL: anyURL, Mode: amqp.ModePubSub}, nil); !errors.Is(err, amqp.ErrInvalidConfig) {
+	if _, err := amqp.NewSubscriber(amqp.Config{URL: anyURL, Mode: amqp.ModePubSub}); !errors.Is(err, amqp.ErrInvalidConfig) {
 		t.Errorf("NewSubscriber in ModePubSub without Group = %v, want ErrInvalidConfig", err)
 	}
-	if _, err := amqp.NewSubscriber(amqp.Config{URL: anyURL, Group: "g"}, nil); !errors.Is(err, amqp.ErrInvalidConfig) {
+	if _, err := amqp.NewSubscriber(amqp.Config{URL: anyURL, Group: "g"}); !errors.Is(err, amqp.ErrInvalidConfig) {
 		t.Errorf("NewSubscriber in ModeQueue with Group = %v, want ErrInvalidConfig", err)
 	}
-	if _, err := amqp.NewSubscriber(amqp.Config{}, nil); !errors.Is(err, amqp.ErrInvalidConfig) {
+	if _, err := amqp.NewSubscriber(amqp.Config{}); !errors.Is(err, amqp.ErrInvalidConfig) {
 		t.Errorf("NewSubscriber without URL = %v, want ErrInvalidConfig", err)
 	}
 }
@@ -112,7 +112,7 @@ func TestWatermillConfig(t *testing.T) {
 }
 
 func TestPublisherClosed(t *testing.T) {
-	pub, err := amqp.NewPublisher(amqp.Config{URL: anyURL}, nil)
+	pub, err := amqp.NewPublisher(amqp.Config{URL: anyURL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestSubscriberClosed(t *testing.T) {
 // TestUnreachableBrokerIsRetryable: a broker that does not answer fails
 // Publish with a retryable error.
 func TestUnreachableBrokerIsRetryable(t *testing.T) {
-	pub, err := amqp.NewPublisher(amqp.Config{URL: anyURL, ConfirmTimeout: 2 * time.Second}, nil)
+	pub, err := amqp.NewPublisher(amqp.Config{URL: anyURL, ConfirmTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

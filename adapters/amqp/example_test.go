@@ -28,7 +28,7 @@ func exampleURL() string {
 func Example() {
 	cfg := amqp.Config{URL: exampleURL()} // ModeQueue: one durable queue per topic
 
-	pub, err := amqp.NewPublisher(cfg, nil)
+	pub, err := amqp.NewPublisher(cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func Example() {
 		log.Fatal(err) // nil only once the queue holds the message
 	}
 
-	sub, err := amqp.NewSubscriber(cfg, nil)
+	sub, err := amqp.NewSubscriber(cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func Example_pubSub() {
 
 	pubCfg := cfg
 	pubCfg.Groups = []string{"billing", "shipping"}
-	pub, err := amqp.NewPublisher(pubCfg, nil)
+	pub, err := amqp.NewPublisher(pubCfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func Example_pubSub() {
 
 	subCfg := cfg
 	subCfg.Group = "billing" // consumes queue "orders_billing"
-	sub, err := amqp.NewSubscriber(subCfg, nil)
+	sub, err := amqp.NewSubscriber(subCfg)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package amqp_test
 
 import (
 	"flag"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -22,11 +23,11 @@ const waitTimeout = 20 * time.Second
 // this long (x-expires), so a killed test run does not fill the server.
 const queueExpiry = 5 * time.Minute
 
-func testLogger() watermill.LoggerAdapter {
+func testLogger() *slog.Logger {
 	if *verbose {
-		return watermill.NewStdLogger(true, false)
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return watermill.NopLogger{}
+	return slog.New(slog.DiscardHandler)
 }
 
 // brokerURL returns the test broker's URL, skipping t (or failing it, when
@@ -103,7 +104,10 @@ func deleteTopology(t testing.TB, url, topic string, groups ...string) {
 // newPublisher returns a publisher closed by t.Cleanup.
 func newPublisher(t testing.TB, cfg amqp.Config) *amqp.Publisher {
 	t.Helper()
-	pub, err := amqp.NewPublisher(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	pub, err := amqp.NewPublisher(cfg)
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
@@ -118,7 +122,10 @@ func newPublisher(t testing.TB, cfg amqp.Config) *amqp.Publisher {
 // newSubscriber returns a subscriber closed by t.Cleanup.
 func newSubscriber(t testing.TB, cfg amqp.Config) *amqp.Subscriber {
 	t.Helper()
-	sub, err := amqp.NewSubscriber(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	sub, err := amqp.NewSubscriber(cfg)
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}

@@ -70,11 +70,10 @@ func (pc *pubChannel) closeError() *amqp091.Error {
 	return pc.closeErr
 }
 
-// NewPublisher returns a Publisher configured by cfg. A nil logger means
-// watermill.NopLogger. It does not contact the broker; the first Publish
-// does. The error wraps [ErrInvalidConfig] when cfg is invalid or sets
-// Group.
-func NewPublisher(cfg Config, logger watermill.LoggerAdapter) (*Publisher, error) {
+// NewPublisher returns a Publisher configured by cfg. It logs to cfg.Logger.
+// It does not contact the broker; the first Publish does. The error wraps
+// [ErrInvalidConfig] when cfg is invalid or sets Group.
+func NewPublisher(cfg Config) (*Publisher, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -82,9 +81,7 @@ func NewPublisher(cfg Config, logger watermill.LoggerAdapter) (*Publisher, error
 	if cfg.Group != "" {
 		return nil, fmt.Errorf("%w: Group is for subscribers; a publisher declares the queues of Groups", ErrInvalidConfig)
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	return &Publisher{
 		cfg:    cfg,
 		logger: logger.With(watermill.LogFields{"component": "amqp_publisher"}),

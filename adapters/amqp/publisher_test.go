@@ -96,7 +96,7 @@ func TestWatermillDurableQueueLosesUnroutable(t *testing.T) {
 	cfg := wamqp.NewDurableQueueConfig(url)
 	cfg.Publish.ConfirmDelivery = true
 	cfg.Publish.Mandatory = true
-	pub, err := wamqp.NewPublisher(cfg, testLogger())
+	pub, err := wamqp.NewPublisher(cfg, watermill.NewSlogLogger(testLogger()))
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
@@ -286,7 +286,7 @@ func TestMessageTooLargeIsPermanent(t *testing.T) {
 
 // TestInvalidTopicIsPermanent: topics that cannot name a queue fail at once.
 func TestInvalidTopicIsPermanent(t *testing.T) {
-	pub, err := amqp.NewPublisher(amqp.Config{URL: "amqp://guest:guest@127.0.0.1:1/"}, nil)
+	pub, err := amqp.NewPublisher(amqp.Config{URL: "amqp://guest:guest@127.0.0.1:1/"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,11 +44,17 @@ func newSuitePubSub(t *testing.T, cfg amqp.Config) (message.Publisher, message.S
 	t.Helper()
 	pubCfg := cfg
 	pubCfg.Group = ""
-	pub, err := amqp.NewPublisher(pubCfg, testLogger())
+	if pubCfg.Logger == nil {
+		pubCfg.Logger = testLogger()
+	}
+	pub, err := amqp.NewPublisher(pubCfg)
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
-	sub, err := amqp.NewSubscriber(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	sub, err := amqp.NewSubscriber(cfg)
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}

@@ -35,10 +35,10 @@ var _ message.SubscribeInitializer = (*Subscriber)(nil)
 
 // NewSubscriber connects to the broker and returns a Subscriber configured
 // by cfg; in [ModePubSub], cfg.Group names its consumer group and is
-// required. A nil logger means watermill.NopLogger. The error wraps
+// required. It logs to cfg.Logger. The error wraps
 // [ErrInvalidConfig] when cfg is invalid; otherwise it is watermill-amqp's
 // connection error.
-func NewSubscriber(cfg Config, logger watermill.LoggerAdapter) (*Subscriber, error) {
+func NewSubscriber(cfg Config) (*Subscriber, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -53,9 +53,7 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter) (*Subscriber, err
 			return nil, fmt.Errorf("%w: Group: %w", ErrInvalidConfig, err)
 		}
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	sub, err := wamqp.NewSubscriber(cfg.WatermillConfig(cfg.Group), logger.With(watermill.LogFields{"component": "amqp_subscriber"}))
 	if err != nil {
 		return nil, fmt.Errorf("amqp: new subscriber: %w", err)

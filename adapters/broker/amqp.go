@@ -3,10 +3,10 @@ package broker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/gooutbox/outbox/adapters/amqp"
@@ -26,7 +26,7 @@ import (
 // Order per aggregate holds with classic queues (single active consumer,
 // prefetch 1); a quorum queue redelivers a nacked message after later ones,
 // so Guarantees.OrderPerAggregate is false with quorum=true.
-func openAMQP(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error) {
+func openAMQP(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
 	q, err := query(u, "mode", "groups", "quorum")
 	if err != nil {
 		return nil, err
@@ -34,7 +34,7 @@ func openAMQP(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*B
 	if u.Host == "" {
 		return nil, fmt.Errorf("%w: %s:// needs a host", ErrInvalidURL, u.Scheme)
 	}
-	cfg := amqp.Config{}
+	cfg := amqp.Config{Logger: logger}
 	switch m := q.Get("mode"); m {
 	case "", "queue":
 		cfg.Mode = amqp.ModeQueue
@@ -62,7 +62,7 @@ func openAMQP(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*B
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
 	}
-	pub, err := amqp.NewPublisher(cfg, logger)
+	pub, err := amqp.NewPublisher(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func openAMQP(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*B
 			if c.Mode == amqp.ModePubSub {
 				c.Group = group
 			}
-			return amqp.NewSubscriber(c, logger)
+			return amqp.NewSubscriber(c)
 		},
 	}, nil
 }

@@ -29,7 +29,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
@@ -43,9 +42,12 @@ var ErrInvalidURL = errors.New("broker: invalid URL")
 
 // Config configures [Open]. Its zero value is ready to use.
 type Config struct {
-	// Logger receives the adapters' logs, through Watermill's slog bridge.
+	// Logger receives the logs of the adapter Open builds: it is passed in
+	// the adapter's config (e.g. kafka.PublisherConfig.Logger), and the
+	// adapter bridges it to Watermill once, inside.
 	//
-	// Default: slog.Default().
+	// Default: nil, which means slog.Default() as it is when [Open] is
+	// called, as in runtime/relay and runtime/consumer.
 	Logger *slog.Logger
 }
 
@@ -93,7 +95,7 @@ type Broker struct {
 }
 
 // opener builds a Broker for one scheme from its parsed URL.
-type opener func(ctx context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error)
+type opener func(ctx context.Context, u *url.URL, logger *slog.Logger) (*Broker, error)
 
 // openers maps every scheme [Open] accepts to its opener. It is never
 // written after package initialisation.
@@ -138,7 +140,7 @@ func Open(ctx context.Context, rawURL string, cfg Config) (*Broker, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	b, err := open(ctx, u, watermill.NewSlogLogger(logger))
+	b, err := open(ctx, u, logger)
 	if err != nil {
 		return nil, fmt.Errorf("broker: open %s: %w", redact(u), err)
 	}

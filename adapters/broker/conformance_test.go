@@ -117,7 +117,7 @@ func TestConformance(t *testing.T) {
 			// Kafka topics are an operator's to create; 5 partitions, so
 			// that a publisher that keyed records wrongly would reorder.
 			Provision: func(ctx context.Context, topic string) error {
-				sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: brokers, ConsumerGroup: "provision", TopicPartitions: 5}, nil)
+				sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: brokers, ConsumerGroup: "provision", TopicPartitions: 5})
 				if err != nil {
 					return err
 				}

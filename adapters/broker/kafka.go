@@ -3,11 +3,11 @@ package broker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/gooutbox/outbox/adapters/kafka"
@@ -16,7 +16,7 @@ import (
 // openKafka opens kafka://host:port[,host:port...]. Parameters:
 //
 //	partitions=N  partitions of topics a subscriber creates (default 1)
-func openKafka(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error) {
+func openKafka(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
 	q, err := query(u, "partitions")
 	if err != nil {
 		return nil, err
@@ -31,7 +31,7 @@ func openKafka(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*
 			return nil, fmt.Errorf("%w: partitions=%q is not a positive integer", ErrInvalidURL, p)
 		}
 	}
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers}, logger)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +43,8 @@ func openKafka(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*
 				Brokers:         brokers,
 				ConsumerGroup:   group,
 				TopicPartitions: partitions,
-			}, logger)
+				Logger:          logger,
+			})
 		},
 	}, nil
 }

@@ -3,10 +3,10 @@ package broker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/gooutbox/outbox/adapters/memory"
@@ -19,7 +19,7 @@ import (
 // consumer groups). Parameters:
 //
 //	max_messages_per_topic=N  bound per topic; Publish fails past it (default 0, no bound)
-func openMemory(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error) {
+func openMemory(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
 	q, err := query(u, "max_messages_per_topic")
 	if err != nil {
 		return nil, err
@@ -27,13 +27,13 @@ func openMemory(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (
 	if u.Host != "" || (u.Path != "" && u.Path != "/") || u.Opaque != "" {
 		return nil, fmt.Errorf("%w: memory:// takes no host or path", ErrInvalidURL)
 	}
-	var cfg memory.Config
+	cfg := memory.Config{Logger: logger}
 	if v := q.Get("max_messages_per_topic"); v != "" {
 		if cfg.MaxMessagesPerTopic, err = strconv.Atoi(v); err != nil || cfg.MaxMessagesPerTopic < 0 {
 			return nil, fmt.Errorf("%w: max_messages_per_topic=%q is not a non-negative integer", ErrInvalidURL, v)
 		}
 	}
-	ps, err := memory.New(cfg, logger)
+	ps, err := memory.New(cfg)
 	if err != nil {
 		return nil, err
 	}

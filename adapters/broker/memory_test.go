@@ -1,9 +1,13 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,4 +88,68 @@ func TestOpenMemoryBadParameters(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOpenPassesLogger checks that broker.Config.Logger reaches the adapter
+// Open builds: the memory adapter logs a nacked message's redelivery (at
+// Watermill's trace level) to it.
+func TestOpenPassesLogger(t *testing.T) {
+	var buf lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: watermill.LevelTrace}))
+	b, err := broker.Open(context.Background(), "memory://", broker.Config{Logger: logger})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer b.Close()
+	sub, err := b.Subscriber("g1")
+	if err != nil {
+		t.Fatalf("Subscriber: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch, err := sub.Subscribe(ctx, "topic")
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	msg := message.NewMessage(watermill.NewUUID(), []byte("x"))
+	if err := b.Publisher().Publish("topic", msg); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	for i := range 2 {
+		select {
+		case got := <-ch:
+			if i == 0 {
+				got.Nack()
+			} else {
+				got.Ack()
+			}
+		case <-ctx.Done():
+			t.Fatalf("delivery %d: %v", i+1, ctx.Err())
+		}
+	}
+	out := buf.String()
+	for _, want := range []string{`msg="memory: message nacked, sending it again"`, "topic=topic", "message_uuid=" + msg.UUID} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log output lacks %q; got:\n%s", want, out)
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a handler writing from several
+// goroutines while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

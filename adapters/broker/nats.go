@@ -3,11 +3,11 @@ package broker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/gooutbox/outbox/adapters/nats"
@@ -24,7 +24,7 @@ import (
 //
 // Streams are created per topic on first use (see adapters/nats); a
 // stream that already captures a topic's subject is used as it is.
-func openNATS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error) {
+func openNATS(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
 	q, err := query(u, "dedup_window", "stream_prefix", "replicas")
 	if err != nil {
 		return nil, err
@@ -52,7 +52,7 @@ func openNATS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*B
 		hosts[i] = (&url.URL{Scheme: "nats", User: u.User, Host: h}).String()
 	}
 	server := strings.Join(hosts, ",")
-	pub, err := nats.NewPublisher(nats.PublisherConfig{URL: server, Stream: stream}, logger)
+	pub, err := nats.NewPublisher(nats.PublisherConfig{URL: server, Stream: stream, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func openNATS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*B
 		guarantees: Guarantees{OrderPerAggregate: true, Dedup: true, Durable: true, SharedAcrossProcesses: true, ConsumerGroups: true},
 		publisher:  pub,
 		subscriber: func(group string) (message.Subscriber, error) {
-			return nats.NewSubscriber(nats.SubscriberConfig{URL: server, ConsumerGroup: group, Stream: stream}, logger)
+			return nats.NewSubscriber(nats.SubscriberConfig{URL: server, ConsumerGroup: group, Stream: stream, Logger: logger})
 		},
 	}, nil
 }

@@ -3,11 +3,11 @@ package broker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/gooutbox/outbox/adapters/redis"
@@ -26,7 +26,7 @@ import (
 // group, with one exception: a subscriber that crashed holding a message
 // leaves it pending until another claims it after MaxIdleTime (60 s), and a
 // subscriber started sooner reads newer entries first (see adapters/redis).
-func openRedis(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error) {
+func openRedis(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
 	q, err := query(u, "maxlen", "maxage")
 	if err != nil {
 		return nil, err
@@ -34,7 +34,7 @@ func openRedis(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*
 	if u.Host == "" {
 		return nil, fmt.Errorf("%w: redis:// needs host:port", ErrInvalidURL)
 	}
-	var pcfg redis.PublisherConfig
+	pcfg := redis.PublisherConfig{Logger: logger}
 	if v := q.Get("maxlen"); v != "" {
 		if pcfg.MaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || pcfg.MaxLen < 1 {
 			return nil, fmt.Errorf("%w: maxlen=%q is not a positive integer", ErrInvalidURL, v)
@@ -51,7 +51,7 @@ func openRedis(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*
 	server := *u
 	server.RawQuery = ""
 	pcfg.URL = server.String()
-	pub, err := redis.NewPublisher(pcfg, logger)
+	pub, err := redis.NewPublisher(pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
 	}
@@ -62,7 +62,7 @@ func openRedis(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*
 		guarantees: Guarantees{OrderPerAggregate: true, Dedup: false, Durable: false, SharedAcrossProcesses: true, ConsumerGroups: true},
 		publisher:  pub,
 		subscriber: func(group string) (message.Subscriber, error) {
-			return redis.NewSubscriber(redis.SubscriberConfig{URL: pcfg.URL, ConsumerGroup: group}, logger)
+			return redis.NewSubscriber(redis.SubscriberConfig{URL: pcfg.URL, ConsumerGroup: group, Logger: logger})
 		},
 	}, nil
 }

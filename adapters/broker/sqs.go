@@ -3,9 +3,9 @@ package broker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -24,12 +24,12 @@ import (
 //
 // SQS has no consumer groups: every Subscriber(group) of one topic shares
 // the topic's queue. Use sns:// for groups.
-func openSQS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error) {
+func openSQS(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
 	client, create, err := awsURL(u)
 	if err != nil {
 		return nil, err
 	}
-	pub, err := sqs.NewPublisher(sqs.PublisherConfig{AWS: client, CreateQueue: create}, logger)
+	pub, err := sqs.NewPublisher(sqs.PublisherConfig{AWS: client, CreateQueue: create, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +37,7 @@ func openSQS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Br
 		guarantees: Guarantees{OrderPerAggregate: true, Dedup: true, Durable: true, SharedAcrossProcesses: true},
 		publisher:  pub,
 		subscriber: func(string) (message.Subscriber, error) {
-			return sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client, CreateQueue: create}, logger)
+			return sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client, CreateQueue: create, Logger: logger})
 		},
 	}, nil
 }
@@ -50,12 +50,12 @@ func openSQS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Br
 // group to get them. While a topic has no subscription at all, the
 // publisher fails retryably (sqs.ErrNoSubscribers) instead of letting SNS
 // drop the messages.
-func openSNS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Broker, error) {
+func openSNS(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
 	client, create, err := awsURL(u)
 	if err != nil {
 		return nil, err
 	}
-	pub, err := sqs.NewSNSPublisher(sqs.SNSPublisherConfig{AWS: client}, logger)
+	pub, err := sqs.NewSNSPublisher(sqs.SNSPublisherConfig{AWS: client, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func openSNS(_ context.Context, u *url.URL, logger watermill.LoggerAdapter) (*Br
 		guarantees: Guarantees{OrderPerAggregate: true, Dedup: true, Durable: true, SharedAcrossProcesses: true, ConsumerGroups: true},
 		publisher:  pub,
 		subscriber: func(group string) (message.Subscriber, error) {
-			return sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client, ConsumerGroup: group, CreateQueue: create}, logger)
+			return sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client, ConsumerGroup: group, CreateQueue: create, Logger: logger})
 		},
 	}, nil
 }

@@ -33,7 +33,7 @@ func TestPublisherConfigValidate(t *testing.T) {
 			if err != nil && !errors.Is(err, kafka.ErrInvalidConfig) {
 				t.Errorf("Validate() = %v, want an error wrapping ErrInvalidConfig", err)
 			}
-			pub, err := kafka.NewPublisher(tt.cfg, nil)
+			pub, err := kafka.NewPublisher(tt.cfg)
 			if tt.ok != (err == nil) {
 				t.Fatalf("NewPublisher() error = %v, want ok=%v", err, tt.ok)
 			}
@@ -71,7 +71,7 @@ func TestSubscriberConfigValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sub, err := kafka.NewSubscriber(tt.cfg, nil)
+			sub, err := kafka.NewSubscriber(tt.cfg)
 			if tt.ok != (err == nil) {
 				t.Fatalf("NewSubscriber() error = %v, want ok=%v", err, tt.ok)
 			}

@@ -29,7 +29,7 @@ func Example() {
 		Brokers:         brokers,
 		ConsumerGroup:   "billing",
 		TopicPartitions: 4,
-	}, nil)
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers}, nil)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func ExampleNewPublisher() {
 				TLS:      &tls.Config{MinVersion: tls.VersionTLS12},
 			}
 		},
-	}, nil)
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -21,7 +21,10 @@ func newTopic(t *testing.T, brokers []string, partitions int) string {
 	topic := "topic-" + watermill.NewShortUUID()
 	cfg := testSubscriberConfig(brokers, "create-"+topic)
 	cfg.TopicPartitions = partitions
-	sub, err := kafka.NewSubscriber(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	sub, err := kafka.NewSubscriber(cfg)
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}
@@ -35,7 +38,10 @@ func newTopic(t *testing.T, brokers []string, partitions int) string {
 // newPublisher returns a publisher closed by t.Cleanup.
 func newPublisher(t *testing.T, cfg kafka.PublisherConfig) *kafka.Publisher {
 	t.Helper()
-	pub, err := kafka.NewPublisher(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	pub, err := kafka.NewPublisher(cfg)
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
@@ -50,7 +56,10 @@ func newPublisher(t *testing.T, cfg kafka.PublisherConfig) *kafka.Publisher {
 // newSubscriber returns a subscriber closed by t.Cleanup.
 func newSubscriber(t *testing.T, cfg kafka.SubscriberConfig) *kafka.Subscriber {
 	t.Helper()
-	sub, err := kafka.NewSubscriber(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	sub, err := kafka.NewSubscriber(cfg)
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}

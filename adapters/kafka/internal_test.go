@@ -15,7 +15,7 @@ import (
 // TestNewPublisherWriter checks the settings of the built kafka-go Writer
 // that the outbox's guarantees rest on.
 func TestNewPublisherWriter(t *testing.T) {
-	p, err := NewPublisher(PublisherConfig{Brokers: []string{"127.0.0.1:9092"}}, nil)
+	p, err := NewPublisher(PublisherConfig{Brokers: []string{"127.0.0.1:9092"}})
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
@@ -59,7 +59,7 @@ func TestOverwriteWriter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := NewPublisher(PublisherConfig{Brokers: []string{"127.0.0.1:9092"}, OverwriteWriter: tt.fn}, nil)
+			p, err := NewPublisher(PublisherConfig{Brokers: []string{"127.0.0.1:9092"}, OverwriteWriter: tt.fn})
 			if tt.wantErr {
 				if !errors.Is(err, ErrInvalidConfig) {
 					t.Errorf("NewPublisher = %v, want ErrInvalidConfig", err)
@@ -85,7 +85,7 @@ func TestNewSubscriberReader(t *testing.T) {
 			rc.GroupID = "ignored"
 			rc.Topic = "ignored"
 		},
-	}, nil)
+	})
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -80,6 +81,13 @@ type PublisherConfig struct {
 	//
 	// Default: nil (no change).
 	OverwriteWriter func(w *kafka.Writer)
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [NewPublisher] is
+	// called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -147,18 +155,16 @@ type Publisher struct {
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns a Publisher configured by cfg. A nil logger means
-// watermill.NopLogger. It does not contact the brokers; the first Publish
-// does. The error wraps [ErrInvalidConfig] when cfg is invalid.
-func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
+// NewPublisher returns a Publisher configured by cfg. It logs to cfg.Logger.
+// It does not contact the brokers; the first Publish does. The error wraps
+// [ErrInvalidConfig] when cfg is invalid.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	cfg.Brokers = slices.Clone(cfg.Brokers)
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	w := &kafka.Writer{
 		Addr:                   kafka.TCP(cfg.Brokers...),
 		Balancer:               &kafka.Hash{},

@@ -259,7 +259,7 @@ func TestPublishIsOneWrite(t *testing.T) {
 
 func TestPublishAfterClose(t *testing.T) {
 	t.Parallel()
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: kafkatest.NewCluster(t)}, nil)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: kafkatest.NewCluster(t)})
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}

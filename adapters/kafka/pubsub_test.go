@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -49,11 +50,11 @@ const (
 	testPartitions = 5
 )
 
-func testLogger() watermill.LoggerAdapter {
+func testLogger() *slog.Logger {
 	if *verbose {
-		return watermill.NewStdLogger(true, false)
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return watermill.NopLogger{}
+	return slog.New(slog.DiscardHandler)
 }
 
 // testSubscriberConfig returns a subscriber config with test timing.
@@ -117,7 +118,7 @@ func (p relayMetadata) Publish(topic string, msgs ...*message.Message) error {
 func newSuitePubSub(t *testing.T, brokers []string, group string, tune ...func(*kafka.SubscriberConfig)) (message.Publisher, message.Subscriber) {
 	t.Helper()
 	logger := testLogger()
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers}, logger)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers, Logger: logger})
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
@@ -125,7 +126,10 @@ func newSuitePubSub(t *testing.T, brokers []string, group string, tune ...func(*
 	for _, f := range tune {
 		f(&cfg)
 	}
-	sub, err := kafka.NewSubscriber(cfg, logger)
+	if cfg.Logger == nil {
+		cfg.Logger = logger
+	}
+	sub, err := kafka.NewSubscriber(cfg)
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}

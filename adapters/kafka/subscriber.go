@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -131,6 +132,13 @@ type SubscriberConfig struct {
 	//
 	// Default: nil (no change).
 	OverwriteReaderConfig func(rc *kafka.ReaderConfig)
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [NewSubscriber] is
+	// called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -230,18 +238,16 @@ var (
 	_ message.SubscribeInitializer = (*Subscriber)(nil)
 )
 
-// NewSubscriber returns a Subscriber configured by cfg. A nil logger means
-// watermill.NopLogger. It does not contact the brokers; Subscribe does. The
-// error wraps [ErrInvalidConfig] when cfg is invalid.
-func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
+// NewSubscriber returns a Subscriber configured by cfg. It logs to
+// cfg.Logger. It does not contact the brokers; Subscribe does. The error
+// wraps [ErrInvalidConfig] when cfg is invalid.
+func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	cfg.Brokers = slices.Clone(cfg.Brokers)
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	// Check the reader config once now, so a bad OverwriteReaderConfig fails
 	// here rather than in every Subscribe.
 	s := &Subscriber{

@@ -215,7 +215,7 @@ func TestSubscriberClose(t *testing.T) {
 	t.Parallel()
 	brokers := kafkatest.NewCluster(t)
 	topic := newTopic(t, brokers, 2)
-	sub, err := kafka.NewSubscriber(testSubscriberConfig(brokers, "group-"+watermill.NewShortUUID()), nil)
+	sub, err := kafka.NewSubscriber(testSubscriberConfig(brokers, "group-"+watermill.NewShortUUID()))
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}

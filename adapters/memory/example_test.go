@@ -13,7 +13,7 @@ import (
 // Messages published before anyone subscribes are kept, and a subscription
 // receives them in publish order.
 func ExampleNew() {
-	ps, err := memory.New(memory.Config{}, nil)
+	ps, err := memory.New(memory.Config{})
 	if err != nil {
 		panic(err)
 	}

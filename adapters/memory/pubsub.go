@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -19,6 +20,13 @@ type Config struct {
 	//
 	// Default: 0, no bound: memory grows with every message published.
 	MaxMessagesPerTopic int
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [New] is
+	// called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 // setDefaults fills in the zero-value defaults. There are none to fill today;
@@ -59,16 +67,14 @@ var (
 	_ message.Subscriber = (*PubSub)(nil)
 )
 
-// New returns a PubSub configured by cfg. A nil logger logs nothing. It
+// New returns a PubSub configured by cfg. It logs to cfg.Logger. It
 // returns an error wrapping [ErrInvalidConfig] when cfg is invalid.
-func New(cfg Config, logger watermill.LoggerAdapter) (*PubSub, error) {
+func New(cfg Config) (*PubSub, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	return &PubSub{
 		cfg:     cfg,
 		logger:  logger,

@@ -50,7 +50,7 @@ var features = tests.Features{
 
 func newPubSub(t *testing.T, cfg memory.Config) *memory.PubSub {
 	t.Helper()
-	ps, err := memory.New(cfg, nil)
+	ps, err := memory.New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -273,7 +273,7 @@ func TestTopicFull(t *testing.T) {
 }
 
 func TestClosed(t *testing.T) {
-	ps, err := memory.New(memory.Config{}, nil)
+	ps, err := memory.New(memory.Config{})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -299,7 +299,7 @@ func TestClosed(t *testing.T) {
 }
 
 func TestInvalidConfig(t *testing.T) {
-	if _, err := memory.New(memory.Config{MaxMessagesPerTopic: -1}, nil); !errors.Is(err, memory.ErrInvalidConfig) {
+	if _, err := memory.New(memory.Config{MaxMessagesPerTopic: -1}); !errors.Is(err, memory.ErrInvalidConfig) {
 		t.Errorf("New(MaxMessagesPerTopic: -1) = %v, want ErrInvalidConfig", err)
 	}
 }

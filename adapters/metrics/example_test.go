@@ -23,7 +23,7 @@ import (
 func ExampleNew() {
 	// In production: sqlstore.Store and a broker adapter.
 	store := &runtimetest.MemoryStore{}
-	broker, _ := memory.New(memory.Config{}, nil)
+	broker, _ := memory.New(memory.Config{})
 	defer broker.Close()
 
 	m, err := metrics.New(metrics.Config{Store: store})

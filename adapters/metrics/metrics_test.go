@@ -89,7 +89,7 @@ func TestScrape(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
 
-	broker, err := memory.New(memory.Config{}, nil)
+	broker, err := memory.New(memory.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestPublisherConfigValidate(t *testing.T) {
 				t.Errorf("Validate() = %v, want an error wrapping ErrInvalidConfig", err)
 			}
 			if !tt.ok {
-				if _, err := nats.NewPublisher(tt.cfg, nil); !errors.Is(err, nats.ErrInvalidConfig) {
+				if _, err := nats.NewPublisher(tt.cfg); !errors.Is(err, nats.ErrInvalidConfig) {
 					t.Errorf("NewPublisher() = %v, want an error wrapping ErrInvalidConfig", err)
 				}
 			}

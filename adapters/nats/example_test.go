@@ -18,7 +18,7 @@ import (
 // so it is compiled but not run by go test.
 func Example() {
 	stream := nats.StreamConfig{DedupWindow: 15 * time.Minute}
-	pub, err := nats.NewPublisher(nats.PublisherConfig{URL: "nats://127.0.0.1:4222", Stream: stream}, nil)
+	pub, err := nats.NewPublisher(nats.PublisherConfig{URL: "nats://127.0.0.1:4222", Stream: stream})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func Example() {
 		URL:           "nats://127.0.0.1:4222",
 		ConsumerGroup: "billing",
 		Stream:        stream,
-	}, nil)
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func ExampleStreamConfig() {
 				c.MaxAge = 7 * 24 * time.Hour // consumers must keep up within a week
 			},
 		},
-	}, nil)
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"flag"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -21,11 +22,11 @@ var verbose = flag.Bool("nats.log", false, "log the adapters' debug output to st
 // waitTimeout bounds every wait for a message in these tests.
 const waitTimeout = 30 * time.Second
 
-func testLogger() watermill.LoggerAdapter {
+func testLogger() *slog.Logger {
 	if *verbose {
-		return watermill.NewStdLogger(true, false)
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return watermill.NopLogger{}
+	return slog.New(slog.DiscardHandler)
 }
 
 // serverURL returns OUTBOX_TEST_NATS_URL or the local server's URL.
@@ -96,7 +97,10 @@ func newPublisher(t testing.TB, cfg nats.PublisherConfig) *nats.Publisher {
 	if cfg.URL == "" {
 		cfg.URL = serverURL()
 	}
-	pub, err := nats.NewPublisher(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	pub, err := nats.NewPublisher(cfg)
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
@@ -109,7 +113,10 @@ func newSubscriber(t testing.TB, cfg nats.SubscriberConfig) *nats.Subscriber {
 	if cfg.URL == "" {
 		cfg.URL = serverURL()
 	}
-	sub, err := nats.NewSubscriber(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	sub, err := nats.NewSubscriber(cfg)
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}

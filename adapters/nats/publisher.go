@@ -3,6 +3,7 @@ package nats
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -54,6 +55,13 @@ type PublisherConfig struct {
 	//
 	// Default: 256.
 	MaxInFlight int
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [NewPublisher] is
+	// called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -104,17 +112,15 @@ type Publisher struct {
 var _ message.Publisher = (*Publisher)(nil)
 
 // NewPublisher returns a Publisher configured by cfg, connected to
-// cfg.URL unless cfg.Conn is set. A nil logger means watermill.NopLogger.
+// cfg.URL unless cfg.Conn is set. It logs to cfg.Logger.
 // Streams are created on first publish to a topic. The error wraps
 // [ErrInvalidConfig] when cfg is invalid.
-func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	logger = logger.With(watermill.LogFields{"component": "nats_publisher"})
 	nc, owned, err := connect(cfg.Conn, cfg.URL, cfg.NatsOptions)
 	if err != nil {

@@ -292,7 +292,7 @@ func TestNackAcrossSubscribers(t *testing.T) {
 		}
 	}
 	for range 3 {
-		sub, err := nats.NewSubscriber(nats.SubscriberConfig{URL: serverURL(), ConsumerGroup: "g", Stream: stream}, testLogger())
+		sub, err := nats.NewSubscriber(nats.SubscriberConfig{URL: serverURL(), ConsumerGroup: "g", Stream: stream, Logger: testLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}

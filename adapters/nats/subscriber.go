@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -92,6 +93,13 @@ type SubscriberConfig struct {
 	//
 	// Default: nil (no change).
 	ConfigureConsumer func(*jetstream.ConsumerConfig)
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [NewSubscriber] is
+	// called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -185,16 +193,14 @@ type Subscriber struct {
 var _ message.Subscriber = (*Subscriber)(nil)
 
 // NewSubscriber returns a Subscriber configured by cfg, connected to
-// cfg.URL unless cfg.Conn is set. A nil logger means watermill.NopLogger.
+// cfg.URL unless cfg.Conn is set. It logs to cfg.Logger.
 // The error wraps [ErrInvalidConfig] when cfg is invalid.
-func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	logger = logger.With(watermill.LogFields{"component": "nats_subscriber", "consumer_group": cfg.ConsumerGroup})
 	nc, owned, err := connect(cfg.Conn, cfg.URL, cfg.NatsOptions)
 	if err != nil {

@@ -27,7 +27,7 @@ func TestPublisherConfigValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pub, err := redis.NewPublisher(tt.cfg, nil)
+			pub, err := redis.NewPublisher(tt.cfg)
 			if tt.ok != (err == nil) {
 				t.Fatalf("NewPublisher() error = %v, want ok=%v", err, tt.ok)
 			}
@@ -55,7 +55,7 @@ func TestSubscriberConfigValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sub, err := redis.NewSubscriber(tt.cfg, nil)
+			sub, err := redis.NewSubscriber(tt.cfg)
 			if tt.ok != (err == nil) {
 				t.Fatalf("NewSubscriber() error = %v, want ok=%v", err, tt.ok)
 			}

@@ -15,7 +15,7 @@ import (
 // Example publishes an event and consumes it in a consumer group. It needs a
 // Redis server at 127.0.0.1:6379, so it is compiled but not run by go test.
 func Example() {
-	pub, err := redis.NewPublisher(redis.PublisherConfig{URL: "redis://127.0.0.1:6379/0"}, nil)
+	pub, err := redis.NewPublisher(redis.PublisherConfig{URL: "redis://127.0.0.1:6379/0"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func Example() {
 	sub, err := redis.NewSubscriber(redis.SubscriberConfig{
 		URL:           "redis://127.0.0.1:6379/0",
 		ConsumerGroup: "billing",
-	}, nil)
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func ExamplePublisherConfig() {
 	pub, err := redis.NewPublisher(redis.PublisherConfig{
 		URL:    "redis://127.0.0.1:6379/0",
 		MaxAge: 7 * 24 * time.Hour,
-	}, nil)
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

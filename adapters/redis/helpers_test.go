@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"flag"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -19,11 +20,11 @@ var verbose = flag.Bool("redis.log", false, "log the adapters' debug output to s
 // waitTimeout bounds every wait for a message in these tests.
 const waitTimeout = 30 * time.Second
 
-func testLogger() watermill.LoggerAdapter {
+func testLogger() *slog.Logger {
 	if *verbose {
-		return watermill.NewStdLogger(true, false)
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return watermill.NopLogger{}
+	return slog.New(slog.DiscardHandler)
 }
 
 // serverURL returns OUTBOX_TEST_REDIS_URL or the local server's URL.
@@ -88,7 +89,10 @@ func newPublisher(t testing.TB, cfg redis.PublisherConfig) *redis.Publisher {
 	if cfg.URL == "" {
 		cfg.URL = serverURL()
 	}
-	pub, err := redis.NewPublisher(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	pub, err := redis.NewPublisher(cfg)
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
@@ -101,7 +105,10 @@ func newSubscriber(t testing.TB, cfg redis.SubscriberConfig) *redis.Subscriber {
 	if cfg.URL == "" {
 		cfg.URL = serverURL()
 	}
-	sub, err := redis.NewSubscriber(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	sub, err := redis.NewSubscriber(cfg)
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}

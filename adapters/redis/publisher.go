@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -78,6 +79,13 @@ type PublisherConfig struct {
 	//
 	// Default: 10s.
 	PublishTimeout time.Duration
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [NewPublisher] is
+	// called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -130,17 +138,15 @@ type Publisher struct {
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns a Publisher configured by cfg. A nil logger means
-// watermill.NopLogger. It does not contact the server. The error wraps
-// [ErrInvalidConfig] when cfg is invalid.
-func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
+// NewPublisher returns a Publisher configured by cfg. It logs to cfg.Logger.
+// It does not contact the server. The error wraps [ErrInvalidConfig] when
+// cfg is invalid.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	client, owned, err := newClient(cfg.Client, cfg.URL)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -73,6 +74,13 @@ type SubscriberConfig struct {
 	//
 	// Default: nil (no change).
 	OverwriteConfig func(*redisstream.SubscriberConfig)
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [NewSubscriber] is
+	// called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -143,17 +151,14 @@ type Subscriber struct {
 
 var _ message.Subscriber = (*Subscriber)(nil)
 
-// NewSubscriber returns a Subscriber configured by cfg. A nil logger means
-// watermill.NopLogger. The error wraps [ErrInvalidConfig] when cfg is
-// invalid.
-func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
+// NewSubscriber returns a Subscriber configured by cfg. It logs to
+// cfg.Logger. The error wraps [ErrInvalidConfig] when cfg is invalid.
+func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	client, owned, err := newClient(cfg.Client, cfg.URL)
 	if err != nil {
 		return nil, err

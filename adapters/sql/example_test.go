@@ -22,7 +22,7 @@ func Example() {
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
 
-	pub, err := sql.NewPublisher(db, sql.PublisherConfig{}, nil)
+	pub, err := sql.NewPublisher(db, sql.PublisherConfig{})
 	if err != nil {
 		panic(err)
 	}
@@ -35,7 +35,7 @@ func Example() {
 		panic(err)
 	}
 
-	sub, err := sql.NewSubscriber(db, sql.SubscriberConfig{ConsumerGroup: "billing"}, nil)
+	sub, err := sql.NewSubscriber(db, sql.SubscriberConfig{ConsumerGroup: "billing"})
 	if err != nil {
 		panic(err)
 	}

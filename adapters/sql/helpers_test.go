@@ -50,7 +50,7 @@ func testSubscriberConfig(group string) sql.SubscriberConfig {
 
 func newPublisher(t *testing.T, db *stdSQL.DB) *sql.Publisher {
 	t.Helper()
-	pub, err := sql.NewPublisher(db, sql.PublisherConfig{}, nil)
+	pub, err := sql.NewPublisher(db, sql.PublisherConfig{})
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
@@ -60,7 +60,7 @@ func newPublisher(t *testing.T, db *stdSQL.DB) *sql.Publisher {
 
 func newSubscriber(t *testing.T, db *stdSQL.DB, cfg sql.SubscriberConfig) *sql.Subscriber {
 	t.Helper()
-	sub, err := sql.NewSubscriber(db, cfg, nil)
+	sub, err := sql.NewSubscriber(db, cfg)
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -22,6 +23,13 @@ type PublisherConfig struct {
 	//
 	// Default: false, the tables are created on first use.
 	SkipSchemaInitialization bool
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [NewPublisher] is
+	// called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 // setDefaults fills in the zero-value defaults (there are none to fill).
@@ -47,8 +55,8 @@ var _ message.Publisher = (*Publisher)(nil)
 
 // NewPublisher returns a Publisher writing through db, which must be a
 // PostgreSQL database (the pgx driver, github.com/jackc/pgx/v5/stdlib, is
-// the tested one). A nil logger logs nothing.
-func NewPublisher(db *sql.DB, cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
+// the tested one). It logs to cfg.Logger.
+func NewPublisher(db *sql.DB, cfg PublisherConfig) (*Publisher, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -56,9 +64,7 @@ func NewPublisher(db *sql.DB, cfg PublisherConfig, logger watermill.LoggerAdapte
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	pub, err := watermillsql.NewPublisher(watermillsql.BeginnerFromStdSQL(db), watermillsql.PublisherConfig{
 		SchemaAdapter:        schemaAdapter(0),
 		AutoInitializeSchema: !cfg.SkipSchemaInitialization,

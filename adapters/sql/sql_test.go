@@ -266,10 +266,10 @@ func TestInvalidConfig(t *testing.T) {
 			t.Errorf("%+v.Validate() = %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
-	if _, err := sql.NewPublisher(nil, sql.PublisherConfig{}, nil); !errors.Is(err, sql.ErrInvalidConfig) {
+	if _, err := sql.NewPublisher(nil, sql.PublisherConfig{}); !errors.Is(err, sql.ErrInvalidConfig) {
 		t.Errorf("NewPublisher(nil) = %v, want ErrInvalidConfig", err)
 	}
-	if _, err := sql.NewSubscriber(nil, sql.SubscriberConfig{}, nil); !errors.Is(err, sql.ErrInvalidConfig) {
+	if _, err := sql.NewSubscriber(nil, sql.SubscriberConfig{}); !errors.Is(err, sql.ErrInvalidConfig) {
 		t.Errorf("NewSubscriber(nil) = %v, want ErrInvalidConfig", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -61,6 +62,13 @@ type SubscriberConfig struct {
 	//
 	// Default: false, the tables are created on first use.
 	SkipSchemaInitialization bool
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [NewSubscriber] is
+	// called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -128,8 +136,8 @@ var (
 )
 
 // NewSubscriber returns a Subscriber reading through db, which must be a
-// PostgreSQL database. A nil logger logs nothing.
-func NewSubscriber(db *sql.DB, cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
+// PostgreSQL database. It logs to cfg.Logger.
+func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -137,9 +145,7 @@ func NewSubscriber(db *sql.DB, cfg SubscriberConfig, logger watermill.LoggerAdap
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	ackDeadline := cfg.AckDeadline
 	sub, err := watermillsql.NewSubscriber(watermillsql.BeginnerFromStdSQL(db), watermillsql.SubscriberConfig{
 		ConsumerGroup:    cfg.ConsumerGroup,

@@ -77,7 +77,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := (sqs.SubscriberConfig{}).Validate(); err != nil {
 		t.Errorf("zero SubscriberConfig: %v", err)
 	}
-	if _, err := sqs.NewSubscriber(sqs.SubscriberConfig{MaxMessages: -1}, nil); !errors.Is(err, sqs.ErrInvalidConfig) {
+	if _, err := sqs.NewSubscriber(sqs.SubscriberConfig{MaxMessages: -1}); !errors.Is(err, sqs.ErrInvalidConfig) {
 		t.Errorf("NewSubscriber: %v", err)
 	}
 }

@@ -23,7 +23,7 @@ func Example() {
 	awsCfg := sqstest.AWSConfig()
 	client := sqs.ClientConfig{Endpoint: srv.URL(), AWSConfig: &awsCfg}
 
-	pub, err := sqs.NewPublisher(sqs.PublisherConfig{AWS: client, CreateQueue: true}, nil)
+	pub, err := sqs.NewPublisher(sqs.PublisherConfig{AWS: client, CreateQueue: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client}, nil)
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func ExampleSNSPublisher() {
 
 	var chans []<-chan *message.Message
 	for _, group := range []string{"billing", "shipping"} {
-		sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client, ConsumerGroup: group, CreateQueue: true}, nil)
+		sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client, ConsumerGroup: group, CreateQueue: true})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func ExampleSNSPublisher() {
 		}
 		chans = append(chans, ch)
 	}
-	pub, err := sqs.NewSNSPublisher(sqs.SNSPublisherConfig{AWS: client}, nil)
+	pub, err := sqs.NewSNSPublisher(sqs.SNSPublisherConfig{AWS: client})
 	if err != nil {
 		log.Fatal(err)
 	}

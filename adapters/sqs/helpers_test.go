@@ -2,6 +2,8 @@ package sqs_test
 
 import (
 	"flag"
+	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -29,11 +31,11 @@ const testWaitTime = time.Second
 // hidden until it ends; they are then delivered again, in order.
 const testVisibility = 8 * time.Second
 
-func testLogger() watermill.LoggerAdapter {
+func testLogger() *slog.Logger {
 	if *verbose {
-		return watermill.NewStdLogger(true, false)
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return watermill.NopLogger{}
+	return slog.New(slog.DiscardHandler)
 }
 
 // clientConfig returns a ClientConfig for endpoint.
@@ -44,7 +46,10 @@ func clientConfig(endpoint string) sqs.ClientConfig {
 
 func newPublisher(t *testing.T, cfg sqs.PublisherConfig) *sqs.Publisher {
 	t.Helper()
-	pub, err := sqs.NewPublisher(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	pub, err := sqs.NewPublisher(cfg)
 	if err != nil {
 		t.Fatalf("NewPublisher: %v", err)
 	}
@@ -54,7 +59,10 @@ func newPublisher(t *testing.T, cfg sqs.PublisherConfig) *sqs.Publisher {
 
 func newSNSPublisher(t *testing.T, cfg sqs.SNSPublisherConfig) *sqs.SNSPublisher {
 	t.Helper()
-	pub, err := sqs.NewSNSPublisher(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	pub, err := sqs.NewSNSPublisher(cfg)
 	if err != nil {
 		t.Fatalf("NewSNSPublisher: %v", err)
 	}
@@ -73,7 +81,10 @@ func newSubscriber(t *testing.T, cfg sqs.SubscriberConfig) *sqs.Subscriber {
 	if cfg.RetryDelay == 0 {
 		cfg.RetryDelay = 50 * time.Millisecond
 	}
-	sub, err := sqs.NewSubscriber(cfg, testLogger())
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	sub, err := sqs.NewSubscriber(cfg)
 	if err != nil {
 		t.Fatalf("NewSubscriber: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sync"
 	"time"
@@ -65,6 +66,13 @@ type PublisherConfig struct {
 	//
 	// Default: [DefaultMaxMessageBytes] (256 KiB).
 	MaxMessageBytes int
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [NewPublisher] is
+	// called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -106,11 +114,11 @@ type Publisher struct {
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns a Publisher configured by cfg. A nil logger means
-// watermill.NopLogger. It loads the AWS configuration (which reads local
-// files and the environment only) but does not contact SQS; the first
-// Publish does. The error wraps [ErrInvalidConfig] when cfg is invalid.
-func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
+// NewPublisher returns a Publisher configured by cfg. It logs to cfg.Logger.
+// It loads the AWS configuration (which reads local files and the
+// environment only) but does not contact SQS; the first Publish does. The
+// error wraps [ErrInvalidConfig] when cfg is invalid.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -120,9 +128,7 @@ func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publish
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	return &Publisher{
 		cfg:    cfg,
 		client: client,

@@ -582,7 +582,7 @@ func TestCloseReleasesMessages(t *testing.T) {
 	if err := pub.Publish(topic, event("a", 0, nil), event("a", 1, nil), event("a", 2, nil)); err != nil {
 		t.Fatal(err)
 	}
-	first, err := sqs.NewSubscriber(sqs.SubscriberConfig{AWS: clientConfig(endpoint), WaitTime: testWaitTime}, testLogger())
+	first, err := sqs.NewSubscriber(sqs.SubscriberConfig{AWS: clientConfig(endpoint), WaitTime: testWaitTime, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

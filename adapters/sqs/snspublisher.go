@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sync"
 	"time"
@@ -69,6 +70,13 @@ type SNSPublisherConfig struct {
 	//
 	// Default: false (needs the sns:GetTopicAttributes permission).
 	AllowNoSubscribers bool
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [NewSNSPublisher] is
+	// called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 // SubscriptionCheckInterval is how long an [SNSPublisher] trusts that a
@@ -139,9 +147,9 @@ func (p *SNSPublisher) checkSubscribed(ctx context.Context, arn string) error {
 	return nil
 }
 
-// NewSNSPublisher returns an SNSPublisher configured by cfg. A nil logger
-// means watermill.NopLogger. It does not contact SNS; the first Publish does.
-func NewSNSPublisher(cfg SNSPublisherConfig, logger watermill.LoggerAdapter) (*SNSPublisher, error) {
+// NewSNSPublisher returns an SNSPublisher configured by cfg. It logs to
+// cfg.Logger. It does not contact SNS; the first Publish does.
+func NewSNSPublisher(cfg SNSPublisherConfig) (*SNSPublisher, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -151,9 +159,7 @@ func NewSNSPublisher(cfg SNSPublisherConfig, logger watermill.LoggerAdapter) (*S
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	return &SNSPublisher{
 		cfg:    cfg,
 		client: client,

@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sync"
 	"time"
@@ -95,6 +96,13 @@ type SubscriberConfig struct {
 	//
 	// Default: 1s.
 	RetryDelay time.Duration
+
+	// Logger receives the adapter's logs: Watermill's messages, levels and
+	// fields, bridged once inside with watermill.NewSlogLogger.
+	// Default: nil, which means slog.Default() as it is when [NewSubscriber] is
+	// called, as in runtime/relay and runtime/consumer. Pass
+	// slog.New(slog.DiscardHandler) to silence it.
+	Logger *slog.Logger
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -153,9 +161,9 @@ var (
 	_ message.SubscribeInitializer = (*Subscriber)(nil)
 )
 
-// NewSubscriber returns a Subscriber configured by cfg. A nil logger means
-// watermill.NopLogger. It does not contact AWS; Subscribe does.
-func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
+// NewSubscriber returns a Subscriber configured by cfg. It logs to
+// cfg.Logger. It does not contact AWS; Subscribe does.
+func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -176,9 +184,7 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subsc
 	// Without CreateQueue, or with ConsumerGroup (whose queue is created
 	// with its subscription), the cache only looks queues up.
 	s.queues = newQueueCache(client, cfg.CreateQueue && cfg.ConsumerGroup == "", cfg.QueueAttributes)
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	s.logger = logger.With(watermill.LogFields{"component": "sqs_subscriber"})
 	return s, nil
 }

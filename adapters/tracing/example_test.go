@@ -32,7 +32,7 @@ func ExampleNew() {
 	save.End()
 
 	// The relay publishes through the decorator.
-	broker, _ := memory.New(memory.Config{}, nil)
+	broker, _ := memory.New(memory.Config{})
 	defer broker.Close()
 	if err := tr.Publisher(broker).Publish("order", msg); err != nil {
 		fmt.Println(err)

@@ -55,7 +55,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	ps, err := memory.New(memory.Config{}, nil)
+	ps, err := memory.New(memory.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func runConsumer(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 		HeartbeatInterval: 300 * time.Millisecond,
 		SessionTimeout:    3 * time.Second,
 		RebalanceTimeout:  3 * time.Second,
-	}, nil)
+	})
 	if err != nil {
 		return fmt.Errorf("subscriber: %w", err)
 	}

@@ -56,7 +56,7 @@ func runRelay(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 			w.ReadTimeout = cfg.WriteTimeout
 			w.MaxAttempts = 3
 		},
-	}, nil)
+	})
 	if err != nil {
 		return fmt.Errorf("publisher: %w", err)
 	}

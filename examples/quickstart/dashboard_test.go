@@ -112,7 +112,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	mem, err := memory.New(memory.Config{}, nil)
+	mem, err := memory.New(memory.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

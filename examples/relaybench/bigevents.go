@@ -84,7 +84,7 @@ func bigRun(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	// BatchBytes 1 MiB (the default) fits one ~900 KB record per request.
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: cluster.Addrs(), AllowAutoTopicCreation: true, BatchBytes: 1 << 20}, nil)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: cluster.Addrs(), AllowAutoTopicCreation: true, BatchBytes: 1 << 20})
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ func brokerRun(ctx context.Context, o options, out io.Writer) error {
 				return err
 			}
 			defer cluster.Close()
-			sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: cluster.Addrs(), ConsumerGroup: "relaybench", TopicPartitions: 8}, nil)
+			sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: cluster.Addrs(), ConsumerGroup: "relaybench", TopicPartitions: 8})
 			if err != nil {
 				return err
 			}

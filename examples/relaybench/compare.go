@@ -182,7 +182,7 @@ func (b *bench) publisher(name string) (*kafka.Publisher, error) {
 	if p, ok := b.pubs[name]; ok {
 		return p, nil
 	}
-	p, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: b.brokers, AllowAutoTopicCreation: true}, nil)
+	p, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: b.brokers, AllowAutoTopicCreation: true})
 	if err != nil {
 		return nil, err
 	}

@@ -86,7 +86,7 @@ func (b *bench) consumerSection(ctx context.Context) error {
 // fillConsumeTopic creates the consumer section's topic and publishes n
 // events to it, as the relay would have.
 func (b *bench) fillConsumeTopic(ctx context.Context, n int) error {
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: b.brokers, ConsumerGroup: "relaybench-init", TopicPartitions: 8}, nil)
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: b.brokers, ConsumerGroup: "relaybench-init", TopicPartitions: 8})
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, name str
 	if err != nil {
 		return 0, err
 	}
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: b.brokers, ConsumerGroup: name}, nil)
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: b.brokers, ConsumerGroup: name})
 	if err != nil {
 		return 0, err
 	}

@@ -61,7 +61,7 @@ func soakRun(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: cluster.Addrs(), AllowAutoTopicCreation: true}, nil)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: cluster.Addrs(), AllowAutoTopicCreation: true})
 	if err != nil {
 		return err
 	}

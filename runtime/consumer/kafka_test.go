@@ -35,7 +35,7 @@ func newBroker(t *testing.T, partitions int) *broker {
 
 func (b *broker) createTopic(t testing.TB, topic string, partitions int) {
 	t.Helper()
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: b.addrs, ConsumerGroup: "init", TopicPartitions: partitions}, nil)
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: b.addrs, ConsumerGroup: "init", TopicPartitions: partitions})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func (b *broker) createTopic(t testing.TB, topic string, partitions int) {
 
 func (b *broker) publisher(t testing.TB) *kafka.Publisher {
 	t.Helper()
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: b.addrs}, nil)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: b.addrs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func (b *broker) subscriber(t testing.TB, group string, tune ...func(*kafka.Subs
 	for _, f := range tune {
 		f(&cfg)
 	}
-	sub, err := kafka.NewSubscriber(cfg, nil)
+	sub, err := kafka.NewSubscriber(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"os/signal"
 	"strings"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 
@@ -64,7 +63,7 @@ func run(ctx context.Context, db *gorm.DB, brokers []string) error {
 		return err
 	}
 	defer store.Close()
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers}, watermill.NewSlogLogger(slog.Default()))
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers})
 	if err != nil {
 		return err
 	}

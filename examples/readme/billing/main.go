@@ -63,8 +63,7 @@ func run(ctx context.Context, db *gorm.DB, brokers []string) error {
 	if err := orders.Register(reg); err != nil { // generated: every version of every event
 		return err
 	}
-	logger := watermill.NewSlogLogger(slog.Default()) // Watermill's logger, bridged to slog
-	dlq, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers}, logger)
+	dlq, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers})
 	if err != nil {
 		return err
 	}
@@ -81,11 +80,12 @@ func run(ctx context.Context, db *gorm.DB, brokers []string) error {
 		return err
 	}
 
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: brokers, ConsumerGroup: "billing"}, logger)
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: brokers, ConsumerGroup: "billing"})
 	if err != nil {
 		return err
 	}
 	defer sub.Close()
+	logger := watermill.NewSlogLogger(slog.Default()) // the router takes Watermill's logger, bridged to slog
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, logger)
 	if err != nil {
 		return err

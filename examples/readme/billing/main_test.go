@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	kafkago "github.com/segmentio/kafka-go"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -75,7 +74,7 @@ func produce(t *testing.T, brokers []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers}, watermill.NopLogger{})
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

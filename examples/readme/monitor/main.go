@@ -59,7 +59,7 @@ func run(ctx context.Context, db *sql.DB, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
-	broker, err := memory.New(memory.Config{}, nil) // any Watermill publisher
+	broker, err := memory.New(memory.Config{}) // any Watermill publisher
 	if err != nil {
 		return err
 	}
