@@ -193,11 +193,16 @@ func (r *Retention) Run(ctx context.Context) error {
 
 // RunOnce runs one pass: it deletes every published outbox row older than
 // PublishedAge and every inbox marker older than InboxAge, batch by batch,
-// and returns what it did (also to OnPass).
+// and returns what it did (also to OnPass). A pass cut short because ctx
+// is done reports an error wrapping ctx.Err() (and the driver's error,
+// which does not always say so: SQLite's is "interrupted").
 func (r *Retention) RunOnce(ctx context.Context) RetentionResult {
 	start := time.Now()
 	var res RetentionResult
 	res.Err = r.pass(ctx, &res)
+	if res.Err != nil && ctx.Err() != nil && !errors.Is(res.Err, ctx.Err()) {
+		res.Err = fmt.Errorf("%w: %w", ctx.Err(), res.Err)
+	}
 	res.Duration = time.Since(start)
 	if r.cfg.OnPass != nil {
 		r.cfg.OnPass(res)
