@@ -73,6 +73,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
@@ -439,7 +440,7 @@ func (s *suite) startRelay() relayProc {
 	must(t, err)
 	cmd := exec.Command(os.Args[0], "-test.run="+runPattern(t.Name()), "-test.count=1", "-test.timeout=0")
 	cmd.Env = append(os.Environ(), envChild+"="+base64.StdEncoding.EncodeToString(spec))
-	out := &lockedBuffer{}
+	out := &runtimetest.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	must(t, cmd.Start())
 	done := make(chan struct{})
@@ -807,22 +808,4 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

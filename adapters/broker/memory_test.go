@@ -1,13 +1,11 @@
 package broker_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 // publishAndCheckOrder publishes 5 messages for each of 2 aggregates through
@@ -94,7 +93,7 @@ func TestOpenMemoryBadParameters(t *testing.T) {
 // Open builds: the memory adapter logs a nacked message's redelivery (at
 // Watermill's trace level) to it.
 func TestOpenPassesLogger(t *testing.T) {
-	var buf lockedBuffer
+	var buf runtimetest.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: watermill.LevelTrace}))
 	b, err := broker.Open(context.Background(), "memory://", broker.Config{Logger: logger})
 	if err != nil {
@@ -133,23 +132,4 @@ func TestOpenPassesLogger(t *testing.T) {
 			t.Errorf("log output lacks %q; got:\n%s", want, out)
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a handler writing from several
-// goroutines while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,34 +1,14 @@
 package kafka_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
-
-// lockedBuffer is a bytes.Buffer safe for a handler writing from several
-// goroutines while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestConfigLoggerReceivesLogs checks that the *slog.Logger in
 // PublisherConfig.Logger receives the publisher's log records, with
@@ -37,7 +17,7 @@ func TestConfigLoggerReceivesLogs(t *testing.T) {
 	t.Parallel()
 	brokers := kafkatest.NewCluster(t)
 	topic := newTopic(t, brokers, 1)
-	var buf lockedBuffer
+	var buf runtimetest.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers, Logger: logger})
 	if err := pub.Publish(topic, newEvent("order-1", "x")); err != nil {

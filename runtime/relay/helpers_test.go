@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 // waitTimeout bounds every wait in these tests; reaching it is a failure,
@@ -322,23 +322,8 @@ func start(t *testing.T, ctx context.Context, r *relay.Relay) (stop func() error
 	return stop
 }
 
-// logBuffer is a concurrency-safe buffer for a text slog handler.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// logBuffer collects a relay's logs for comparison.
+type logBuffer struct{ runtimetest.LogBuffer }
 
 // logger returns a logger of Warn and above writing to b without times, and
 // with every backoff duration written as "*", so lines can be compared and

@@ -165,10 +165,6 @@ func (mysqlDialect) writeTx(ctx context.Context, conn Querier, table string, row
 	return inserted, nil
 }
 
-// needsOrderLock reports whether r's aggregate needs the commit-order
-// lock: every row but those of a new aggregate.
-func needsOrderLock(r Row) bool { return !r.NewAggregate }
-
 // lockSlotsSQL locks the commit-order slots of the aggregates of rows that
 // need one (at least one must), in slot order, creating the slots' rows on
 // first use. The slots are numbers, spliced into the statement so that it

@@ -151,19 +151,7 @@ func (d postgresDialect) insertSQL(table string, rows []Row, orderLocks bool) (s
 	var b strings.Builder
 	if len(locks) == 0 {
 		b.WriteString("INSERT INTO " + table + " (" + insertColumns + ") VALUES ")
-		for i := range rows {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteByte('(')
-			for j := range len(insertCasts) {
-				if j > 0 {
-					b.WriteString(", ")
-				}
-				b.WriteString(d.ph(i*len(insertCasts) + j + 1))
-			}
-			b.WriteByte(')')
-		}
+		d.writeValues(&b, len(rows), 1, false)
 		if !slices.ContainsFunc(rows, needsOrderLock) {
 			// Only new aggregates: their events cannot have rows yet, and
 			// leaving out the ON CONFLICT arbiter saves an index probe
@@ -181,8 +169,19 @@ func (d postgresDialect) insertSQL(table string, rows []Row, orderLocks bool) (s
 		"'::regclass::oid::int8 - 2147483648)::int4, k) FROM unnest($1::int4[]) AS u(k) ORDER BY k) ")
 	args = append(args, vals...)
 	b.WriteString("INSERT INTO " + table + " (" + insertColumns + ") SELECT * FROM (VALUES ")
-	n := 1
-	for i := range rows {
+	d.writeValues(&b, len(rows), 2, true)
+	// The gate is evaluated once, before the first row is produced and so
+	// before any row takes its id from the sequence.
+	b.WriteString(") AS v WHERE (SELECT count(*) FROM l) > 0 ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
+	return b.String(), args, nil
+}
+
+// writeValues writes the VALUES rows of n outbox rows, their placeholders
+// numbered from first; with casts, each placeholder is cast to its column's
+// type (a VALUES list under INSERT ... SELECT has no column to take it from).
+func (d postgresDialect) writeValues(b *strings.Builder, n, first int, casts bool) {
+	ph := first
+	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
@@ -191,23 +190,22 @@ func (d postgresDialect) insertSQL(table string, rows []Row, orderLocks bool) (s
 			if j > 0 {
 				b.WriteString(", ")
 			}
-			n++
-			b.WriteString(d.ph(n) + "::" + cast)
+			b.WriteString(d.ph(ph))
+			if casts {
+				b.WriteString("::" + cast)
+			}
+			ph++
 		}
 		b.WriteByte(')')
 	}
-	// The gate is evaluated once, before the first row is produced and so
-	// before any row takes its id from the sequence.
-	b.WriteString(") AS v WHERE (SELECT count(*) FROM l) > 0 ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
-	return b.String(), args, nil
 }
 
 // orderLockKeys returns the sorted, distinct commit-order lock keys of the
-// aggregates of rows that need one: every row but those of a new aggregate.
+// aggregates of rows that need one (see needsOrderLock).
 func orderLockKeys(rows []Row) []int32 {
 	var keys []int32
 	for _, r := range rows {
-		if !r.NewAggregate {
+		if needsOrderLock(r) {
 			keys = append(keys, int32(aggregateHash(r.Envelope.AggregateType, r.Envelope.AggregateID)))
 		}
 	}

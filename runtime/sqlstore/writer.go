@@ -32,6 +32,10 @@ type Row struct {
 	NewAggregate bool
 }
 
+// needsOrderLock reports whether r's aggregate needs the commit-order
+// lock: every row but those of a new aggregate.
+func needsOrderLock(r Row) bool { return !r.NewAggregate }
+
 const insertColumns = "event_id, event_type, event_version, aggregate_type, aggregate_id, topic, payload, headers, occurred_at, shard"
 
 // maxRowsPerInsert keeps a multi-row INSERT under every supported driver's
