@@ -78,18 +78,21 @@ func BenchmarkCreate(b *testing.B) {
 	}
 }
 
-// BenchmarkClaim measures a store claim of 1,000 rows on PostgreSQL and
-// MySQL/MariaDB with a publish function that accepts everything: the relay's
-// database cost per batch.
+// BenchmarkClaim measures a store claim and mark of 1,000 rows, and of 4 rows
+// with the relay's default limit of 1,000 (a relay at a low rate), on
+// PostgreSQL and MySQL/MariaDB, with a publish function that accepts
+// everything: the relay's database cost per batch, and its garbage.
 //
 //	go test -run '^$' -bench Claim -benchmem ./hooks/
 func BenchmarkClaim(b *testing.B) {
 	for _, dialect := range []string{"postgres", "mysql"} {
-		b.Run(dialect, func(b *testing.B) { benchmarkClaim(b, dialect) })
+		for _, rows := range []int{1000, 4} {
+			b.Run(fmt.Sprintf("%s/rows=%d", dialect, rows), func(b *testing.B) { benchmarkClaim(b, dialect, rows) })
+		}
 	}
 }
 
-func benchmarkClaim(b *testing.B, dialect string) {
+func benchmarkClaim(b *testing.B, dialect string, rows int) {
 	db := benchDB(b, dialect)
 	if err := hooks.Migrate(context.Background(), db, ""); err != nil {
 		b.Fatal(err)
@@ -105,7 +108,7 @@ func benchmarkClaim(b *testing.B, dialect string) {
 	defer store.Close()
 	fill := func() {
 		err := db.Transaction(func(tx *gorm.DB) error {
-			for i := range 1000 {
+			for i := range rows {
 				if _, err := p.Enqueue(tx, "order", string(rune('a'+i%26)), OrderPlaced{EventVersion: 1, OccurredAt: now(), Amount: float64(i)}); err != nil {
 					return err
 				}
@@ -123,8 +126,8 @@ func benchmarkClaim(b *testing.B, dialect string) {
 		fill()
 		b.StartTimer()
 		batch, err := store.Claim(ctx, relay.ClaimRequest{Owner: "bench", Limit: 1000})
-		if err != nil || len(batch.Messages) != 1000 {
-			b.Fatalf("Claim = %d messages, %v", len(batch.Messages), err)
+		if err != nil || len(batch.Messages) != rows {
+			b.Fatalf("Claim = %d messages, %v; want %d", len(batch.Messages), err, rows)
 		}
 		if err := store.Mark(ctx, batch, relay.Outcome{Published: ids(batch.Messages)}); err != nil {
 			b.Fatal(err)
