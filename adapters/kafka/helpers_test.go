@@ -16,7 +16,7 @@ const waitTimeout = 15 * time.Second
 
 // newTopic creates a topic with the given partition count and returns its
 // name.
-func newTopic(t *testing.T, brokers []string, partitions int) string {
+func newTopic(t testing.TB, brokers []string, partitions int) string {
 	t.Helper()
 	topic := "topic-" + watermill.NewShortUUID()
 	cfg := testSubscriberConfig(brokers, "create-"+topic)
@@ -36,7 +36,7 @@ func newTopic(t *testing.T, brokers []string, partitions int) string {
 }
 
 // newPublisher returns a publisher closed by t.Cleanup.
-func newPublisher(t *testing.T, cfg kafka.PublisherConfig) *kafka.Publisher {
+func newPublisher(t testing.TB, cfg kafka.PublisherConfig) *kafka.Publisher {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger()

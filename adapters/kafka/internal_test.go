@@ -20,7 +20,7 @@ func TestNewPublisherWriter(t *testing.T) {
 		t.Fatalf("NewPublisher: %v", err)
 	}
 	defer p.Close()
-	w := p.writer
+	w := p.writers[len(p.writers)-1]
 	if w.RequiredAcks != kafka.RequireAll {
 		t.Errorf("RequiredAcks = %v, want RequireAll", w.RequiredAcks)
 	}
@@ -56,6 +56,7 @@ func TestOverwriteWriter(t *testing.T) {
 		{"topic", func(w *kafka.Writer) { w.Topic = "fixed" }, true},
 		{"nil balancer", func(w *kafka.Writer) { w.Balancer = nil }, true},
 		{"nil addr", func(w *kafka.Writer) { w.Addr = nil }, true},
+		{"negative batch size", func(w *kafka.Writer) { w.BatchSize = -1 }, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,6 +71,61 @@ func TestOverwriteWriter(t *testing.T) {
 				t.Fatalf("NewPublisher: %v", err)
 			}
 			p.Close()
+		})
+	}
+}
+
+// TestWriterSizes checks which writer serves a Publish call of each size:
+// the smallest whose BatchSize holds the call's records, so that each
+// partition's records of a call go in one produce request while kafka-go
+// preallocates no more record slots than the call can use.
+func TestWriterSizes(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       PublisherConfig
+		wantSizes []int       // the writers' BatchSize, smallest first
+		calls     map[int]int // records in a call → BatchSize of its writer
+	}{
+		{"default", PublisherConfig{}, []int{16, 128, 1000},
+			map[int]int{1: 16, 16: 16, 17: 128, 128: 128, 129: 1000, 1000: 1000, 5000: 1000}},
+		{"BatchSize 50", PublisherConfig{BatchSize: 50}, []int{16, 50},
+			map[int]int{1: 16, 16: 16, 17: 50, 50: 50, 51: 50}},
+		{"BatchSize 16", PublisherConfig{BatchSize: 16}, []int{16},
+			map[int]int{1: 16, 17: 16}},
+		{"BatchSize 10", PublisherConfig{BatchSize: 10}, []int{10},
+			map[int]int{1: 10, 11: 10}},
+		{"OverwriteWriter sets 200", PublisherConfig{OverwriteWriter: func(w *kafka.Writer) { w.BatchSize = 200 }}, []int{16, 128, 200},
+			map[int]int{128: 128, 129: 200, 201: 200}},
+		{"OverwriteWriter sets 0 (kafka-go's 100)", PublisherConfig{OverwriteWriter: func(w *kafka.Writer) { w.BatchSize = 0 }}, []int{16, 0},
+			map[int]int{16: 16, 17: 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.Brokers = []string{"127.0.0.1:9092"}
+			calls := 0
+			if fn := tt.cfg.OverwriteWriter; fn != nil {
+				tt.cfg.OverwriteWriter = func(w *kafka.Writer) { calls++; fn(w) }
+			}
+			p, err := NewPublisher(tt.cfg)
+			if err != nil {
+				t.Fatalf("NewPublisher: %v", err)
+			}
+			defer p.Close()
+			var sizes []int
+			for _, w := range p.writers {
+				sizes = append(sizes, w.BatchSize)
+			}
+			if diff := cmp.Diff(tt.wantSizes, sizes); diff != "" {
+				t.Errorf("writers' BatchSize (-want +got):\n%s", diff)
+			}
+			if tt.cfg.OverwriteWriter != nil && calls != len(p.writers) {
+				t.Errorf("OverwriteWriter called %d times for %d writers", calls, len(p.writers))
+			}
+			for n, want := range tt.calls {
+				if got := p.writerFor(n).BatchSize; got != want {
+					t.Errorf("a call of %d records goes to the writer of BatchSize %d, want %d", n, got, want)
+				}
+			}
 		})
 	}
 }

@@ -41,8 +41,16 @@ type PublisherConfig struct {
 	AllowAutoTopicCreation bool
 
 	// BatchSize is the most records the writer puts in one produce request for
-	// one partition. kafka-go preallocates BatchSize slots per partition batch,
-	// so keep it near the real batch size rather than huge.
+	// one partition.
+	//
+	// kafka-go preallocates BatchSize records (about 150 bytes each) for every
+	// partition batch, however few records it holds. So that a relay
+	// publishing a few events at a time does not allocate ~150 KB per
+	// partition per call, the publisher keeps up to two more kafka-go Writers,
+	// with BatchSize 16 and 128 when BatchSize is larger, and writes each
+	// Publish call through the smallest whose BatchSize is at least the call's
+	// record count. Each partition's records of a call then still go in one
+	// produce request (BatchBytes permitting), as with one writer.
 	//
 	// Default: 1000.
 	BatchSize int
@@ -72,12 +80,15 @@ type PublisherConfig struct {
 	// Default: 3.
 	MaxAttempts int
 
-	// OverwriteWriter, if set, is called with the built kafka-go Writer
+	// OverwriteWriter, if set, is called with each built kafka-go Writer
 	// before first use, to set what this config does not expose: Transport
 	// (TLS, SASL, client id), MaxAttempts, WriteTimeout, Compression,
 	// Completion, loggers, or another Balancer (kafka.Murmur2Balancer matches
 	// the Java client's partitioning). It must not set Async or Topic, and
 	// must leave a non-nil Balancer and Addr; NewPublisher rejects those.
+	// NewPublisher calls it once per writer, up to three times (see
+	// BatchSize), all before it returns; a BatchSize it sets is the largest
+	// writer's, and the smaller writers keep their own.
 	//
 	// Default: nil (no change).
 	OverwriteWriter func(w *kafka.Writer)
@@ -140,15 +151,18 @@ func validateBrokers(brokers []string) error {
 }
 
 // Publisher is a Watermill [message.Publisher] that writes to Kafka through
-// one kafka-go Writer. It is safe for concurrent use; concurrent Publish calls
-// share the writer's per-partition batches.
+// kafka-go Writers that differ only in BatchSize (see
+// [PublisherConfig.BatchSize]). It is safe for concurrent use; concurrent
+// Publish calls of similar size share a writer's per-partition batches.
 type Publisher struct {
-	cfg    PublisherConfig
-	writer *kafka.Writer
-	logger watermill.LoggerAdapter
+	cfg PublisherConfig
+	// writers are by BatchSize, smallest first; the last is the one of
+	// cfg.BatchSize (or OverwriteWriter's).
+	writers []*kafka.Writer
+	logger  watermill.LoggerAdapter
 
 	// mu is held for reading by every Publish in flight and for writing by
-	// Close, so Close waits for in-flight publishes before closing the writer.
+	// Close, so Close waits for in-flight publishes before closing the writers.
 	mu     sync.RWMutex
 	closed bool
 }
@@ -165,6 +179,34 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		return nil, err
 	}
 	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
+	largest, err := newWriter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Publisher{cfg: cfg, logger: logger.With(watermill.LogFields{"component": "kafka_publisher"})}
+	for _, size := range smallWriterSizes {
+		if size >= effectiveBatchSize(largest) {
+			break
+		}
+		w, err := newWriter(cfg)
+		if err != nil {
+			return nil, err
+		}
+		w.BatchSize = size
+		p.writers = append(p.writers, w)
+	}
+	p.writers = append(p.writers, largest)
+	return p, nil
+}
+
+// smallWriterSizes are the BatchSize of the writers a Publisher keeps
+// beside the one of [PublisherConfig.BatchSize], smallest first (see
+// there).
+var smallWriterSizes = [...]int{16, 128}
+
+// newWriter builds one kafka-go Writer of cfg, with cfg.OverwriteWriter
+// applied and checked.
+func newWriter(cfg PublisherConfig) (*kafka.Writer, error) {
 	w := &kafka.Writer{
 		Addr:                   kafka.TCP(cfg.Brokers...),
 		Balancer:               &kafka.Hash{},
@@ -175,30 +217,50 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
 		MaxAttempts:            cfg.MaxAttempts,
 	}
-	if cfg.OverwriteWriter != nil {
-		cfg.OverwriteWriter(w)
-		switch {
-		case w.Async:
-			return nil, fmt.Errorf("%w: OverwriteWriter set Async, which would hide write errors from Publish", ErrInvalidConfig)
-		case w.Topic != "":
-			return nil, fmt.Errorf("%w: OverwriteWriter set Topic; Publish names the topic", ErrInvalidConfig)
-		case w.Balancer == nil:
-			return nil, fmt.Errorf("%w: OverwriteWriter cleared Balancer, which would ignore keys", ErrInvalidConfig)
-		case w.Addr == nil:
-			return nil, fmt.Errorf("%w: OverwriteWriter cleared Addr", ErrInvalidConfig)
+	if cfg.OverwriteWriter == nil {
+		return w, nil
+	}
+	cfg.OverwriteWriter(w)
+	switch {
+	case w.Async:
+		return nil, fmt.Errorf("%w: OverwriteWriter set Async, which would hide write errors from Publish", ErrInvalidConfig)
+	case w.Topic != "":
+		return nil, fmt.Errorf("%w: OverwriteWriter set Topic; Publish names the topic", ErrInvalidConfig)
+	case w.Balancer == nil:
+		return nil, fmt.Errorf("%w: OverwriteWriter cleared Balancer, which would ignore keys", ErrInvalidConfig)
+	case w.Addr == nil:
+		return nil, fmt.Errorf("%w: OverwriteWriter cleared Addr", ErrInvalidConfig)
+	case w.BatchSize < 0:
+		return nil, fmt.Errorf("%w: OverwriteWriter set a negative BatchSize %d", ErrInvalidConfig, w.BatchSize)
+	}
+	return w, nil
+}
+
+// effectiveBatchSize is w's BatchSize as kafka-go applies it: 100 when zero.
+func effectiveBatchSize(w *kafka.Writer) int {
+	if w.BatchSize == 0 {
+		return 100
+	}
+	return w.BatchSize
+}
+
+// writerFor returns the writer for a call of n records: the smallest whose
+// BatchSize holds them all, or else the largest.
+func (p *Publisher) writerFor(n int) *kafka.Writer {
+	last := len(p.writers) - 1
+	for _, w := range p.writers[:last] {
+		if n <= w.BatchSize {
+			return w
 		}
 	}
-	return &Publisher{
-		cfg:    cfg,
-		writer: w,
-		logger: logger.With(watermill.LogFields{"component": "kafka_publisher"}),
-	}, nil
+	return p.writers[last]
 }
 
 // Publish writes msgs to topic with one synchronous kafka-go WriteMessages
-// call and returns when the broker has acknowledged every record (all
-// in-sync replicas) or the write has failed. Records are keyed by
-// [PublisherConfig.Key]; records with the same key keep their order.
+// call, on the writer sized for len(msgs), and returns when the broker has
+// acknowledged every record (all in-sync replicas) or the write has failed.
+// Records are keyed by [PublisherConfig.Key]; records with the same key
+// keep their order within a call and across calls that do not overlap.
 //
 // The write runs under the messages' contexts (msg.Context()): it stops
 // when any of them is done. A write stopped that way, or by a timeout, may
@@ -241,7 +303,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	ctx, cancel := writeContext(msgs)
 	defer cancel()
 	start := time.Now()
-	if err := p.writer.WriteMessages(ctx, records...); err != nil {
+	if err := p.writerFor(len(records)).WriteMessages(ctx, records...); err != nil {
 		var werrs kafka.WriteErrors
 		if errors.As(err, &werrs) && len(werrs) == len(msgs) {
 			// Per message: the relay marks exactly what was written.
@@ -302,7 +364,7 @@ func writeContext(msgs []*message.Message) (context.Context, context.CancelFunc)
 }
 
 // Close waits for in-flight Publish calls, then flushes and closes the
-// writer. It is safe to call more than once and concurrently; calls after
+// writers. It is safe to call more than once and concurrently; calls after
 // the first return nil at once. Publish calls made after Close return [ErrPublisherClosed].
 func (p *Publisher) Close() error {
 	p.mu.Lock()
@@ -312,10 +374,13 @@ func (p *Publisher) Close() error {
 	}
 	p.closed = true
 	p.mu.Unlock()
-	if err := p.writer.Close(); err != nil {
-		return fmt.Errorf("kafka: close writer: %w", err)
+	var errs []error
+	for _, w := range p.writers {
+		if err := w.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("kafka: close writer: %w", err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // permanent reports whether a write error is one that retrying cannot fix:

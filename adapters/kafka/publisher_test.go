@@ -220,7 +220,9 @@ func (pc *produceCounter) counts() (requests, records int, err error) {
 }
 
 // TestPublishIsOneWrite checks that one Publish call is one write: its
-// messages reach a one-partition topic in a single produce request.
+// messages reach a one-partition topic in a single produce request, for
+// calls of every size up to BatchSize, whichever of the publisher's writers
+// serves them.
 func TestPublishIsOneWrite(t *testing.T) {
 	t.Parallel()
 	cluster, err := kafkatest.Start(kafkatest.Config{})
@@ -233,27 +235,58 @@ func TestPublishIsOneWrite(t *testing.T) {
 	counter := countProduces(cluster, topic)
 	pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers})
 
-	const n = 500
-	msgs := make([]*message.Message, n)
-	for i := range msgs {
-		msgs[i] = newEvent(fmt.Sprintf("order-%d", i), "x")
+	wantRequests, wantRecords := 0, 0
+	for _, n := range []int{1, 2, 16, 17, 128, 129, 500, 1000} {
+		msgs := make([]*message.Message, n)
+		for i := range msgs {
+			msgs[i] = newEvent(fmt.Sprintf("order-%d", i), "x")
+		}
+		if err := pub.Publish(topic, msgs...); err != nil {
+			t.Fatalf("Publish of %d: %v", n, err)
+		}
+		wantRequests++
+		wantRecords += n
+		requests, records, err := counter.counts()
+		if err != nil {
+			t.Fatalf("decode produce request: %v", err)
+		}
+		if requests != wantRequests || records != wantRecords {
+			t.Fatalf("Publish of %d messages: %d produce requests with %d records so far, want %d with %d",
+				n, requests, records, wantRequests, wantRecords)
+		}
 	}
-	if err := pub.Publish(topic, msgs...); err != nil {
-		t.Fatalf("Publish: %v", err)
-	}
-	requests, records, err := counter.counts()
-	if err != nil {
-		t.Fatalf("decode produce request: %v", err)
-	}
-	if requests != 1 || records != n {
-		t.Errorf("Publish of %d messages: %d produce requests with %d records, want 1 with %d", n, requests, records, n)
-	}
+}
 
-	if err := pub.Publish(topic, msgs[0]); err != nil {
-		t.Fatalf("Publish: %v", err)
+// TestPublishKeepsOrderAcrossCallSizes checks that one aggregate's events
+// reach its partition in the order of the Publish calls that follow each
+// other, though calls of different sizes go through different writers.
+func TestPublishKeepsOrderAcrossCallSizes(t *testing.T) {
+	t.Parallel()
+	cluster, err := kafkatest.Start(kafkatest.Config{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if requests, _, _ := counter.counts(); requests != 2 {
-		t.Errorf("after a second Publish: %d produce requests, want 2", requests)
+	defer cluster.Close()
+	brokers := cluster.Addrs()
+	topic := newTopic(t, brokers, 4)
+	pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers})
+	received := subscribe(t, brokers, topic)
+
+	seq := 0
+	for _, n := range []int{1, 200, 3, 17, 1, 129, 2} {
+		msgs := make([]*message.Message, n)
+		for i := range msgs {
+			msgs[i] = newEvent("order-1", strconv.Itoa(seq))
+			seq++
+		}
+		if err := pub.Publish(topic, msgs...); err != nil {
+			t.Fatalf("Publish of %d: %v", n, err)
+		}
+	}
+	for i, m := range receiveN(t, received, seq) {
+		if got := string(m.Payload); got != strconv.Itoa(i) {
+			t.Fatalf("message %d has payload %s: one aggregate's events out of order", i, got)
+		}
 	}
 }
 
