@@ -3,6 +3,9 @@ package sqlstore_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,5 +113,100 @@ func TestLeaseGuardRestoresMySQLSession(t *testing.T) {
 	}
 	if wait2 != wait || lock2 != lock {
 		t.Errorf("after a renewal the session has wait_timeout %d, innodb_lock_wait_timeout %d; before: %d, %d", wait2, lock2, wait, lock)
+	}
+}
+
+// TestClaimsDoNotWaitForARenewal: a renewal's transaction commits durably,
+// so it runs beside the claims while the lease has more than half of
+// LeaseTTL left: with the renewal stalled inside its transaction, claims
+// still return messages. Once less than half is left, a claim waits for the
+// renewal rather than read with a lease that may be running out, and fails
+// when its context ends first.
+func TestClaimsDoNotWaitForARenewal(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			db := migrated(t, d)
+			writeEvents(t, db, d, "1", "2", "3")
+			const ttl = 2 * time.Second // renewals due every 400ms; in line 1s before the lease ends
+			s := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
+			ctx := context.Background()
+			claim := func(ctx context.Context) (relay.Batch, error) {
+				return s.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: 10})
+			}
+			if b, err := claim(ctx); err != nil || len(b.Messages) != 3 {
+				t.Fatalf("first claim: %d messages, %v; want 3", len(b.Messages), err)
+			}
+			entered, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			sqlstore.StallRenewals(s, func() {
+				once.Do(func() { close(entered) })
+				<-release
+			})
+			t.Cleanup(func() { close(release) })
+
+			// Claim until the renewal falls due and stalls; every claim,
+			// that one included, returns.
+			results := make(chan error, 1)
+			go func() {
+				for {
+					b, err := claim(ctx)
+					if err == nil && len(b.Messages) != 3 {
+						err = fmt.Errorf("%d messages, want 3", len(b.Messages))
+					}
+					if err != nil {
+						results <- err
+						return
+					}
+					select {
+					case <-entered:
+						results <- nil
+						return
+					case <-time.After(20 * time.Millisecond): // until the renewal is due
+					}
+				}
+			}()
+			select {
+			case err := <-results:
+				if err != nil {
+					t.Fatalf("claim before the renewal stalled: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("no claim returned, or no renewal started, within 30s")
+			}
+			go func() {
+				b, err := claim(ctx)
+				if err == nil && len(b.Messages) != 3 {
+					err = fmt.Errorf("%d messages, want 3", len(b.Messages))
+				}
+				results <- err
+			}()
+			select {
+			case err := <-results:
+				if err != nil {
+					t.Fatalf("claim beside the stalled renewal: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("a claim waited for the stalled renewal while the lease had more than half its time left")
+			}
+
+			// Once the lease runs short, claims wait for the renewal.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				_, err := claim(cctx)
+				cancel()
+				if errors.Is(err, context.DeadlineExceeded) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("claim as the lease runs short: %v", err)
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("claims kept reading without a renewal for 30s, beyond the lease")
+				}
+				time.Sleep(20 * time.Millisecond) // leases run short by time
+			}
+		})
 	}
 }
