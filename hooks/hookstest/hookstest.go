@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/glebarez/sqlite"
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -84,7 +86,18 @@ func PostgresDSN(t testing.TB) string {
 		t.Fatalf("create schema %s: %v", schema, err)
 	}
 	t.Cleanup(func() {
-		if err := admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`).Error; err != nil {
+		// A store's lease renewal may still run in the background (the
+		// test did not release it): the DROP and its transaction can
+		// deadlock, and PostgreSQL then aborts one of them. Again, then.
+		err := admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`).Error
+		for range 5 {
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "40P01" { // deadlock_detected
+				break
+			}
+			err = admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`).Error
+		}
+		if err != nil {
 			t.Errorf("drop schema %s: %v", schema, err)
 		}
 		if db, err := admin.DB(); err == nil {

@@ -306,7 +306,13 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 		o.nextRenew = time.Now()
 		o.giveBack = o.giveBack || alive > o.alive
 	}
-	waiting := o.waiting
+	waiting := o.waiting && len(msgs) > 0
+	if waiting {
+		// Cleared before the register is, so that a renewal that
+		// extends the request (under o.mu) either comes first or sees
+		// that the owner no longer waits.
+		o.waiting = false
+	}
 	o.mu.Unlock()
 	if len(msgs) == 0 {
 		return relay.Batch{}, nil
@@ -315,9 +321,9 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 		// The relay found messages: it polls again before it waits. A
 		// failure only leaves writers notifying until the next claim that
 		// finds messages.
-		if _, err := s.db.ExecContext(ctx, s.wake.cancel); err == nil {
+		if _, err := s.db.ExecContext(ctx, s.wake.cancel); err != nil {
 			o.mu.Lock()
-			o.waiting = false
+			o.waiting = true
 			o.mu.Unlock()
 		}
 	}
@@ -339,8 +345,7 @@ func (s *Store) renewWhenDue(ctx context.Context, owner string, o *ownerLease) e
 		if !time.Now().Before(o.nextRenew) && o.renewing == nil && !o.released {
 			done := make(chan struct{})
 			o.renewing = done
-			waiting := o.waiting
-			go s.renewInBackground(owner, o, waiting, done)
+			go s.renewInBackground(owner, o, done)
 		}
 		o.mu.Unlock()
 		return nil
@@ -359,9 +364,8 @@ func (s *Store) renewWhenDue(ctx context.Context, owner string, o *ownerLease) e
 		o.mu.Unlock() // the background renewal did it
 		return nil
 	}
-	waiting := o.waiting
 	o.mu.Unlock()
-	return s.renew(ctx, owner, o, waiting, true)
+	return s.renew(ctx, owner, o, true)
 }
 
 // renewInLine reports whether a claim at now must renew before it reads:
@@ -376,12 +380,12 @@ func (s *Store) renewInLine(o *ownerLease, now time.Time) bool {
 // renewInBackground renews the owner's leases beside its claims, then
 // closes done. A failure is retried at a claim a little later, and
 // reported by the claim that renews in line once the lease runs short.
-func (s *Store) renewInBackground(owner string, o *ownerLease, waiting bool, done chan struct{}) {
+func (s *Store) renewInBackground(owner string, o *ownerLease, done chan struct{}) {
 	defer close(done)
 	// The transaction carries server-side timeouts of LeaseTTL/2 too.
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/2)
 	defer cancel()
-	err := s.renew(ctx, owner, o, waiting, false)
+	err := s.renew(ctx, owner, o, false)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.renewing = nil
@@ -433,10 +437,9 @@ func (s *Store) RequestWake(ctx context.Context, owner string) error {
 
 // renew registers the owner as alive, renews its leases and takes or (in
 // line only) gives back shards to hold its even share, in one short
-// transaction, then records the outcome in o. waiting is o.waiting when it
-// started. In line, the caller holds o.claimMu; in the background, no
-// other renewal of the owner runs.
-func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, waiting, inLine bool) error {
+// transaction, then records the outcome in o. In line, the caller holds
+// o.claimMu; in the background, no other renewal of the owner runs.
+func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, inLine bool) error {
 	start := time.Now()
 	ttl := s.cfg.LeaseTTL
 	tx, err := s.db.BeginTx(ctx, s.dialect.leaseTx())
@@ -481,11 +484,8 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, waiting,
 	if err := l.forget(ctx, tx, start); err != nil {
 		return fmt.Errorf("sqlstore: lease: forget stopped relays: %w", err)
 	}
-	if waiting && s.wake.request != "" {
-		// Still waiting: extend the wake-up request with the lease.
-		if _, err := tx.ExecContext(ctx, s.wake.request, ttl.Milliseconds()); err != nil {
-			return fmt.Errorf("sqlstore: lease: extend the wake-up request: %w", err)
-		}
+	if err := s.extendWake(ctx, tx, o); err != nil {
+		return err
 	}
 	if s.inRenew != nil {
 		s.inRenew()
@@ -512,6 +512,26 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, waiting,
 		every = min(every, 250*time.Millisecond) // still taking its share
 	}
 	o.nextRenew = start.Add(every)
+	return nil
+}
+
+// extendWake extends the owner's wake-up request with its lease while the
+// owner waits. It holds o.mu while it does, since the register is not
+// transactional: a claim that finds messages clears o.waiting before it
+// clears the register, so a renewal beside it cannot set the register
+// again after the claim cleared it.
+func (s *Store) extendWake(ctx context.Context, tx *sql.Tx, o *ownerLease) error {
+	if s.wake.request == "" {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.waiting {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, s.wake.request, s.cfg.LeaseTTL.Milliseconds()); err != nil {
+		return fmt.Errorf("sqlstore: lease: extend the wake-up request: %w", err)
+	}
 	return nil
 }
 
