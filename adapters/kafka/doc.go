@@ -9,8 +9,11 @@
 //
 // # Publishing
 //
-// [NewPublisher] builds one kafka-go Writer that is safe for concurrent use.
-// Its settings are the ones an outbox needs, not kafka-go's zero values:
+// [NewPublisher] builds kafka-go Writers that are safe for concurrent use:
+// up to three that differ only in BatchSize, so that a small publish does
+// not pay for a large batch's preallocated records (see
+// [PublisherConfig.BatchSize]). Their settings are the ones an outbox needs,
+// not kafka-go's zero values:
 //
 //   - RequiredAcks is kafka.RequireAll: a publish succeeds only once every
 //     in-sync replica has the records.
@@ -21,8 +24,8 @@
 //     says otherwise; a message without one gets a nil key and is spread
 //     round robin, with no ordering guarantee.
 //   - Writes are synchronous: [Publisher.Publish] returns only when the broker
-//     has answered, and one Publish call is one WriteMessages call, so a batch
-//     of messages is written together.
+//     has answered, and one Publish call is one WriteMessages call on one
+//     writer, so a batch of messages is written together.
 //
 // Metadata travels as Kafka record headers. The message UUID travels as the
 // event_id header ([runtime.MetadataEventID]) unless the metadata already
