@@ -503,6 +503,32 @@ func TestRelayRetention(t *testing.T) {
 	})
 }
 
+// TestRelayDeletePublished: with --delete-published, every published row
+// is gone, and --retention beside it is refused.
+func TestRelayDeletePublished(t *testing.T) {
+	forEachDatabase(t, func(t *testing.T, d testDB) {
+		d.write(t, "o1", "o2", "o3")
+		pub := newRecorder()
+		count := func() int {
+			var n int
+			if err := d.db.QueryRow(`SELECT count(*) FROM outbox_messages`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		runRelay(t, d, pub, func() bool { return count() == 0 }, "--delete-published")
+		pub.mu.Lock()
+		if len(pub.all) != 3 {
+			t.Errorf("published %d events, want 3", len(pub.all))
+		}
+		pub.mu.Unlock()
+		code, _, stderr := runCmd(t, nil, "relay", "--db", d.url, "--broker", "test://", "--delete-published", "--retention", "7d")
+		if code != exitUsage || !strings.Contains(stderr, "nothing to delete") {
+			t.Errorf("--delete-published with --retention: exit %d, %q; want %d and a usage error", code, stderr, exitUsage)
+		}
+	})
+}
+
 // TestRelayThroughBrokerURL runs the relay with a real broker URL
 // (memory://, through package adapters/broker).
 func TestRelayThroughBrokerURL(t *testing.T) {

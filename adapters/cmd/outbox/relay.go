@@ -100,7 +100,11 @@ Broker URLs (package adapters/broker): kafka://host:9092, amqp://user:pass@host:
 nats://host:4222, redis://host:6379/0, postgres://..., sqs://host:port,
 sns://host:port, memory:// (in-process, for trials).
 
-With --retention, the process also deletes published messages older than
+With --delete-published, a published message is deleted instead of marked
+(StoreConfig.DeletePublished): the cheapest mark, but "outbox replay" has
+nothing to republish and an event saved again after it was published is
+published again (see the README, "No retention at all"). Otherwise, with
+--retention, the process also deletes published messages older than
 that age, in small batches that never block writers or the relay (see
 "outbox help janitor"). With --listen, it serves Prometheus metrics at
 /metrics (package adapters/metrics) and health checks at /livez (the relay
@@ -119,6 +123,7 @@ with --json).`,
 		fs.DurationVar(&scfg.RetryDelay, "retry-delay", 0, "first retry delay of a failed message, doubling (default: 1s)")
 		fs.DurationVar(&scfg.MaxRetryDelay, "max-retry-delay", 0, "cap of the retry delay (default: 30s)")
 		fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to finish the batch in flight on a signal")
+		fs.BoolVar(&scfg.DeletePublished, "delete-published", false, "delete a message once published instead of marking it: faster, but no replay and no deduplication of a re-saved published event (the consumers' inbox still applies it once)")
 		migrate := fs.Bool("migrate", false, "create the outbox table if it does not exist")
 		verbose := fs.Bool("v", false, "debug logs")
 		listen := fs.String("listen", "", "serve /metrics, /livez and /readyz on this `address` (host:port; default: off)")
@@ -134,6 +139,9 @@ with --json).`,
 		}
 		if *brokerURL == "" {
 			return usagef("no broker: give --broker URL or set OUTBOX_BROKER_URL")
+		}
+		if scfg.DeletePublished && rf.published > 0 {
+			return usagef("--retention has nothing to delete with --delete-published")
 		}
 		log := logger(e, fs, *verbose)
 		cfg.Logger = log
