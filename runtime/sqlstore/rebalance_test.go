@@ -67,3 +67,91 @@ func TestJoiningRelayGetsItsShareFromABusyOne(t *testing.T) {
 		})
 	}
 }
+
+// TestNoShardGivenBackUnderABatchInFlight: a relay claims ahead while it
+// marks its last batch, and a mark is fenced by the lease. When a relay
+// joins, the busy one gives back only shards that the batch in flight does
+// not hold, leaves the rest out of its claims, and gives them back at a
+// later claim: the batch in flight is then marked in full, so the joining
+// relay never publishes its rows again (the regression: 2 of 400 events
+// on the broker twice with 4 relays on MariaDB).
+func TestNoShardGivenBackUnderABatchInFlight(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			db := migrated(t, d)
+			aggs := make([]string, 300)
+			for i := range aggs {
+				aggs[i] = fmt.Sprint("agg-", i)
+			}
+			writeEvents(t, db, d, aggs...)
+			ctx := context.Background()
+			store := mustStore(t, db, sqlstore.StoreConfig{})
+			claim := func(owner string, inFlight []int64) relay.Batch {
+				t.Helper()
+				b, err := store.Claim(ctx, relay.ClaimRequest{Owner: owner, Limit: 100, InFlight: inFlight})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+			held := func() map[int16]bool {
+				t.Helper()
+				rows, err := db.QueryContext(ctx, `SELECT shard FROM outbox_messages_leases WHERE owner = 'busy'`)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer rows.Close()
+				out := map[int16]bool{}
+				for rows.Next() {
+					var s int16
+					if err := rows.Scan(&s); err != nil {
+						t.Fatal(err)
+					}
+					out[s] = true
+				}
+				return out
+			}
+			b1 := claim("busy", nil)
+			claim("new", nil) // one more relay alive
+			b2 := claim("busy", ids(b1))
+			if err := store.Mark(ctx, b1, relay.Outcome{Published: ids(b1)}); err != nil {
+				t.Fatal(err)
+			}
+			// The claim ahead of b2's mark: the busy relay gives shards
+			// back now.
+			b3 := claim("busy", ids(b2))
+			h := held()
+			if len(h) == sqlstore.Shards {
+				t.Fatalf("the busy relay gave no shard back with a second relay alive")
+			}
+			for _, m := range b2.Messages {
+				if sh := sqlstore.ShardOf(m.AggregateType, m.AggregateID); !h[sh] {
+					t.Fatalf("shard %d given back while batch b2 with its message %d was in flight", sh, m.ID)
+				}
+			}
+			if err := store.Mark(ctx, b2, relay.Outcome{Published: ids(b2)}); err != nil {
+				t.Fatal(err)
+			}
+			var published int
+			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM outbox_messages WHERE published_at IS NOT NULL`).Scan(&published); err != nil {
+				t.Fatal(err)
+			}
+			if want := len(b1.Messages) + len(b2.Messages); published != want {
+				t.Fatalf("%d rows marked published, want %d (b1 and b2 in full)", published, want)
+			}
+			// Claims go on, each ahead of the last one's mark, and the
+			// busy relay comes down to its share.
+			last := b3
+			for range 10 {
+				if len(held()) <= sqlstore.Shards/2 {
+					return
+				}
+				if err := store.Mark(ctx, last, relay.Outcome{Published: ids(last)}); err != nil {
+					t.Fatal(err)
+				}
+				last = claim("busy", ids(last))
+			}
+			t.Fatalf("the busy relay still holds %d shards after 10 claims, want %d", len(held()), sqlstore.Shards/2)
+		})
+	}
+}

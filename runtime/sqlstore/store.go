@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 )
@@ -164,9 +166,12 @@ type ownerLease struct {
 	// claimMu serializes the owner's claims, wake-up requests and release.
 	claimMu sync.Mutex
 
-	mu         sync.Mutex // guards the fields below
-	shards     []int16    // sorted; replaced, never modified in place
-	validUntil time.Time  // local clock, conservative
+	mu     sync.Mutex // guards the fields below
+	shards []int16    // sorted; replaced, never modified in place
+	// claimable are the shards claims read: shards less those leaving
+	// (see givingBack). Replaced, never modified in place.
+	claimable  []int16
+	validUntil time.Time // local clock, conservative
 	nextRenew  time.Time
 	alive      int  // relays alive at the last renewal
 	short      bool // holds less than its share: taking shards over
@@ -185,6 +190,14 @@ type ownerLease struct {
 	giveBack bool
 	// released is set by Release: no background renewal starts after it.
 	released bool
+	// lastIDs are the ids of the last batch the owner claimed, and
+	// lastShards its shards: when the next claim lists that batch as in
+	// flight (the relay claims ahead while it marks), those shards are
+	// not given back, since the batch's mark is fenced by the lease: a
+	// shard given back before the mark would leave its published rows
+	// pending, and the next owner would publish them again.
+	lastIDs    []int64
+	lastShards [Shards]bool
 }
 
 // claimToken is the Token of the batches a Store returns.
@@ -280,11 +293,11 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	o := s.owner(req.Owner)
 	o.claimMu.Lock()
 	defer o.claimMu.Unlock()
-	if err := s.renewWhenDue(ctx, req.Owner, o); err != nil {
+	if err := s.renewWhenDue(ctx, req.Owner, o, o.busyShards(req.InFlight)); err != nil {
 		return relay.Batch{}, err
 	}
 	o.mu.Lock()
-	shards, validUntil, sizeHint := o.shards, o.validUntil, o.lastClaimed
+	shards, validUntil, sizeHint := o.claimable, o.validUntil, o.lastClaimed
 	if len(shards) == 0 {
 		again := s.claimAgainIn(o)
 		o.mu.Unlock()
@@ -297,6 +310,12 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	}
 	o.mu.Lock()
 	o.lastClaimed = len(msgs)
+	o.lastIDs = o.lastIDs[:0]
+	clear(o.lastShards[:])
+	for i := range msgs {
+		o.lastIDs = append(o.lastIDs, msgs[i].ID)
+		o.lastShards[ShardOf(msgs[i].AggregateType, msgs[i].AggregateID)] = true
+	}
 	if alive != o.alive {
 		// A relay joined or left: rebalance at the next claim rather
 		// than at the next scheduled renewal, so a relay that starts
@@ -339,7 +358,7 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 // a commit's flush and half a dozen round trips to every claim that falls
 // due, about once a second; at 1,000 events/s those claims were most of
 // the commit-to-publish p99.
-func (s *Store) renewWhenDue(ctx context.Context, owner string, o *ownerLease) error {
+func (s *Store) renewWhenDue(ctx context.Context, owner string, o *ownerLease, busy *[Shards]bool) error {
 	o.mu.Lock()
 	if !s.renewInLine(o, time.Now()) {
 		if !time.Now().Before(o.nextRenew) && o.renewing == nil && !o.released {
@@ -365,7 +384,52 @@ func (s *Store) renewWhenDue(ctx context.Context, owner string, o *ownerLease) e
 		return nil
 	}
 	o.mu.Unlock()
-	return s.renew(ctx, owner, o, true)
+	return s.renewRetrying(ctx, owner, o, busy)
+}
+
+// busyShards returns the shards that must not be given back during a claim
+// with inFlight in flight: none when nothing is in flight, the last batch's
+// when inFlight is that batch, and every shard (nil) when it is not known.
+// The caller holds o.claimMu.
+func (o *ownerLease) busyShards(inFlight []int64) *[Shards]bool {
+	if len(inFlight) == 0 {
+		return &[Shards]bool{}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !slices.Equal(inFlight, o.lastIDs) {
+		return nil
+	}
+	busy := o.lastShards
+	return &busy
+}
+
+// renewRetrying renews in line (see [Store.renew]), again when the
+// database aborted the lease transaction to break a deadlock with another
+// relay's, as MySQL and MariaDB do between concurrent lease transactions.
+func (s *Store) renewRetrying(ctx context.Context, owner string, o *ownerLease, busy *[Shards]bool) error {
+	var err error
+	for range 3 {
+		if err = s.renew(ctx, owner, o, busy); !transient(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// transient reports whether err is a deadlock or serialization failure for
+// which the database aborted the transaction: running it again may succeed.
+func transient(err error) bool {
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1213 // ER_LOCK_DEADLOCK
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		code := pg.SQLState()
+		return code == "40P01" || code == "40001" // deadlock_detected, serialization_failure
+	}
+	return false
 }
 
 // renewInLine reports whether a claim at now must renew before it reads:
@@ -385,7 +449,7 @@ func (s *Store) renewInBackground(owner string, o *ownerLease, done chan struct{
 	// The transaction carries server-side timeouts of LeaseTTL/2 too.
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/2)
 	defer cancel()
-	err := s.renew(ctx, owner, o, false)
+	err := s.renew(ctx, owner, o, nil)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.renewing = nil
@@ -435,11 +499,13 @@ func (s *Store) RequestWake(ctx context.Context, owner string) error {
 	return nil
 }
 
-// renew registers the owner as alive, renews its leases and takes or (in
-// line only) gives back shards to hold its even share, in one short
-// transaction, then records the outcome in o. In line, the caller holds
-// o.claimMu; in the background, no other renewal of the owner runs.
-func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, inLine bool) error {
+// renew registers the owner as alive, renews its leases and takes or gives
+// back shards to hold its even share, in one short transaction, then
+// records the outcome in o. It gives back no shard of busy (every shard
+// when busy is nil, as in the background), and leaves o.giveBack set when
+// that keeps it above its share. In line, the caller holds o.claimMu; in
+// the background, no other renewal of the owner runs.
+func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[Shards]bool) error {
 	start := time.Now()
 	ttl := s.cfg.LeaseTTL
 	tx, err := s.db.BeginTx(ctx, s.dialect.leaseTx())
@@ -465,14 +531,18 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, inLine b
 	}
 	target := (Shards + max(alive, 1) - 1) / max(alive, 1)
 	giveBack := false
+	var leaving []int16
 	switch {
-	case len(owned) > target && !inLine:
-		giveBack = true // at the next claim, in line
 	case len(owned) > target:
-		if err := l.release(ctx, tx, owner, owned[target:]); err != nil {
-			return fmt.Errorf("sqlstore: lease: give back shards: %w", err)
+		var kept, surplus []int16
+		kept, surplus, leaving = givingBack(owned, target, busy)
+		giveBack = len(leaving) > 0 // at a later claim, in line
+		if len(surplus) > 0 {
+			if err := l.release(ctx, tx, owner, surplus); err != nil {
+				return fmt.Errorf("sqlstore: lease: give back shards: %w", err)
+			}
 		}
-		owned = owned[:target]
+		owned = kept
 	case len(owned) < target:
 		got, err := l.acquire(ctx, tx, owner, start, ttl, target-len(owned))
 		if err != nil {
@@ -501,6 +571,10 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, inLine b
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.shards, o.alive, o.short, o.giveBack = owned, alive, len(owned) < target, giveBack
+	o.claimable = owned
+	if len(leaving) > 0 {
+		o.claimable = slices.DeleteFunc(slices.Clone(owned), func(sh int16) bool { return slices.Contains(leaving, sh) })
+	}
 	// The database's expiry is its now() plus ttl, and its now() came after
 	// start: start plus ttl, less a margin for clock rate, is on the safe
 	// side.
@@ -513,6 +587,30 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, inLine b
 	}
 	o.nextRenew = start.Add(every)
 	return nil
+}
+
+// givingBack splits owned (sorted), of which the owner should hold target,
+// into the shards it keeps for now and those it gives back now: the
+// highest first, none of busy (nil: all are busy). Of the kept shards, the
+// highest it still holds beyond target are leaving: claims leave them out
+// until a claim with none of them in flight gives them back. kept stays
+// sorted.
+func givingBack(owned []int16, target int, busy *[Shards]bool) (kept, surplus, leaving []int16) {
+	n := len(owned) - target
+	kept = slices.Clone(owned)
+	if busy != nil {
+		for i := len(kept) - 1; i >= 0 && len(surplus) < n; i-- {
+			if !busy[kept[i]] {
+				surplus = append(surplus, kept[i])
+				kept = slices.Delete(kept, i, i+1)
+			}
+		}
+		slices.Reverse(surplus)
+	}
+	if extra := len(kept) - target; extra > 0 {
+		leaving = kept[len(kept)-extra:]
+	}
+	return kept, surplus, leaving
 }
 
 // extendWake extends the owner's wake-up request with its lease while the
@@ -588,7 +686,7 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 			}
 		}
 		o.mu.Lock()
-		o.shards, o.validUntil = nil, time.Time{}
+		o.shards, o.claimable, o.validUntil = nil, nil, time.Time{}
 		waiting = o.waiting
 		o.mu.Unlock()
 	}
