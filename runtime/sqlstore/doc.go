@@ -95,6 +95,16 @@
 // session wait_timeout and innodb_lock_wait_timeout, restored before the
 // commit), so a relay stalled inside it does not hold the lease rows.
 //
+// Renewals run in the background, beside the claims, while more than half
+// of the lease is left; a claim renews in line when less is left, so a
+// relay whose renewals fail stops claiming before its lease can run out.
+// A relay gives a shard back only when the batch it has in flight (the
+// claim ahead lists it) holds none of the shard's rows, and stops claiming
+// the shards it must give back meanwhile: a mark is fenced by the lease, so
+// a shard given back under a published batch would leave that batch's rows
+// pending, for the next owner to publish again. Lease transactions that the
+// database aborted to break a deadlock are run again.
+//
 // # Failed and poison messages
 //
 // A message the publisher did not take records its error (last_error) and
