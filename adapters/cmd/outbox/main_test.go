@@ -483,23 +483,34 @@ func TestJanitorOnce(t *testing.T) {
 
 // TestRelayRetention runs "relay --retention": the relay publishes and the
 // retention beside it deletes the published rows.
+// outboxRows counts the rows of d's outbox table.
+func outboxRows(t *testing.T, d testDB) int {
+	t.Helper()
+	var n int
+	if err := d.db.QueryRow(`SELECT count(*) FROM outbox_messages`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// runRelayUntilEmpty writes three events, runs "outbox relay" with extra
+// until the outbox table is empty, and checks that all three were
+// published.
+func runRelayUntilEmpty(t *testing.T, d testDB, extra ...string) {
+	t.Helper()
+	d.write(t, "o1", "o2", "o3")
+	pub := newRecorder()
+	runRelay(t, d, pub, func() bool { return outboxRows(t, d) == 0 }, extra...)
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if len(pub.all) != 3 {
+		t.Errorf("published %d events, want 3", len(pub.all))
+	}
+}
+
 func TestRelayRetention(t *testing.T) {
 	forEachDatabase(t, func(t *testing.T, d testDB) {
-		d.write(t, "o1", "o2", "o3")
-		pub := newRecorder()
-		count := func() int {
-			var n int
-			if err := d.db.QueryRow(`SELECT count(*) FROM outbox_messages`).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-		runRelay(t, d, pub, func() bool { return count() == 0 }, "--retention", "1ms", "--retention-interval", "10ms")
-		pub.mu.Lock()
-		defer pub.mu.Unlock()
-		if len(pub.all) != 3 {
-			t.Errorf("published %d events, want 3", len(pub.all))
-		}
+		runRelayUntilEmpty(t, d, "--retention", "1ms", "--retention-interval", "10ms")
 	})
 }
 
@@ -507,21 +518,7 @@ func TestRelayRetention(t *testing.T) {
 // is gone, and --retention beside it is refused.
 func TestRelayDeletePublished(t *testing.T) {
 	forEachDatabase(t, func(t *testing.T, d testDB) {
-		d.write(t, "o1", "o2", "o3")
-		pub := newRecorder()
-		count := func() int {
-			var n int
-			if err := d.db.QueryRow(`SELECT count(*) FROM outbox_messages`).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-		runRelay(t, d, pub, func() bool { return count() == 0 }, "--delete-published")
-		pub.mu.Lock()
-		if len(pub.all) != 3 {
-			t.Errorf("published %d events, want 3", len(pub.all))
-		}
-		pub.mu.Unlock()
+		runRelayUntilEmpty(t, d, "--delete-published")
 		code, _, stderr := runCmd(t, nil, "relay", "--db", d.url, "--broker", "test://", "--delete-published", "--retention", "7d")
 		if code != exitUsage || !strings.Contains(stderr, "nothing to delete") {
 			t.Errorf("--delete-published with --retention: exit %d, %q; want %d and a usage error", code, stderr, exitUsage)
