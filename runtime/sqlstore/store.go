@@ -417,6 +417,22 @@ func (s *Store) renewRetrying(ctx context.Context, owner string, o *ownerLease, 
 	return err
 }
 
+// updateFenced runs the dialect's fenced mark, again when the database
+// aborted it to break a deadlock (on MySQL and MariaDB its locking read of
+// the lease rows can deadlock with a lease renewal): a mark only changes
+// rows still pending and still the owner's, so running it twice is
+// harmless.
+func (s *Store) updateFenced(ctx context.Context, owner, set string, setArgs []any, ids []int64, events *eventRange) error {
+	var err error
+	for range 3 {
+		err = s.dialect.updateFenced(ctx, s.db, s.tables, owner, set, slices.Clone(setArgs), ids, events)
+		if !transient(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
 // transient reports whether err is a deadlock or serialization failure for
 // which the database aborted the transaction: running it again may succeed.
 func transient(err error) bool {
@@ -821,7 +837,7 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 	}
 	for _, g := range order {
 		set, args := s.dialect.failureSet(g.kind, g.text, s.cfg)
-		if err := s.dialect.updateFenced(ctx, s.db, s.tables, tok.owner, set, args, groups[g], s.eventRange(ranged, byID, groups[g])); err != nil {
+		if err := s.updateFenced(ctx, tok.owner, set, args, groups[g], s.eventRange(ranged, byID, groups[g])); err != nil {
 			return fmt.Errorf("sqlstore: mark: record failed attempt: %w", err)
 		}
 	}
@@ -890,7 +906,7 @@ func (s *Store) markPublished(ctx context.Context, owner string, ids []int64, ev
 	if s.cfg.DeletePublished {
 		set, args = "", nil // a DELETE (see dialect.updateFenced)
 	}
-	if err := s.dialect.updateFenced(ctx, s.db, s.tables, owner, set, args, ids, events); err != nil {
+	if err := s.updateFenced(ctx, owner, set, args, ids, events); err != nil {
 		return fmt.Errorf("sqlstore: mark published: %w", err)
 	}
 	return nil
