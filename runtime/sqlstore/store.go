@@ -190,14 +190,12 @@ type ownerLease struct {
 	giveBack bool
 	// released is set by Release: no background renewal starts after it.
 	released bool
-	// lastIDs are the ids of the last batch the owner claimed, and
-	// lastShards its shards: when the next claim lists that batch as in
-	// flight (the relay claims ahead while it marks), those shards are
-	// not given back, since the batch's mark is fenced by the lease: a
-	// shard given back before the mark would leave its published rows
-	// pending, and the next owner would publish them again.
-	lastIDs    []int64
-	lastShards [Shards]bool
+	// last is the last batch the owner claimed: when the next claim
+	// lists it as in flight (the relay claims ahead while it marks), its
+	// shards are not given back, since the batch's mark is fenced by the
+	// lease: a shard given back before the mark would leave its published
+	// rows pending, and the next owner would publish them again.
+	last []runtime.OutboxMessage
 }
 
 // claimToken is the Token of the batches a Store returns.
@@ -293,7 +291,7 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	o := s.owner(req.Owner)
 	o.claimMu.Lock()
 	defer o.claimMu.Unlock()
-	if err := s.renewWhenDue(ctx, req.Owner, o, o.busyShards(req.InFlight)); err != nil {
+	if err := s.renewWhenDue(ctx, req.Owner, o, req.InFlight); err != nil {
 		return relay.Batch{}, err
 	}
 	o.mu.Lock()
@@ -309,13 +307,7 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 		return relay.Batch{}, err
 	}
 	o.mu.Lock()
-	o.lastClaimed = len(msgs)
-	o.lastIDs = o.lastIDs[:0]
-	clear(o.lastShards[:])
-	for i := range msgs {
-		o.lastIDs = append(o.lastIDs, msgs[i].ID)
-		o.lastShards[ShardOf(msgs[i].AggregateType, msgs[i].AggregateID)] = true
-	}
+	o.lastClaimed, o.last = len(msgs), msgs
 	if alive != o.alive {
 		// A relay joined or left: rebalance at the next claim rather
 		// than at the next scheduled renewal, so a relay that starts
@@ -358,7 +350,7 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 // a commit's flush and half a dozen round trips to every claim that falls
 // due, about once a second; at 1,000 events/s those claims were most of
 // the commit-to-publish p99.
-func (s *Store) renewWhenDue(ctx context.Context, owner string, o *ownerLease, busy *[Shards]bool) error {
+func (s *Store) renewWhenDue(ctx context.Context, owner string, o *ownerLease, inFlight []int64) error {
 	o.mu.Lock()
 	if !s.renewInLine(o, time.Now()) {
 		if !time.Now().Before(o.nextRenew) && o.renewing == nil && !o.released {
@@ -383,38 +375,31 @@ func (s *Store) renewWhenDue(ctx context.Context, owner string, o *ownerLease, b
 		o.mu.Unlock() // the background renewal did it
 		return nil
 	}
+	busy := o.busyShards(inFlight)
 	o.mu.Unlock()
-	return s.renewRetrying(ctx, owner, o, busy)
+	return retryTransient(ctx, func() error { return s.renew(ctx, owner, o, busy) })
 }
 
 // busyShards returns the shards that must not be given back during a claim
 // with inFlight in flight: none when nothing is in flight, the last batch's
 // when inFlight is that batch, and every shard (nil) when it is not known.
-// The caller holds o.claimMu.
+// The caller holds o.mu. Only a renewal in line asks, so claims pay
+// nothing for it.
 func (o *ownerLease) busyShards(inFlight []int64) *[Shards]bool {
+	busy := &[Shards]bool{}
 	if len(inFlight) == 0 {
-		return &[Shards]bool{}
+		return busy
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !slices.Equal(inFlight, o.lastIDs) {
+	if len(inFlight) != len(o.last) {
 		return nil
 	}
-	busy := o.lastShards
-	return &busy
-}
-
-// renewRetrying renews in line (see [Store.renew]), again when the
-// database aborted the lease transaction to break a deadlock with another
-// relay's, as MySQL and MariaDB do between concurrent lease transactions.
-func (s *Store) renewRetrying(ctx context.Context, owner string, o *ownerLease, busy *[Shards]bool) error {
-	var err error
-	for range 3 {
-		if err = s.renew(ctx, owner, o, busy); !transient(err) || ctx.Err() != nil {
-			return err
+	for i, m := range o.last {
+		if m.ID != inFlight[i] {
+			return nil
 		}
+		busy[ShardOf(m.AggregateType, m.AggregateID)] = true
 	}
-	return err
+	return busy
 }
 
 // updateFenced runs the dialect's fenced mark, again when the database
@@ -423,10 +408,19 @@ func (s *Store) renewRetrying(ctx context.Context, owner string, o *ownerLease, 
 // rows still pending and still the owner's, so running it twice is
 // harmless.
 func (s *Store) updateFenced(ctx context.Context, owner, set string, setArgs []any, ids []int64, events *eventRange) error {
+	return retryTransient(ctx, func() error {
+		return s.dialect.updateFenced(ctx, s.db, s.tables, owner, set, slices.Clone(setArgs), ids, events)
+	})
+}
+
+// retryTransient runs fn up to three times while it fails with a
+// [transient] error: the database aborted its transaction to break a
+// deadlock, as MySQL and MariaDB do between concurrent lease transactions,
+// and between a lease transaction and a mark.
+func retryTransient(ctx context.Context, fn func() error) error {
 	var err error
 	for range 3 {
-		err = s.dialect.updateFenced(ctx, s.db, s.tables, owner, set, slices.Clone(setArgs), ids, events)
-		if !transient(err) || ctx.Err() != nil {
+		if err = fn(); !transient(err) || ctx.Err() != nil {
 			return err
 		}
 	}
@@ -702,7 +696,7 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 			}
 		}
 		o.mu.Lock()
-		o.shards, o.claimable, o.validUntil = nil, nil, time.Time{}
+		o.shards, o.claimable, o.validUntil, o.last = nil, nil, time.Time{}, nil
 		waiting = o.waiting
 		o.mu.Unlock()
 	}
