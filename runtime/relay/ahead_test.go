@@ -175,3 +175,51 @@ func TestClaimAgainInShortensTheWait(t *testing.T) {
 	start(t, context.Background(), r)
 	batches.until(t, func() bool { return len(mem.Pending()) == 0 })
 }
+
+func TestClaimAheadRunsWhilePublishing(t *testing.T) {
+	// The claim of batch 2 must not wait for batch 1's publish: the
+	// publisher holds batch 1 until the store has been asked for batch 2
+	// (leaving batch 1 out), or gives up after a deadline.
+	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}}
+	var mu sync.Mutex
+	calls, sawAhead := 0, false
+	pub := &fakePublisher{fn: func(string, []*message.Message) error {
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		if !first {
+			return nil
+		}
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if reqs := store.Requests(); len(reqs) >= 2 {
+				mu.Lock()
+				sawAhead = slices.Equal(reqs[1].InFlight, []int64{1, 2})
+				mu.Unlock()
+				return nil
+			}
+		}
+		return nil
+	}}
+	batches := newBatchRecorder()
+	// One topic per batch: a1 and b1 go out in one Publish call.
+	for i := range store.msgs {
+		store.msgs[i].Topic = "t"
+	}
+	r, err := relay.New(store, pub, relay.Config{BatchSize: 2, PollInterval: never, ActivePollInterval: 1, OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	batches.until(t, func() bool { return store.pending() == 0 })
+
+	mu.Lock()
+	defer mu.Unlock()
+	if !sawAhead {
+		t.Errorf("claim requests %+v: want the claim of the next batch, leaving out [1 2], made while batch 1 was being published", store.Requests())
+	}
+	want := map[string][]string{"t": uuids(1, 2, 3, 4)}
+	if diff := cmp.Diff(want, published(pub)); diff != "" {
+		t.Errorf("accepted messages by topic (-want +got):\n%s", diff)
+	}
+}

@@ -185,7 +185,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	failures := 0           // consecutive failed batches
 	var lastFound time.Time // the last claim that found messages
 	requested := false      // the store was asked to wake this relay
-	var next *aheadBatch    // a batch claimed while the last one was marked
+	var next *aheadBatch    // a batch claimed while the last one was published and marked
 	for ctx.Err() == nil {
 		res, rd := r.batch(ctx, owner, next)
 		next = rd.next
@@ -318,8 +318,8 @@ func (r *Relay) markRunning() {
 	r.runningOnce.Do(func() { close(r.running) })
 }
 
-// aheadBatch is a batch claimed ahead, while the store marked the batch
-// before it (see [InFlightExcluder]).
+// aheadBatch is a batch claimed ahead, while the batch before it was
+// published and marked (see [InFlightExcluder]).
 type aheadBatch struct {
 	b   Batch
 	err error
@@ -346,10 +346,11 @@ func (c *aheadBatch) take() (Batch, bool) {
 	return c.b, len(c.b.Messages) > 0
 }
 
-// batch publishes one batch, pre (claimed while the last batch was marked)
+// batch publishes one batch, pre (claimed while the last batch was
+// published and marked)
 // or else one it claims, and marks it. After a full batch, when the store is
-// an [InFlightExcluder], it claims the next batch while the store marks this
-// one, and returns it when the mark succeeded. It reports what happened,
+// an [InFlightExcluder], it claims the next batch while it publishes and
+// marks this one, and returns it when the mark succeeded. It reports what happened,
 // and the rest of the round in rd.
 func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res BatchResult, rd round) {
 	batchCtx, done := r.batchContext(ctx)
@@ -381,6 +382,17 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res B
 		return res, rd
 	}
 
+	// Claim the next batch while this one is published and marked. The
+	// claim runs in the database while the publish runs here and in the
+	// broker, so the two use different processors; claimed during the mark
+	// instead, it read the very rows the mark was updating, and on a
+	// two-core machine slowed both.
+	var ahead chan *aheadBatch
+	if _, ok := r.store.(InFlightExcluder); ok && res.Full && ctx.Err() == nil {
+		ahead = make(chan *aheadBatch, 1)
+		go func() { ahead <- r.claimAhead(batchCtx, owner, b.Messages) }()
+	}
+
 	deadline := time.Now().Add(r.cfg.PublishTimeout)
 	if !b.Deadline.IsZero() && b.Deadline.Before(deadline) {
 		deadline = b.Deadline
@@ -393,16 +405,12 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res B
 	res.Messages, res.PublishDuration = b.Messages, res.PublishedAt.Sub(pubStart)
 	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
 
-	var ahead chan *aheadBatch
-	if _, ok := r.store.(InFlightExcluder); ok && res.Full && ctx.Err() == nil {
-		ahead = make(chan *aheadBatch, 1)
-		go func() { ahead <- r.claimAhead(batchCtx, owner, b.Messages, out.Failed) }()
-	}
 	markCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
 	err := r.store.Mark(markCtx, b, out)
 	cancel()
 	if ahead != nil {
 		rd.next = <-ahead
+		rd.next.holdBack(b.Messages, out.Failed)
 		if rd.next.err != nil && ctx.Err() == nil {
 			// The next round claims afresh, and reports its own error.
 			r.log.Debug("relay: claim ahead failed", errAttr(rd.next.err))
@@ -433,28 +441,33 @@ func (r *Relay) full(msgs []runtime.OutboxMessage) bool {
 	return len(msgs) >= r.cfg.BatchSize || r.cfg.MaxBatchBytes > 0 && 2*payloadBytes(msgs) >= r.cfg.MaxBatchBytes
 }
 
-// claimAhead claims the batch after msgs, leaving msgs out, and notes the
-// aggregates of failed.
-func (r *Relay) claimAhead(ctx context.Context, owner string, msgs []runtime.OutboxMessage, failed []Failure) *aheadBatch {
+// claimAhead claims the batch after msgs, leaving msgs out.
+func (r *Relay) claimAhead(ctx context.Context, owner string, msgs []runtime.OutboxMessage) *aheadBatch {
 	inFlight := make([]int64, len(msgs))
-	aggOf := make(map[int64]aggregateKey, len(failed))
 	for i, m := range msgs {
 		inFlight[i] = m.ID
 	}
 	c := &aheadBatch{}
-	if len(failed) > 0 {
-		for _, m := range msgs {
-			aggOf[m.ID] = aggregateKey{m.AggregateType, m.AggregateID}
-		}
-		c.failed = make(map[aggregateKey]bool, len(failed))
-		for _, f := range failed {
-			c.failed[aggOf[f.ID]] = true
-		}
-	}
 	claimCtx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
 	defer cancel()
 	c.b, c.err = r.store.Claim(claimCtx, ClaimRequest{Owner: owner, Limit: r.cfg.BatchSize, MaxBytes: r.cfg.MaxBatchBytes, InFlight: inFlight})
 	return c
+}
+
+// holdBack notes the aggregates of the failed messages of msgs (the batch
+// before c): take leaves their messages out.
+func (c *aheadBatch) holdBack(msgs []runtime.OutboxMessage, failed []Failure) {
+	if len(failed) == 0 {
+		return
+	}
+	aggOf := make(map[int64]aggregateKey, len(msgs))
+	for _, m := range msgs {
+		aggOf[m.ID] = aggregateKey{m.AggregateType, m.AggregateID}
+	}
+	c.failed = make(map[aggregateKey]bool, len(failed))
+	for _, f := range failed {
+		c.failed[aggOf[f.ID]] = true
+	}
 }
 
 // payloadBytes sums the payload sizes of msgs.

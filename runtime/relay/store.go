@@ -24,7 +24,7 @@ type ClaimRequest struct {
 
 	// InFlight lists the IDs of messages the caller claimed and has not
 	// marked yet: a relay whose store is an [InFlightExcluder] claims its
-	// next batch while the store marks the last one. Such a store leaves
+	// next batch while it publishes and marks the last one. Such a store leaves
 	// them out of the batch; other stores never receive it.
 	InFlight []int64
 }
@@ -104,8 +104,9 @@ type Store interface {
 
 // InFlightExcluder is implemented by stores whose Claim leaves out the
 // messages of [ClaimRequest.InFlight]. After a full batch, [Relay.Run] then
-// claims the next batch while [Store.Mark] records the last one, so a busy
-// relay waits for one of the two statements instead of both.
+// claims the next batch while it publishes the last one and [Store.Mark]
+// records it, so a busy relay does not wait for its claims: the database
+// runs the claim while the relay and the broker work on the publish.
 //
 // Such a claim may return later messages of an aggregate whose earlier
 // message is in flight. The relay keeps the aggregate's order: it
