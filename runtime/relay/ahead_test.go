@@ -27,6 +27,10 @@ type aheadStore struct {
 	done     map[int64]bool
 	requests []relay.ClaimRequest
 	failMark int // Mark calls still to fail
+	// lease, when set, is the time to each batch's Deadline from its
+	// claim, made at claimed[i] for requests[i].
+	lease   time.Duration
+	claimed []time.Time
 }
 
 func (s *aheadStore) ExcludesInFlight() {}
@@ -35,7 +39,12 @@ func (s *aheadStore) Claim(_ context.Context, req relay.ClaimRequest) (relay.Bat
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests = append(s.requests, req)
+	now := time.Now()
+	s.claimed = append(s.claimed, now)
 	var b relay.Batch
+	if s.lease > 0 {
+		b.Deadline = now.Add(s.lease)
+	}
 	for _, m := range s.msgs {
 		if len(b.Messages) == req.Limit {
 			break
@@ -217,6 +226,55 @@ func TestClaimAheadRunsWhilePublishing(t *testing.T) {
 	defer mu.Unlock()
 	if !sawAhead {
 		t.Errorf("claim requests %+v: want the claim of the next batch, leaving out [1 2], made while batch 1 was being published", store.Requests())
+	}
+	want := map[string][]string{"t": uuids(1, 2, 3, 4)}
+	if diff := cmp.Diff(want, published(pub)); diff != "" {
+		t.Errorf("accepted messages by topic (-want +got):\n%s", diff)
+	}
+}
+
+func TestClaimAheadDroppedAfterASlowPublish(t *testing.T) {
+	// Batch 1's publish takes more than half of the lease the batch
+	// claimed ahead had at its claim: the relay claims afresh rather than
+	// publish that batch against a deadline the store has since extended.
+	const lease = 400 * time.Millisecond
+	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}, lease: lease}
+	var mu sync.Mutex
+	calls := 0
+	pub := &fakePublisher{fn: func(string, []*message.Message) error {
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		if !first {
+			return nil
+		}
+		// A slow broker: batch 1 is acknowledged only once the batch
+		// claimed ahead has used more than half of its lease waiting.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			store.mu.Lock()
+			ahead := len(store.claimed) >= 2 && time.Since(store.claimed[1]) > lease*3/4
+			store.mu.Unlock()
+			if ahead {
+				return nil
+			}
+		}
+		return errors.New("the claim ahead was never made")
+	}}
+	for i := range store.msgs {
+		store.msgs[i].Topic = "t"
+	}
+	batches := newBatchRecorder()
+	r, err := relay.New(store, pub, relay.Config{BatchSize: 2, PollInterval: never, ActivePollInterval: 1, OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	batches.until(t, func() bool { return store.pending() == 0 })
+
+	reqs := store.Requests()
+	if len(reqs) < 3 || !slices.Equal(reqs[1].InFlight, []int64{1, 2}) || len(reqs[2].InFlight) != 0 {
+		t.Errorf("claim requests %+v: want the claim ahead (leaving out [1 2]) dropped and a fresh claim after it", reqs)
 	}
 	want := map[string][]string{"t": uuids(1, 2, 3, 4)}
 	if diff := cmp.Diff(want, published(pub)); diff != "" {

@@ -326,12 +326,20 @@ type aheadBatch struct {
 	// failed are the aggregates of which a message failed in the batch
 	// before: their messages in b must wait for the failed one.
 	failed map[aggregateKey]bool
+	// claimed is when the claim was made.
+	claimed time.Time
 }
 
 // take returns the prefetched batch less the messages of failed aggregates,
-// or false when there is nothing to take.
-func (c *aheadBatch) take() (Batch, bool) {
+// or false when there is nothing to take, or when the batch has spent more
+// than half of its time to [Batch.Deadline] waiting for the batch before it
+// (a slow publish): the deadline is the store's lease as it stood at the
+// claim, and a claim made now gets the lease as renewed since.
+func (c *aheadBatch) take(now time.Time) (Batch, bool) {
 	if c == nil || c.err != nil || len(c.b.Messages) == 0 {
+		return Batch{}, false
+	}
+	if d := c.b.Deadline; !d.IsZero() && d.Sub(now) < d.Sub(c.claimed)/2 {
 		return Batch{}, false
 	}
 	if len(c.failed) > 0 {
@@ -364,7 +372,7 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res B
 		}
 	}()
 
-	b, ok := pre.take()
+	b, ok := pre.take(start)
 	if !ok {
 		claimCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
 		var err error
@@ -447,7 +455,7 @@ func (r *Relay) claimAhead(ctx context.Context, owner string, msgs []runtime.Out
 	for i, m := range msgs {
 		inFlight[i] = m.ID
 	}
-	c := &aheadBatch{}
+	c := &aheadBatch{claimed: time.Now()}
 	claimCtx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
 	defer cancel()
 	c.b, c.err = r.store.Claim(claimCtx, ClaimRequest{Owner: owner, Limit: r.cfg.BatchSize, MaxBytes: r.cfg.MaxBatchBytes, InFlight: inFlight})

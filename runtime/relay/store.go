@@ -112,7 +112,9 @@ type Store interface {
 // message is in flight. The relay keeps the aggregate's order: it
 // publishes the next batch only after Mark has returned without error, and
 // leaves out of it (unpublished, unmarked, still pending) the messages of
-// every aggregate that had a message fail in the last batch.
+// every aggregate that had a message fail in the last batch. When the last
+// publish took more than half of the time the next batch had to its
+// [Batch.Deadline], the relay drops that batch and claims again.
 type InFlightExcluder interface {
 	Store
 	// ExcludesInFlight marks the store as honouring
