@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,99 +186,74 @@ func TestClaimAgainInShortensTheWait(t *testing.T) {
 	batches.until(t, func() bool { return len(mem.Pending()) == 0 })
 }
 
-func TestClaimAheadRunsWhilePublishing(t *testing.T) {
-	// The claim of batch 2 must not wait for batch 1's publish: the
-	// publisher holds batch 1 until the store has been asked for batch 2
-	// (leaving batch 1 out), or gives up after a deadline.
-	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}}
-	var mu sync.Mutex
-	calls, sawAhead := 0, false
-	pub := &fakePublisher{fn: func(string, []*message.Message) error {
-		mu.Lock()
-		calls++
-		first := calls == 1
-		mu.Unlock()
-		if !first {
-			return nil
-		}
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if reqs := store.Requests(); len(reqs) >= 2 {
-				mu.Lock()
-				sawAhead = slices.Equal(reqs[1].InFlight, []int64{1, 2})
-				mu.Unlock()
-				return nil
-			}
-		}
-		return nil
-	}}
-	batches := newBatchRecorder()
-	// One topic per batch: a1 and b1 go out in one Publish call.
+// holdFirstPublish returns a publisher that accepts every call, holding the
+// first until ready reports true (polled every millisecond, for at most
+// 10 s), and the store's messages all on topic "t", so that a batch goes
+// out in one call.
+func holdFirstPublish(store *aheadStore, ready func() bool) *fakePublisher {
 	for i := range store.msgs {
 		store.msgs[i].Topic = "t"
 	}
+	var once sync.Once
+	return &fakePublisher{fn: func(string, []*message.Message) error {
+		once.Do(func() {
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !ready(); {
+				time.Sleep(time.Millisecond)
+			}
+		})
+		return nil
+	}}
+}
+
+// drainAhead runs a relay with batches of 2 over store until nothing is
+// pending, and checks that pub accepted messages 1 to 4 in order.
+func drainAhead(t *testing.T, store *aheadStore, pub *fakePublisher) {
+	t.Helper()
+	batches := newBatchRecorder()
 	r, err := relay.New(store, pub, relay.Config{BatchSize: 2, PollInterval: never, ActivePollInterval: 1, OnBatch: batches.OnBatch})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start(t, context.Background(), r)
 	batches.until(t, func() bool { return store.pending() == 0 })
-
-	mu.Lock()
-	defer mu.Unlock()
-	if !sawAhead {
-		t.Errorf("claim requests %+v: want the claim of the next batch, leaving out [1 2], made while batch 1 was being published", store.Requests())
-	}
 	want := map[string][]string{"t": uuids(1, 2, 3, 4)}
 	if diff := cmp.Diff(want, published(pub)); diff != "" {
 		t.Errorf("accepted messages by topic (-want +got):\n%s", diff)
 	}
 }
 
+func TestClaimAheadRunsWhilePublishing(t *testing.T) {
+	// The claim of batch 2 must not wait for batch 1's publish: the
+	// publisher holds batch 1 until the store has been asked for batch 2
+	// (leaving batch 1 out), or gives up after a deadline.
+	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}}
+	var sawAhead atomic.Bool
+	pub := holdFirstPublish(store, func() bool {
+		reqs := store.Requests()
+		sawAhead.Store(len(reqs) >= 2 && slices.Equal(reqs[1].InFlight, []int64{1, 2}))
+		return len(reqs) >= 2
+	})
+	drainAhead(t, store, pub)
+	if !sawAhead.Load() {
+		t.Errorf("claim requests %+v: want the claim of the next batch, leaving out [1 2], made while batch 1 was being published", store.Requests())
+	}
+}
+
 func TestClaimAheadDroppedAfterASlowPublish(t *testing.T) {
 	// Batch 1's publish takes more than half of the lease the batch
-	// claimed ahead had at its claim: the relay claims afresh rather than
-	// publish that batch against a deadline the store has since extended.
+	// claimed ahead had at its claim (a slow broker): the relay claims
+	// afresh rather than publish that batch against a deadline the store
+	// has since extended.
 	const lease = 400 * time.Millisecond
 	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}, lease: lease}
-	var mu sync.Mutex
-	calls := 0
-	pub := &fakePublisher{fn: func(string, []*message.Message) error {
-		mu.Lock()
-		calls++
-		first := calls == 1
-		mu.Unlock()
-		if !first {
-			return nil
-		}
-		// A slow broker: batch 1 is acknowledged only once the batch
-		// claimed ahead has used more than half of its lease waiting.
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			store.mu.Lock()
-			ahead := len(store.claimed) >= 2 && time.Since(store.claimed[1]) > lease*3/4
-			store.mu.Unlock()
-			if ahead {
-				return nil
-			}
-		}
-		return errors.New("the claim ahead was never made")
-	}}
-	for i := range store.msgs {
-		store.msgs[i].Topic = "t"
-	}
-	batches := newBatchRecorder()
-	r, err := relay.New(store, pub, relay.Config{BatchSize: 2, PollInterval: never, ActivePollInterval: 1, OnBatch: batches.OnBatch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, context.Background(), r)
-	batches.until(t, func() bool { return store.pending() == 0 })
-
+	pub := holdFirstPublish(store, func() bool {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return len(store.claimed) >= 2 && time.Since(store.claimed[1]) > lease*3/4
+	})
+	drainAhead(t, store, pub)
 	reqs := store.Requests()
 	if len(reqs) < 3 || !slices.Equal(reqs[1].InFlight, []int64{1, 2}) || len(reqs[2].InFlight) != 0 {
 		t.Errorf("claim requests %+v: want the claim ahead (leaving out [1 2]) dropped and a fresh claim after it", reqs)
-	}
-	want := map[string][]string{"t": uuids(1, 2, 3, 4)}
-	if diff := cmp.Diff(want, published(pub)); diff != "" {
-		t.Errorf("accepted messages by topic (-want +got):\n%s", diff)
 	}
 }
