@@ -76,6 +76,11 @@ func (mysqlDB) relayDSN(dsn, addr, _ string) (string, error) {
 		return "", fmt.Errorf("parse MySQL DSN: %w", err)
 	}
 	cfg.Addr = addr
+	// As the README asks of a relay on MySQL: go-sql-driver's COMMIT and
+	// ROLLBACK take no context, so without a read deadline a relay whose
+	// connection turned half-open inside a lease transaction waits for TCP
+	// to give up. The relays' StoreTimeout bounds every other call already.
+	cfg.ReadTimeout, cfg.WriteTimeout = relayStoreTimeout, relayStoreTimeout
 	return cfg.FormatDSN(), nil
 }
 

@@ -132,10 +132,12 @@
 // On MySQL, when dbfreeze catches a relay inside its lease transaction,
 // the server ends that session after the lease transaction's wait_timeout
 // (hooks sets it, and innodb_lock_wait_timeout, to LeaseTTL/2 for that
-// transaction), releasing the lease rows; go-sql-driver's Rollback still has
-// no deadline on a half-open connection unless the DSN sets readTimeout, so
-// the frozen relay itself may stay stuck until its connection is closed
-// while the others take its shards over.
+// transaction), releasing the lease rows; go-sql-driver's Commit and
+// Rollback have no deadline of their own on a half-open connection, so the
+// relays' DSN sets readTimeout and writeTimeout to the relays'
+// StoreTimeout, as the README asks (without them, a relay frozen in its
+// COMMIT stayed stuck 16 s, and one whose own frozen renewal held its row
+// waited on the lock, failing the dbfreeze bound).
 //
 // The exit status is 1 when a check fails; the processes' logs
 // and the violating ids are then kept in the directory printed.
