@@ -151,8 +151,8 @@ type BatchResult struct {
 	// would overshoot the cap): the relay claims again at once.
 	Full bool
 	// Duration is how long the round took: the claim (unless the batch was
-	// claimed ahead, while the batch before it was published and marked), the
-	// publishing and the mark.
+	// claimed ahead, while the batch before it was published and marked),
+	// the publishing and the mark.
 	Duration time.Duration
 	// Messages are the claimed messages, in ID order (nil when the claim
 	// failed or found nothing): those not listed in Failures were

@@ -355,11 +355,10 @@ func (c *aheadBatch) take(now time.Time) (Batch, bool) {
 }
 
 // batch publishes one batch, pre (claimed while the last batch was
-// published and marked)
-// or else one it claims, and marks it. After a full batch, when the store is
-// an [InFlightExcluder], it claims the next batch while it publishes and
-// marks this one, and returns it when the mark succeeded. It reports what happened,
-// and the rest of the round in rd.
+// published and marked) or else one it claims, and marks it. After a full
+// batch, when the store is an [InFlightExcluder], it claims the next batch
+// while it publishes and marks this one, and returns it when the mark
+// succeeded. It reports what happened, and the rest of the round in rd.
 func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res BatchResult, rd round) {
 	batchCtx, done := r.batchContext(ctx)
 	defer done()

@@ -24,8 +24,8 @@ type ClaimRequest struct {
 
 	// InFlight lists the IDs of messages the caller claimed and has not
 	// marked yet: a relay whose store is an [InFlightExcluder] claims its
-	// next batch while it publishes and marks the last one. Such a store leaves
-	// them out of the batch; other stores never receive it.
+	// next batch while it publishes and marks the last one. Such a store
+	// leaves them out of the batch; other stores never receive it.
 	InFlight []int64
 }
 

@@ -191,8 +191,8 @@ type ownerLease struct {
 	// released is set by Release: no background renewal starts after it.
 	released bool
 	// last is the last batch the owner claimed: when the next claim
-	// lists it as in flight (the relay claims ahead while it publishes and marks), its
-	// shards are not given back, since the batch's mark is fenced by the
+	// lists it as in flight (the relay claims ahead while it publishes and
+	// marks it), its shards are not given back, since the batch's mark is fenced by the
 	// lease: a shard given back before the mark would leave its published
 	// rows pending, and the next owner would publish them again.
 	last []runtime.OutboxMessage
