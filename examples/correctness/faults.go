@@ -135,6 +135,10 @@ type faultEnv struct {
 	excl   chan struct{} // a one-slot semaphore
 	shared sync.WaitGroup
 
+	// healthy is the control probe's publication time before the measured
+	// fault that runs (see calibrate); set and read under excl.
+	healthy time.Duration
+
 	mu       sync.Mutex
 	counts   faultCounts
 	liveness []livenessResult
@@ -165,7 +169,7 @@ func (e *faultEnv) plan(rng *rand.Rand, faults map[string]bool, d time.Duration)
 	if faults[faultStop] {
 		stopped := n - 1
 		hold := uniform(5*time.Second, 6*time.Second).Round(time.Millisecond)
-		seq = append(seq, action{0, fmt.Sprintf("SIGSTOP relay-%d for %v", stopped, hold), e.stop(stopped, hold)})
+		seq = append(seq, e.measured(fmt.Sprintf("SIGSTOP relay-%d for %v", stopped, hold), e.stop(stopped, hold)))
 	}
 	if faults[faultLongTx] {
 		seq = append(seq, action{0, "long transaction on hot-0, every relay SIGKILLed 1.5s in for 5s", e.longTx})
@@ -177,17 +181,17 @@ func (e *faultEnv) plan(rng *rand.Rand, faults map[string]bool, d time.Duration)
 	}
 	if faults[faultBrokerDown] {
 		hold := uniform(2*time.Second, 3*time.Second).Round(time.Millisecond)
-		seq = append(seq, action{0, fmt.Sprintf("every partition rejects produce for %v", hold), e.brokerDown(hold)})
+		seq = append(seq, e.measured(fmt.Sprintf("every partition rejects produce for %v", hold), e.brokerDown(hold)))
 	}
 	if faults[faultDBFreeze] {
-		seq = append(seq, action{0, "every relay connection to PostgreSQL half-open", e.dbFreeze})
+		seq = append(seq, e.measured("every relay connection to PostgreSQL half-open", e.dbFreeze))
 	}
 	if faults[faultDBRefuse] {
 		hold := uniform(2*time.Second, 3*time.Second).Round(time.Millisecond)
-		seq = append(seq, action{0, fmt.Sprintf("PostgreSQL refuses the relays for %v", hold), e.dbRefuse(hold)})
+		seq = append(seq, e.measured(fmt.Sprintf("PostgreSQL refuses the relays for %v", hold), e.dbRefuse(hold)))
 	}
 	if faults[faultTerminate] {
-		seq = append(seq, action{0, "pg_terminate_backend of every relay connection", e.terminate})
+		seq = append(seq, e.measured("pg_terminate_backend of every relay connection", e.terminate))
 	}
 	rng.Shuffle(len(seq), func(i, j int) { seq[i], seq[j] = seq[j], seq[i] })
 	if len(seq) > 0 {
@@ -394,7 +398,8 @@ func (e *faultEnv) delay() func(context.Context) error {
 // published (or the wait gave up) and adds its note and error.
 func (e *faultEnv) measure(ctx context.Context, fault string, faultAt time.Time, hold time.Duration, heal func() error, check func() (string, error)) error {
 	bound, from := livenessBound(fault, len(e.relays), e.ob.sdb.name())
-	l := livenessResult{Fault: fault, At: faultAt.Sub(e.start), Held: hold, Bound: bound, From: from}
+	bound += e.healthy
+	l := livenessResult{Fault: fault, At: faultAt.Sub(e.start), Held: hold, Bound: bound, Healthy: e.healthy, From: from}
 	ids, err := e.workload.probe(ctx, fmt.Sprintf("probe-%s-%d", fault, faultAt.Sub(e.start).Milliseconds()))
 	if err != nil {
 		return err
@@ -429,8 +434,8 @@ func (e *faultEnv) measure(ctx context.Context, fault string, faultAt time.Time,
 	}
 	p := <-pc
 	l.Recovered, l.Published, l.Note, l.Err = p.at.Sub(ref), p.ok, p.note, p.cerr
-	e.logf("%6.2fs %s: probes published %v after the %s (bound %v) %s", time.Since(e.start).Seconds(),
-		fault, l.Recovered.Round(time.Millisecond), from, bound, l.Note)
+	e.logf("%6.2fs %s: probes published %v after the %s (bound %v, control probe %v) %s", time.Since(e.start).Seconds(),
+		fault, l.Recovered.Round(time.Millisecond), from, bound.Round(time.Millisecond), l.Healthy.Round(time.Millisecond), l.Note)
 	e.mu.Lock()
 	e.liveness = append(e.liveness, l)
 	e.mu.Unlock()

@@ -89,14 +89,58 @@ func baseBound(fault string, relays int) (time.Duration, string) {
 	return 0, ""
 }
 
+// controlDeadline bounds a control probe's publication (see calibrate).
+const controlDeadline = 10 * time.Second
+
+// measured returns the schedule's action for the measured fault do, named
+// name: once it holds excl (see faultEnv.exclusive), a control probe
+// calibrates its bound before do injects the fault.
+func (e *faultEnv) measured(name string, do func(context.Context) error) action {
+	return action{name: name, do: func(ctx context.Context) error {
+		healthy, err := e.calibrate(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		e.healthy = healthy
+		return do(ctx)
+	}}
+}
+
+// calibrate commits a control probe (one event on a fresh aggregate of
+// every shard, as a measured fault's probes) while no fault runs, and
+// returns how long its events took to be marked published: the relays'
+// commit-to-publish time on the machine as loaded right then. A measured
+// fault's bound adds it (see measure): the relays' settings bound
+// how long a fault keeps them from publishing; how long the probes then
+// take is that time on a healthy system. On a quiet machine it is a few
+// hundred milliseconds; in CI, where go test runs other race-instrumented
+// test packages beside the suite, it grows with the load, and the bound
+// with it.
+func (e *faultEnv) calibrate(ctx context.Context) (time.Duration, error) {
+	ids, err := e.workload.probe(ctx, fmt.Sprintf("control-%d", time.Since(e.start).Milliseconds()))
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now() // the probe's commit returned
+	at, ok := e.ob.waitPublished(ctx, e.db, ids, start.Add(controlDeadline))
+	if !ok {
+		return 0, fmt.Errorf("control probe before the fault: not published within %v while no fault ran", controlDeadline)
+	}
+	return at.Sub(start), nil
+}
+
 // livenessResult is one measured fault.
 type livenessResult struct {
 	Fault string
 	At    time.Duration // the fault's start, since the load started
 	Held  time.Duration // how long the fault lasted (0: instantaneous)
-	// Bound is the stated bound, measured from From ("fault" or "heal").
+	// Bound is the stated bound, measured from From ("fault" or "heal"):
+	// the one of the relays' settings plus Healthy.
 	Bound time.Duration
-	From  string
+	// Healthy is the control probe's publication time right before the
+	// fault (see faultEnv.calibrate).
+	Healthy time.Duration
+	From    string
 	// Recovered is when the last probe was published, measured from
 	// From; Published is false when not every probe was published before
 	// the measurement gave up (Bound + 5 s).
@@ -114,10 +158,10 @@ func (l livenessResult) failure() string {
 		return fmt.Sprintf("%s at %.1fs: %s", l.Fault, l.At.Seconds(), l.Err)
 	case !l.Published:
 		return fmt.Sprintf("%s at %.1fs: events committed after the fault not on the broker %v after the %s (bound %v)",
-			l.Fault, l.At.Seconds(), l.Recovered.Round(time.Millisecond), l.From, l.Bound)
+			l.Fault, l.At.Seconds(), l.Recovered.Round(time.Millisecond), l.From, l.Bound.Round(time.Millisecond))
 	case l.Recovered > l.Bound:
 		return fmt.Sprintf("%s at %.1fs: recovered %v after the %s, bound %v",
-			l.Fault, l.At.Seconds(), l.Recovered.Round(time.Millisecond), l.From, l.Bound)
+			l.Fault, l.At.Seconds(), l.Recovered.Round(time.Millisecond), l.From, l.Bound.Round(time.Millisecond))
 	}
 	return ""
 }

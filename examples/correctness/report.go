@@ -64,8 +64,9 @@ func printSummary(w io.Writer, r *result) {
 		if l.From == "heal" {
 			total += l.Held
 		}
-		fmt.Fprintf(w, "  liveness: %-10s at %5.1fs, held %-6v recovered %-8s after the %-5s (bound %v; %v after the fault began) %s %s\n",
-			l.Fault, l.At.Seconds(), l.Held.Round(time.Millisecond), recovered, l.From, l.Bound, total.Round(time.Millisecond), verdict, l.Note)
+		fmt.Fprintf(w, "  liveness: %-10s at %5.1fs, held %-6v recovered %-8s after the %-5s (bound %v = %v + control probe %v; %v after the fault began) %s %s\n",
+			l.Fault, l.At.Seconds(), l.Held.Round(time.Millisecond), recovered, l.From, l.Bound.Round(time.Millisecond),
+			l.Bound-l.Healthy, l.Healthy.Round(time.Millisecond), total.Round(time.Millisecond), verdict, l.Note)
 	}
 }
 
