@@ -119,8 +119,11 @@ type dialect interface {
 	// hold the lease rows, and so every other relay's takeover, for as long
 	// as its connection lives). A dialect that cannot leaves it to the
 	// server's own timeouts. A non-nil restore undoes what the guard set
-	// on the session; it runs just before the commit.
-	guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) (restore func(context.Context) error, err error)
+	// on the session; it runs after the commit, on the transaction's
+	// connection, so that the guard also covers a client that stops while
+	// its COMMIT is on the way (the server would otherwise keep the
+	// transaction, and its locks, open for as long as the session lives).
+	guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) (restore func(context.Context, *sql.Conn) error, err error)
 	// leases returns the lease bookkeeping of a store's tables.
 	leases(t storeTables) leaseOps
 

@@ -377,15 +377,17 @@ func (mysqlDialect) listen(context.Context, *Store, func()) error {
 // transaction back and releases the lease rows, instead of holding them
 // until the default wait_timeout (8 hours). MySQL has no SET LOCAL, so the
 // previous values are kept in session variables and restored by the
-// returned function before the commit.
-func (mysqlDialect) guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) (func(context.Context) error, error) {
+// returned function after the commit: a relay that stops with its COMMIT
+// on the way (a half-open connection) leaves a session that the server
+// still closes after limit, rolling the transaction back.
+func (mysqlDialect) guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) (func(context.Context, *sql.Conn) error, error) {
 	secs := max(int64((limit+time.Second-1)/time.Second), 1)
 	_, err := tx.ExecContext(ctx, `SET @outbox_lease_wait = @@SESSION.wait_timeout, @outbox_lease_lock = @@SESSION.innodb_lock_wait_timeout, SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?`, secs, secs)
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) error {
-		_, err := tx.ExecContext(ctx, `SET SESSION wait_timeout = @outbox_lease_wait, SESSION innodb_lock_wait_timeout = @outbox_lease_lock`)
+	return func(ctx context.Context, conn *sql.Conn) error {
+		_, err := conn.ExecContext(ctx, `SET SESSION wait_timeout = @outbox_lease_wait, SESSION innodb_lock_wait_timeout = @outbox_lease_lock`)
 		return err
 	}, nil
 }

@@ -218,7 +218,7 @@ func (postgresDialect) leaseTx() *sql.TxOptions { return nil }
 // guardLeaseTx sets, for this transaction only, the server's timeouts on a
 // statement and on a client idle inside the transaction: the server then
 // terminates a stalled relay's session and releases its locks.
-func (postgresDialect) guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) (func(context.Context) error, error) {
+func (postgresDialect) guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) (func(context.Context, *sql.Conn) error, error) {
 	ms := strconv.FormatInt(max(limit.Milliseconds(), 1), 10)
 	_, err := tx.ExecContext(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $1, true)`, ms)
 	return nil, err // set_config(..., true) ends with the transaction

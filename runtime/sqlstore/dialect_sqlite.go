@@ -169,7 +169,7 @@ func (sqliteDialect) listen(context.Context, *Store, func()) error {
 // guardLeaseTx does nothing: SQLite's locks end with the process's
 // connection, and a stalled writer holds the database's write lock only
 // until busy timeouts fail the others' attempts.
-func (sqliteDialect) guardLeaseTx(context.Context, *sql.Tx, time.Duration) (func(context.Context) error, error) {
+func (sqliteDialect) guardLeaseTx(context.Context, *sql.Tx, time.Duration) (func(context.Context, *sql.Conn) error, error) {
 	return nil, nil
 }
 

@@ -9,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
@@ -92,10 +96,99 @@ func testRelayStalledInLeaseTransaction(t *testing.T, db *sql.DB, d sqlstore.Dia
 	}
 }
 
+// TestRelayFrozenWithItsLeaseCommitOnTheWayIsTakenOver: on MySQL and
+// MariaDB the lease transaction's guard is the session's wait_timeout, so
+// it must still hold while the COMMIT is on the way. A relay whose
+// connection turns half-open right then (the proxy drops the COMMIT) leaves
+// the server a session inside the transaction, holding the lease rows;
+// with the guard still set the server closes it after a second and another
+// relay takes the shards over once the lease expires. (When the guard was
+// restored before the commit, the session kept the lease rows for
+// wait_timeout, 8 hours by default, and no other relay ever got them.)
+func TestRelayFrozenWithItsLeaseCommitOnTheWayIsTakenOver(t *testing.T) {
+	dsn := hookstest.MySQLDSN(t)
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.MySQL, ""); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := runtimetest.StartProxy(t, cfg.Addr)
+	cfg.Addr = proxy.Addr()
+	// As the README asks of MySQL relays: a read deadline, since the
+	// driver's Commit takes no context.
+	cfg.ReadTimeout, cfg.WriteTimeout = 2*time.Second, 2*time.Second
+	frozenDB, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { frozenDB.Close() })
+
+	const ttl = time.Second
+	frozen := mustStore(t, frozenDB, sqlstore.StoreConfig{LeaseTTL: ttl})
+	if _, err := frozen.Claim(ctx, relay.ClaimRequest{Owner: "frozen", Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	froze := make(chan struct{})
+	var once sync.Once
+	sqlstore.StallRenewals(frozen, func() { // right before the COMMIT
+		once.Do(func() {
+			proxy.Blackhole()
+			close(froze)
+		})
+	})
+	go func() {
+		for { // renews once its renewal is due, and freezes there
+			_, err := frozen.Claim(ctx, relay.ClaimRequest{Owner: "frozen", Limit: 1})
+			select {
+			case <-froze:
+				return
+			default:
+			}
+			if err != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // until the renewal is due
+		}
+	}()
+	select {
+	case <-froze:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay never renewed")
+	}
+	writeEvents(t, db, sqlstore.MySQL, "1", "2", "3")
+	other := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
+	start := time.Now()
+	for {
+		b, err := other.Claim(ctx, relay.ClaimRequest{Owner: "other", Limit: 10})
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			var my *mysql.MySQLError
+			if !errors.As(err, &my) || my.Number != 1205 { // lock wait timeout: try again
+				t.Fatal(err)
+			}
+		}
+		if len(b.Messages) > 0 {
+			t.Logf("taken over %v after the relay froze with its COMMIT on the way (LeaseTTL %v)", time.Since(start).Round(time.Millisecond), ttl)
+			return
+		}
+		if time.Since(start) > 15*ttl {
+			t.Fatalf("no shard taken over %v after a relay froze with its lease COMMIT on the way: the server kept its transaction", 15*ttl)
+		}
+		time.Sleep(20 * time.Millisecond) // leases expire by time
+	}
+}
+
 // TestLeaseGuardRestoresMySQLSession: the lease transaction's short
 // wait_timeout and innodb_lock_wait_timeout are the session's, on MySQL, so
-// they are put back before the commit; the pooled connection keeps the
-// server's values for whatever uses it next.
+// they are put back after the commit, on the same connection; the pooled
+// connection keeps the server's values for whatever uses it next.
 func TestLeaseGuardRestoresMySQLSession(t *testing.T) {
 	db := migrated(t, sqlstore.MySQL)
 	db.SetMaxOpenConns(1) // the store's transactions and the checks share one session

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
@@ -518,7 +519,19 @@ func (s *Store) RequestWake(ctx context.Context, owner string) error {
 func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[Shards]bool) error {
 	start := time.Now()
 	ttl := s.cfg.LeaseTTL
-	tx, err := s.db.BeginTx(ctx, s.dialect.leaseTx())
+	// One connection for the transaction and the guard's restore after it.
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlstore: lease: connect: %w", err)
+	}
+	guarded := false // the session carries the guard's timeouts
+	defer func() {
+		if guarded { // the pool must not hand this session out again
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		_ = conn.Close()
+	}()
+	tx, err := conn.BeginTx(ctx, s.dialect.leaseTx())
 	if err != nil {
 		return fmt.Errorf("sqlstore: lease: begin: %w", err)
 	}
@@ -527,6 +540,7 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	if err != nil {
 		return fmt.Errorf("sqlstore: lease: %w", err)
 	}
+	guarded = restore != nil
 	l := s.lease
 	if err := l.register(ctx, tx, owner, start, ttl); err != nil {
 		return fmt.Errorf("sqlstore: lease: register relay: %w", err)
@@ -570,14 +584,12 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	if s.inRenew != nil {
 		s.inRenew()
 	}
-	if restore != nil {
-		if err := restore(ctx); err != nil {
-			return fmt.Errorf("sqlstore: lease: restore session timeouts: %w", err)
-		}
-	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlstore: lease: commit: %w", err)
 	}
+	// The leases are renewed whether or not the restore succeeds: a
+	// connection it fails on is closed, not pooled (see above).
+	guarded = guarded && restore(ctx, conn) != nil
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.shards, o.alive, o.short, o.giveBack = owned, alive, len(owned) < target, giveBack
