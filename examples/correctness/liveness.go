@@ -99,7 +99,7 @@ func (e *faultEnv) measured(name string, do func(context.Context) error) action 
 	return action{name: name, do: func(ctx context.Context) error {
 		healthy, err := e.calibrate(ctx)
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return err // the schedule names the fault
 		}
 		e.healthy = healthy
 		return do(ctx)
