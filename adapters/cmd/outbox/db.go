@@ -136,6 +136,32 @@ func mysqlDSN(raw string) (string, error) {
 	return cfg.FormatDSN(), nil
 }
 
+// withMySQLDeadlines returns the database URL raw with readTimeout and
+// writeTimeout set to d where it is a mysql:// or mariadb:// URL that sets
+// neither, and raw unchanged otherwise. A relay needs them there:
+// go-sql-driver/mysql's COMMIT and ROLLBACK take no context, so without a
+// read deadline a relay whose connection turned half-open inside a
+// transaction waits for TCP to give up (many minutes) instead of its
+// StoreTimeout.
+func withMySQLDeadlines(raw string, d time.Duration) string {
+	scheme, _, _ := strings.Cut(raw, ":")
+	if s := strings.ToLower(scheme); s != "mysql" && s != "mariadb" {
+		return raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw // parseDatabaseURL reports it
+	}
+	q := u.Query()
+	for _, k := range []string{"readTimeout", "writeTimeout"} {
+		if !q.Has(k) {
+			q.Set(k, d.String())
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // redactURL hides a URL's password.
 func redactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil {

@@ -244,6 +244,26 @@ func TestParseDatabaseURL(t *testing.T) {
 	}
 }
 
+// TestRelayMySQLDeadlines: the relay command gives a MySQL URL read and
+// write deadlines unless it sets them, and leaves other URLs alone.
+func TestRelayMySQLDeadlines(t *testing.T) {
+	for _, tc := range []struct{ url, dsn string }{
+		{"mysql://u:p@h/db", "u:p@tcp(h:3306)/db?parseTime=true&readTimeout=10s&writeTimeout=10s"},
+		{"mariadb://u:p%2F%40x@h/db?readTimeout=3s", "u:p/@x@tcp(h:3306)/db?parseTime=true&readTimeout=3s&writeTimeout=10s"},
+		{"mysql://u@h:3307/db?writeTimeout=1s&readTimeout=2s", "u@tcp(h:3307)/db?parseTime=true&readTimeout=2s&writeTimeout=1s"},
+	} {
+		raw := withMySQLDeadlines(tc.url, 10*time.Second)
+		if _, dsn, _, err := parseDatabaseURL(raw); err != nil || dsn != tc.dsn {
+			t.Errorf("withMySQLDeadlines(%s) = %s: DSN %s, %v; want %s", tc.url, raw, dsn, err, tc.dsn)
+		}
+	}
+	for _, raw := range []string{"postgres://u:p@h:5432/db?sslmode=disable", "sqlite:/tmp/a.db", "mysql://%zz"} {
+		if got := withMySQLDeadlines(raw, time.Second); got != raw {
+			t.Errorf("withMySQLDeadlines(%s) = %s; want it unchanged", raw, got)
+		}
+	}
+}
+
 func TestStatus(t *testing.T) {
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		d.write(t, "o1", "o2", "o3", "o4", "o5", "p1")

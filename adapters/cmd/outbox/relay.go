@@ -110,7 +110,12 @@ that age, in small batches that never block writers or the relay (see
 /metrics (package adapters/metrics) and health checks at /livez (the relay
 is making progress) and /readyz (also: the database answers, the oldest
 pending message is younger than --max-backlog-age). Logs go to stderr (JSON
-with --json).`,
+with --json).
+
+On MySQL and MariaDB the relay's connections get readTimeout=10s and
+writeTimeout=10s (its store timeout) unless the URL sets them: the driver's
+COMMIT takes no context, and a half-open connection would otherwise stall
+the relay until TCP gives up.`,
 	}
 	c.run = func(e *env, args []string) error {
 		fs := newFlagSet(e, c)
@@ -145,6 +150,7 @@ with --json).`,
 		}
 		log := logger(e, fs, *verbose)
 		cfg.Logger = log
+		fs.db = withMySQLDeadlines(fs.db, relay.DefaultStoreTimeout)
 		db, err := openDatabase(e.ctx, fs, scfg)
 		if err != nil {
 			return err
