@@ -57,10 +57,18 @@ func testRelayStalledInLeaseTransaction(t *testing.T, db *sql.DB, d sqlstore.Dia
 		close(entered)
 		<-release
 	})
+	renewUntil(t, stalled, "stalled", entered)
+	awaitTakeover(t, db, d, ttl, 10*ttl, "stalled in its lease transaction")
+}
+
+// renewUntil claims as owner on s in the background until entered is
+// closed (by a StallRenewals hook: the owner's renewal fell due), and
+// fails t when that takes more than 10 s.
+func renewUntil(t *testing.T, s *sqlstore.Store, owner string, entered <-chan struct{}) {
+	t.Helper()
 	go func() {
-		// Renews once its renewal is due, and stalls inside.
 		for {
-			_, err := stalled.Claim(ctx, relay.ClaimRequest{Owner: "stalled", Limit: 1})
+			_, err := s.Claim(context.Background(), relay.ClaimRequest{Owner: owner, Limit: 1})
 			select {
 			case <-entered:
 				return
@@ -75,22 +83,30 @@ func testRelayStalledInLeaseTransaction(t *testing.T, db *sql.DB, d sqlstore.Dia
 	select {
 	case <-entered:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the stalled relay never renewed")
+		t.Fatalf("relay %q never renewed", owner)
 	}
+}
+
+// awaitTakeover writes events on db and claims them as another relay
+// until it gets some (the stopped relay's shards were taken over), failing
+// t after limit. A lock wait timeout (MySQL) is retried, as a relay does.
+func awaitTakeover(t *testing.T, db *sql.DB, d sqlstore.Dialect, ttl, limit time.Duration, how string) {
+	t.Helper()
 	writeEvents(t, db, d, "1", "2", "3")
 	other := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
 	start := time.Now()
 	for {
-		b, err := other.Claim(ctx, relay.ClaimRequest{Owner: "other", Limit: 10})
-		if err != nil {
+		b, err := other.Claim(context.Background(), relay.ClaimRequest{Owner: "other", Limit: 10})
+		var my *mysql.MySQLError
+		if err != nil && !(errors.As(err, &my) && my.Number == 1205) {
 			t.Fatal(err)
 		}
 		if len(b.Messages) > 0 {
-			t.Logf("taken over %v after the relay stalled in its lease transaction (LeaseTTL %v)", time.Since(start).Round(time.Millisecond), ttl)
+			t.Logf("taken over %v after the relay %s (LeaseTTL %v)", time.Since(start).Round(time.Millisecond), how, ttl)
 			return
 		}
-		if time.Since(start) > 10*ttl {
-			t.Fatalf("no shard taken over %v after a relay stalled in its lease transaction", 10*ttl)
+		if time.Since(start) > limit {
+			t.Fatalf("no shard taken over %v after a relay %s", limit, how)
 		}
 		time.Sleep(20 * time.Millisecond) // leases expire by time
 	}
@@ -144,45 +160,8 @@ func TestRelayFrozenWithItsLeaseCommitOnTheWayIsTakenOver(t *testing.T) {
 			close(froze)
 		})
 	})
-	go func() {
-		for { // renews once its renewal is due, and freezes there
-			_, err := frozen.Claim(ctx, relay.ClaimRequest{Owner: "frozen", Limit: 1})
-			select {
-			case <-froze:
-				return
-			default:
-			}
-			if err != nil {
-				return
-			}
-			time.Sleep(20 * time.Millisecond) // until the renewal is due
-		}
-	}()
-	select {
-	case <-froze:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the relay never renewed")
-	}
-	writeEvents(t, db, sqlstore.MySQL, "1", "2", "3")
-	other := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
-	start := time.Now()
-	for {
-		b, err := other.Claim(ctx, relay.ClaimRequest{Owner: "other", Limit: 10})
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			var my *mysql.MySQLError
-			if !errors.As(err, &my) || my.Number != 1205 { // lock wait timeout: try again
-				t.Fatal(err)
-			}
-		}
-		if len(b.Messages) > 0 {
-			t.Logf("taken over %v after the relay froze with its COMMIT on the way (LeaseTTL %v)", time.Since(start).Round(time.Millisecond), ttl)
-			return
-		}
-		if time.Since(start) > 15*ttl {
-			t.Fatalf("no shard taken over %v after a relay froze with its lease COMMIT on the way: the server kept its transaction", 15*ttl)
-		}
-		time.Sleep(20 * time.Millisecond) // leases expire by time
-	}
+	renewUntil(t, frozen, "frozen", froze)
+	awaitTakeover(t, db, sqlstore.MySQL, ttl, 15*ttl, "froze with its lease COMMIT on the way")
 }
 
 // TestLeaseGuardRestoresMySQLSession: the lease transaction's short
