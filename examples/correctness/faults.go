@@ -135,10 +135,6 @@ type faultEnv struct {
 	excl   chan struct{} // a one-slot semaphore
 	shared sync.WaitGroup
 
-	// healthy is the control probe's publication time before the measured
-	// fault that runs (see calibrate); set and read under excl.
-	healthy time.Duration
-
 	mu       sync.Mutex
 	counts   faultCounts
 	liveness []livenessResult
@@ -393,13 +389,14 @@ func (e *faultEnv) delay() func(context.Context) error {
 
 // measure commits the probes of fault (right after the fault began at
 // faultAt), waits for hold to pass from faultAt and calls heal, meanwhile
-// waits until every probe is published or the bound plus 5 s passed, and
-// records the result. check, when set, runs as soon as the probes are
+// waits until every probe is published or the bound (the relays' settings
+// plus healthy, the control probe's time before the fault: see calibrate)
+// plus 5 s passed, and records the result. check, when set, runs as soon as the probes are
 // published (or the wait gave up) and adds its note and error.
-func (e *faultEnv) measure(ctx context.Context, fault string, faultAt time.Time, hold time.Duration, heal func() error, check func() (string, error)) error {
+func (e *faultEnv) measure(ctx context.Context, healthy time.Duration, fault string, faultAt time.Time, hold time.Duration, heal func() error, check func() (string, error)) error {
 	bound, from := livenessBound(fault, len(e.relays), e.ob.sdb.name())
-	bound += e.healthy
-	l := livenessResult{Fault: fault, At: faultAt.Sub(e.start), Held: hold, Bound: bound, Healthy: e.healthy, From: from}
+	bound += healthy
+	l := livenessResult{Fault: fault, At: faultAt.Sub(e.start), Held: hold, Bound: bound, Healthy: healthy, From: from}
 	ids, err := e.workload.probe(ctx, fmt.Sprintf("probe-%s-%d", fault, faultAt.Sub(e.start).Milliseconds()))
 	if err != nil {
 		return err
@@ -446,8 +443,8 @@ func (e *faultEnv) measure(ctx context.Context, fault string, faultAt time.Time,
 // With several relays it checks that the takeover happened: some shards
 // changed owner between the SIGSTOP and the probes' publication (a stopped
 // relay that held no shard would prove nothing).
-func (e *faultEnv) stop(r int, hold time.Duration) func(context.Context) error {
-	return func(ctx context.Context) error {
+func (e *faultEnv) stop(r int, hold time.Duration) measuredFault {
+	return func(ctx context.Context, healthy time.Duration) error {
 		e.add(func(c *faultCounts) { c.Stops++ })
 		before, err := e.ob.leaseOwners(ctx, e.db)
 		if err != nil {
@@ -476,7 +473,7 @@ func (e *faultEnv) stop(r int, hold time.Duration) func(context.Context) error {
 				return note, nil
 			}
 		}
-		err = e.measure(ctx, faultStop, time.Now(), hold, func() error { return e.relays[r].signal(syscall.SIGCONT) }, check)
+		err = e.measure(ctx, healthy, faultStop, time.Now(), hold, func() error { return e.relays[r].signal(syscall.SIGCONT) }, check)
 		time.Sleep(settle) // the resumed relay finds its leases lost
 		return err
 	}
@@ -485,8 +482,8 @@ func (e *faultEnv) stop(r int, hold time.Duration) func(context.Context) error {
 // brokerDown makes every partition reject produce requests for hold, and
 // checks that the messages that failed only because of it counted no
 // attempt.
-func (e *faultEnv) brokerDown(hold time.Duration) func(context.Context) error {
-	return func(ctx context.Context) error {
+func (e *faultEnv) brokerDown(hold time.Duration) measuredFault {
+	return func(ctx context.Context, healthy time.Duration) error {
 		e.add(func(c *faultCounts) { c.BrokerOutages++ })
 		var since time.Time
 		if err := e.db.WithContext(ctx).Raw(e.ob.sdb.clockSQL()).Scan(&since).Error; err != nil {
@@ -496,7 +493,7 @@ func (e *faultEnv) brokerDown(hold time.Duration) func(context.Context) error {
 		if err := e.post(ctx, "/reject", url.Values{"partition": {"-1"}, "for": {hold.String()}}); err != nil {
 			return err
 		}
-		return e.measure(ctx, faultBrokerDown, at, hold, func() error { return nil }, func() (string, error) {
+		return e.measure(ctx, healthy, faultBrokerDown, at, hold, func() error { return nil }, func() (string, error) {
 			// Any failure recorded on a message committed during the
 			// outage: nothing else fails then (measured faults run
 			// alone), and kafka-go may report NOT_ENOUGH_REPLICAS or a
@@ -519,11 +516,11 @@ func (e *faultEnv) brokerDown(hold time.Duration) func(context.Context) error {
 }
 
 // dbFreeze makes every open relay connection to PostgreSQL half-open.
-func (e *faultEnv) dbFreeze(ctx context.Context) error {
+func (e *faultEnv) dbFreeze(ctx context.Context, healthy time.Duration) error {
 	e.add(func(c *faultCounts) { c.DBFreezes++ })
 	at := time.Now()
 	n := e.proxy.Blackhole()
-	return e.measure(ctx, faultDBFreeze, at, 0, nil, func() (string, error) {
+	return e.measure(ctx, healthy, faultDBFreeze, at, 0, nil, func() (string, error) {
 		note := fmt.Sprintf("(%d connections frozen)", n)
 		if n == 0 {
 			return note, errors.New("no relay connection to freeze")
@@ -534,26 +531,26 @@ func (e *faultEnv) dbFreeze(ctx context.Context) error {
 
 // dbRefuse closes every relay connection to PostgreSQL and refuses new
 // ones for hold.
-func (e *faultEnv) dbRefuse(hold time.Duration) func(context.Context) error {
-	return func(ctx context.Context) error {
+func (e *faultEnv) dbRefuse(hold time.Duration) measuredFault {
+	return func(ctx context.Context, healthy time.Duration) error {
 		e.add(func(c *faultCounts) { c.DBRefusals++ })
 		at := time.Now()
 		e.proxy.Refuse()
-		return e.measure(ctx, faultDBRefuse, at, hold, func() error { e.proxy.Accept(); return nil }, nil)
+		return e.measure(ctx, healthy, faultDBRefuse, at, hold, func() error { e.proxy.Accept(); return nil }, nil)
 	}
 }
 
 // terminate ends every relay connection on the server's side
 // (pg_terminate_backend of the relays' application_name on PostgreSQL,
 // KILL CONNECTION of the proxy's sessions on MySQL).
-func (e *faultEnv) terminate(ctx context.Context) error {
+func (e *faultEnv) terminate(ctx context.Context, healthy time.Duration) error {
 	e.add(func(c *faultCounts) { c.Terminations++ })
 	at := time.Now()
 	n, err := e.ob.sdb.terminate(ctx, e.db, e.relayApp, e.proxy)
 	if err != nil {
 		return err
 	}
-	return e.measure(ctx, faultTerminate, at, 0, nil, func() (string, error) {
+	return e.measure(ctx, healthy, faultTerminate, at, 0, nil, func() (string, error) {
 		note := fmt.Sprintf("(%d backends terminated)", n)
 		if n == 0 {
 			return note, errors.New("no relay backend to terminate")

@@ -92,17 +92,20 @@ func baseBound(fault string, relays int) (time.Duration, string) {
 // controlDeadline bounds a control probe's publication (see calibrate).
 const controlDeadline = 10 * time.Second
 
+// measuredFault injects a measured fault and measures the recovery (see
+// faultEnv.measure); healthy is the control probe's time before it.
+type measuredFault func(ctx context.Context, healthy time.Duration) error
+
 // measured returns the schedule's action for the measured fault do, named
 // name: once it holds excl (see faultEnv.exclusive), a control probe
 // calibrates its bound before do injects the fault.
-func (e *faultEnv) measured(name string, do func(context.Context) error) action {
+func (e *faultEnv) measured(name string, do measuredFault) action {
 	return action{name: name, do: func(ctx context.Context) error {
 		healthy, err := e.calibrate(ctx)
 		if err != nil {
 			return err // the schedule names the fault
 		}
-		e.healthy = healthy
-		return do(ctx)
+		return do(ctx, healthy)
 	}}
 }
 

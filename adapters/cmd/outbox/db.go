@@ -144,13 +144,12 @@ func mysqlDSN(raw string) (string, error) {
 // transaction waits for TCP to give up (many minutes) instead of its
 // StoreTimeout.
 func withMySQLDeadlines(raw string, d time.Duration) string {
-	scheme, _, _ := strings.Cut(raw, ":")
-	if s := strings.ToLower(scheme); s != "mysql" && s != "mariadb" {
-		return raw
+	if _, _, d, err := parseDatabaseURL(raw); err != nil || d != sqlstore.MySQL {
+		return raw // not MySQL, or an error openDatabase reports
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return raw // parseDatabaseURL reports it
+		return raw
 	}
 	q := u.Query()
 	for _, k := range []string{"readTimeout", "writeTimeout"} {
