@@ -178,6 +178,16 @@ type dialect interface {
 	wakeSQL(t storeTables) (request, cancel string)
 }
 
+// smallClaimer is implemented by a dialect that can read a claim without
+// adding its payload sizes up row by row (see Store.selectClaimable).
+type smallClaimer interface {
+	// claimSmallQuery returns the SELECT of the claimable rows, as
+	// claimQuery does, of the first limit claimable rows those up to
+	// and including the first whose payload is larger than small bytes
+	// (all of them when none is).
+	claimSmallQuery(t storeTables, filter string, limit int, small int64) (string, []any)
+}
+
 // idList is a comma-separated list of ids, safe to splice into SQL.
 func idList(ids []int64) string {
 	b := make([]byte, 0, len(ids)*8)

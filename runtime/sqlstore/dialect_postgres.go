@@ -248,16 +248,48 @@ func (postgresDialect) leases(t storeTables) leaseOps {
 }
 
 func (postgresDialect) claimQuery(t storeTables, shardFilter string, limit int, maxBytes int64) (string, []any) {
-	q := `WITH b AS MATERIALIZED (SELECT DISTINCT aggregate_type, aggregate_id FROM ` + t.table + `
-			WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at > now()))
-		SELECT ` + selectColumns + `, (SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now()) FROM (
+	q := postgresBlocked(t) + `
+		SELECT ` + selectColumns + `, ` + postgresAlive(t) + ` FROM (
 			SELECT c.*, sum(octet_length(c.payload)) OVER (ORDER BY c.id) AS run FROM (
-				SELECT ` + selectColumns + ` FROM ` + t.table + ` o
-				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + shardFilter + `
-				AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)
+				SELECT ` + selectColumns + postgresClaimable(t, shardFilter) + `
 				ORDER BY o.id LIMIT $1) c) x
 		WHERE run - octet_length(payload) < $2 ORDER BY id`
 	return q, []any{limit, maxBytes}
+}
+
+// claimSmallQuery reads the claimable rows twice, the first time only
+// their ids and payload sizes, which costs PostgreSQL less than the
+// running sum's window over whole rows. (An octet_length does not detoast
+// a large payload.)
+func (postgresDialect) claimSmallQuery(t storeTables, shardFilter string, limit int, small int64) (string, []any) {
+	from := postgresClaimable(t, shardFilter)
+	q := postgresBlocked(t) + `
+		SELECT ` + selectColumns + `, ` + postgresAlive(t) + from + `
+		AND o.id <= (SELECT coalesce(min(id), 9223372036854775807) FROM (
+			SELECT o.id, o.payload` + from + ` ORDER BY o.id LIMIT $1) s
+			WHERE octet_length(payload) > $2::bigint)
+		ORDER BY o.id LIMIT $1`
+	return q, []any{limit, small}
+}
+
+// postgresBlocked is the WITH clause of the aggregates with a waiting or
+// parked row, b.
+func postgresBlocked(t storeTables) string {
+	return `WITH b AS MATERIALIZED (SELECT DISTINCT aggregate_type, aggregate_id FROM ` + t.table + `
+			WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at > now()))`
+}
+
+// postgresAlive counts the relays alive.
+func postgresAlive(t storeTables) string {
+	return `(SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now())`
+}
+
+// postgresClaimable is the FROM and WHERE of the claimable rows, the
+// table aliased o, less those of the aggregates in b.
+func postgresClaimable(t storeTables, filter string) string {
+	return ` FROM ` + t.table + ` o
+				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + filter + `
+				AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)`
 }
 
 // excludeIDs binds the ids as one array, so the statement's text, and

@@ -13,3 +13,7 @@ func StaleWake(w *Writer) {
 	w.wake.until.Store(0)
 	w.wake.next.Store(math.MaxInt64)
 }
+
+// CountsBytesInDatabase reports whether s's claims add payload sizes up
+// row by row (see selectClaimable).
+func CountsBytesInDatabase(s *Store) bool { return s.largeRows.Load() }
