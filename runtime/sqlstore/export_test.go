@@ -1,6 +1,9 @@
 package sqlstore
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // StallRenewals makes s call stall inside its lease transaction, after the
 // leases are written and before the commit, as a relay paused there would.
@@ -17,3 +20,12 @@ func StaleWake(w *Writer) {
 // CountsBytesInDatabase reports whether s's claims add payload sizes up
 // row by row (see selectClaimable).
 func CountsBytesInDatabase(s *Store) bool { return s.largeRows.Load() }
+
+// TakeEvery is how soon owner, short of its share, renews again to take
+// shards over (0 when it holds its share).
+func TakeEvery(s *Store, owner string) time.Duration {
+	o := s.owner(owner)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.takeEvery
+}

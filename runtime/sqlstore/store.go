@@ -180,7 +180,11 @@ type ownerLease struct {
 	nextRenew  time.Time
 	alive      int  // relays alive at the last renewal
 	short      bool // holds less than its share: taking shards over
-	waiting    bool // RequestWake asked writers to notify for the owner
+	// takeEvery is how soon a short owner renews again to take shards
+	// over: minTakeEvery after a renewal that took some, doubling after
+	// each that took none, up to maxTakeEvery.
+	takeEvery time.Duration
+	waiting   bool // RequestWake asked writers to notify for the owner
 	// lastClaimed is how many rows the last claim found: the next claim's
 	// first guess of its size.
 	lastClaimed int
@@ -558,7 +562,7 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 		return fmt.Errorf("sqlstore: lease: renew: %w", err)
 	}
 	target := (Shards + max(alive, 1) - 1) / max(alive, 1)
-	giveBack := false
+	giveBack, took := false, 0
 	var leaving []int16
 	switch {
 	case len(owned) > target:
@@ -576,6 +580,7 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 		if err != nil {
 			return fmt.Errorf("sqlstore: lease: take shards: %w", err)
 		}
+		took = len(got)
 		owned = append(owned, got...)
 		slices.Sort(owned)
 	}
@@ -609,11 +614,33 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	// share), so do it at least every second.
 	every := min(ttl/5, time.Second)
 	if len(owned) < target {
-		every = min(every, 250*time.Millisecond) // still taking its share
+		// Still taking its share: the relays that hold it give shards
+		// back within a batch or two of seeing this one alive, so look
+		// again soon, and less often while none come.
+		switch {
+		case took > 0 || o.takeEvery == 0:
+			o.takeEvery = minTakeEvery
+		default:
+			o.takeEvery = min(2*o.takeEvery, maxTakeEvery)
+		}
+		every = min(every, o.takeEvery)
+	} else {
+		o.takeEvery = 0
 	}
 	o.nextRenew = start.Add(every)
 	return nil
 }
+
+// minTakeEvery and maxTakeEvery bound how soon an owner short of its share
+// renews again (see ownerLease.takeEvery). A relay gives shards back within
+// a batch or two (tens of milliseconds) of seeing another alive, so one
+// that starts beside a busy one takes its share within about that; the
+// renewals back off while nothing comes (the holder died, and its leases
+// must expire first).
+const (
+	minTakeEvery = 5 * time.Millisecond
+	maxTakeEvery = 250 * time.Millisecond
+)
 
 // givingBack splits owned (sorted), of which the owner should hold target,
 // into the shards it keeps for now and those it gives back now: the
