@@ -182,13 +182,22 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	poll := time.NewTimer(time.Duration(r.poll.Load()))
 	defer poll.Stop()
-	failures := 0           // consecutive failed batches
-	var lastFound time.Time // the last claim that found messages
-	requested := false      // the store was asked to wake this relay
-	var next *aheadBatch    // a batch claimed while the last one was published and marked
+	failures := 0            // consecutive failed batches
+	var lastFound time.Time  // the last claim that found messages
+	requested := false       // the store was asked to wake this relay
+	var next *aheadBatch     // a batch claimed while the last one was published
+	var marking *pendingMark // the last batch's mark, running in the background
+	defer func() {
+		// Run returns once the last batch's mark has ended (within
+		// ShutdownTimeout of ctx's end); one that failed leaves its
+		// messages to be published again.
+		if err := marking.wait(); err != nil {
+			r.log.Warn("relay: the last batch's mark failed; its messages will be published again", errAttr(err))
+		}
+	}()
 	for ctx.Err() == nil {
-		res, rd := r.batch(ctx, owner, next)
-		next = rd.next
+		res, rd := r.batch(ctx, owner, next, marking)
+		next, marking = rd.next, rd.marking
 		if rd.timedOut {
 			r.log.Warn("relay: shutdown timeout exceeded, batch released",
 				attrClaimed, res.Claimed,
@@ -355,24 +364,36 @@ func (c *aheadBatch) take(now time.Time) (Batch, bool) {
 }
 
 // batch publishes one batch, pre (claimed while the last batch was
-// published and marked) or else one it claims, and marks it. After a full
-// batch, when the store is an [InFlightExcluder], it claims the next batch
-// while it publishes and marks this one, and returns it when the mark
-// succeeded. It reports what happened, and the rest of the round in rd.
-func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res BatchResult, rd round) {
+// published) or else one it claims, and marks it. After a full batch, when
+// the store is an [InFlightExcluder], it claims the next batch once the
+// mark of the batch before (prev) has ended, while it publishes this one,
+// and returns it; and it marks this batch in the background, while the
+// next one is published: the round after waits for that mark before it
+// marks its own batch, and leaves its batch unmarked when that mark
+// failed, so that both batches are published again, in order. It reports
+// what happened, and the rest of the round in rd; the report of a batch
+// marked in the background goes to OnBatch when its mark ends.
+func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *pendingMark) (res BatchResult, rd round) {
 	batchCtx, done := r.batchContext(ctx)
 	defer done()
 	start := time.Now()
+	reported := false // OnBatch is the background mark's to call
 	defer func() {
 		res.Duration = time.Since(start)
 		rd.timedOut = res.Err != nil && errors.Is(context.Cause(batchCtx), errShutdownTimeout)
-		if r.cfg.OnBatch != nil && (res.Claimed > 0 || res.Err != nil) {
+		if !reported && r.cfg.OnBatch != nil && (res.Claimed > 0 || res.Err != nil) {
 			r.cfg.OnBatch(res)
 		}
 	}()
 
 	b, ok := pre.take(start)
 	if !ok {
+		// A claim afresh must not find the rows of a mark still on its way.
+		if err := prev.wait(); err != nil {
+			res.Err = err
+			return res, rd
+		}
+		prev = nil
 		claimCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
 		var err error
 		b, err = r.store.Claim(claimCtx, ClaimRequest{Owner: owner, Limit: r.cfg.BatchSize, MaxBytes: r.cfg.MaxBatchBytes})
@@ -389,15 +410,21 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res B
 		return res, rd
 	}
 
-	// Claim the next batch while this one is published and marked. The
-	// claim runs in the database while the publish runs here and in the
-	// broker, so the two use different processors; claimed during the mark
-	// instead, it read the very rows the mark was updating, and on a
-	// two-core machine slowed both.
+	// Claim the next batch while this one is published, once the batch
+	// before is marked. The claim runs in the database while the publish
+	// runs here and in the broker, so the two use different processors;
+	// claimed during a mark instead, it read the very rows the mark was
+	// updating, and on a two-core machine slowed both.
 	var ahead chan *aheadBatch
 	if _, ok := r.store.(InFlightExcluder); ok && res.Full && ctx.Err() == nil {
 		ahead = make(chan *aheadBatch, 1)
-		go func() { ahead <- r.claimAhead(batchCtx, owner, b.Messages) }()
+		go func() {
+			if err := prev.wait(); err != nil {
+				ahead <- &aheadBatch{err: err}
+				return
+			}
+			ahead <- r.claimAhead(batchCtx, owner, b.Messages)
+		}()
 	}
 
 	deadline := time.Now().Add(r.cfg.PublishTimeout)
@@ -412,9 +439,16 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res B
 	res.Messages, res.PublishDuration = b.Messages, res.PublishedAt.Sub(pubStart)
 	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
 
-	markCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
-	err := r.store.Mark(markCtx, b, out)
-	cancel()
+	if err := prev.wait(); err != nil {
+		// The batch before was published but not marked, and will be
+		// published again: this one, published after it, must be too, so
+		// it is not marked either.
+		res.Err = fmt.Errorf("%w; this batch is not marked, and is published again after it", err)
+		if ahead != nil {
+			<-ahead
+		}
+		return res, rd
+	}
 	if ahead != nil {
 		rd.next = <-ahead
 		rd.next.holdBack(b.Messages, out.Failed)
@@ -422,7 +456,16 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res B
 			// The next round claims afresh, and reports its own error.
 			r.log.Debug("relay: claim ahead failed", errAttr(rd.next.err))
 		}
+		if rd.next.err == nil && len(rd.next.b.Messages) > 0 {
+			rd.marking = r.markInBackground(ctx, b, out, res, start)
+			reported = true
+			return res, rd
+		}
 	}
+
+	markCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
+	err := r.store.Mark(markCtx, b, out)
+	cancel()
 	if err != nil {
 		// The batch's published messages are published again: none of
 		// their aggregates' later messages may go out before them.
@@ -432,12 +475,54 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch) (res B
 	return res, rd
 }
 
+// pendingMark is a batch's mark running in the background.
+type pendingMark struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// wait waits for the mark to end and returns its error; a nil mark has
+// none.
+func (m *pendingMark) wait() error {
+	if m == nil {
+		return nil
+	}
+	<-m.done
+	return m.err
+}
+
+// markInBackground marks b with out, on a context of its own that, as a
+// batch's, outlives ctx by [Config.ShutdownTimeout], then reports res to
+// OnBatch.
+func (r *Relay) markInBackground(ctx context.Context, b Batch, out Outcome, res BatchResult, start time.Time) *pendingMark {
+	m := &pendingMark{done: make(chan struct{})}
+	mctx, release := r.batchContext(ctx)
+	go func() {
+		defer close(m.done)
+		defer release()
+		markCtx, cancel := context.WithTimeout(mctx, r.cfg.StoreTimeout)
+		err := r.store.Mark(markCtx, b, out)
+		cancel()
+		if err != nil {
+			m.err = fmt.Errorf("relay: mark: %w", err)
+			res.Err = m.err
+		}
+		res.Duration = time.Since(start)
+		if r.cfg.OnBatch != nil {
+			r.cfg.OnBatch(res)
+		}
+	}()
+	return m
+}
+
 // round is what one batch left for the next: whether
-// [Config.ShutdownTimeout] cut it short, the batch claimed ahead, and the
-// store's hint of when to claim again.
+// [Config.ShutdownTimeout] cut it short, the batch claimed ahead, the
+// batch's mark when it runs in the background, and the store's hint of
+// when to claim again.
 type round struct {
 	timedOut bool
 	next     *aheadBatch
+	marking  *pendingMark // the batch's mark, running in the background
 	again    time.Duration
 }
 
