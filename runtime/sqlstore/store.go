@@ -181,9 +181,11 @@ type ownerLease struct {
 	alive      int  // relays alive at the last renewal
 	short      bool // holds less than its share: taking shards over
 	// takeEvery is how soon a short owner renews again to take shards
-	// over: minTakeEvery after a renewal that took some, doubling after
-	// each that took none, up to maxTakeEvery.
+	// over: minTakeEvery after a renewal that took some and for
+	// minTakeTries renewals after that took none (takeTries counts them),
+	// then doubling after each, up to maxTakeEvery.
 	takeEvery time.Duration
+	takeTries int
 	waiting   bool // RequestWake asked writers to notify for the owner
 	// lastClaimed is how many rows the last claim found: the next claim's
 	// first guess of its size.
@@ -616,29 +618,33 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	if len(owned) < target {
 		// Still taking its share: the relays that hold it give shards
 		// back within a batch or two of seeing this one alive, so look
-		// again soon, and less often while none come.
+		// again soon, and less often once none came for a while.
 		switch {
 		case took > 0 || o.takeEvery == 0:
-			o.takeEvery = minTakeEvery
+			o.takeEvery, o.takeTries = minTakeEvery, 0
+		case o.takeTries < minTakeTries:
+			o.takeTries++
 		default:
 			o.takeEvery = min(2*o.takeEvery, maxTakeEvery)
 		}
 		every = min(every, o.takeEvery)
 	} else {
-		o.takeEvery = 0
+		o.takeEvery, o.takeTries = 0, 0
 	}
 	o.nextRenew = start.Add(every)
 	return nil
 }
 
-// minTakeEvery and maxTakeEvery bound how soon an owner short of its share
-// renews again (see ownerLease.takeEvery). A relay gives shards back within
-// a batch or two (tens of milliseconds) of seeing another alive, so one
-// that starts beside a busy one takes its share within about that; the
-// renewals back off while nothing comes (the holder died, and its leases
-// must expire first).
+// minTakeEvery, minTakeTries and maxTakeEvery set how soon an owner short
+// of its share renews again (see ownerLease.takeEvery). A relay gives
+// shards back within a batch or two (tens of milliseconds) of seeing
+// another alive, so one that starts beside a busy one looks every 5 ms
+// for the first 100 ms and takes its share within about that; then the
+// renewals back off (the holder died, say, and its leases must expire
+// first).
 const (
 	minTakeEvery = 5 * time.Millisecond
+	minTakeTries = 20
 	maxTakeEvery = 250 * time.Millisecond
 )
 
