@@ -32,6 +32,9 @@ type aheadStore struct {
 	// claim, made at claimed[i] for requests[i].
 	lease   time.Duration
 	claimed []time.Time
+	// onMark, when set, is called at the start of every Mark, outside
+	// the store's lock.
+	onMark func(ctx context.Context, b relay.Batch) error
 }
 
 func (s *aheadStore) ExcludesInFlight() {}
@@ -57,7 +60,12 @@ func (s *aheadStore) Claim(_ context.Context, req relay.ClaimRequest) (relay.Bat
 	return b, nil
 }
 
-func (s *aheadStore) Mark(_ context.Context, _ relay.Batch, o relay.Outcome) error {
+func (s *aheadStore) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error {
+	if s.onMark != nil {
+		if err := s.onMark(ctx, b); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failMark > 0 {
@@ -258,5 +266,122 @@ func TestClaimAheadDroppedAfterASlowPublish(t *testing.T) {
 	reqs := store.Requests()
 	if len(reqs) < 3 || !slices.Equal(reqs[1].InFlight, []int64{1, 2}) || len(reqs[2].InFlight) != 0 {
 		t.Errorf("claim requests %+v: want the claim ahead (leaving out [1 2]) dropped and a fresh claim after it", reqs)
+	}
+}
+
+func TestMarkRunsWhileTheNextBatchIsPublished(t *testing.T) {
+	// Batch 1's mark waits for batch 2's publish to start (or gives up
+	// after a deadline): a relay that marked before it published the next
+	// batch would give up, and the test fails. OnBatch still reports the
+	// batches in order, batch 1 with its mark done.
+	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}}
+	for i := range store.msgs {
+		store.msgs[i].Topic = "t" // as drainAhead wants
+	}
+	second := make(chan struct{})
+	var once sync.Once
+	pub := &fakePublisher{fn: func(_ string, msgs []*message.Message) error {
+		for _, m := range msgs {
+			if m.UUID == uuids(3)[0] {
+				once.Do(func() { close(second) })
+			}
+		}
+		return nil
+	}}
+	var overlapped atomic.Bool
+	store.onMark = func(_ context.Context, b relay.Batch) error {
+		if b.Messages[0].ID == 1 {
+			select {
+			case <-second:
+				overlapped.Store(true)
+			case <-time.After(5 * time.Second):
+			}
+		}
+		return nil
+	}
+	drainAhead(t, store, pub)
+	if !overlapped.Load() {
+		t.Error("batch 1 was marked before batch 2's publish started: want the mark beside the publish")
+	}
+}
+
+func TestOnBatchReportsBackgroundMarksInOrder(t *testing.T) {
+	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b", "a", "b", "c"), done: map[int64]bool{}}
+	batches := newBatchRecorder()
+	r, err := relay.New(store, &fakePublisher{}, relay.Config{BatchSize: 2, PollInterval: never, ActivePollInterval: 1, OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	batches.until(t, func() bool { return store.pending() == 0 && len(batches.Raw()) >= 4 })
+	var got [][]int64
+	for _, res := range batches.Raw() {
+		if res.Err != nil {
+			t.Errorf("batch %v: %v", res.Messages, res.Err)
+		}
+		var ids []int64
+		for _, m := range res.Messages {
+			ids = append(ids, m.ID)
+		}
+		got = append(got, ids)
+	}
+	if diff := cmp.Diff([][]int64{{1, 2}, {3, 4}, {5, 6}, {7}}, got); diff != "" {
+		t.Errorf("batches reported (-want +got):\n%s", diff)
+	}
+}
+
+func TestRunWaitsForTheLastMark(t *testing.T) {
+	// The relay is stopped while batch 1 is published, with batch 2
+	// claimed ahead: batch 1 is marked in the background, and Run returns
+	// only once that mark has ended (here cut by ShutdownTimeout).
+	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}}
+	publishing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	pub := &fakePublisher{fn: func(string, []*message.Message) error {
+		once.Do(func() {
+			close(publishing)
+			<-release
+		})
+		return nil
+	}}
+	var markEnded atomic.Bool
+	store.onMark = func(ctx context.Context, b relay.Batch) error {
+		<-ctx.Done() // a database that does not answer
+		markEnded.Store(true)
+		return ctx.Err()
+	}
+	r, err := relay.New(store, pub, relay.Config{BatchSize: 2, PollInterval: never, ShutdownTimeout: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(ctx) }()
+	select {
+	case <-publishing:
+	case <-time.After(waitTimeout):
+		t.Fatal("the relay published nothing")
+	}
+	// Wait for the claim ahead, so that batch 1 is marked in the
+	// background, then stop the relay and let the publish end.
+	for deadline := time.Now().Add(waitTimeout); len(store.Requests()) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("no claim ahead")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	close(release)
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Run did not return")
+	}
+	if !markEnded.Load() {
+		t.Error("Run returned while batch 1's mark was still running")
 	}
 }

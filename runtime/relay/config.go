@@ -128,8 +128,10 @@ type Config struct {
 	CloudEvents *runtime.CloudEvents
 
 	// OnBatch, when set, is called after every claim that claimed a message
-	// or failed, from the goroutine running [Relay.Run]; it must not block.
-	// Use it for metrics (throughput, failures, batch latency).
+	// or failed, from the goroutine running [Relay.Run], in batch order; it
+	// must not block. A full batch is marked while the next one is
+	// published, and reported once that mark has ended. Use it for metrics
+	// (throughput, failures, batch latency).
 	// Default: nil.
 	OnBatch func(BatchResult)
 }

@@ -191,7 +191,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		// Run returns once the last batch's mark has ended (within
 		// ShutdownTimeout of ctx's end); one that failed leaves its
 		// messages to be published again.
-		if err := marking.wait(); err != nil {
+		if err := r.settle(marking); err != nil {
 			r.log.Warn("relay: the last batch's mark failed; its messages will be published again", errAttr(err))
 		}
 	}()
@@ -371,8 +371,9 @@ func (c *aheadBatch) take(now time.Time) (Batch, bool) {
 // next one is published: the round after waits for that mark before it
 // marks its own batch, and leaves its batch unmarked when that mark
 // failed, so that both batches are published again, in order. It reports
-// what happened, and the rest of the round in rd; the report of a batch
-// marked in the background goes to OnBatch when its mark ends.
+// what happened, and the rest of the round in rd; a batch marked in the
+// background is reported to OnBatch by the round after, once its mark has
+// ended.
 func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *pendingMark) (res BatchResult, rd round) {
 	batchCtx, done := r.batchContext(ctx)
 	defer done()
@@ -389,7 +390,7 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 	b, ok := pre.take(start)
 	if !ok {
 		// A claim afresh must not find the rows of a mark still on its way.
-		if err := prev.wait(); err != nil {
+		if err := r.settle(prev); err != nil {
 			res.Err = err
 			return res, rd
 		}
@@ -439,7 +440,7 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 	res.Messages, res.PublishDuration = b.Messages, res.PublishedAt.Sub(pubStart)
 	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
 
-	if err := prev.wait(); err != nil {
+	if err := r.settle(prev); err != nil {
 		// The batch before was published but not marked, and will be
 		// published again: this one, published after it, must be too, so
 		// it is not marked either.
@@ -478,7 +479,12 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 // pendingMark is a batch's mark running in the background.
 type pendingMark struct {
 	done chan struct{}
-	err  error // set before done is closed
+	// res and err are set before done is closed.
+	res BatchResult
+	err error
+	// reported is set when res went to OnBatch; only the goroutine
+	// running Run reads or writes it.
+	reported bool
 }
 
 // wait waits for the mark to end and returns its error; a nil mark has
@@ -491,9 +497,23 @@ func (m *pendingMark) wait() error {
 	return m.err
 }
 
+// settle waits for m, reports its batch to OnBatch (once), and returns
+// the mark's error. Only the goroutine running Run calls it, so that
+// OnBatch is called from there, in batch order.
+func (r *Relay) settle(m *pendingMark) error {
+	err := m.wait()
+	if m != nil && !m.reported {
+		m.reported = true
+		if r.cfg.OnBatch != nil {
+			r.cfg.OnBatch(m.res)
+		}
+	}
+	return err
+}
+
 // markInBackground marks b with out, on a context of its own that, as a
-// batch's, outlives ctx by [Config.ShutdownTimeout], then reports res to
-// OnBatch.
+// batch's, outlives ctx by [Config.ShutdownTimeout]; res, completed with
+// the mark's outcome, is reported by [Relay.settle].
 func (r *Relay) markInBackground(ctx context.Context, b Batch, out Outcome, res BatchResult, start time.Time) *pendingMark {
 	m := &pendingMark{done: make(chan struct{})}
 	mctx, release := r.batchContext(ctx)
@@ -508,9 +528,7 @@ func (r *Relay) markInBackground(ctx context.Context, b Batch, out Outcome, res 
 			res.Err = m.err
 		}
 		res.Duration = time.Since(start)
-		if r.cfg.OnBatch != nil {
-			r.cfg.OnBatch(res)
-		}
+		m.res = res
 	}()
 	return m
 }
