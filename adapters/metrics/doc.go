@@ -37,7 +37,7 @@
 //	| outbox_relay_store_errors_total          | counter   |                                         | relay rounds in which the store failed to claim or to mark                                            |
 //	| outbox_relay_batch_size                  | histogram |                                         | messages claimed per batch                                                                            |
 //	| outbox_relay_publish_duration_seconds    | histogram |                                         | time to publish one batch: first Publish call to the broker's last answer                            |
-//	| outbox_relay_batch_duration_seconds      | histogram |                                         | time of one relay round: claim, publish, mark                                                         |
+//	| outbox_relay_batch_duration_seconds      | histogram |                                         | time of one relay batch, round start to mark end: claim, publish, mark                               |
 //	| outbox_relay_lag_seconds                 | histogram |                                         | per published message, its created_at (commit, database clock) to the broker's ack (relay clock)    |
 //	| outbox_consumer_messages_total           | counter   | consumer, event_type, outcome, reason   | deliveries by outcome (applied, duplicate, ignored, skipped, nacked, dead_lettered, failed) and reason |
 //	| outbox_consumer_handle_duration_seconds  | histogram | consumer, outcome                       | time to handle one delivery: decode, handler and inbox transaction, retries and backoff               |

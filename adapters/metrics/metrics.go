@@ -201,7 +201,7 @@ func New(cfg Config) (*Metrics, error) {
 	})
 	m.batchTime = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "outbox_relay_batch_duration_seconds", ConstLabels: cl, Buckets: cfg.DurationBuckets,
-		Help: "Time of one relay round: claim, publish and mark.",
+		Help: "Time of one relay batch, from its round's start to its mark's end: claim, publish and mark.",
 	})
 	m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "outbox_relay_lag_seconds", ConstLabels: cl, Buckets: cfg.LagBuckets,
