@@ -105,11 +105,13 @@
 // aggregate whose commit order is known (same transaction: recording order;
 // two transactions: the first's Commit returned before the second's was
 // called, on the writer's monotonic clock) and whose first deliveries are
-// the other way round. Log duplicates are bounded by one relay batch per
-// relay kill or stop, per produce request the broker rejected (one
-// partition down) or wrote late, and per relay for each database fault (a
-// batch published whose mark failed); requests refused in a full outage
-// add none, since nothing was written.
+// the other way round. Log duplicates are bounded by two relay batches
+// per relay kill or stop (a busy relay marks one batch while it publishes
+// the next), by one per produce request the broker rejected (one
+// partition down) or wrote late, and by two per relay for each database
+// fault (a batch published whose mark failed, and the one published beside
+// it); requests refused in a full outage add none, since nothing was
+// written.
 //
 // The suite is a package of the main module, not a nested module, so that
 // every change of the public API it uses (hooks, runtime/relay,

@@ -373,12 +373,15 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	res.Liveness = env.liveness
 	env.mu.Unlock()
 	res.Faults.Rejected, res.Faults.Refused, res.Faults.Delayed = bstats.Rejected, bstats.Refused, bstats.Delayed
-	// Each relay kill or stop, and each produce request rejected or written
-	// late, may make one relay batch go out twice; each database fault
-	// (a batch published whose mark failed) one batch per relay. A produce
-	// request refused in a full outage adds none: nothing was written.
-	res.DupBound = opt.BatchSize * (res.Faults.Kills + res.Faults.Stops + res.Faults.Outages*opt.Relays +
-		int(res.Faults.Rejected) + int(res.Faults.Delayed) + res.Faults.dbFaults()*opt.Relays)
+	// Each relay kill or stop may make the two batches in flight go out
+	// twice (a busy relay marks one while it publishes the next), each
+	// database fault the same per relay (a mark that failed, and the batch
+	// published beside it, left unmarked so that both go out again in
+	// order), and each produce request rejected or written late one batch.
+	// A produce request refused in a full outage adds none: nothing was
+	// written.
+	res.DupBound = opt.BatchSize * (2*(res.Faults.Kills+res.Faults.Stops) + res.Faults.Outages*opt.Relays +
+		int(res.Faults.Rejected) + int(res.Faults.Delayed) + 2*res.Faults.dbFaults()*opt.Relays)
 	res.Failures = append(res.Failures, res.Report.failures(res.DupBound)...)
 	if res.Poison > 0 && res.Parked+res.Discarded < int64(res.Poison) {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d poison events committed but %d messages parked", res.Poison, res.Parked+res.Discarded))
