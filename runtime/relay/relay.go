@@ -378,7 +378,7 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 	batchCtx, done := r.batchContext(ctx)
 	defer done()
 	start := time.Now()
-	reported := false // OnBatch is the background mark's to call
+	reported := false // OnBatch was or will be called for this round
 	defer func() {
 		res.Duration = time.Since(start)
 		rd.timedOut = res.Err != nil && errors.Is(context.Cause(batchCtx), errShutdownTimeout)
@@ -391,7 +391,8 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 	if !ok {
 		// A claim afresh must not find the rows of a mark still on its way.
 		if err := r.settle(prev); err != nil {
-			res.Err = err
+			// Reported to OnBatch with its batch; Run backs off.
+			res.Err, reported = err, true
 			return res, rd
 		}
 		prev = nil

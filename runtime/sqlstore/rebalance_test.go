@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,6 +215,38 @@ func TestNoShardGivenBackUnderABatchInFlight(t *testing.T) {
 				last = claim("busy", ids(last))
 			}
 			t.Fatalf("the busy relay still holds %d shards after 10 claims, want %d", len(held()), sqlstore.Shards/2)
+		})
+	}
+}
+
+// TestEmptyClaimsDoNotRenew: a claim that finds nothing has no row to
+// carry the number of relays alive, and must not take that as a change of
+// relays: each such claim used to schedule a lease renewal (a transaction
+// with a durable commit) for the next claim, so a relay polling an empty
+// outbox every few milliseconds renewed at every other claim.
+func TestEmptyClaimsDoNotRenew(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			db := migrated(t, d)
+			// Renewals due every second (LeaseTTL/5, at most 1s).
+			store := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: time.Minute})
+			ctx := context.Background()
+			var renewals atomic.Int32
+			sqlstore.StallRenewals(store, func() { renewals.Add(1) })
+			for i := range 50 {
+				b, err := store.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: 10})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(b.Messages) != 0 {
+					t.Fatalf("claim %d: %d messages from an empty outbox", i, len(b.Messages))
+				}
+			}
+			// The first claim's, and at most one on schedule if the
+			// claims took more than a second.
+			if n := renewals.Load(); n > 2 {
+				t.Errorf("50 empty claims renewed the lease %d times; want 1 (2 if a second passed)", n)
+			}
 		})
 	}
 }

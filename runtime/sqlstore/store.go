@@ -319,7 +319,8 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	}
 	o.mu.Lock()
 	o.lastClaimed, o.last = len(msgs), msgs
-	if alive != o.alive {
+	// An empty claim has no row to carry the count of relays alive.
+	if len(msgs) > 0 && alive != o.alive {
 		// A relay joined or left: rebalance at the next claim rather
 		// than at the next scheduled renewal, so a relay that starts
 		// beside a busy one gets its share within a claim or two. One
