@@ -126,9 +126,19 @@ func (d postgresDialect) write(ctx context.Context, conn Querier, table string, 
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
 		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
-		q, args, err := d.insertSQL(table, chunk, orderLocks)
+		q, args, returning, err := d.insertSQL(table, chunk, orderLocks)
 		if err != nil {
 			return nil, err
+		}
+		if !returning {
+			// Every row is inserted, or the statement fails.
+			if _, err := conn.ExecContext(ctx, q, args...); err != nil {
+				return nil, fmt.Errorf("insert into %s: %w", table, err)
+			}
+			for _, r := range chunk {
+				inserted[r.Envelope.EventID] = true
+			}
+			continue
 		}
 		rs, err := conn.QueryContext(ctx, q, args...)
 		if err := scanEventIDs(rs, err, inserted); err != nil {
@@ -138,11 +148,13 @@ func (d postgresDialect) write(ctx context.Context, conn Querier, table string, 
 	return inserted, nil
 }
 
-// insertSQL builds the INSERT of rows and its arguments.
-func (d postgresDialect) insertSQL(table string, rows []Row, orderLocks bool) (string, []any, error) {
+// insertSQL builds the INSERT of rows and its arguments. A statement that
+// returns the event ids of the rows it inserted (returning) may skip some
+// (ON CONFLICT DO NOTHING); one that does not inserts them all or fails.
+func (d postgresDialect) insertSQL(table string, rows []Row, orderLocks bool) (q string, args []any, returning bool, err error) {
 	vals, err := insertArgs(rows)
 	if err != nil {
-		return "", nil, err
+		return "", nil, false, err
 	}
 	var locks []int32
 	if orderLocks {
@@ -155,16 +167,16 @@ func (d postgresDialect) insertSQL(table string, rows []Row, orderLocks bool) (s
 		if !slices.ContainsFunc(rows, needsOrderLock) {
 			// Only new aggregates: their events cannot have rows yet, and
 			// leaving out the ON CONFLICT arbiter saves an index probe
-			// per row. A duplicate event id fails the write instead.
-			b.WriteString(" RETURNING event_id")
-		} else {
-			b.WriteString(" ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
+			// per row, and RETURNING a result set. A duplicate event id
+			// fails the write instead.
+			return b.String(), vals, false, nil
 		}
-		return b.String(), vals, nil
+		b.WriteString(" ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
+		return b.String(), vals, true, nil
 	}
 	// The first key is the table's oid, so outbox tables of other schemas
 	// (or databases' other two-key advisory locks) do not share the locks.
-	args := append(make([]any, 0, 1+len(vals)), locks)
+	args = append(make([]any, 0, 1+len(vals)), locks)
 	b.WriteString("WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(('" + table +
 		"'::regclass::oid::int8 - 2147483648)::int4, k) FROM unnest($1::int4[]) AS u(k) ORDER BY k) ")
 	args = append(args, vals...)
@@ -173,7 +185,7 @@ func (d postgresDialect) insertSQL(table string, rows []Row, orderLocks bool) (s
 	// The gate is evaluated once, before the first row is produced and so
 	// before any row takes its id from the sequence.
 	b.WriteString(") AS v WHERE (SELECT count(*) FROM l) > 0 ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
-	return b.String(), args, nil
+	return b.String(), args, true, nil
 }
 
 // writeValues writes the VALUES rows of n outbox rows, their placeholders
