@@ -21,25 +21,10 @@ import (
 func TestJoiningRelayGetsItsShareFromABusyOne(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
-			db := migrated(t, d)
-			aggs := make([]string, 400)
-			for i := range aggs {
-				aggs[i] = fmt.Sprint("agg-", i)
-			}
-			writeEvents(t, db, d, aggs...)
-			ctx := context.Background()
 			// The default lease: renewals every second, so with the
 			// old schedule the busy relay would give nothing back
 			// within the claims below.
-			store := mustStore(t, db, sqlstore.StoreConfig{})
-			claim := func(owner string) relay.Batch {
-				t.Helper()
-				b, err := store.Claim(ctx, relay.ClaimRequest{Owner: owner, Limit: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return b
-			}
+			_, claim := oneAtATime(t, d, 400)
 			if b := claim("busy"); len(b.Messages) != 1 {
 				t.Fatalf("busy relay's first claim: %d messages, want 1", len(b.Messages))
 			}
@@ -80,22 +65,7 @@ func TestJoiningRelayGetsItsShareFromABusyOne(t *testing.T) {
 func TestShortRelayLooksForItsShareSoonThenLessOften(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
-			db := migrated(t, d)
-			aggs := make([]string, 200)
-			for i := range aggs {
-				aggs[i] = fmt.Sprint("agg-", i)
-			}
-			writeEvents(t, db, d, aggs...)
-			ctx := context.Background()
-			store := mustStore(t, db, sqlstore.StoreConfig{})
-			claim := func(owner string) relay.Batch {
-				t.Helper()
-				b, err := store.Claim(ctx, relay.ClaimRequest{Owner: owner, Limit: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return b
-			}
+			store, claim := oneAtATime(t, d, 200)
 			claim("busy") // takes every shard
 			ms := time.Millisecond
 			var wants []time.Duration
@@ -128,6 +98,28 @@ func TestShortRelayLooksForItsShareSoonThenLessOften(t *testing.T) {
 				t.Fatalf("new relay holding its share renews to take shards in %v; want the usual schedule (0)", got)
 			}
 		})
+	}
+}
+
+// oneAtATime returns a store with the default lease over an outbox of
+// one event for each of n aggregates, and a claim of one message for an
+// owner.
+func oneAtATime(t *testing.T, d sqlstore.Dialect, n int) (*sqlstore.Store, func(owner string) relay.Batch) {
+	t.Helper()
+	db := migrated(t, d)
+	aggs := make([]string, n)
+	for i := range aggs {
+		aggs[i] = fmt.Sprint("agg-", i)
+	}
+	writeEvents(t, db, d, aggs...)
+	store := mustStore(t, db, sqlstore.StoreConfig{})
+	return store, func(owner string) relay.Batch {
+		t.Helper()
+		b, err := store.Claim(context.Background(), relay.ClaimRequest{Owner: owner, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
 }
 
