@@ -385,3 +385,27 @@ func TestRunWaitsForTheLastMark(t *testing.T) {
 		t.Error("Run returned while batch 1's mark was still running")
 	}
 }
+
+func TestNoProgressWhileEveryMarkFails(t *testing.T) {
+	// Claims work and publishes go out, but the store refuses every mark:
+	// a batch marked in the background counts as progress only once its
+	// mark has succeeded, so health checks see a relay that never gets a
+	// batch done (it used to count each fresh batch before its mark
+	// failed).
+	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}, failMark: 1 << 30}
+	var marks atomic.Int32
+	store.onMark = func(context.Context, relay.Batch) error {
+		marks.Add(1)
+		return nil
+	}
+	batches := newBatchRecorder()
+	r, err := relay.New(store, &fakePublisher{}, relay.Config{BatchSize: 2, PollInterval: never, MinBackoff: 1, MaxBackoff: 1, OnBatch: batches.OnBatch, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	batches.until(t, func() bool { return marks.Load() >= 6 })
+	if p := r.LastProgress(); !p.IsZero() {
+		t.Errorf("LastProgress = %v after %d failed marks and no successful one; want the zero time", p, marks.Load())
+	}
+}

@@ -226,8 +226,15 @@ func (r *Relay) Run(ctx context.Context) error {
 			// store for their retry, and the relay goes on.
 			r.logFailure(res, 1, 0)
 		}
-		failures = 0
-		r.progress.Store(time.Now().UnixNano())
+		// A batch marked in the background has not ended yet: it counts
+		// once its mark has succeeded (see settle), as does the streak of
+		// failures it would end.
+		if rd.marking == nil || rd.settled {
+			failures = 0
+		}
+		if rd.marking == nil {
+			r.progress.Store(time.Now().UnixNano())
+		}
 		if res.Claimed > 0 {
 			r.log.Debug("relay: batch published",
 				attrClaimed, res.Claimed,
@@ -395,6 +402,7 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 			res.Err, reported = err, true
 			return res, rd
 		}
+		rd.settled = prev != nil
 		prev = nil
 		claimCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
 		var err error
@@ -451,6 +459,7 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 		}
 		return res, rd
 	}
+	rd.settled = rd.settled || prev != nil
 	if ahead != nil {
 		rd.next = <-ahead
 		rd.next.holdBack(b.Messages, out.Failed)
@@ -458,7 +467,10 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 			// The next round claims afresh, and reports its own error.
 			r.log.Debug("relay: claim ahead failed", errAttr(rd.next.err))
 		}
-		if rd.next.err == nil && len(rd.next.b.Messages) > 0 {
+		// Once ctx has ended no round follows: mark in line, within this
+		// batch's ShutdownTimeout (a context made for a background mark
+		// now would start its own).
+		if rd.next.err == nil && len(rd.next.b.Messages) > 0 && ctx.Err() == nil {
 			rd.marking = r.markInBackground(ctx, b, out, res, start)
 			reported = true
 			return res, rd
@@ -498,13 +510,17 @@ func (m *pendingMark) wait() error {
 	return m.err
 }
 
-// settle waits for m, reports its batch to OnBatch (once), and returns
-// the mark's error. Only the goroutine running Run calls it, so that
-// OnBatch is called from there, in batch order.
+// settle waits for m, reports its batch to OnBatch (once), records the
+// batch's progress when its mark succeeded, and returns the mark's error.
+// Only the goroutine running Run calls it, so that OnBatch is called from
+// there, in batch order.
 func (r *Relay) settle(m *pendingMark) error {
 	err := m.wait()
 	if m != nil && !m.reported {
 		m.reported = true
+		if err == nil {
+			r.progress.Store(time.Now().UnixNano())
+		}
 		if r.cfg.OnBatch != nil {
 			r.cfg.OnBatch(m.res)
 		}
@@ -542,6 +558,7 @@ type round struct {
 	timedOut bool
 	next     *aheadBatch
 	marking  *pendingMark // the batch's mark, running in the background
+	settled  bool         // the mark of the batch before, in the background, succeeded
 	again    time.Duration
 }
 
