@@ -24,7 +24,12 @@
 //     which failed, and why ([Failure]).
 //
 // A full batch (BatchSize messages, or MaxBatchBytes bytes) is followed at
-// once by the next claim. While messages keep coming (for
+// once by the next claim. With a store that is an [InFlightExcluder], that
+// claim runs while the batch is published, and the batch is marked while
+// the next one is published: a busy relay's round lasts the longer of the
+// publish and the store's mark-then-claim, not their sum. If that mark
+// fails, the batch published beside it is not marked either, so both go
+// out again, in order. While messages keep coming (for
 // [Config.ActivePeriod], 100ms, after a claim that found some) the relay
 // claims again every [Config.ActivePollInterval], 5ms: a busy application's
 // messages are picked up within that without any transaction having to wake
@@ -51,7 +56,8 @@
 // leaves messages pending that the broker may already have, and they are
 // published again: consumers must be idempotent (deduplicate on the event id,
 // which is the Watermill message UUID and survives every retry). Each such
-// failure repeats at most the batch in flight.
+// failure repeats at most the batches in flight: two when the relay marks a
+// full batch while it publishes the next.
 //
 // # Deadlines and leases
 //
@@ -137,8 +143,9 @@
 //
 // # Shutdown
 //
-// Cancelling Run's context stops the loop after the batch in flight. That
-// batch runs on a context detached from the cancellation
+// Cancelling Run's context stops the loop after the batch in flight, and
+// Run waits for the mark of the batch before it when that runs in the
+// background. That batch runs on a context detached from the cancellation
 // (context.WithoutCancel, values kept), so it is still published and marked;
 // [Config.ShutdownTimeout] bounds how long this may take. When it expires,
 // the batch's context is cancelled (the publisher's message contexts and
