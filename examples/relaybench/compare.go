@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -259,10 +260,13 @@ func (b *bench) relaySection(ctx context.Context) error {
 			return b.drainWatermill(ctx, 10*time.Millisecond)
 		}},
 		path{batchedLabel, o.events, func(ctx context.Context, _ int) (time.Duration, error) {
-			return b.drainBatched(ctx, false)
+			return b.drainBatched(ctx, false, 1)
+		}},
+		path{batched2Label, o.events, func(ctx context.Context, _ int) (time.Duration, error) {
+			return b.drainBatched(ctx, false, 2)
 		}},
 		path{batchedDeleteLabel, o.events, func(ctx context.Context, _ int) (time.Duration, error) {
-			return b.drainBatched(ctx, true)
+			return b.drainBatched(ctx, true, 1)
 		}},
 	)
 	res := newResults()
@@ -293,6 +297,7 @@ func (b *bench) relaySection(ctx context.Context) error {
 		ratios = append(ratios, ratio{fmt.Sprintf("ours(%d) / ours(%d)", k, o.relays[0]), oursLabel(k), one})
 	}
 	ratios = append(ratios,
+		ratio{"batched(2) / batched(1): what a second instance gives the reference on this machine", batched2Label, batchedLabel},
 		ratio{"ours(1) / Watermill forwarder, defaults", one, "Watermill forwarder, defaults (poll 1s)"},
 		ratio{"ours(1) / Watermill forwarder, poll 10ms", one, "Watermill forwarder, poll 10ms"},
 		ratio{"ours(1) / batched DELETE", one, batchedDeleteLabel},
@@ -314,6 +319,7 @@ func (b *bench) relaySection(ctx context.Context) error {
 const (
 	oursDeleteLabel    = "ours, 1 relay, StoreConfig.DeletePublished (the mark is a DELETE)"
 	batchedLabel       = "batched relay (claim SKIP LOCKED, 1 write, UPDATE = ANY)"
+	batched2Label      = "batched relay, 2 instances (SKIP LOCKED: no per-aggregate order)"
 	batchedDeleteLabel = "batched relay, DELETE instead of UPDATE"
 )
 
@@ -368,8 +374,13 @@ func (b *bench) drainOurs(ctx context.Context, k int, profile bool, cfg sqlstore
 	return drainRelays(ctx, stores, pubs, b.o.batch, b.o.events)
 }
 
-// drainBatched pre-fills bench_outbox and drains it with the batched relay.
-func (b *bench) drainBatched(ctx context.Context, del bool) (time.Duration, error) {
+// drainBatched pre-fills bench_outbox and drains it with instances batched
+// relays at once, each with its own publisher, sharing the pool. Two of
+// them interleave an aggregate's rows (SKIP LOCKED hands each the rows the
+// other has not locked), so they keep no per-aggregate order: they are a
+// yardstick of what a second instance gives on this machine, not a relay
+// one could run.
+func (b *bench) drainBatched(ctx context.Context, del bool, instances int) (time.Duration, error) {
 	if err := b.prefillPlain(ctx, b.o.events); err != nil {
 		return 0, err
 	}
@@ -377,18 +388,33 @@ func (b *bench) drainBatched(ctx context.Context, del bool) (time.Duration, erro
 	if del {
 		name = "batched-delete"
 	}
-	pub, err := b.publisher(name)
+	relays := make([]*batchedRelay, instances)
+	for i := range relays {
+		pub, err := b.publisher(fmt.Sprintf("%s-%d", name, i))
+		if err != nil {
+			return 0, err
+		}
+		relays[i] = &batchedRelay{db: b.sqlDB, pub: pub, batch: effectiveBatch(b.o.batch), delete: del}
+	}
+	errc := make(chan error, instances)
+	start := time.Now()
+	for _, r := range relays {
+		go func() { errc <- r.run(ctx) }()
+	}
+	var err error
+	for range relays {
+		err = errors.Join(err, <-errc)
+	}
+	d := time.Since(start)
 	if err != nil {
 		return 0, err
 	}
-	r := &batchedRelay{db: b.sqlDB, pub: pub, batch: effectiveBatch(b.o.batch), delete: del}
-	start := time.Now()
-	if err := r.run(ctx); err != nil {
-		return 0, err
+	var sent int64
+	for _, r := range relays {
+		sent += r.sent.Load()
 	}
-	d := time.Since(start)
-	if got := r.sent.Load(); got != int64(b.o.events) {
-		return 0, fmt.Errorf("batched relay relayed %d of %d rows", got, b.o.events)
+	if sent != int64(b.o.events) {
+		return 0, fmt.Errorf("batched relay relayed %d of %d rows", sent, b.o.events)
 	}
 	return d, nil
 }

@@ -24,7 +24,9 @@
 //     processes would have), the naive loop, Watermill's forwarder (its
 //     defaults, and a 10 ms poll), and the batched relay (claim -batch rows
 //     FOR UPDATE SKIP LOCKED, one Kafka write, one UPDATE ... WHERE id =
-//     ANY($1); and a DELETE variant). Every path must put every event on the
+//     ANY($1); two instances of it, which keep no per-aggregate order, as a
+//     yardstick of what a second instance gives on the machine; and a
+//     DELETE variant). Every path must put every event on the
 //     broker: the topic's high watermarks are compared before and after.
 //   - latency: commit → broker acknowledgement at -rate events/s offered by
 //     -producers GORM writers for -duration: our relay with its defaults, the

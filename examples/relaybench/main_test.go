@@ -25,7 +25,7 @@ func TestRelaybenchRuns(t *testing.T) {
 	for _, want := range []string{
 		"command: go run ./examples/relaybench -database-url ",
 		"### 1. Relay", "| ours, 1 relay | ", "| ours, 2 relays | ", "| naive loop", "| Watermill forwarder, defaults (poll 1s) | ",
-		"| Watermill forwarder, poll 10ms | ", "| " + batchedLabel + " | ", "| " + batchedDeleteLabel + " | ",
+		"| Watermill forwarder, poll 10ms | ", "| " + batchedLabel + " | ", "| " + batched2Label + " | ", "| " + batchedDeleteLabel + " | ", "| batched(2) / batched(1): ",
 		"| ours(1) / batched | ", "| ours(2) / ours(1) | ", "| ours(1) / Watermill forwarder, defaults | ", "| ours(1) / batched DELETE | ", "| " + oursDeleteLabel + " | ", "| ours, 1 relay, DeletePublished / batched DELETE | ",
 		"### 2. Latency", "| ours, defaults | ", "| batched relay, poll 10ms | ",
 		"### 3. Save", "| " + saveHooks + " | ", "| " + saveByHand + " | ", "| " + saveNoWake + " | ", "| " + saveRelay + " | ", "| " + saveRelayNoWake + " | ", "| plugin / by hand | ", "| with a relay running: plugin / plugin with the register dropped", "NOTIFYs the writers sent while our relay ran",
