@@ -477,24 +477,30 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 		}
 	}
 
-	markCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
-	err := r.store.Mark(markCtx, b, out)
-	cancel()
-	if err != nil {
+	if err := r.mark(batchCtx, b, out); err != nil {
 		// The batch's published messages are published again: none of
 		// their aggregates' later messages may go out before them.
-		res.Err = fmt.Errorf("relay: mark: %w", err)
+		res.Err = err
 		rd.next = nil
 	}
 	return res, rd
 }
 
+// mark has the store mark b with out, within StoreTimeout.
+func (r *Relay) mark(ctx context.Context, b Batch, out Outcome) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
+	defer cancel()
+	if err := r.store.Mark(ctx, b, out); err != nil {
+		return fmt.Errorf("relay: mark: %w", err)
+	}
+	return nil
+}
+
 // pendingMark is a batch's mark running in the background.
 type pendingMark struct {
 	done chan struct{}
-	// res and err are set before done is closed.
+	// res, with the mark's error in res.Err, is set before done is closed.
 	res BatchResult
-	err error
 	// reported is set when res went to OnBatch; only the goroutine
 	// running Run reads or writes it.
 	reported bool
@@ -507,7 +513,7 @@ func (m *pendingMark) wait() error {
 		return nil
 	}
 	<-m.done
-	return m.err
+	return m.res.Err
 }
 
 // settle waits for m, reports its batch to OnBatch (once), records the
@@ -537,13 +543,7 @@ func (r *Relay) markInBackground(ctx context.Context, b Batch, out Outcome, res 
 	go func() {
 		defer close(m.done)
 		defer release()
-		markCtx, cancel := context.WithTimeout(mctx, r.cfg.StoreTimeout)
-		err := r.store.Mark(markCtx, b, out)
-		cancel()
-		if err != nil {
-			m.err = fmt.Errorf("relay: mark: %w", err)
-			res.Err = m.err
-		}
+		res.Err = r.mark(mctx, b, out)
 		res.Duration = time.Since(start)
 		m.res = res
 	}()
