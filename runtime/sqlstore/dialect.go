@@ -232,6 +232,9 @@ type leaseOps interface {
 	// acquire takes up to n free or expired shards for owner, skipping
 	// those another relay's transaction holds, and returns them.
 	acquire(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration, n int) ([]int16, error)
+	// holders counts the unexpired leases of each relay other than owner
+	// that holds some.
+	holders(ctx context.Context, tx *sql.Tx, owner string, now time.Time) (map[string]int, error)
 	// forget unregisters relays dead for an hour, and unregister one that
 	// stopped.
 	forget(ctx context.Context, tx *sql.Tx, now time.Time) error
@@ -332,9 +335,10 @@ func updateFencedIn(ctx context.Context, db *sql.DB, t storeTables, owner, set s
 // returningLeases is the lease bookkeeping of the databases that have
 // UPDATE ... RETURNING: one statement per step. The statements' arguments:
 // register (until..., owner), alive (now...), renew (until..., owner),
-// release (owner), acquire (until..., owner, now..., count), forget (now...).
+// release (owner), acquire (until..., owner, now..., count), holders
+// (now..., owner), forget (now...).
 type returningLeases struct {
-	registerQ, aliveQ, renewQ, releaseQ, acquireQ, forgetQ, unregisterQ string
+	registerQ, aliveQ, renewQ, releaseQ, acquireQ, holdersQ, forgetQ, unregisterQ string
 	// clock returns the now and now-plus-ttl arguments: none and the ttl
 	// in microseconds on a database that uses its own clock.
 	clock func(now time.Time, ttl time.Duration) (nowArgs, untilArgs []any)
@@ -370,6 +374,11 @@ func (l returningLeases) release(ctx context.Context, q Execer, owner string, sh
 func (l returningLeases) acquire(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration, n int) ([]int16, error) {
 	nowArgs, until := l.clock(now, ttl)
 	return scanShards(tx.QueryContext(ctx, l.acquireQ, append(append(until, owner), append(nowArgs, n)...)...))
+}
+
+func (l returningLeases) holders(ctx context.Context, tx *sql.Tx, owner string, now time.Time) (map[string]int, error) {
+	n, _ := l.clock(now, 0)
+	return scanHolders(tx.QueryContext(ctx, l.holdersQ, append(n, owner)...))
 }
 
 func (l returningLeases) forget(ctx context.Context, tx *sql.Tx, now time.Time) error {

@@ -252,6 +252,11 @@ func (l mysqlLeases) acquire(ctx context.Context, tx *sql.Tx, owner string, _ ti
 	return free, nil
 }
 
+func (l mysqlLeases) holders(ctx context.Context, tx *sql.Tx, owner string, _ time.Time) (map[string]int, error) {
+	return scanHolders(tx.QueryContext(ctx, `SELECT owner, COUNT(*) FROM `+l.t.leases+`
+		WHERE owner IS NOT NULL AND owner <> ? AND expires_at > UTC_TIMESTAMP(6) GROUP BY owner`, owner))
+}
+
 // forget finds the dead relays with a read that locks nothing, then
 // deletes them by key: a DELETE scanning the table would lock the rows of
 // the live relays, which hold their own row since register, and deadlock

@@ -248,6 +248,8 @@ func (postgresDialect) leases(t storeTables) leaseOps {
 			WHERE shard IN (SELECT shard FROM ` + t.leases + ` WHERE owner IS NULL OR expires_at <= now()
 				ORDER BY shard LIMIT $3 FOR UPDATE SKIP LOCKED)
 			RETURNING shard`,
+		holdersQ: `SELECT owner, count(*) FROM ` + t.leases + `
+			WHERE owner IS NOT NULL AND owner <> $1 AND expires_at > now() GROUP BY owner`,
 		forgetQ:     `DELETE FROM ` + t.relays + ` WHERE expires_at < now() - interval '1 hour'`,
 		unregisterQ: `DELETE FROM ` + t.relays + ` WHERE owner = $1`,
 		clock: func(_ time.Time, ttl time.Duration) ([]any, []any) {

@@ -95,6 +95,8 @@ func (sqliteDialect) leases(t storeTables) leaseOps {
 			WHERE shard IN (SELECT shard FROM ` + t.leases + ` WHERE owner IS NULL OR expires_at <= ?3
 				ORDER BY shard LIMIT ?4)
 			RETURNING shard`,
+		holdersQ: `SELECT owner, count(*) FROM ` + t.leases + `
+			WHERE owner IS NOT NULL AND owner <> ?2 AND expires_at > ?1 GROUP BY owner`,
 		forgetQ:     `DELETE FROM ` + t.relays + ` WHERE expires_at < ?1 - 3600000000`,
 		unregisterQ: `DELETE FROM ` + t.relays + ` WHERE owner = ?`,
 		clock: func(now time.Time, ttl time.Duration) ([]any, []any) {

@@ -82,6 +82,30 @@ type StoreConfig struct {
 	// keep an inbox (package runtime/consumer) still apply it once.
 	// Default: false, keep published rows.
 	DeletePublished bool
+
+	// MaxActiveRelays is how many relays at most hold shards and publish
+	// at once. The others stand by: they hold no lease, claim nothing and
+	// ask writers for no wake-up, renew every 250ms, and take the shards
+	// over when an active relay stops (at their next renewal when it
+	// releases them, once its leases expire when it dies). The active
+	// relays keep an even share each. The relays that hold the most
+	// shards stay active, so a relay that starts beside running ones
+	// stands by.
+	//
+	// Set it to 1 when the database limits the relay rather than the
+	// broker: a database host shared by the writers and the relays, and a
+	// broker that takes a batch in one request (Kafka). Relays that share
+	// the shards mark rows interleaved on the same pages, which costs
+	// PostgreSQL more per event than one relay's contiguous marks (see the
+	// README's Performance): on its 2-core machine, 2 and 4 sharing relays
+	// drain at about the speed of one while the database works harder, and
+	// one active relay with standbys drains as fast with less. Leave it
+	// unset when the broker limits one relay (RabbitMQ, NATS or SQS
+	// confirming message by message) or the database has cores to spare:
+	// sharing relays then add up. Either way each aggregate is published
+	// by one relay at a time, in order. Default: 0, no limit: every relay
+	// alive takes an even share.
+	MaxActiveRelays int
 }
 
 func (c *StoreConfig) setDefaults() {
@@ -102,8 +126,8 @@ func (c *StoreConfig) setDefaults() {
 // Validate reports whether the configuration is usable.
 func (c StoreConfig) Validate() error {
 	switch {
-	case c.RetryDelay < 0 || c.MaxRetryDelay < 0 || c.MaxAttempts < 0 || c.LeaseTTL < 0:
-		return fmt.Errorf("sqlstore: store config: RetryDelay, MaxRetryDelay, MaxAttempts and LeaseTTL must not be negative")
+	case c.RetryDelay < 0 || c.MaxRetryDelay < 0 || c.MaxAttempts < 0 || c.LeaseTTL < 0 || c.MaxActiveRelays < 0:
+		return fmt.Errorf("sqlstore: store config: RetryDelay, MaxRetryDelay, MaxAttempts, LeaseTTL and MaxActiveRelays must not be negative")
 	case c.LeaseTTL > 0 && c.LeaseTTL < 100*time.Millisecond:
 		return fmt.Errorf("sqlstore: store config: LeaseTTL %v is shorter than 100ms", c.LeaseTTL)
 	case c.Table != "":
@@ -180,6 +204,7 @@ type ownerLease struct {
 	nextRenew  time.Time
 	alive      int  // relays alive at the last renewal
 	short      bool // holds less than its share: taking shards over
+	standby    bool // outranked by MaxActiveRelays others: holds no shard
 	// takeEvery is how soon a short owner renews again to take shards
 	// over: minTakeEvery after a renewal that took some and for
 	// minTakeTries renewals after that took none (takeTries counts them),
@@ -484,7 +509,7 @@ func (s *Store) renewInBackground(owner string, o *ownerLease, done chan struct{
 // share over from other relays, which give shards back as soon as they see
 // it alive, its next renewal may bring it messages.
 func (s *Store) claimAgainIn(o *ownerLease) time.Duration {
-	if !o.short {
+	if !o.short && !o.standby {
 		return 0
 	}
 	return max(time.Until(o.nextRenew), time.Millisecond)
@@ -502,8 +527,11 @@ func (s *Store) claimAgainIn(o *ownerLease) time.Duration {
 // wake-ups while the application is busy. Writers read the register at
 // most every 100 ms, so a running [Store.Listen] also wakes the relay once
 // 250 ms after the request, for rows written by writers that had not read
-// it yet. On SQLite and MySQL, whose writers notify nothing, it does
-// nothing.
+// it yet. An owner that holds no shard (it stands by, see
+// StoreConfig.MaxActiveRelays, or has yet to take its share) only records
+// the request, and writers pay nothing for it: the renewal that gives the
+// owner shards makes it. On SQLite and MySQL, whose writers notify
+// nothing, it does nothing.
 func (s *Store) RequestWake(ctx context.Context, owner string) error {
 	if s.wake.request == "" {
 		return nil
@@ -511,6 +539,17 @@ func (s *Store) RequestWake(ctx context.Context, owner string) error {
 	o := s.owner(owner)
 	o.claimMu.Lock()
 	defer o.claimMu.Unlock()
+	o.mu.Lock()
+	holds := len(o.shards) > 0
+	if !holds {
+		// Nothing to be woken for yet: the renewal that gives the owner
+		// shards makes the request (see extendWake).
+		o.waiting = true
+	}
+	o.mu.Unlock()
+	if !holds {
+		return nil
+	}
 	if _, err := s.db.ExecContext(ctx, s.wake.request, s.cfg.LeaseTTL.Milliseconds()); err != nil {
 		return fmt.Errorf("sqlstore: request wake-up: %w", err)
 	}
@@ -564,7 +603,19 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	if err != nil {
 		return fmt.Errorf("sqlstore: lease: renew: %w", err)
 	}
-	target := (Shards + max(alive, 1) - 1) / max(alive, 1)
+	active, standby := max(alive, 1), false
+	if m := s.cfg.MaxActiveRelays; m > 0 {
+		others, err := l.holders(ctx, tx, owner, start)
+		if err != nil {
+			return fmt.Errorf("sqlstore: lease: count other relays' shards: %w", err)
+		}
+		standby = outranked(owner, len(owned), others) >= m
+		active = min(active, m)
+	}
+	target := (Shards + active - 1) / active
+	if standby {
+		target = 0 // give every shard back, as a surplus
+	}
 	giveBack, took := false, 0
 	var leaving []int16
 	switch {
@@ -590,7 +641,7 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	if err := l.forget(ctx, tx, start); err != nil {
 		return fmt.Errorf("sqlstore: lease: forget stopped relays: %w", err)
 	}
-	if err := s.extendWake(ctx, tx, o); err != nil {
+	if err := s.extendWake(ctx, tx, o, len(owned) > 0); err != nil {
 		return err
 	}
 	if s.inRenew != nil {
@@ -605,6 +656,7 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.shards, o.alive, o.short, o.giveBack = owned, alive, len(owned) < target, giveBack
+	o.standby = standby
 	o.claimable = owned
 	if len(leaving) > 0 {
 		o.claimable = slices.DeleteFunc(slices.Clone(owned), func(sh int16) bool { return slices.Contains(leaving, sh) })
@@ -632,6 +684,9 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	} else {
 		o.takeEvery, o.takeTries = 0, 0
 	}
+	if standby {
+		every = min(every, standbyEvery)
+	}
 	o.nextRenew = start.Add(every)
 	return nil
 }
@@ -648,6 +703,24 @@ const (
 	minTakeTries = 20
 	maxTakeEvery = 250 * time.Millisecond
 )
+
+// standbyEvery is how often a relay that stands by (see
+// StoreConfig.MaxActiveRelays) renews, and so how soon it takes over the
+// shards an active relay released.
+const standbyEvery = 250 * time.Millisecond
+
+// outranked counts the relays of others (owner to shards held) that stay
+// active before owner, which holds mine: those holding more, and, of
+// those holding as many, those whose name sorts first.
+func outranked(owner string, mine int, others map[string]int) int {
+	n := 0
+	for o, held := range others {
+		if held > mine || held == mine && o < owner {
+			n++
+		}
+	}
+	return n
+}
 
 // givingBack splits owned (sorted), of which the owner should hold target,
 // into the shards it keeps for now and those it gives back now: the
@@ -678,9 +751,9 @@ func givingBack(owned []int16, target int, busy *[Shards]bool) (kept, surplus, l
 // transactional: a claim that finds messages clears o.waiting before it
 // clears the register, so a renewal beside it cannot set the register
 // again after the claim cleared it.
-func (s *Store) extendWake(ctx context.Context, tx *sql.Tx, o *ownerLease) error {
-	if s.wake.request == "" {
-		return nil
+func (s *Store) extendWake(ctx context.Context, tx *sql.Tx, o *ownerLease, holds bool) error {
+	if s.wake.request == "" || !holds {
+		return nil // an owner without a shard has nothing to be woken for
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -712,6 +785,24 @@ func scanShards(rows *sql.Rows, err error) ([]int16, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// scanHolders reads rows of an owner and how many shards it holds.
+func scanHolders(rows *sql.Rows, err error) (map[string]int, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var owner string
+		var n int
+		if err := rows.Scan(&owner, &n); err != nil {
+			return nil, err
+		}
+		out[owner] = n
+	}
+	return out, rows.Err()
 }
 
 // shardList is a comma-separated list of shards, safe to splice into SQL.

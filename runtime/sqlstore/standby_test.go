@@ -1,0 +1,249 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+// leaseHolders returns how many unexpired shards each relay holds, read
+// from the leases table.
+func leaseHolders(t *testing.T, db *sql.DB, d sqlstore.Dialect) map[string]int {
+	t.Helper()
+	now := "now()"
+	switch d {
+	case sqlstore.MySQL:
+		now = "UTC_TIMESTAMP(6)"
+	case sqlstore.SQLite:
+		now = fmt.Sprint(time.Now().UnixMicro())
+	}
+	rows, err := db.Query(`SELECT owner, count(*) FROM outbox_messages_leases
+		WHERE owner IS NOT NULL AND expires_at > ` + now + ` GROUP BY owner`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var owner string
+		var n int
+		if err := rows.Scan(&owner, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[owner] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// standbyStore returns a store of cfg over an outbox of one event for
+// each of n aggregates, and a claim of one message for an owner.
+func standbyStore(t *testing.T, d sqlstore.Dialect, n int, cfg sqlstore.StoreConfig) (*sql.DB, *sqlstore.Store, func(owner string) relay.Batch) {
+	t.Helper()
+	db := migrated(t, d)
+	aggs := make([]string, n)
+	for i := range aggs {
+		aggs[i] = fmt.Sprint("agg-", i)
+	}
+	if n > 0 {
+		writeEvents(t, db, d, aggs...)
+	}
+	store := mustStore(t, db, cfg)
+	return db, store, func(owner string) relay.Batch {
+		t.Helper()
+		b, err := store.Claim(context.Background(), relay.ClaimRequest{Owner: owner, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+}
+
+// TestStandbyRelaysTakeOverAReleasedLeader: with MaxActiveRelays 1, the
+// first relay takes every shard and keeps them while two others start
+// beside it; those claim nothing and say when to look again (their next
+// renewal, within 250 ms). When the active relay releases its shards
+// (it stopped cleanly), one standby takes all of them within a few of
+// those looks, and the other keeps standing by.
+func TestStandbyRelaysTakeOverAReleasedLeader(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			db, store, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{MaxActiveRelays: 1})
+			if b := claim("a"); len(b.Messages) != 1 {
+				t.Fatalf("first relay's claim: %d messages, want 1", len(b.Messages))
+			}
+			for range 3 {
+				for _, standby := range []string{"b", "c"} {
+					b := claim(standby)
+					if len(b.Messages) != 0 {
+						t.Fatalf("relay %s, standing by, claimed %d messages", standby, len(b.Messages))
+					}
+					if b.ClaimAgainIn <= 0 || b.ClaimAgainIn > 250*time.Millisecond {
+						t.Fatalf("relay %s, standing by, says claim again in %v; want (0, 250ms]", standby, b.ClaimAgainIn)
+					}
+				}
+				// The active relay sees two more relays alive and keeps
+				// its shards.
+				if b := claim("a"); len(b.Messages) != 1 {
+					t.Fatalf("active relay's claim beside two standbys: %d messages, want 1", len(b.Messages))
+				}
+			}
+			if got := leaseHolders(t, db, d); len(got) != 1 || got["a"] != sqlstore.Shards {
+				t.Fatalf("leases held: %v; want all %d held by a", got, sqlstore.Shards)
+			}
+
+			if err := store.Release(context.Background(), "a"); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				var wait time.Duration
+				for _, standby := range []string{"b", "c"} {
+					b := claim(standby)
+					wait = max(wait, b.ClaimAgainIn)
+				}
+				got := leaseHolders(t, db, d)
+				if len(got) == 1 && (got["b"] == sqlstore.Shards || got["c"] == sqlstore.Shards) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("leases held 5s after the active relay released them: %v; want all %d held by b or c", got, sqlstore.Shards)
+				}
+				time.Sleep(max(wait, time.Millisecond)) // the wait the hints ask for
+			}
+		})
+	}
+}
+
+// TestStandbyTakesOverADeadLeaderOnlyOnceItsLeasesExpire: a relay that
+// dies keeps its leases until they expire; the standby beside it claims
+// nothing before, and takes every shard after.
+func TestStandbyTakesOverADeadLeaderOnlyOnceItsLeasesExpire(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			ttl := 2 * time.Second
+			db, _, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{MaxActiveRelays: 1, LeaseTTL: ttl})
+			start := time.Now()
+			if b := claim("dead"); len(b.Messages) != 1 {
+				t.Fatalf("first relay's claim: %d messages, want 1", len(b.Messages))
+			}
+			// "dead" claims no more: it renews nothing.
+			for {
+				b := claim("standby")
+				if len(b.Messages) > 0 {
+					if since := time.Since(start); since < ttl {
+						t.Fatalf("standby claimed %v after the dead relay's lease of %v began", since, ttl)
+					}
+					break
+				}
+				if time.Since(start) > 3*ttl {
+					t.Fatalf("standby claimed nothing %v after the dead relay's last renewal (lease %v)", 3*ttl, ttl)
+				}
+				time.Sleep(max(b.ClaimAgainIn, time.Millisecond)) // the wait the hint asks for
+			}
+			if got := leaseHolders(t, db, d); len(got) != 1 || got["standby"] != sqlstore.Shards {
+				t.Fatalf("leases held after the takeover: %v; want all %d held by standby", got, sqlstore.Shards)
+			}
+		})
+	}
+}
+
+// TestSplitLeasesEndHeldByMaxActiveRelays: relays that start at the same
+// moment may each take some shards (their first renewals run side by
+// side, and each skips the lease rows the other is taking). Seeded with
+// four relays holding 16 shards each, the relays outranked by
+// MaxActiveRelays others give theirs back, and the shards end evenly
+// shared by that many relays: the ones whose names sort first, as all
+// hold as many.
+func TestSplitLeasesEndHeldByMaxActiveRelays(t *testing.T) {
+	for _, d := range dialects {
+		for _, active := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/%d", d, active), func(t *testing.T) {
+				db, _, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{MaxActiveRelays: active})
+				owners := []string{"r1", "r2", "r3", "r4"}
+				until := "now() + interval '1 minute'"
+				switch d {
+				case sqlstore.MySQL:
+					until = "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL 1 MINUTE)"
+				case sqlstore.SQLite:
+					until = fmt.Sprint(time.Now().Add(time.Minute).UnixMicro())
+				}
+				for i, o := range owners {
+					if _, err := db.Exec(fmt.Sprintf(`UPDATE outbox_messages_leases SET owner = '%s', expires_at = %s
+						WHERE shard >= %d AND shard < %d`, o, until, 16*i, 16*(i+1))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					for _, o := range owners {
+						claim(o)
+					}
+					got := leaseHolders(t, db, d)
+					even := len(got) == active
+					for _, o := range owners[:active] {
+						even = even && got[o] == sqlstore.Shards/active
+					}
+					if even {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("leases held after 10s of claims: %v; want %v holding %d each", got, owners[:active], sqlstore.Shards/active)
+					}
+					time.Sleep(5 * time.Millisecond) // the next round of claims
+				}
+			})
+		}
+	}
+}
+
+// TestStandbyAsksWritersForNoWakeUp: on PostgreSQL a waiting relay has
+// writers notify it (the wake-up register, <table>_wake, holds the time
+// until which one waits). A standby that asks leaves the register alone,
+// as it has nothing to be woken for, and makes the request once it takes
+// the shards over.
+func TestStandbyAsksWritersForNoWakeUp(t *testing.T) {
+	ctx := context.Background()
+	db, store, claim := standbyStore(t, sqlstore.Postgres, 0, sqlstore.StoreConfig{MaxActiveRelays: 1})
+	waitingUntil := func() time.Time {
+		t.Helper()
+		var ms int64
+		if err := db.QueryRow(`SELECT last_value FROM outbox_messages_wake`).Scan(&ms); err != nil {
+			t.Fatal(err)
+		}
+		return time.UnixMilli(ms)
+	}
+	claim("active")
+	claim("standby")
+	if err := store.RequestWake(ctx, "standby"); err != nil {
+		t.Fatal(err)
+	}
+	if until := waitingUntil(); until.After(time.Now()) {
+		t.Fatalf("after a standby's wake-up request the register says a relay waits until %v: writers would notify for nothing", until)
+	}
+	if err := store.Release(ctx, "active"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !waitingUntil().After(time.Now()) {
+		if time.Now().After(deadline) {
+			t.Fatal("the standby took over and waits, but the register says no relay waits: writers would not wake it")
+		}
+		b := claim("standby")
+		time.Sleep(max(b.ClaimAgainIn, time.Millisecond)) // the wait the hint asks for
+	}
+}
+
+// TestMaxActiveRelaysMustNotBeNegative: a negative limit is refused.
+func TestMaxActiveRelaysMustNotBeNegative(t *testing.T) {
+	if err := (sqlstore.StoreConfig{MaxActiveRelays: -1}).Validate(); err == nil {
+		t.Fatal("Validate accepted MaxActiveRelays -1")
+	}
+}
