@@ -61,7 +61,16 @@ func TestCorrectnessMySQL(t *testing.T) {
 	testCorrectness(t, "mysql")
 }
 
-func testCorrectness(t *testing.T, db string) {
+// TestCorrectnessOneActiveRelay runs the core tier as TestCorrectness
+// does with the relays' sqlstore.StoreConfig.MaxActiveRelays set to 1:
+// one relay publishes, the others stand by, and every kill or stop of
+// the active one hands the whole outbox over (within the same liveness
+// bounds).
+func TestCorrectnessOneActiveRelay(t *testing.T) {
+	testCorrectness(t, "postgres", func(o *options) { o.Name, o.MaxActiveRelays = "one-active", 1 })
+}
+
+func testCorrectness(t *testing.T, db string, with ...func(*options)) {
 	if testing.Short() {
 		t.Skip("the correctness suite runs real processes for about a minute")
 	}
@@ -69,6 +78,9 @@ func testCorrectness(t *testing.T, db string) {
 	opt.Name = "core"
 	if os.Getenv(envLong) == "1" {
 		opt.Name, opt.Duration, opt.Drain, opt.Relays, opt.Writers = "long", 3*time.Minute, 60*time.Second, 4, 8
+	}
+	for _, f := range with {
+		f(&opt)
 	}
 	opt.DB = db
 	opt.BaseDSN = hookstest.PostgresBaseDSN()
@@ -104,8 +116,8 @@ func testCorrectness(t *testing.T, db string) {
 	}
 	var progress strings.Builder
 	opt.Verbose = &progress
-	t.Logf("seed %d (replay: %s=%d), db %s, scenario %s, paths %s, %d relays",
-		opt.Seed, envSeed, opt.Seed, opt.DB, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays)
+	t.Logf("seed %d (replay: %s=%d), db %s, scenario %s, paths %s, %d relays (at most %d active; 0: all)",
+		opt.Seed, envSeed, opt.Seed, opt.DB, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays, opt.MaxActiveRelays)
 
 	ctx, cancel := context.WithTimeout(context.Background(), opt.Duration+opt.Drain+2*time.Minute)
 	defer cancel()

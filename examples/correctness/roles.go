@@ -56,6 +56,9 @@ type childConfig struct {
 	BatchSize int
 	// MaxAttempts is sqlstore.StoreConfig.MaxAttempts for the relays.
 	MaxAttempts int
+	// MaxActiveRelays is sqlstore.StoreConfig.MaxActiveRelays for the
+	// relays.
+	MaxActiveRelays int
 	// WriteTimeout is the relays' kafka-go write and read timeout.
 	WriteTimeout time.Duration
 	// StoreTimeout is the relays' relay.Config.StoreTimeout.

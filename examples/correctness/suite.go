@@ -34,17 +34,20 @@ type options struct {
 	Hot         int // hot aggregates, enqueued to by every writer
 	BatchSize   int
 	MaxAttempts int // sqlstore.StoreConfig.MaxAttempts of the relays
-	Partitions  int
-	Pace        time.Duration // mean pause of a writer between transactions
-	Faults      map[string]bool
-	Paths       map[string]bool // write paths of the writers
-	DB          string          // the outbox's database: "postgres" (default) or "mysql"
-	BaseDSN     string          // PostgreSQL; a fresh schema is created in it (the consumer's in every case)
-	MySQLDSN    string          // MySQL or MariaDB with -db mysql; a fresh database is created on it
-	Keep        bool            // keep the schema and the logs even when the run passes
-	Matrix      bool            // run the presets of matrix instead
-	Unpark      bool            // act as an operator: unpark healthy parked messages while draining
-	Verbose     io.Writer
+	// MaxActiveRelays is sqlstore.StoreConfig.MaxActiveRelays of the
+	// relays (0: every relay takes a share).
+	MaxActiveRelays int
+	Partitions      int
+	Pace            time.Duration // mean pause of a writer between transactions
+	Faults          map[string]bool
+	Paths           map[string]bool // write paths of the writers
+	DB              string          // the outbox's database: "postgres" (default) or "mysql"
+	BaseDSN         string          // PostgreSQL; a fresh schema is created in it (the consumer's in every case)
+	MySQLDSN        string          // MySQL or MariaDB with -db mysql; a fresh database is created on it
+	Keep            bool            // keep the schema and the logs even when the run passes
+	Matrix          bool            // run the presets of matrix instead
+	Unpark          bool            // act as an operator: unpark healthy parked messages while draining
+	Verbose         io.Writer
 }
 
 // defaultOptions are the core tier's settings.
@@ -221,7 +224,8 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 		DB: sdb.name(), DSN: consumerDSN, Brokers: brokers, BrokerPort: kport,
 		ControlAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(cport)),
 		Partitions:  opt.Partitions, MaxMessageBytes: maxMessageBytes,
-		BatchSize: opt.BatchSize, MaxAttempts: opt.MaxAttempts, WriteTimeout: writeTimeout,
+		BatchSize: opt.BatchSize, MaxAttempts: opt.MaxAttempts, MaxActiveRelays: opt.MaxActiveRelays,
+		WriteTimeout: writeTimeout,
 		StoreTimeout: relayStoreTimeout,
 	}
 	relayCfg := cfg

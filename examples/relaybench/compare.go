@@ -54,6 +54,10 @@ type bench struct {
 	pubs     map[string]*kafka.Publisher
 	relayDBs []*gorm.DB
 	wmRuns   int
+
+	// lastCPU is the CPU the last drain of our relay or the batched one
+	// used (nil after the others).
+	lastCPU *cpuUse
 }
 
 func compare(ctx context.Context, o options, args []string, out io.Writer) error {
@@ -243,6 +247,13 @@ func (b *bench) relaySection(ctx context.Context) error {
 			return b.drainOurs(ctx, k, rep == 0 && k == 1, sqlstore.StoreConfig{})
 		}})
 	}
+	for _, k := range o.relays {
+		if k > 1 {
+			paths = append(paths, path{oneActiveLabel(k), o.events, func(ctx context.Context, _ int) (time.Duration, error) {
+				return b.drainOurs(ctx, k, false, sqlstore.StoreConfig{MaxActiveRelays: 1})
+			}})
+		}
+	}
 	paths = append(paths, path{oursDeleteLabel, o.events, func(ctx context.Context, _ int) (time.Duration, error) {
 		return b.drainOurs(ctx, 1, false, sqlstore.StoreConfig{DeletePublished: true})
 	}})
@@ -269,11 +280,12 @@ func (b *bench) relaySection(ctx context.Context) error {
 			return b.drainBatched(ctx, true, 1)
 		}},
 	)
-	res := newResults()
+	res, serverCPU, selfCPU := newResults(), newResults(), newResults()
 	for rep := range o.reps {
 		for _, p := range paths {
 			b.progress("relay rep %d: %s", rep+1, p.label)
 			before := b.produced.get(topic)
+			b.lastCPU = nil
 			d, err := p.run(ctx, rep)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.label, err)
@@ -282,6 +294,13 @@ func (b *bench) relaySection(ctx context.Context) error {
 				return err
 			}
 			res.add(p.label, float64(p.n)/d.Seconds())
+			if u := b.lastCPU; u != nil {
+				per := float64(p.n) / 1000
+				selfCPU.add(p.label, float64(u.self.Milliseconds())/per)
+				if u.serverOK {
+					serverCPU.add(p.label, float64(u.server.Milliseconds())/per)
+				}
+			}
 		}
 	}
 	events := fmt.Sprintf("%s events", groupDigits(float64(o.events)))
@@ -291,10 +310,20 @@ func (b *bench) relaySection(ctx context.Context) error {
 	fmt.Fprintf(b.out, "\n### 1. Relay: drain a pre-filled outbox of %s, %d B each, %s aggregates; batch %s\n\n",
 		events, o.payload, groupDigits(float64(o.aggregates)), groupDigits(float64(batch)))
 	res.table(b.out, "events/s", groupDigits)
+	cpu := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+	if len(serverCPU.labels) > 0 {
+		fmt.Fprintf(b.out, "\nCPU time of the PostgreSQL server's processes (from /proc) during each drain:\n\n")
+		serverCPU.table(b.out, "server CPU, ms per 1,000 events", cpu)
+	}
+	fmt.Fprintf(b.out, "\nCPU time of this process (the relays, their publishers and the in-process broker) during each drain:\n\n")
+	selfCPU.table(b.out, "process CPU, ms per 1,000 events", cpu)
 	one := oursLabel(o.relays[0])
 	ratios := []ratio{{"ours(1) / batched", one, batchedLabel}}
 	for _, k := range o.relays[1:] {
 		ratios = append(ratios, ratio{fmt.Sprintf("ours(%d) / ours(%d)", k, o.relays[0]), oursLabel(k), one})
+	}
+	for _, k := range o.relays[1:] {
+		ratios = append(ratios, ratio{fmt.Sprintf("ours(%d), MaxActiveRelays 1 / ours(%d)", k, o.relays[0]), oneActiveLabel(k), one})
 	}
 	ratios = append(ratios,
 		ratio{"batched(2) / batched(1): what a second instance gives the reference on this machine", batched2Label, batchedLabel},
@@ -328,6 +357,11 @@ func oursLabel(k int) string {
 		return "ours, 1 relay"
 	}
 	return fmt.Sprintf("ours, %d relays", k)
+}
+
+// oneActiveLabel is the label of k relays with MaxActiveRelays 1.
+func oneActiveLabel(k int) string {
+	return fmt.Sprintf("ours, %d relays, StoreConfig.MaxActiveRelays 1 (one publishes, %d stand by)", k, k-1)
 }
 
 func effectiveBatch(b int) int {
@@ -371,7 +405,11 @@ func (b *bench) drainOurs(ctx context.Context, k int, profile bool, cfg sqlstore
 		}
 		defer pprof.StopCPUProfile()
 	}
-	return drainRelays(ctx, stores, pubs, b.o.batch, b.o.events)
+	m := startCPU(localURL(b.o.dsn))
+	d, err := drainRelays(ctx, stores, pubs, b.o.batch, b.o.events)
+	use := m.stop()
+	b.lastCPU = &use
+	return d, err
 }
 
 // drainBatched pre-fills bench_outbox and drains it with instances batched
@@ -397,6 +435,7 @@ func (b *bench) drainBatched(ctx context.Context, del bool, instances int) (time
 		relays[i] = &batchedRelay{db: b.sqlDB, pub: pub, batch: effectiveBatch(b.o.batch), delete: del}
 	}
 	errc := make(chan error, instances)
+	m := startCPU(localURL(b.o.dsn))
 	start := time.Now()
 	for _, r := range relays {
 		go func() { errc <- r.run(ctx) }()
@@ -406,6 +445,8 @@ func (b *bench) drainBatched(ctx context.Context, del bool, instances int) (time
 		err = errors.Join(err, <-errc)
 	}
 	d := time.Since(start)
+	use := m.stop()
+	b.lastCPU = &use
 	if err != nil {
 		return 0, err
 	}

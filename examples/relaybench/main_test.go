@@ -22,8 +22,12 @@ func TestRelaybenchRuns(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	got := out.String()
+	if localURL(args[1]) && !strings.Contains(got, "| server CPU, ms per 1,000 events, median |") {
+		t.Errorf("output lacks the server CPU table of a local PostgreSQL:\n%s", got)
+	}
 	for _, want := range []string{
 		"command: go run ./examples/relaybench -database-url ",
+		"| " + oneActiveLabel(2) + " | ", "| ours(2), MaxActiveRelays 1 / ours(1) | ", "| process CPU, ms per 1,000 events, median |",
 		"### 1. Relay", "| ours, 1 relay | ", "| ours, 2 relays | ", "| naive loop", "| Watermill forwarder, defaults (poll 1s) | ",
 		"| Watermill forwarder, poll 10ms | ", "| " + batchedLabel + " | ", "| " + batched2Label + " | ", "| " + batchedDeleteLabel + " | ", "| batched(2) / batched(1): ",
 		"| ours(1) / batched | ", "| ours(2) / ours(1) | ", "| ours(1) / Watermill forwarder, defaults | ", "| ours(1) / batched DELETE | ", "| " + oursDeleteLabel + " | ", "| ours, 1 relay, DeletePublished / batched DELETE | ",

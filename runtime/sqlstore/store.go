@@ -153,7 +153,8 @@ func (c StoreConfig) Validate() error {
 // shard (it was paused past its lease, say) cannot mark that shard's rows.
 // Relays that start or stop rebalance the shards within a few seconds. The
 // same holds on SQLite, whose transactions are serialised, also across
-// processes.
+// processes. With [StoreConfig.MaxActiveRelays] set, only that many relays
+// hold shards, and the others stand by to take them over.
 //
 // # What a claim returns
 //
