@@ -450,6 +450,13 @@ func (e *faultEnv) stop(r int, hold time.Duration) measuredFault {
 		if err != nil {
 			return err
 		}
+		if len(e.relays) > 1 {
+			// With MaxActiveRelays some relays hold no shard: stop one
+			// that holds some, so that the takeover is exercised.
+			if r, err = e.holding(r, before); err != nil {
+				return err
+			}
+		}
 		if err := e.relays[r].signal(syscall.SIGSTOP); err != nil {
 			return err
 		}
@@ -477,6 +484,35 @@ func (e *faultEnv) stop(r int, hold time.Duration) measuredFault {
 		time.Sleep(settle) // the resumed relay finds its leases lost
 		return err
 	}
+}
+
+// holding returns r when relay r's current process holds a shard of
+// owners (shard to owner), or else the first relay that does (r when
+// none does).
+func (e *faultEnv) holding(r int, owners map[int]string) (int, error) {
+	held := map[string]bool{}
+	for _, o := range owners {
+		held[o] = true
+	}
+	first := -1
+	for i, p := range e.relays {
+		o, err := p.owner()
+		if err != nil {
+			return 0, err
+		}
+		if held[o] {
+			if i == r {
+				return r, nil
+			}
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if first < 0 {
+		return r, nil
+	}
+	return first, nil
 }
 
 // brokerDown makes every partition reject produce requests for hold, and

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -45,6 +46,28 @@ func newSupervisor(dir string) (*supervisor, error) {
 		return nil, fmt.Errorf("find own executable: %w", err)
 	}
 	return &supervisor{exe: exe, dir: dir}, nil
+}
+
+// owner returns the lease owner the relay process p runs under: the
+// owner attribute of the last "relay: started" line in its log ("" when
+// none is there yet).
+func (p *proc) owner() (string, error) {
+	raw, err := os.ReadFile(filepath.Join(p.sup.dir, p.name+".log"))
+	if err != nil {
+		return "", fmt.Errorf("read log of %s: %w", p.name, err)
+	}
+	owner := ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.Contains(line, `msg="relay: started"`) {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "owner="); ok {
+				owner = v
+			}
+		}
+	}
+	return owner, nil
 }
 
 // start starts a new process in role.

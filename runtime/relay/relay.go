@@ -34,6 +34,7 @@ const (
 	attrNotifier        = "notifier"
 	attrShutdownTimeout = "shutdown_timeout"
 	attrPermanent       = "permanent"
+	attrOwner           = "owner"
 )
 
 // Relay moves messages from a [Store] to a Watermill message.Publisher:
@@ -163,13 +164,17 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.markRunning()
 	}
 
+	// The name this Run claims under: the owner of its leases in the
+	// store (sqlstore's <table>_leases), logged so that an operator can
+	// tell which process holds which shards.
+	owner := uuid.NewString()
 	r.log.Info("relay: started",
+		attrOwner, owner,
 		attrBatchSize, r.cfg.BatchSize,
 		attrPollInterval, r.cfg.PollInterval,
 		attrNotifier, r.notifier != nil)
 	defer r.log.Info("relay: stopped")
 
-	owner := uuid.NewString()
 	if rel, ok := r.store.(Releaser); ok {
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.StoreTimeout)
