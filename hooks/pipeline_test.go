@@ -427,20 +427,26 @@ func (r *recordingPublisher) Publish(topic string, msgs ...*message.Message) err
 	return nil
 }
 
-// TestSeveralRelaysKeepAggregateOrder: 2 and 4 relays share one outbox
-// while 40 aggregates get 10 deposits each, one transaction per deposit;
-// every event reaches the broker exactly once, and each aggregate's events
-// arrive in commit order — checked as order, in the log (the regression of
-// two relays publishing one aggregate's events 8 and 10 while a third held
-// 9).
+// TestSeveralRelaysKeepAggregateOrder: 2 and 4 relays run on one outbox,
+// with their defaults (one publishes, the others stand by) and all sharing
+// it (StoreConfig.MaxActiveRelays 64), while 40 aggregates get 10 deposits
+// each, one transaction per deposit; every event reaches the broker
+// exactly once, and each aggregate's events arrive in commit order —
+// checked as order, in the log (the regression of two relays publishing
+// one aggregate's events 8 and 10 while a third held 9).
 func TestSeveralRelaysKeepAggregateOrder(t *testing.T) {
 	for _, tc := range []struct {
 		dialect string
 		relays  int
-	}{{"postgres", 2}, {"postgres", 4}, {"mysql", 4}} {
+		active  int // StoreConfig.MaxActiveRelays
+	}{{"postgres", 2, 0}, {"postgres", 2, sqlstore.Shards}, {"postgres", 4, 0}, {"postgres", 4, sqlstore.Shards}, {"mysql", 4, sqlstore.Shards}} {
 		relays := tc.relays
-		t.Run(fmt.Sprint(tc.dialect, "/", relays), func(t *testing.T) {
+		t.Run(fmt.Sprint(tc.dialect, "/", relays, "/active-", tc.active), func(t *testing.T) {
 			p := newPipeline(t, tc.dialect, 4)
+			var err error
+			if p.store, err = sqlstore.NewStore(sqlDBOf(t, p.db), sqlstore.StoreConfig{MaxActiveRelays: tc.active}); err != nil {
+				t.Fatal(err)
+			}
 			pubs := make([]*recordingPublisher, relays)
 			cfg := relay.Config{BatchSize: 25, PollInterval: 5 * time.Millisecond}
 			for i := range pubs {
@@ -483,6 +489,15 @@ func TestSeveralRelaysKeepAggregateOrder(t *testing.T) {
 				pub.mu.Unlock()
 			}
 			t.Logf("events published per relay: %v", counts)
+			publishing := 0
+			for _, n := range counts {
+				if n > 0 {
+					publishing++
+				}
+			}
+			if tc.active > 1 && publishing < 2 {
+				t.Errorf("relays sharing the outbox: %d of them published (%v), want at least 2", publishing, counts)
+			}
 		})
 	}
 }

@@ -203,7 +203,8 @@ func TestStoreHoldsNoTransactionWhilePublishing(t *testing.T) {
 // never an aggregate — the fix for two relays publishing one aggregate out
 // of order (rows 8, 9, 10 of one aggregate; another claim held 9; this
 // one published 8 and 10). Together they cover every shard, and each
-// takes an even share.
+// takes an even share when both may publish (StoreConfig.MaxActiveRelays;
+// by default one publishes and the other stands by).
 func TestStoreOwnersSplitShards(t *testing.T) {
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
 		for i := range 200 {
@@ -214,8 +215,8 @@ func TestStoreOwnersSplitShards(t *testing.T) {
 		// One store per relay, as in two processes: the split lives in
 		// the database, not in a store's memory.
 		stores := map[string]*sqlstore.Store{
-			"x": mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: time.Second}),
-			"y": mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: time.Second}),
+			"x": mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: time.Second, MaxActiveRelays: 2}),
+			"y": mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: time.Second, MaxActiveRelays: 2}),
 		}
 		// x takes every shard first; then y joins: within a few renewals x
 		// gives half back and y takes it.

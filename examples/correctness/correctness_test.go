@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gooutbox/outbox/hooks/hookstest"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // TestMain lets the test binary serve as the suite's child processes: when
@@ -61,13 +62,13 @@ func TestCorrectnessMySQL(t *testing.T) {
 	testCorrectness(t, "mysql")
 }
 
-// TestCorrectnessOneActiveRelay runs the core tier as TestCorrectness
-// does with the relays' sqlstore.StoreConfig.MaxActiveRelays set to 1:
-// one relay publishes, the others stand by, and every kill or stop of
-// the active one hands the whole outbox over (within the same liveness
-// bounds).
-func TestCorrectnessOneActiveRelay(t *testing.T) {
-	testCorrectness(t, "postgres", func(o *options) { o.Name, o.MaxActiveRelays = "one-active", 1 })
+// TestCorrectnessSharing runs the core tier as TestCorrectness does with
+// every relay taking a share of the outbox (sqlstore.StoreConfig
+// MaxActiveRelays 64), where the defaults have one relay publish and the
+// others stand by: kills, stops and restarts then move shards between
+// relays that all publish.
+func TestCorrectnessSharing(t *testing.T) {
+	testCorrectness(t, "postgres", func(o *options) { o.Name, o.MaxActiveRelays = "sharing", sqlstore.Shards })
 }
 
 func testCorrectness(t *testing.T, db string, with ...func(*options)) {
@@ -116,7 +117,7 @@ func testCorrectness(t *testing.T, db string, with ...func(*options)) {
 	}
 	var progress strings.Builder
 	opt.Verbose = &progress
-	t.Logf("seed %d (replay: %s=%d), db %s, scenario %s, paths %s, %d relays (at most %d active; 0: all)",
+	t.Logf("seed %d (replay: %s=%d), db %s, scenario %s, paths %s, %d relays (at most %d active; 0: the default, 1)",
 		opt.Seed, envSeed, opt.Seed, opt.DB, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays, opt.MaxActiveRelays)
 
 	ctx, cancel := context.WithTimeout(context.Background(), opt.Duration+opt.Drain+2*time.Minute)

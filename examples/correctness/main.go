@@ -287,7 +287,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&opt.Hot, "hot", opt.Hot, "hot aggregates that every writer enqueues to")
 	fs.IntVar(&opt.BatchSize, "batch", opt.BatchSize, "relay batch size")
 	fs.IntVar(&opt.MaxAttempts, "max-attempts", opt.MaxAttempts, "sqlstore.StoreConfig.MaxAttempts of the relays (0: never park transient failures)")
-	fs.IntVar(&opt.MaxActiveRelays, "max-active-relays", opt.MaxActiveRelays, "sqlstore.StoreConfig.MaxActiveRelays of the relays (0: every relay takes a share; 1: one publishes, the others stand by)")
+	fs.IntVar(&opt.MaxActiveRelays, "max-active-relays", opt.MaxActiveRelays, "sqlstore.StoreConfig.MaxActiveRelays of the relays (0: its default, 1: one publishes, the others stand by; 64: every relay takes a share)")
 	fs.DurationVar(&opt.Pace, "pace", opt.Pace, "mean pause of a writer between transactions")
 	fs.StringVar(&opt.DB, "db", "postgres", "the outbox's database: postgres, or mysql (MySQL 8 or MariaDB; the consumer's inbox stays on PostgreSQL)")
 	fs.StringVar(&opt.BaseDSN, "database-url", hookstest.PostgresBaseDSN(), "PostgreSQL; each run creates a fresh schema in it (with -db mysql, the consumer's)")

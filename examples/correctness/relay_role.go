@@ -41,8 +41,9 @@ func runRelay(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 		RetryDelay:    relayRetryDelay,
 		MaxRetryDelay: time.Second,
 		MaxAttempts:   cfg.MaxAttempts,
-		// 1: one relay publishes and the others stand by, taking over
-		// when it is killed or stopped.
+		// 0 (the default, 1): one relay publishes and the others stand
+		// by, taking over when it is killed or stopped; 64: every relay
+		// takes a share.
 		MaxActiveRelays: cfg.MaxActiveRelays,
 		// Relays are killed every 1-3 s: a short lease lets the others take
 		// a killed relay's shards over within about two seconds.

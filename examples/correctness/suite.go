@@ -35,7 +35,7 @@ type options struct {
 	BatchSize   int
 	MaxAttempts int // sqlstore.StoreConfig.MaxAttempts of the relays
 	// MaxActiveRelays is sqlstore.StoreConfig.MaxActiveRelays of the
-	// relays (0: every relay takes a share).
+	// relays (0: its default, one active relay).
 	MaxActiveRelays int
 	Partitions      int
 	Pace            time.Duration // mean pause of a writer between transactions

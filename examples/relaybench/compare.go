@@ -249,8 +249,8 @@ func (b *bench) relaySection(ctx context.Context) error {
 	}
 	for _, k := range o.relays {
 		if k > 1 {
-			paths = append(paths, path{oneActiveLabel(k), o.events, func(ctx context.Context, _ int) (time.Duration, error) {
-				return b.drainOurs(ctx, k, false, sqlstore.StoreConfig{MaxActiveRelays: 1})
+			paths = append(paths, path{sharingLabel(k), o.events, func(ctx context.Context, _ int) (time.Duration, error) {
+				return b.drainOurs(ctx, k, false, sqlstore.StoreConfig{MaxActiveRelays: sqlstore.Shards})
 			}})
 		}
 	}
@@ -323,7 +323,7 @@ func (b *bench) relaySection(ctx context.Context) error {
 		ratios = append(ratios, ratio{fmt.Sprintf("ours(%d) / ours(%d)", k, o.relays[0]), oursLabel(k), one})
 	}
 	for _, k := range o.relays[1:] {
-		ratios = append(ratios, ratio{fmt.Sprintf("ours(%d), MaxActiveRelays 1 / ours(%d)", k, o.relays[0]), oneActiveLabel(k), one})
+		ratios = append(ratios, ratio{fmt.Sprintf("ours(%d), sharing / ours(%d)", k, o.relays[0]), sharingLabel(k), one})
 	}
 	ratios = append(ratios,
 		ratio{"batched(2) / batched(1): what a second instance gives the reference on this machine", batched2Label, batchedLabel},
@@ -352,6 +352,8 @@ const (
 	batchedDeleteLabel = "batched relay, DELETE instead of UPDATE"
 )
 
+// oursLabel is the label of k relays with their defaults: for k > 1, one
+// publishes and the others stand by.
 func oursLabel(k int) string {
 	if k == 1 {
 		return "ours, 1 relay"
@@ -359,9 +361,9 @@ func oursLabel(k int) string {
 	return fmt.Sprintf("ours, %d relays", k)
 }
 
-// oneActiveLabel is the label of k relays with MaxActiveRelays 1.
-func oneActiveLabel(k int) string {
-	return fmt.Sprintf("ours, %d relays, StoreConfig.MaxActiveRelays 1 (one publishes, %d stand by)", k, k-1)
+// sharingLabel is the label of k relays that all take a share.
+func sharingLabel(k int) string {
+	return fmt.Sprintf("ours, %d relays, all sharing (StoreConfig.MaxActiveRelays %d)", k, sqlstore.Shards)
 }
 
 func effectiveBatch(b int) int {

@@ -27,7 +27,7 @@ func TestRelaybenchRuns(t *testing.T) {
 	}
 	for _, want := range []string{
 		"command: go run ./examples/relaybench -database-url ",
-		"| " + oneActiveLabel(2) + " | ", "| ours(2), MaxActiveRelays 1 / ours(1) | ", "| process CPU, ms per 1,000 events, median |",
+		"| " + sharingLabel(2) + " | ", "| ours(2), sharing / ours(1) | ", "| process CPU, ms per 1,000 events, median |",
 		"### 1. Relay", "| ours, 1 relay | ", "| ours, 2 relays | ", "| naive loop", "| Watermill forwarder, defaults (poll 1s) | ",
 		"| Watermill forwarder, poll 10ms | ", "| " + batchedLabel + " | ", "| " + batched2Label + " | ", "| " + batchedDeleteLabel + " | ", "| batched(2) / batched(1): ",
 		"| ours(1) / batched | ", "| ours(2) / ours(1) | ", "| ours(1) / Watermill forwarder, defaults | ", "| ours(1) / batched DELETE | ", "| " + oursDeleteLabel + " | ", "| ours, 1 relay, DeletePublished / batched DELETE | ",

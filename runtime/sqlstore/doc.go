@@ -84,8 +84,11 @@
 // # Several relays
 //
 // [Store] divides the outbox between relays by shard: each row carries one
-// of [Shards] shards, computed from its aggregate ([ShardOf]), and relays
-// hold leases on an even share of the shards. An aggregate is published by
+// of [Shards] shards, computed from its aggregate ([ShardOf]), and the
+// active relays hold leases on an even share of the shards. By default one
+// relay is active and the others stand by to take its shards over
+// ([StoreConfig.MaxActiveRelays]: sharing relays cost the database more per
+// event, and pay only when the broker limits one relay). An aggregate is published by
 // one relay at a time, and no transaction stays open while a relay
 // publishes. A relay that stops cleanly hands its shards over at once; one
 // that is killed, paused or cut off loses them when its lease runs out

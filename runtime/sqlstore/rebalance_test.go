@@ -101,7 +101,8 @@ func TestShortRelayLooksForItsShareSoonThenLessOften(t *testing.T) {
 	}
 }
 
-// oneAtATime returns a store with the default lease over an outbox of
+// oneAtATime returns a store with the default lease, every relay taking a
+// share (MaxActiveRelays: Shards), over an outbox of
 // one event for each of n aggregates, and a claim of one message for an
 // owner.
 func oneAtATime(t *testing.T, d sqlstore.Dialect, n int) (*sqlstore.Store, func(owner string) relay.Batch) {
@@ -112,7 +113,7 @@ func oneAtATime(t *testing.T, d sqlstore.Dialect, n int) (*sqlstore.Store, func(
 		aggs[i] = fmt.Sprint("agg-", i)
 	}
 	writeEvents(t, db, d, aggs...)
-	store := mustStore(t, db, sqlstore.StoreConfig{})
+	store := mustStore(t, db, sqlstore.StoreConfig{MaxActiveRelays: sqlstore.Shards})
 	return store, func(owner string) relay.Batch {
 		t.Helper()
 		b, err := store.Claim(context.Background(), relay.ClaimRequest{Owner: owner, Limit: 1})
@@ -140,7 +141,7 @@ func TestNoShardGivenBackUnderABatchInFlight(t *testing.T) {
 			}
 			writeEvents(t, db, d, aggs...)
 			ctx := context.Background()
-			store := mustStore(t, db, sqlstore.StoreConfig{})
+			store := mustStore(t, db, sqlstore.StoreConfig{MaxActiveRelays: sqlstore.Shards})
 			claim := func(owner string, inFlight []int64) relay.Batch {
 				t.Helper()
 				b, err := store.Claim(ctx, relay.ClaimRequest{Owner: owner, Limit: 100, InFlight: inFlight})

@@ -94,7 +94,10 @@ func relayCommand() *command {
 broker named by --broker (or $OUTBOX_BROKER_URL), in order per aggregate,
 until it receives SIGINT or SIGTERM; then it finishes the batch in flight,
 hands its share of the outbox to the other relays and exits 0. Run several
-for availability: they share the outbox by aggregate.
+for availability: one publishes and the others stand by, taking over within
+a lease (15s) of its death, or at once when it stops cleanly. With
+--max-active-relays N, up to N relays publish at once, sharing the outbox
+by aggregate: worth it when the broker, not the database, limits one relay.
 
 Broker URLs (package adapters/broker): kafka://host:9092, amqp://user:pass@host:5672/,
 nats://host:4222, redis://host:6379/0, postgres://..., sqs://host:port,
@@ -128,6 +131,7 @@ the relay until TCP gives up.`,
 		fs.DurationVar(&scfg.RetryDelay, "retry-delay", 0, "first retry delay of a failed message, doubling (default: 1s)")
 		fs.DurationVar(&scfg.MaxRetryDelay, "max-retry-delay", 0, "cap of the retry delay (default: 30s)")
 		fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to finish the batch in flight on a signal")
+		fs.IntVar(&scfg.MaxActiveRelays, "max-active-relays", 0, "how many relays on this outbox publish at once, the others standing by (default: 1; 64 lets every relay take a share)")
 		fs.BoolVar(&scfg.DeletePublished, "delete-published", false, "delete a message once published instead of marking it: faster, but no replay and no deduplication of a re-saved published event (the consumers' inbox still applies it once)")
 		migrate := fs.Bool("migrate", false, "create the outbox table if it does not exist")
 		verbose := fs.Bool("v", false, "debug logs")
