@@ -190,7 +190,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.naive, "naive-events", 0, "events for the naive relay's and the forwarder's drains, the slow ones (default: -events)")
 	fs.IntVar(&o.payload, "payload", 236, "size of each event's JSON payload, in bytes (at least 120)")
 	fs.IntVar(&o.aggregates, "aggregates", 1000, "distinct aggregates the events belong to")
-	fs.StringVar(&relays, "relays", "1,2,4", "relay section: the instance counts of our relay to drain with")
+	fs.StringVar(&relays, "relays", "1,2,4", "relay section: the instance counts of our relay to drain with; broker mode: the counts of relays sharing the outbox (StoreConfig.MaxActiveRelays 64) to drain through each broker with (default 1)")
 	fs.IntVar(&o.batch, "batch", 0, "BatchSize of our relay and the batched relay's claim (default: the relay's default, 1000)")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions of every measurement, interleaved")
 	fs.IntVar(&o.rate, "rate", 1000, "latency section: offered events/s")
@@ -256,6 +256,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return retentionRun(ctx, o, out)
 	}
 	if o.brokerURLs != "" {
+		relaysSet := false
+		fs.Visit(func(f *flag.Flag) { relaysSet = relaysSet || f.Name == "relays" })
+		if !relaysSet {
+			o.relays = []int{1} // the broker mode's default
+		}
 		return brokerRun(ctx, o, out)
 	}
 	return compare(ctx, o, args, out)

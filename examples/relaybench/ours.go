@@ -87,16 +87,6 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// drainRelay runs one relay on store with o's batch size until it has
-// published o.events messages, and returns events/s.
-func drainRelay(ctx context.Context, store relay.Store, pub message.Publisher, o options) (float64, error) {
-	d, err := drainRelays(ctx, []relay.Store{store}, []message.Publisher{pub}, o.batch, o.events)
-	if err != nil {
-		return 0, err
-	}
-	return float64(o.events) / d.Seconds(), nil
-}
-
 // drainRelays runs one relay per store (with the publisher of the same
 // index), all at once, until together they have published n messages, and
 // returns how long that took.

@@ -235,6 +235,9 @@ type leaseOps interface {
 	// holders counts the unexpired leases of each relay other than owner
 	// that holds some.
 	holders(ctx context.Context, tx *sql.Tx, owner string, now time.Time) (map[string]int, error)
+	// free counts the shards nobody holds: never taken, released, or
+	// expired.
+	free(ctx context.Context, q Querier, now time.Time) (int, error)
 	// forget unregisters relays dead for an hour, and unregister one that
 	// stopped.
 	forget(ctx context.Context, tx *sql.Tx, now time.Time) error
@@ -336,9 +339,9 @@ func updateFencedIn(ctx context.Context, db *sql.DB, t storeTables, owner, set s
 // UPDATE ... RETURNING: one statement per step. The statements' arguments:
 // register (until..., owner), alive (now...), renew (until..., owner),
 // release (owner), acquire (until..., owner, now..., count), holders
-// (now..., owner), forget (now...).
+// (now..., owner), free (now...), forget (now...).
 type returningLeases struct {
-	registerQ, aliveQ, renewQ, releaseQ, acquireQ, holdersQ, forgetQ, unregisterQ string
+	registerQ, aliveQ, renewQ, releaseQ, acquireQ, holdersQ, freeQ, forgetQ, unregisterQ string
 	// clock returns the now and now-plus-ttl arguments: none and the ttl
 	// in microseconds on a database that uses its own clock.
 	clock func(now time.Time, ttl time.Duration) (nowArgs, untilArgs []any)
@@ -379,6 +382,13 @@ func (l returningLeases) acquire(ctx context.Context, tx *sql.Tx, owner string, 
 func (l returningLeases) holders(ctx context.Context, tx *sql.Tx, owner string, now time.Time) (map[string]int, error) {
 	n, _ := l.clock(now, 0)
 	return scanHolders(tx.QueryContext(ctx, l.holdersQ, append(n, owner)...))
+}
+
+func (l returningLeases) free(ctx context.Context, q Querier, now time.Time) (int, error) {
+	n, _ := l.clock(now, 0)
+	var free int
+	err := q.QueryRowContext(ctx, l.freeQ, n...).Scan(&free)
+	return free, err
 }
 
 func (l returningLeases) forget(ctx context.Context, tx *sql.Tx, now time.Time) error {

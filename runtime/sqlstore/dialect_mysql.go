@@ -257,6 +257,12 @@ func (l mysqlLeases) holders(ctx context.Context, tx *sql.Tx, owner string, _ ti
 		WHERE owner IS NOT NULL AND owner <> ? AND expires_at > UTC_TIMESTAMP(6) GROUP BY owner`, owner))
 }
 
+func (l mysqlLeases) free(ctx context.Context, q Querier, _ time.Time) (int, error) {
+	var n int
+	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+l.t.leases+` WHERE owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)`).Scan(&n)
+	return n, err
+}
+
 // forget finds the dead relays with a read that locks nothing, then
 // deletes them by key: a DELETE scanning the table would lock the rows of
 // the live relays, which hold their own row since register, and deadlock

@@ -250,6 +250,7 @@ func (postgresDialect) leases(t storeTables) leaseOps {
 			RETURNING shard`,
 		holdersQ: `SELECT owner, count(*) FROM ` + t.leases + `
 			WHERE owner IS NOT NULL AND owner <> $1 AND expires_at > now() GROUP BY owner`,
+		freeQ:       `SELECT count(*) FROM ` + t.leases + ` WHERE owner IS NULL OR expires_at <= now()`,
 		forgetQ:     `DELETE FROM ` + t.relays + ` WHERE expires_at < now() - interval '1 hour'`,
 		unregisterQ: `DELETE FROM ` + t.relays + ` WHERE owner = $1`,
 		clock: func(_ time.Time, ttl time.Duration) ([]any, []any) {

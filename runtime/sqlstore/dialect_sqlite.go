@@ -97,6 +97,7 @@ func (sqliteDialect) leases(t storeTables) leaseOps {
 			RETURNING shard`,
 		holdersQ: `SELECT owner, count(*) FROM ` + t.leases + `
 			WHERE owner IS NOT NULL AND owner <> ?2 AND expires_at > ?1 GROUP BY owner`,
+		freeQ:       `SELECT count(*) FROM ` + t.leases + ` WHERE owner IS NULL OR expires_at <= ?1`,
 		forgetQ:     `DELETE FROM ` + t.relays + ` WHERE expires_at < ?1 - 3600000000`,
 		unregisterQ: `DELETE FROM ` + t.relays + ` WHERE owner = ?`,
 		clock: func(now time.Time, ttl time.Duration) ([]any, []any) {

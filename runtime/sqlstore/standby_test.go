@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -245,5 +246,36 @@ func TestStandbyAsksWritersForNoWakeUp(t *testing.T) {
 func TestMaxActiveRelaysMustNotBeNegative(t *testing.T) {
 	if err := (sqlstore.StoreConfig{MaxActiveRelays: -1}).Validate(); err == nil {
 		t.Fatal("Validate accepted MaxActiveRelays -1")
+	}
+}
+
+// TestStandbyLooksOftenAndRenewsOncePerSecond: a standby looks for shards
+// nobody holds at each claim its hints ask for (every 250 ms), with one
+// read, and runs its lease renewal, a durable transaction of half a dozen
+// statements, only on the usual schedule (every second with the default
+// lease): three standbys used to renew twelve times a second.
+func TestStandbyLooksOftenAndRenewsOncePerSecond(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			_, store, claim := standbyStore(t, d, 10, sqlstore.StoreConfig{})
+			claim("active")
+			claim("standby")
+			var renewals atomic.Int32
+			sqlstore.StallRenewals(store, func() { renewals.Add(1) })
+			claims := 0
+			for start := time.Now(); time.Since(start) < 1500*time.Millisecond; claims++ {
+				b := claim("standby")
+				if len(b.Messages) != 0 {
+					t.Fatal("the standby claimed messages")
+				}
+				if b.ClaimAgainIn <= 0 || b.ClaimAgainIn > 250*time.Millisecond {
+					t.Fatalf("the standby says claim again in %v; want (0, 250ms]", b.ClaimAgainIn)
+				}
+				time.Sleep(b.ClaimAgainIn) // the wait the hint asks for
+			}
+			if n := renewals.Load(); n < 1 || n > 2 {
+				t.Fatalf("the standby renewed %d times in 1.5 s of %d claims; want 1 or 2 (once a second)", n, claims)
+			}
+		})
 	}
 }

@@ -85,9 +85,11 @@ type StoreConfig struct {
 
 	// MaxActiveRelays is how many relays at most hold shards and publish
 	// at once. The others stand by: they hold no lease, claim nothing and
-	// ask writers for no wake-up, renew every 250ms, and take the shards
-	// over when an active relay stops (at their next renewal when it
-	// releases them, once its leases expire when it dies). The active
+	// ask writers for no wake-up, look every 250ms for shards nobody
+	// holds (one read; their renewal, a durable transaction, runs every
+	// LeaseTTL/5 but at least every second), and take the shards over
+	// when an active relay stops (within 250ms when it releases them, once
+	// its leases expire when it dies). The active
 	// relays keep an even share each. The relays that hold the most
 	// shards stay active, so a relay that starts beside running ones
 	// stands by.
@@ -211,6 +213,9 @@ type ownerLease struct {
 	alive      int  // relays alive at the last renewal
 	short      bool // holds less than its share: taking shards over
 	standby    bool // outranked by MaxActiveRelays others: holds no shard
+	// nextLook is when a standby's claim next looks for shards nobody
+	// holds (one read), to renew, and take them, at once.
+	nextLook time.Time
 	// takeEvery is how soon a short owner renews again to take shards
 	// over: minTakeEvery after a renewal that took some and for
 	// minTakeTries renewals after that took none (takeTries counts them),
@@ -333,6 +338,9 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	o := s.owner(req.Owner)
 	o.claimMu.Lock()
 	defer o.claimMu.Unlock()
+	if err := s.lookForFreeShards(ctx, o); err != nil {
+		return relay.Batch{}, err
+	}
 	if err := s.renewWhenDue(ctx, req.Owner, o, req.InFlight); err != nil {
 		return relay.Batch{}, err
 	}
@@ -382,6 +390,34 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 		}
 	}
 	return relay.Batch{Messages: msgs, Deadline: validUntil, Token: claimToken{req.Owner}}, nil
+}
+
+// lookForFreeShards has a standby owner whose look is due count the shards
+// nobody holds, and renew at once when there are some: a renewal is a
+// durable transaction of half a dozen statements, too much to run four
+// times a second on every standby, while this is one read. The caller
+// holds o.claimMu.
+func (s *Store) lookForFreeShards(ctx context.Context, o *ownerLease) error {
+	now := time.Now()
+	o.mu.Lock()
+	due := o.standby && !now.Before(o.nextLook)
+	if due {
+		o.nextLook = now.Add(standbyEvery)
+	}
+	o.mu.Unlock()
+	if !due {
+		return nil
+	}
+	free, err := s.lease.free(ctx, s.db, now)
+	if err != nil {
+		return fmt.Errorf("sqlstore: lease: count free shards: %w", err)
+	}
+	if free > 0 {
+		o.mu.Lock()
+		o.nextRenew = now
+		o.mu.Unlock()
+	}
+	return nil
 }
 
 // renewWhenDue renews the owner's leases in line when the claim needs it
@@ -515,10 +551,17 @@ func (s *Store) renewInBackground(owner string, o *ownerLease, done chan struct{
 // share over from other relays, which give shards back as soon as they see
 // it alive, its next renewal may bring it messages.
 func (s *Store) claimAgainIn(o *ownerLease) time.Duration {
-	if !o.short && !o.standby {
+	next := o.nextRenew
+	switch {
+	case o.standby:
+		next = o.nextLook
+		if o.nextRenew.Before(next) {
+			next = o.nextRenew
+		}
+	case !o.short:
 		return 0
 	}
-	return max(time.Until(o.nextRenew), time.Millisecond)
+	return max(time.Until(next), time.Millisecond)
 }
 
 // RequestWake implements [relay.WakeRequester]. On PostgreSQL, writers
@@ -691,7 +734,7 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 		o.takeEvery, o.takeTries = 0, 0
 	}
 	if standby {
-		every = min(every, standbyEvery)
+		o.nextLook = start.Add(standbyEvery)
 	}
 	o.nextRenew = start.Add(every)
 	return nil
@@ -711,8 +754,8 @@ const (
 )
 
 // standbyEvery is how often a relay that stands by (see
-// StoreConfig.MaxActiveRelays) renews, and so how soon it takes over the
-// shards an active relay released.
+// StoreConfig.MaxActiveRelays) looks for shards nobody holds, and so how
+// soon it takes over the shards an active relay released.
 const standbyEvery = 250 * time.Millisecond
 
 // outranked counts the relays of others (owner to shards held) that stay
