@@ -279,3 +279,36 @@ func TestStandbyLooksOftenAndRenewsOncePerSecond(t *testing.T) {
 		})
 	}
 }
+
+// TestStandbysJoiningCostTheActiveRelayNoRenewal: a claim carries the
+// number of relays alive, and a change makes a sharing relay renew at its
+// next claim, in line, to give shards back. Relays that join as standbys
+// change no share: the active relay goes on claiming without a renewal
+// (it used to run one in line, a durable transaction, for every relay that
+// started beside it).
+func TestStandbysJoiningCostTheActiveRelayNoRenewal(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			db, active, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{})
+			claim("active") // its first renewal takes every shard
+			// Three standbys in another process.
+			others := mustStore(t, db, sqlstore.StoreConfig{})
+			for _, o := range []string{"b", "c", "d"} {
+				if b, err := others.Claim(ctx, relay.ClaimRequest{Owner: o, Limit: 1}); err != nil || len(b.Messages) != 0 {
+					t.Fatalf("standby %s: claimed %d messages, %v; want none", o, len(b.Messages), err)
+				}
+			}
+			var renewals atomic.Int32
+			sqlstore.StallRenewals(active, func() { renewals.Add(1) })
+			for range 5 {
+				if b := claim("active"); len(b.Messages) != 1 {
+					t.Fatalf("active relay claimed %d messages, want 1", len(b.Messages))
+				}
+			}
+			if n := renewals.Load(); n != 0 {
+				t.Fatalf("the active relay renewed %d times in 5 claims after three standbys joined; want 0", n)
+			}
+		})
+	}
+}

@@ -362,12 +362,14 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	o.mu.Lock()
 	o.lastClaimed, o.last = len(msgs), msgs
 	// An empty claim has no row to carry the count of relays alive.
-	if len(msgs) > 0 && alive != o.alive {
-		// A relay joined or left: rebalance at the next claim rather
-		// than at the next scheduled renewal, so a relay that starts
-		// beside a busy one gets its share within a claim or two. One
-		// that joined makes the owner's share smaller: the next claim
-		// renews in line, and gives shards back.
+	if m := s.cfg.MaxActiveRelays; len(msgs) > 0 && min(alive, m) != min(o.alive, m) {
+		// A relay joined or left, and the active relays' share changed:
+		// rebalance at the next claim rather than at the next scheduled
+		// renewal, so a relay that starts beside a busy one gets its
+		// share within a claim or two. One that joined makes the owner's
+		// share smaller: the next claim renews in line, and gives shards
+		// back. (A relay that joins or leaves as a standby changes no
+		// share, and costs the busy relay no renewal.)
 		o.nextRenew = time.Now()
 		o.giveBack = o.giveBack || alive > o.alive
 	}
