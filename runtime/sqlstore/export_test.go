@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"database/sql"
 	"math"
 	"time"
 )
@@ -29,3 +30,6 @@ func TakeEvery(s *Store, owner string) time.Duration {
 	defer o.mu.Unlock()
 	return o.takeEvery
 }
+
+// ScanHolders reads rows of an owner and how many shards it holds.
+func ScanHolders(rows *sql.Rows, err error) (map[string]int, error) { return scanHolders(rows, err) }

@@ -102,26 +102,12 @@ func TestShortRelayLooksForItsShareSoonThenLessOften(t *testing.T) {
 }
 
 // oneAtATime returns a store with the default lease, every relay taking a
-// share (MaxActiveRelays: Shards), over an outbox of
-// one event for each of n aggregates, and a claim of one message for an
-// owner.
+// share (MaxActiveRelays: Shards), over an outbox of one event for each of
+// n aggregates, and a claim of one message for an owner.
 func oneAtATime(t *testing.T, d sqlstore.Dialect, n int) (*sqlstore.Store, func(owner string) relay.Batch) {
 	t.Helper()
-	db := migrated(t, d)
-	aggs := make([]string, n)
-	for i := range aggs {
-		aggs[i] = fmt.Sprint("agg-", i)
-	}
-	writeEvents(t, db, d, aggs...)
-	store := mustStore(t, db, sqlstore.StoreConfig{MaxActiveRelays: sqlstore.Shards})
-	return store, func(owner string) relay.Batch {
-		t.Helper()
-		b, err := store.Claim(context.Background(), relay.ClaimRequest{Owner: owner, Limit: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	_, store, claim := standbyStore(t, d, n, sqlstore.StoreConfig{MaxActiveRelays: sqlstore.Shards})
+	return store, claim
 }
 
 // TestNoShardGivenBackUnderABatchInFlight: a relay claims ahead while it

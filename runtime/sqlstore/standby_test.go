@@ -23,22 +23,9 @@ func leaseHolders(t *testing.T, db *sql.DB, d sqlstore.Dialect) map[string]int {
 	case sqlstore.SQLite:
 		now = fmt.Sprint(time.Now().UnixMicro())
 	}
-	rows, err := db.Query(`SELECT owner, count(*) FROM outbox_messages_leases
-		WHERE owner IS NOT NULL AND expires_at > ` + now + ` GROUP BY owner`)
+	out, err := sqlstore.ScanHolders(db.Query(`SELECT owner, count(*) FROM outbox_messages_leases
+		WHERE owner IS NOT NULL AND expires_at > ` + now + ` GROUP BY owner`))
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var owner string
-		var n int
-		if err := rows.Scan(&owner, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[owner] = n
-	}
-	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
 	return out
