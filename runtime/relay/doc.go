@@ -133,8 +133,10 @@
 //
 // # One relay, several relays
 //
-// Several relays (several processes, for availability or throughput) may run
-// against the same store. A store that shares the outbox (sqlstore.Store) gives
+// Several relays (several processes, for availability, or throughput when
+// the broker limits one) may run against the same store; sqlstore.Store has
+// one of them publish and the others stand by unless
+// sqlstore.StoreConfig.MaxActiveRelays allows more. A store that shares the outbox (sqlstore.Store) gives
 // each owner its own messages under a lease: no message is published by two
 // relays at once while the lease holds, no relay gets an aggregate's later
 // messages while another holds its earlier ones, and a stopped, hung or

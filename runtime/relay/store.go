@@ -49,7 +49,8 @@ type Batch struct {
 	// messages to claim sooner than it would look again: the store is
 	// handing it a share of the outbox that other relays are giving back
 	// (sqlstore.Store, while a relay that just started takes its share
-	// over). [Relay.Run] then claims again after at most ClaimAgainIn.
+	// over), or a standby's next look for a share to take over.
+	// [Relay.Run] then claims again after at most ClaimAgainIn.
 	// Zero means no hint.
 	ClaimAgainIn time.Duration
 }

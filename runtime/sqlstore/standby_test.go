@@ -90,8 +90,11 @@ func TestStandbyRelaysTakeOverAReleasedLeader(t *testing.T) {
 			if err := store.Release(context.Background(), "a"); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for {
+			// Each standby claims when its hint says (its next look, within
+			// 250 ms); the look finds the shards free and renews at once,
+			// so two rounds suffice (without the look, the renewal would
+			// wait for its schedule, a second).
+			for round := 1; ; round++ {
 				var wait time.Duration
 				for _, standby := range []string{"b", "c"} {
 					b := claim(standby)
@@ -101,8 +104,8 @@ func TestStandbyRelaysTakeOverAReleasedLeader(t *testing.T) {
 				if len(got) == 1 && (got["b"] == sqlstore.Shards || got["c"] == sqlstore.Shards) {
 					break
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("leases held 5s after the active relay released them: %v; want all %d held by b or c", got, sqlstore.Shards)
+				if round == 3 {
+					t.Fatalf("leases held after %d rounds of the standbys' claims since the active relay released them: %v; want all %d held by b or c", round, got, sqlstore.Shards)
 				}
 				time.Sleep(max(wait, time.Millisecond)) // the wait the hints ask for
 			}
@@ -156,18 +159,8 @@ func TestSplitLeasesEndHeldByMaxActiveRelays(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", d, active), func(t *testing.T) {
 				db, _, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{MaxActiveRelays: active})
 				owners := []string{"r1", "r2", "r3", "r4"}
-				until := "now() + interval '1 minute'"
-				switch d {
-				case sqlstore.MySQL:
-					until = "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL 1 MINUTE)"
-				case sqlstore.SQLite:
-					until = fmt.Sprint(time.Now().Add(time.Minute).UnixMicro())
-				}
 				for i, o := range owners {
-					if _, err := db.Exec(fmt.Sprintf(`UPDATE outbox_messages_leases SET owner = '%s', expires_at = %s
-						WHERE shard >= %d AND shard < %d`, o, until, 16*i, 16*(i+1))); err != nil {
-						t.Fatal(err)
-					}
+					holdLeases(t, db, d, o, 16*i, 16*(i+1))
 				}
 				deadline := time.Now().Add(10 * time.Second)
 				for {
@@ -189,6 +182,89 @@ func TestSplitLeasesEndHeldByMaxActiveRelays(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestTheRelayHoldingTheMostShardsStaysActive: seeded with one relay
+// holding 40 shards and three holding 8, the relay with 40 ends holding all
+// 64 (a name sorting first does not outrank more shards).
+func TestTheRelayHoldingTheMostShardsStaysActive(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			db, _, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{})
+			holdLeases(t, db, d, "r4", 0, 40)
+			for i, o := range []string{"r1", "r2", "r3"} {
+				holdLeases(t, db, d, o, 40+8*i, 48+8*i)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				for _, o := range []string{"r1", "r2", "r3", "r4"} {
+					claim(o)
+				}
+				got := leaseHolders(t, db, d)
+				if len(got) == 1 && got["r4"] == sqlstore.Shards {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("leases held after 10s of claims: %v; want all %d held by r4, which held the most", got, sqlstore.Shards)
+				}
+				time.Sleep(5 * time.Millisecond) // the next round of claims
+			}
+		})
+	}
+}
+
+// TestStandbyTakesTheShardsTheActiveRelaysLeave: a relay of an earlier
+// version (or with another MaxActiveRelays) shares the shards with every
+// relay alive, so beside a new one it holds half and leaves half free; the
+// new relay, outranked, would stand by and leave that half unpublished
+// until the old one stops. Shards that stay free for a second or more are
+// ones the relays above leave: it takes and keeps them.
+func TestStandbyTakesTheShardsTheActiveRelaysLeave(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			db, _, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{LeaseTTL: 2 * time.Second})
+			holdLeases(t, db, d, "old", 0, 32) // it never lets them expire here
+			deadline := time.Now().Add(10 * time.Second)
+			claimed := 0
+			for {
+				b := claim("new")
+				claimed += len(b.Messages)
+				got := leaseHolders(t, db, d)
+				if got["new"] == sqlstore.Shards/2 && got["old"] == sqlstore.Shards/2 && claimed > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("leases held after 10s of claims: %v, %d messages claimed; want old and new holding 32 each, and messages claimed", got, claimed)
+				}
+				time.Sleep(max(b.ClaimAgainIn, time.Millisecond)) // the wait the hint asks for
+			}
+			// It keeps them at its next renewals, outranked or not.
+			for range 3 {
+				time.Sleep(time.Second / 2)
+				claim("new")
+			}
+			if got := leaseHolders(t, db, d); got["new"] != sqlstore.Shards/2 {
+				t.Fatalf("leases held after more claims: %v; want new still holding 32", got)
+			}
+		})
+	}
+}
+
+// holdLeases gives owner the shards [from, to) for a minute, as a relay
+// would hold them.
+func holdLeases(t *testing.T, db *sql.DB, d sqlstore.Dialect, owner string, from, to int) {
+	t.Helper()
+	until := "now() + interval '1 minute'"
+	switch d {
+	case sqlstore.MySQL:
+		until = "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL 1 MINUTE)"
+	case sqlstore.SQLite:
+		until = fmt.Sprint(time.Now().Add(time.Minute).UnixMicro())
+	}
+	if _, err := db.Exec(fmt.Sprintf(`UPDATE outbox_messages_leases SET owner = '%s', expires_at = %s
+		WHERE shard >= %d AND shard < %d`, owner, until, from, to)); err != nil {
+		t.Fatal(err)
 	}
 }
 

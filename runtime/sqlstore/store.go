@@ -60,12 +60,12 @@ type StoreConfig struct {
 
 	// LeaseTTL is how long a relay's claim on its share of the outbox
 	// lasts without renewal. Relays renew their leases, and rebalance the
-	// shards between the relays alive, every LeaseTTL/5 but at least every
-	// second while they run, so a relay that stops (killed, paused, cut off
-	// from the database) has its share taken over by the others within
-	// LeaseTTL plus a renewal interval and a poll; a relay that stops
-	// cleanly hands it over at once. A relay never publishes past its
-	// lease. Default: 15s.
+	// shards between the active relays (see MaxActiveRelays), every
+	// LeaseTTL/5 but at least every second while they run, so a relay that
+	// stops (killed, paused, cut off from the database) has its share taken
+	// over by the others within LeaseTTL plus a renewal interval (a
+	// standby's look, 250ms) and a poll; a relay that stops cleanly hands it
+	// over at once. A relay never publishes past its lease. Default: 15s.
 	LeaseTTL time.Duration
 
 	// DeletePublished deletes each row once its message is published,
@@ -92,7 +92,11 @@ type StoreConfig struct {
 	// its leases expire when it dies). The active
 	// relays keep an even share each. The relays that hold the most
 	// shards stay active, so a relay that starts beside running ones
-	// stands by.
+	// stands by. Run every relay of an outbox with the same setting: a
+	// standby takes the shards that the relays above it leave free for
+	// max(1s, LeaseTTL/5) (relays of an earlier version share the shards
+	// with every relay alive), so none stays unpublished, but then more
+	// relays publish than the setting says.
 	//
 	// One active relay is the default because the database, not the
 	// relay, is what a busy outbox usually waits for, and relays that
@@ -219,6 +223,14 @@ type ownerLease struct {
 	// nextLook is when a standby's claim next looks for shards nobody
 	// holds (one read), to renew, and take them, at once.
 	nextLook time.Time
+	// freeSince is when a standby's looks began to find shards nobody
+	// holds (zero while they find none). Shards that stay free for
+	// rescueAfter are ones the relays that outrank it leave, and it takes
+	// them: rescued.
+	freeSince time.Time
+	// rescued is set while an outranked owner holds shards that the relays
+	// above it left free: it keeps them rather than stand by.
+	rescued bool
 	// takeEvery is how soon a short owner renews again to take shards
 	// over: minTakeEvery after a renewal that took some and for
 	// minTakeTries renewals after that took none (takeTries counts them),
@@ -233,7 +245,7 @@ type ownerLease struct {
 	// nil when none runs.
 	renewing chan struct{}
 	// giveBack is set by a background renewal that found the owner holding
-	// more than its share, or by a claim that saw more relays alive than
+	// more than its share, or by a claim that saw more active relays than
 	// the last renewal: the next claim renews in line, and gives the
 	// surplus back (a background renewal never gives shards back, since a
 	// batch of them may be in flight).
@@ -415,13 +427,18 @@ func (s *Store) lookForFreeShards(ctx context.Context, o *ownerLease) error {
 	}
 	free, err := s.lease.free(ctx, s.db, now)
 	if err != nil {
-		return fmt.Errorf("sqlstore: lease: count free shards: %w", err)
+		return nil // the renewal, on its schedule, looks too
 	}
-	if free > 0 {
-		o.mu.Lock()
-		o.nextRenew = now
-		o.mu.Unlock()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if free == 0 {
+		o.freeSince = time.Time{}
+		return nil
 	}
+	if o.freeSince.IsZero() {
+		o.freeSince = now
+	}
+	o.nextRenew = now
 	return nil
 }
 
@@ -646,6 +663,9 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	}
 	guarded = restore != nil
 	l := s.lease
+	o.mu.Lock()
+	heldNone, rescued, freeSince := len(o.shards) == 0, o.rescued, o.freeSince
+	o.mu.Unlock()
 	if err := l.register(ctx, tx, owner, start, ttl); err != nil {
 		return fmt.Errorf("sqlstore: lease: register relay: %w", err)
 	}
@@ -657,18 +677,32 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	if err != nil {
 		return fmt.Errorf("sqlstore: lease: renew: %w", err)
 	}
-	active, standby := max(alive, 1), false
+	active, standby, rescue, free := max(alive, 1), false, false, 0
 	if m := s.cfg.MaxActiveRelays; m > 0 {
 		others, err := l.holders(ctx, tx, owner, start)
 		if err != nil {
 			return fmt.Errorf("sqlstore: lease: count other relays' shards: %w", err)
 		}
-		standby = outranked(owner, len(owned), others) >= m
+		if outranked(owner, len(owned), others) >= m {
+			// Stand by, unless the relays above leave shards free (they
+			// run another MaxActiveRelays, or an earlier version that
+			// shares the shards with every relay alive): hold those.
+			if rescued || !freeSince.IsZero() && start.Sub(freeSince) >= s.rescueAfter() {
+				if free, err = l.free(ctx, tx, start); err != nil {
+					return fmt.Errorf("sqlstore: lease: count free shards: %w", err)
+				}
+			}
+			rescue = free > 0 || rescued && len(owned) > 0
+			standby = !rescue
+		}
 		active = min(active, m)
 	}
 	target := (Shards + active - 1) / active
-	if standby {
+	switch {
+	case standby:
 		target = 0 // give every shard back, as a surplus
+	case rescue:
+		target = len(owned) + free
 	}
 	giveBack, took := false, 0
 	var leaving []int16
@@ -695,7 +729,8 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	if err := l.forget(ctx, tx, start); err != nil {
 		return fmt.Errorf("sqlstore: lease: forget stopped relays: %w", err)
 	}
-	if err := s.extendWake(ctx, tx, o, len(owned) > 0); err != nil {
+	requested, err := s.extendWake(ctx, tx, o, len(owned) > 0)
+	if err != nil {
 		return err
 	}
 	if s.inRenew != nil {
@@ -710,7 +745,15 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.shards, o.alive, o.short, o.giveBack = owned, alive, len(owned) < target, giveBack
-	o.standby = standby
+	o.standby, o.rescued = standby, rescue && len(owned) > 0
+	if !standby {
+		o.freeSince = time.Time{}
+	}
+	if requested && heldNone {
+		// The owner took shards over while it waits: wake it once more
+		// for the rows of writers that read the register before this.
+		s.settleWake()
+	}
 	o.claimable = owned
 	if len(leaving) > 0 {
 		o.claimable = slices.DeleteFunc(slices.Clone(owned), func(sh int16) bool { return slices.Contains(leaving, sh) })
@@ -719,8 +762,8 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	// start: start plus ttl, less a margin for clock rate, is on the safe
 	// side.
 	o.validUntil = start.Add(ttl - ttl/10)
-	// Renewing also rebalances (a relay that joined or left changes every
-	// share), so do it at least every second.
+	// Renewing also rebalances (an active relay that joined or left changes
+	// every share), so do it at least every second.
 	every := min(ttl/5, time.Second)
 	if len(owned) < target {
 		// Still taking its share: the relays that hold it give shards
@@ -757,6 +800,12 @@ const (
 	minTakeTries = 20
 	maxTakeEvery = 250 * time.Millisecond
 )
+
+// rescueAfter is how long shards must stay free before a relay that the
+// active ones outrank takes them (see ownerLease.freeSince): longer than
+// an active relay short of its share takes to take them (it looks every
+// 5 to 250 ms).
+func (s *Store) rescueAfter() time.Duration { return max(time.Second, s.cfg.LeaseTTL/5) }
 
 // standbyEvery is how often a relay that stands by (see
 // StoreConfig.MaxActiveRelays) looks for shards nobody holds, and so how
@@ -805,19 +854,19 @@ func givingBack(owned []int16, target int, busy *[Shards]bool) (kept, surplus, l
 // transactional: a claim that finds messages clears o.waiting before it
 // clears the register, so a renewal beside it cannot set the register
 // again after the claim cleared it.
-func (s *Store) extendWake(ctx context.Context, tx *sql.Tx, o *ownerLease, holds bool) error {
+func (s *Store) extendWake(ctx context.Context, tx *sql.Tx, o *ownerLease, holds bool) (bool, error) {
 	if s.wake.request == "" || !holds {
-		return nil // an owner without a shard has nothing to be woken for
+		return false, nil // an owner without a shard has nothing to be woken for
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.waiting {
-		return nil
+		return false, nil
 	}
 	if _, err := tx.ExecContext(ctx, s.wake.request, s.cfg.LeaseTTL.Milliseconds()); err != nil {
-		return fmt.Errorf("sqlstore: lease: extend the wake-up request: %w", err)
+		return false, fmt.Errorf("sqlstore: lease: extend the wake-up request: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // scanShards reads a column of shard numbers, sorted.
@@ -869,7 +918,8 @@ func shardList(shards []int16) string {
 }
 
 // Release implements [relay.Releaser]: it gives back owner's shards and
-// unregisters it, so other relays take its share over at their next renewal.
+// unregisters it, so other relays take its share over at their next renewal
+// (a standby: at its next look, within 250ms).
 func (s *Store) Release(ctx context.Context, owner string) error {
 	s.mu.Lock()
 	o := s.owners[owner]
@@ -895,16 +945,18 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 		waiting = o.waiting
 		o.mu.Unlock()
 	}
+	// The request ends before the leases do: a standby that takes them
+	// over and waits makes its own, which this must not cancel.
+	if cancel := s.wake.cancel; cancel != "" && waiting {
+		if _, err := s.db.ExecContext(ctx, cancel); err != nil {
+			return fmt.Errorf("sqlstore: release leases: cancel wake-up: %w", err)
+		}
+	}
 	if err := s.lease.release(ctx, s.db, owner, nil); err != nil {
 		return fmt.Errorf("sqlstore: release leases: %w", err)
 	}
 	if err := s.lease.unregister(ctx, s.db, owner); err != nil {
 		return fmt.Errorf("sqlstore: release leases: %w", err)
-	}
-	if cancel := s.wake.cancel; cancel != "" && waiting {
-		if _, err := s.db.ExecContext(ctx, cancel); err != nil {
-			return fmt.Errorf("sqlstore: release leases: cancel wake-up: %w", err)
-		}
 	}
 	return nil
 }
