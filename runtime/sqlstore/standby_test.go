@@ -16,15 +16,8 @@ import (
 // from the leases table.
 func leaseHolders(t *testing.T, db *sql.DB, d sqlstore.Dialect) map[string]int {
 	t.Helper()
-	now := "now()"
-	switch d {
-	case sqlstore.MySQL:
-		now = "UTC_TIMESTAMP(6)"
-	case sqlstore.SQLite:
-		now = fmt.Sprint(time.Now().UnixMicro())
-	}
 	out, err := sqlstore.ScanHolders(db.Query(`SELECT owner, count(*) FROM outbox_messages_leases
-		WHERE owner IS NOT NULL AND expires_at > ` + now + ` GROUP BY owner`))
+		WHERE owner IS NOT NULL AND expires_at > ` + leaseTime(d, 0) + ` GROUP BY owner`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,17 +248,22 @@ func TestStandbyTakesTheShardsTheActiveRelaysLeave(t *testing.T) {
 // would hold them.
 func holdLeases(t *testing.T, db *sql.DB, d sqlstore.Dialect, owner string, from, to int) {
 	t.Helper()
-	until := "now() + interval '1 minute'"
-	switch d {
-	case sqlstore.MySQL:
-		until = "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL 1 MINUTE)"
-	case sqlstore.SQLite:
-		until = fmt.Sprint(time.Now().Add(time.Minute).UnixMicro())
-	}
 	if _, err := db.Exec(fmt.Sprintf(`UPDATE outbox_messages_leases SET owner = '%s', expires_at = %s
-		WHERE shard >= %d AND shard < %d`, owner, until, from, to)); err != nil {
+		WHERE shard >= %d AND shard < %d`, owner, leaseTime(d, time.Minute), from, to)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// leaseTime is the SQL of the database's now plus after, as dialect d
+// keeps lease expiries (SQLite: the process's clock, in microseconds).
+func leaseTime(d sqlstore.Dialect, after time.Duration) string {
+	switch d {
+	case sqlstore.MySQL:
+		return fmt.Sprintf("DATE_ADD(UTC_TIMESTAMP(6), INTERVAL %d MICROSECOND)", after.Microseconds())
+	case sqlstore.SQLite:
+		return fmt.Sprint(time.Now().Add(after).UnixMicro())
+	}
+	return fmt.Sprintf("now() + interval '%d microseconds'", after.Microseconds())
 }
 
 // TestStandbyAsksWritersForNoWakeUp: on PostgreSQL a waiting relay has
