@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,7 +72,13 @@ func (b *bench) saveSection(ctx context.Context) error {
 	res := newResults()
 	notes := map[string]int64{} // notifications sent while our relay ran, by variant
 	for rep := range o.reps {
-		for _, v := range variants {
+		// Every other repetition runs the variants in reverse order, so
+		// that no variant always follows the same one.
+		order := slices.Clone(variants)
+		if rep%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, v := range order {
 			b.progress("save rep %d: %s", rep+1, v.label)
 			noWake := v.label == saveNoWake || v.label == saveRelayNoWake
 			if noWake {
