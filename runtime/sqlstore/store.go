@@ -353,9 +353,7 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	o := s.owner(req.Owner)
 	o.claimMu.Lock()
 	defer o.claimMu.Unlock()
-	if err := s.lookForFreeShards(ctx, o); err != nil {
-		return relay.Batch{}, err
-	}
+	s.lookForFreeShards(ctx, o)
 	if err := s.renewWhenDue(ctx, req.Owner, o, req.InFlight); err != nil {
 		return relay.Batch{}, err
 	}
@@ -414,7 +412,7 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 // durable transaction of half a dozen statements, too much to run four
 // times a second on every standby, while this is one read. The caller
 // holds o.claimMu.
-func (s *Store) lookForFreeShards(ctx context.Context, o *ownerLease) error {
+func (s *Store) lookForFreeShards(ctx context.Context, o *ownerLease) {
 	now := time.Now()
 	o.mu.Lock()
 	due := o.standby && !now.Before(o.nextLook)
@@ -423,23 +421,22 @@ func (s *Store) lookForFreeShards(ctx context.Context, o *ownerLease) error {
 	}
 	o.mu.Unlock()
 	if !due {
-		return nil
+		return
 	}
 	free, err := s.lease.free(ctx, s.db, now)
 	if err != nil {
-		return nil // the renewal, on its schedule, looks too
+		return // the renewal, on its schedule, looks too
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if free == 0 {
 		o.freeSince = time.Time{}
-		return nil
+		return
 	}
 	if o.freeSince.IsZero() {
 		o.freeSince = now
 	}
 	o.nextRenew = now
-	return nil
 }
 
 // renewWhenDue renews the owner's leases in line when the claim needs it
@@ -677,25 +674,23 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	if err != nil {
 		return fmt.Errorf("sqlstore: lease: renew: %w", err)
 	}
-	active, standby, rescue, free := max(alive, 1), false, false, 0
-	if m := s.cfg.MaxActiveRelays; m > 0 {
-		others, err := l.holders(ctx, tx, owner, start)
-		if err != nil {
-			return fmt.Errorf("sqlstore: lease: count other relays' shards: %w", err)
-		}
-		if outranked(owner, len(owned), others) >= m {
-			// Stand by, unless the relays above leave shards free (they
-			// run another MaxActiveRelays, or an earlier version that
-			// shares the shards with every relay alive): hold those.
-			if rescued || !freeSince.IsZero() && start.Sub(freeSince) >= s.rescueAfter() {
-				if free, err = l.free(ctx, tx, start); err != nil {
-					return fmt.Errorf("sqlstore: lease: count free shards: %w", err)
-				}
+	m := s.cfg.MaxActiveRelays // at least 1 (setDefaults)
+	active, standby, rescue, free := min(max(alive, 1), m), false, false, 0
+	others, err := l.holders(ctx, tx, owner, start)
+	if err != nil {
+		return fmt.Errorf("sqlstore: lease: count other relays' shards: %w", err)
+	}
+	if outranked(owner, len(owned), others) >= m {
+		// Stand by, unless the relays above leave shards free (they
+		// run another MaxActiveRelays, or an earlier version that
+		// shares the shards with every relay alive): hold those.
+		if rescued || !freeSince.IsZero() && start.Sub(freeSince) >= s.rescueAfter() {
+			if free, err = l.free(ctx, tx, start); err != nil {
+				return fmt.Errorf("sqlstore: lease: count free shards: %w", err)
 			}
-			rescue = free > 0 || rescued && len(owned) > 0
-			standby = !rescue
 		}
-		active = min(active, m)
+		rescue = free > 0 || rescued && len(owned) > 0
+		standby = !rescue
 	}
 	target := (Shards + active - 1) / active
 	switch {
