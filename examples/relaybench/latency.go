@@ -13,7 +13,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime/relay"
-	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // latencyPath is one relay of the latency section: start runs it (publishing
@@ -195,10 +194,11 @@ func runUntilStopped(ctx context.Context, fn func(context.Context) error, runnin
 
 // resetAccounts empties the outboxes and recreates the aggregates' rows.
 func (b *bench) resetAccounts(ctx context.Context) error {
-	for _, q := range []string{`TRUNCATE ` + sqlstore.DefaultTable, `TRUNCATE bench_outbox`, `TRUNCATE accounts RESTART IDENTITY`} {
-		if err := b.plain.WithContext(ctx).Exec(q).Error; err != nil {
-			return err
-		}
+	if err := b.history(ctx); err != nil {
+		return err
+	}
+	if err := b.plain.WithContext(ctx).Exec(`TRUNCATE accounts RESTART IDENTITY`).Error; err != nil {
+		return err
 	}
 	accts := make([]Account, b.o.aggregates)
 	if err := b.plain.WithContext(ctx).CreateInBatches(&accts, 1000).Error; err != nil {

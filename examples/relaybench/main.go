@@ -42,6 +42,11 @@
 //     plugin, with the outbox row written by hand (a plain INSERT, no plugin),
 //     and through the plugin with the wake-up register dropped (writers never
 //     notify); the plugin again with our relay running, and the NOTIFYs sent.
+//     The variants a ratio compares run one after the other.
+//
+// Before each latency and save run both outboxes hold -history published
+// rows, analyzed (a production outbox keeps its published rows for
+// retention, and autovacuum analyzes it): see bench.history.
 //   - consumer: events/s of runtime/consumer reading -consumer-events events
 //     from kfake, the handler writing one row, with the inbox and without it
 //     (HandleWithoutInbox), in a Watermill router (one message at a time)
@@ -143,6 +148,8 @@ type options struct {
 	brokerURLs string
 	soakEvents int
 
+	history int
+
 	retentionEvents  int
 	retentionPending int
 }
@@ -196,6 +203,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.rate, "rate", 1000, "latency section: offered events/s")
 	fs.IntVar(&o.producers, "producers", 8, "latency and save sections: writer goroutines")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency and save sections: length of each run")
+	fs.IntVar(&o.history, "history", 50_000, "latency and save sections: published rows each outbox holds, analyzed, before each run (retention)")
 	fs.IntVar(&o.consumerEvents, "consumer-events", 20_000, "consumer section: events consumed per run")
 	fs.DurationVar(&o.idle, "idle", 5*time.Second, "idle section: length of each CPU measurement")
 	fs.StringVar(&only, "only", strings.Join(sections, ","), "comma-separated sections to run: "+strings.Join(sections, ", "))

@@ -33,3 +33,26 @@ func TakeEvery(s *Store, owner string) time.Duration {
 
 // ScanHolders reads rows of an owner and how many shards it holds.
 func ScanHolders(rows *sql.Rows, err error) (map[string]int, error) { return scanHolders(rows, err) }
+
+// PostgresStatements are the statements a relay's store runs at every
+// batch on PostgreSQL, on the default table, by name: the mark (its
+// arguments: the ids, the owner, the lowest and the highest id) and the
+// two claims (the limit and a byte size), with arguments for them.
+func PostgresStatements(owner string) map[string]struct {
+	SQL  string
+	Args []any
+} {
+	d, t := postgresDialect{}, storeTables{table: DefaultTable, leases: leasesTable(DefaultTable), relays: relaysTable(DefaultTable), wake: wakeSequence(DefaultTable)}
+	set, _ := d.publishedSet()
+	small, smallArgs := d.claimSmallQuery(t, "", 1000, 8<<10)
+	claim, claimArgs := d.claimQuery(t, "", 1000, 8<<20)
+	type stmt = struct {
+		SQL  string
+		Args []any
+	}
+	return map[string]stmt{
+		"mark":        {d.fencedSQL(t, set, 0, false), []any{[]int64{1, 2, 3}, owner, int64(1), int64(3)}},
+		"claim":       {claim, claimArgs},
+		"claim small": {small, smallArgs},
+	}
+}

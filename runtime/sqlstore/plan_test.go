@@ -1,0 +1,104 @@
+package sqlstore_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+// TestPostgresGenericPlansUseIndexesOnANewTable checks the plans
+// PostgreSQL keeps for a relay's per-batch statements when they are
+// planned on a new, never analyzed outbox of a few rows, as they are when
+// a relay starts with a new deployment. A driver that prepares statements
+// (pgx does) gets the generic plan after five runs, and PostgreSQL keeps
+// it until the table's statistics change; where autovacuum does not
+// analyze the table, that is for as long as the connection lives. A
+// sequential scan of the outbox in such a plan reads the whole table,
+// published history included, at every batch.
+// seqScan matches a plan's sequential scan of the outbox table itself.
+var seqScan = regexp.MustCompile(`Seq Scan on ` + sqlstore.DefaultTable + `(\s|$)`)
+
+func TestPostgresGenericPlansUseIndexesOnANewTable(t *testing.T) {
+	ctx := context.Background()
+	db := migrated(t, sqlstore.Postgres)
+	ids := make([]string, 20)
+	for i := range ids {
+		ids[i] = fmt.Sprint("a", i)
+	}
+	writeEvents(t, db, sqlstore.Postgres, ids...)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var pages int
+	var tuples float64
+	if err := conn.QueryRowContext(ctx, `SELECT relpages, reltuples FROM pg_class WHERE oid = $1::regclass`, sqlstore.DefaultTable).Scan(&pages, &tuples); err != nil {
+		t.Fatal(err)
+	}
+	if pages != 0 || tuples >= 0 {
+		t.Fatalf("the outbox has statistics (relpages %d, reltuples %v): the test needs a never analyzed table", pages, tuples)
+	}
+	if _, err := conn.ExecContext(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	for name, st := range sqlstore.PostgresStatements("owner-1") {
+		t.Run(name, func(t *testing.T) {
+			// A prepared statement planned as a driver's is after five
+			// runs: generically (plan_cache_mode), its parameters unknown.
+			stmt := strings.ReplaceAll(name, " ", "_")
+			if _, err := conn.ExecContext(ctx, "PREPARE "+stmt+" AS "+st.SQL); err != nil {
+				t.Fatalf("PREPARE %s: %v", name, err)
+			}
+			params := make([]string, len(st.Args))
+			for i := range params {
+				params[i] = literal(t, st.Args[i])
+			}
+			rows, err := conn.QueryContext(ctx, "EXPLAIN EXECUTE "+stmt+"("+strings.Join(params, ", ")+")")
+			if err != nil {
+				t.Fatalf("EXPLAIN %s: %v", name, err)
+			}
+			defer rows.Close()
+			var plan []string
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, line)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range plan {
+				if seqScan.MatchString(line) {
+					t.Errorf("the generic plan of the %s scans the whole outbox:\n%s", name, strings.Join(plan, "\n"))
+					break
+				}
+			}
+		})
+	}
+}
+
+// literal is an argument of PostgresStatements as an SQL literal.
+func literal(t *testing.T, v any) string {
+	t.Helper()
+	switch v := v.(type) {
+	case int, int64:
+		return fmt.Sprint(v)
+	case string:
+		return "'" + strings.ReplaceAll(v, "'", "''") + "'"
+	case []int64:
+		s := make([]string, len(v))
+		for i, n := range v {
+			s[i] = fmt.Sprint(n)
+		}
+		return "'{" + strings.Join(s, ",") + "}'"
+	}
+	t.Fatalf("no literal for %T", v)
+	return ""
+}
