@@ -10,6 +10,9 @@ import (
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
+// seqScan matches a plan's sequential scan of the outbox table itself.
+var seqScan = regexp.MustCompile(`Seq Scan on ` + sqlstore.DefaultTable + `(\s|$)`)
+
 // TestPostgresGenericPlansUseIndexesOnANewTable checks the plans
 // PostgreSQL keeps for a relay's per-batch statements when they are
 // planned on a new, never analyzed outbox of a few rows, as they are when
@@ -19,9 +22,6 @@ import (
 // analyze the table, that is for as long as the connection lives. A
 // sequential scan of the outbox in such a plan reads the whole table,
 // published history included, at every batch.
-// seqScan matches a plan's sequential scan of the outbox table itself.
-var seqScan = regexp.MustCompile(`Seq Scan on ` + sqlstore.DefaultTable + `(\s|$)`)
-
 func TestPostgresGenericPlansUseIndexesOnANewTable(t *testing.T) {
 	ctx := context.Background()
 	db := migrated(t, sqlstore.Postgres)
