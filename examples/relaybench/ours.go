@@ -236,15 +236,21 @@ func waitFor(timeout time.Duration, cond func() bool) error {
 // relay's first marks came before or after the table's first pages.
 func (b *bench) history(ctx context.Context) error {
 	payload := `'{"memo":"` + strings.Repeat("x", max(b.o.payload-12, 0)) + `"}'`
+	// rows inserts the history into table; shard is "" or the shard
+	// column, which only our outbox has.
 	rows := func(table, shard string) string {
-		return `INSERT INTO ` + table + ` (event_id, event_type, event_version, aggregate_type, aggregate_id,` + shard + ` topic, payload, occurred_at, published_at)
-			SELECT gen_random_uuid(), 'bench.paid', 1, 'Account', (i % ` + fmt.Sprint(max(b.o.aggregates, 1)) + `)::text,` +
-			strings.ReplaceAll(shard, "shard,", "(i % 64)::smallint,") + ` '` + topic + `', ` + payload + `, now(), now()
+		col, val := "", ""
+		if shard != "" {
+			col, val = shard+", ", fmt.Sprintf("(i %% %d)::smallint, ", sqlstore.Shards)
+		}
+		return `INSERT INTO ` + table + ` (event_id, event_type, event_version, aggregate_type, aggregate_id, ` + col + `topic, payload, occurred_at, published_at)
+			SELECT gen_random_uuid(), 'bench.paid', 1, 'Account', (i % ` + fmt.Sprint(max(b.o.aggregates, 1)) + `)::text, ` + val +
+			`'` + topic + `', ` + payload + `, now(), now()
 			FROM generate_series(1, ` + fmt.Sprint(b.o.history) + `) AS i`
 	}
 	for _, q := range []string{
 		`TRUNCATE ` + sqlstore.DefaultTable, `TRUNCATE bench_outbox`,
-		rows(sqlstore.DefaultTable, " shard,"), rows("bench_outbox", ""),
+		rows(sqlstore.DefaultTable, "shard"), rows("bench_outbox", ""),
 	} {
 		if err := b.plain.WithContext(ctx).Exec(q).Error; err != nil {
 			return fmt.Errorf("outbox history: %w", err)

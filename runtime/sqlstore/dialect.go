@@ -218,6 +218,11 @@ type storeTables struct {
 	table, leases, relays, wake string
 }
 
+// tablesOf returns the names of the tables of the outbox table.
+func tablesOf(table string) storeTables {
+	return storeTables{table: table, leases: leasesTable(table), relays: relaysTable(table), wake: wakeSequence(table)}
+}
+
 // leaseOps is the lease bookkeeping of [Store.renew], run in one transaction
 // (tx), and of [Store.Release] (q, a pool or a transaction).
 type leaseOps interface {

@@ -42,7 +42,7 @@ func PostgresStatements(owner string) map[string]struct {
 	SQL  string
 	Args []any
 } {
-	d, t := postgresDialect{}, storeTables{table: DefaultTable, leases: leasesTable(DefaultTable), relays: relaysTable(DefaultTable), wake: wakeSequence(DefaultTable)}
+	d, t := postgresDialect{}, tablesOf(DefaultTable)
 	set, _ := d.publishedSet()
 	small, smallArgs := d.claimSmallQuery(t, "", 1000, 8<<10)
 	claim, claimArgs := d.claimQuery(t, "", 1000, 8<<20)

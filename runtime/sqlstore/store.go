@@ -295,7 +295,7 @@ func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := storeTables{table: cfg.Table, leases: leasesTable(cfg.Table), relays: relaysTable(cfg.Table), wake: wakeSequence(cfg.Table)}
+	t := tablesOf(cfg.Table)
 	s := &Store{
 		db: db, dialect: d, table: cfg.Table, tables: t, lease: d.leases(t), cfg: cfg,
 		owners: map[string]*ownerLease{},
