@@ -120,6 +120,16 @@
 // TestCorrectness, is the core tier (OUTBOX_CORRECTNESS_LONG=1 for the long
 // one; OUTBOX_CORRECTNESS_SEED, _SCENARIO, _PATHS and _RELAYS as the flags).
 //
+// The writers pause between transactions (-pace) and wait while more than
+// -max-backlog messages are pending (by default 30 batches, at least
+// 200): where the relays publish more slowly than the writers commit (one
+// active relay of race-instrumented processes beside other test binaries),
+// an unbounded backlog would put every control probe behind it, and the
+// measured faults would time the backlog, not the recovery. The probes
+// and the faults' own transactions never wait; the summary prints how long
+// the writers did. OUTBOX_CORRECTNESS_LOG_LEVEL=debug logs every batch of
+// the relays.
+//
 // Every run prints its seed; the writers' choices and the fault schedule
 // derive from it. PostgreSQL comes from -database-url (default
 // $OUTBOX_TEST_POSTGRES_DSN or the local test database); each run uses a
@@ -286,6 +296,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&opt.Writers, "writers", opt.Writers, "writer goroutines")
 	fs.IntVar(&opt.Hot, "hot", opt.Hot, "hot aggregates that every writer enqueues to")
 	fs.IntVar(&opt.BatchSize, "batch", opt.BatchSize, "relay batch size")
+	fs.IntVar(&opt.MaxBacklog, "max-backlog", opt.MaxBacklog, "pending messages above which the writers wait for the relays (0: 30 batches, at least 200)")
 	fs.IntVar(&opt.MaxAttempts, "max-attempts", opt.MaxAttempts, "sqlstore.StoreConfig.MaxAttempts of the relays (0: never park transient failures)")
 	fs.IntVar(&opt.MaxActiveRelays, "max-active-relays", opt.MaxActiveRelays, "sqlstore.StoreConfig.MaxActiveRelays of the relays (0: its default, 1: one publishes, the others stand by; 64: every relay takes a share)")
 	fs.DurationVar(&opt.Pace, "pace", opt.Pace, "mean pause of a writer between transactions")

@@ -43,7 +43,8 @@ func printSummary(w io.Writer, r *result) {
 		paths = append(paths, fmt.Sprintf("%s=%d", p, n))
 	}
 	sort.Strings(paths)
-	fmt.Fprintf(w, "  write paths: %s\n", strings.Join(paths, " "))
+	fmt.Fprintf(w, "  write paths: %s; writers waited %v in all for the backlog to fall to %d\n",
+		strings.Join(paths, " "), ws.Throttled.Round(time.Millisecond), r.Opts.maxBacklog())
 	fmt.Fprintf(w, "  faults: %s\n", r.Faults)
 	rep := r.Report
 	fmt.Fprintf(w, "  broker log: %d records, %d distinct events; %d order violations in %d aggregates; consumer: %d applies, %d order violations in %d aggregates\n",

@@ -18,6 +18,10 @@ import (
 const (
 	envRole  = "OUTBOX_CORRECTNESS_ROLE"
 	envChild = "OUTBOX_CORRECTNESS_CHILD"
+	// envLogLevel sets the children's log level (debug, info, warn or
+	// error; info when unset), for replaying a failed seed with the
+	// relays' every batch in their logs.
+	envLogLevel = "OUTBOX_CORRECTNESS_LOG_LEVEL"
 )
 
 // Roles a child process can take.
@@ -77,7 +81,14 @@ func runRole(role string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "correctness %s: bad %s: %v\n", role, envChild, err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("proc", cfg.Name)
+	var level slog.Level // info
+	if s := os.Getenv(envLogLevel); s != "" {
+		if err := level.UnmarshalText([]byte(s)); err != nil {
+			fmt.Fprintf(stderr, "correctness %s: bad %s: %v\n", role, envLogLevel, err)
+			return 2
+		}
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("proc", cfg.Name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error

@@ -39,15 +39,18 @@ type options struct {
 	MaxActiveRelays int
 	Partitions      int
 	Pace            time.Duration // mean pause of a writer between transactions
-	Faults          map[string]bool
-	Paths           map[string]bool // write paths of the writers
-	DB              string          // the outbox's database: "postgres" (default) or "mysql"
-	BaseDSN         string          // PostgreSQL; a fresh schema is created in it (the consumer's in every case)
-	MySQLDSN        string          // MySQL or MariaDB with -db mysql; a fresh database is created on it
-	Keep            bool            // keep the schema and the logs even when the run passes
-	Matrix          bool            // run the presets of matrix instead
-	Unpark          bool            // act as an operator: unpark healthy parked messages while draining
-	Verbose         io.Writer
+	// MaxBacklog is the pending messages above which the writers wait for
+	// the relays (0: 30 batches, at least 200; see workload.watchBacklog).
+	MaxBacklog int
+	Faults     map[string]bool
+	Paths      map[string]bool // write paths of the writers
+	DB         string          // the outbox's database: "postgres" (default) or "mysql"
+	BaseDSN    string          // PostgreSQL; a fresh schema is created in it (the consumer's in every case)
+	MySQLDSN   string          // MySQL or MariaDB with -db mysql; a fresh database is created on it
+	Keep       bool            // keep the schema and the logs even when the run passes
+	Matrix     bool            // run the presets of matrix instead
+	Unpark     bool            // act as an operator: unpark healthy parked messages while draining
+	Verbose    io.Writer
 }
 
 // defaultOptions are the core tier's settings.
@@ -59,6 +62,14 @@ func defaultOptions() options {
 		Relays: 3, Writers: 6, Hot: 3, BatchSize: 10, Partitions: 4,
 		Pace: 15 * time.Millisecond, Faults: faults,
 	}
+}
+
+// maxBacklog returns MaxBacklog, or its default.
+func (o options) maxBacklog() int {
+	if o.MaxBacklog > 0 {
+		return o.MaxBacklog
+	}
+	return max(200, 30*o.BatchSize)
 }
 
 // Fixed settings of the broker and the relays.
@@ -253,7 +264,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	logf("seed %d: schema %s, broker %s, logs in %s", opt.Seed, schema, brokers[0], dir)
 
 	// Load and faults.
-	wl := newWorkload(db, sdb, ob, opt.Seed, opt.Pace, opt.Hot, opt.Paths)
+	wl := newWorkload(db, sdb, ob, opt.Seed, opt.Pace, opt.Hot, opt.Paths, opt.maxBacklog())
 	env := &faultEnv{relays: relays, consumer: consumerProc, control: control, workload: wl,
 		db: db, ob: ob, proxy: proxy, relayApp: relayApp, excl: make(chan struct{}, 1),
 		partitions: opt.Partitions, writeTO: writeTimeout, maxMsg: maxMessageBytes, logf: logf}
@@ -264,6 +275,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	start := time.Now()
 	env.start = start
 	var wg sync.WaitGroup
+	wg.Go(func() { wl.watchBacklog(loadCtx) })
 	for i := range opt.Writers {
 		wr := &writer{w: wl, id: i, rng: rand.New(rand.NewPCG(uint64(opt.Seed), uint64(i+1)))}
 		wg.Go(func() { wr.run(loadCtx) })

@@ -58,6 +58,14 @@ type workload struct {
 	hot   []string
 	paths map[string]bool
 
+	// maxBacklog is the pending messages above which the writers wait
+	// (see watchBacklog); backlog is the last count read.
+	maxBacklog int64
+	backlog    atomic.Int64
+	// throttled is how long the writers waited for the backlog, in
+	// nanoseconds summed over the writers.
+	throttled atomic.Int64
+
 	nextTx atomic.Int64
 
 	mu      sync.Mutex
@@ -78,11 +86,14 @@ type workloadStats struct {
 	Unexpected int // transactions that failed for a reason the suite did not cause
 	ByPath     map[string]int
 	LastError  string
+	// Throttled is how long the writers waited for the relays to bring the
+	// backlog down (summed over the writers; see workload.watchBacklog).
+	Throttled time.Duration
 }
 
-func newWorkload(db *gorm.DB, sdb suiteDB, ob *outbox, seed int64, pace time.Duration, hot int, paths map[string]bool) *workload {
+func newWorkload(db *gorm.DB, sdb suiteDB, ob *outbox, seed int64, pace time.Duration, hot int, paths map[string]bool, maxBacklog int) *workload {
 	w := &workload{db: db, sdb: sdb, ob: ob, seed: seed, start: time.Now(), pace: pace, paths: paths,
-		commits: map[int64]commitWindow{}, poison: map[string]bool{}}
+		maxBacklog: int64(maxBacklog), commits: map[int64]commitWindow{}, poison: map[string]bool{}}
 	w.stats.ByPath = map[string]int{}
 	for i := range hot {
 		w.hot = append(w.hot, "hot-"+strconv.Itoa(i))
@@ -201,6 +212,9 @@ func (wr *writer) run(ctx context.Context) {
 		wr.w.noteError(err)
 	}
 	for ctx.Err() == nil {
+		if !wr.w.waitBacklog(ctx) {
+			return
+		}
 		wr.step(ctx)
 		pause := time.Duration(wr.rng.Int64N(int64(2*wr.w.pace) + 1))
 		select {
@@ -208,6 +222,52 @@ func (wr *writer) run(ctx context.Context) {
 		case <-time.After(pause):
 		}
 	}
+}
+
+// backlogEvery is how often watchBacklog reads the outbox's pending count.
+const backlogEvery = 200 * time.Millisecond
+
+// watchBacklog reads the outbox's pending count every backlogEvery until
+// ctx is done, for waitBacklog. The writers commit at a pace set for a
+// quiet machine; where the relays publish more slowly than that (one
+// active relay of race-instrumented processes beside other test
+// binaries on two cores), an unbounded backlog would put every probe
+// behind it, and the faults' bounds would measure the backlog, not the
+// recovery. The probes and the faults' own transactions are not held
+// back; a stuck relay still fails the run, its backlog never draining.
+func (w *workload) watchBacklog(ctx context.Context) {
+	t := time.NewTicker(backlogEvery)
+	defer t.Stop()
+	for {
+		if st, err := w.ob.stats(ctx); err == nil {
+			w.backlog.Store(st.Pending)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// waitBacklog waits while the last pending count read exceeds
+// maxBacklog, and reports false when ctx ended first.
+func (w *workload) waitBacklog(ctx context.Context) bool {
+	if w.backlog.Load() <= w.maxBacklog {
+		return ctx.Err() == nil
+	}
+	start := time.Now()
+	defer func() { w.throttled.Add(int64(time.Since(start))) }()
+	t := time.NewTicker(backlogEvery / 4)
+	defer t.Stop()
+	for w.backlog.Load() > w.maxBacklog {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
 }
 
 func (w *workload) noteError(err error) {
@@ -435,6 +495,7 @@ func (w *workload) snapshot() (map[int64]commitWindow, map[string]bool, workload
 		p[k] = true
 	}
 	s := w.stats
+	s.Throttled = time.Duration(w.throttled.Load())
 	s.ByPath = map[string]int{}
 	for k, v := range w.stats.ByPath {
 		s.ByPath[k] = v
