@@ -201,3 +201,58 @@ func TestLastProgressBrokerDown(t *testing.T) {
 	}
 	untilProgress(t, r, published.Add(time.Nanosecond))
 }
+
+// TestLastProgressBrokerDownFullBatches: full batches are marked in the
+// background while the batch claimed ahead waits; a batch of which nothing
+// was published, the broker being down, is no progress when its mark ends
+// either.
+func TestLastProgressBrokerDownFullBatches(t *testing.T) {
+	// The batch claimed ahead is dropped after a failed one; this store
+	// keeps its messages claimed until LeaseTTL.
+	mem := &runtimetest.MemoryStore{RetryDelay: time.Nanosecond, MaxRetryDelay: time.Nanosecond, LeaseTTL: 20 * time.Millisecond}
+	var down atomic.Bool
+	down.Store(true)
+	calls := make(chan string, 100)
+	pub := &fakePublisher{fn: func(topic string, _ []*message.Message) error {
+		select {
+		case calls <- topic:
+		default:
+		}
+		if down.Load() {
+			return errors.New("broker unreachable")
+		}
+		return nil
+	}}
+	r, err := relay.New(mem, pub, relay.Config{
+		BatchSize: 2, PollInterval: never, ActivePeriod: time.Nanosecond,
+		MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	start(t, context.Background(), r)
+	first := untilProgress(t, r, before)
+
+	for i := range 4 { // four aggregates: the claim ahead holds none back
+		mem.Add(newMessage(i+1, "orders"))
+	}
+	r.Notify()
+	for range 4 { // failed publishes of full batches, each claimed with the next ahead
+		receive(t, calls)
+	}
+	if got := r.LastProgress(); !got.Equal(first) {
+		t.Fatalf("LastProgress moved from %v to %v while the broker was down", first, got)
+	}
+	down.Store(false)
+	deadline := time.Now().Add(waitTimeout)
+	for len(mem.Pending()) != 0 { // no polling: wake the relay until it has published all
+		if time.Now().After(deadline) {
+			t.Fatalf("pending = %v, want none", mem.Pending())
+		}
+		r.Notify()
+		time.Sleep(time.Millisecond)
+	}
+	untilProgress(t, r, first.Add(time.Nanosecond))
+}

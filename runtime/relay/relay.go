@@ -529,7 +529,9 @@ func (r *Relay) settle(m *pendingMark) error {
 	err := m.wait()
 	if m != nil && !m.reported {
 		m.reported = true
-		if err == nil {
+		if err == nil && (m.res.Published > 0 || !outage(m.res.Failures)) {
+			// As Run counts a batch marked in line: not one of which
+			// nothing was published for an outage.
 			r.progress.Store(time.Now().UnixNano())
 		}
 		if r.cfg.OnBatch != nil {
