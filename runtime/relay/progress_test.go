@@ -139,15 +139,17 @@ func waitPending(t *testing.T, mem *runtimetest.MemoryStore) {
 // relay makes no progress; once it recovers, it does; a batch whose
 // messages the broker rejects for good is progress too (they are parked and
 // the relay goes on).
-func TestLastProgressBrokerDown(t *testing.T) {
-	// Failed messages may be retried at once: every claim finds the
-	// message again, and fails to publish it. (With a retry delay, the
-	// claims in between find nothing to do, which is progress: the
-	// backlog's age is what shows a lasting outage; see LastProgress.)
-	mem := &runtimetest.MemoryStore{RetryDelay: time.Nanosecond, MaxRetryDelay: time.Nanosecond}
-	var down atomic.Bool
+// startBrokerDown starts a relay on mem, with batches of batchSize (0:
+// the default), publishing to a broker that rejects "rejected" messages
+// for good and fails every publish while down is set (it starts set). Each
+// publish call's topic is sent on calls. No active polling: the relay
+// claims only when notified or after a failure, so each progress is the
+// round the test expects. first is the progress of the relay's first
+// claim, on the empty outbox.
+func startBrokerDown(t *testing.T, mem *runtimetest.MemoryStore, batchSize int) (r *relay.Relay, down *atomic.Bool, calls chan string, first time.Time) {
+	t.Helper()
+	down, calls = new(atomic.Bool), make(chan string, 100)
 	down.Store(true)
-	calls := make(chan string, 100)
 	pub := &fakePublisher{fn: func(topic string, _ []*message.Message) error {
 		select {
 		case calls <- topic:
@@ -161,10 +163,8 @@ func TestLastProgressBrokerDown(t *testing.T) {
 		}
 		return nil
 	}}
-	// No active polling: the relay claims only when notified or after a
-	// failure, so each progress below is the round the test expects.
 	r, err := relay.New(mem, pub, relay.Config{
-		PollInterval: never, ActivePeriod: time.Nanosecond,
+		BatchSize: batchSize, PollInterval: never, ActivePeriod: time.Nanosecond,
 		MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),
 	})
@@ -173,7 +173,16 @@ func TestLastProgressBrokerDown(t *testing.T) {
 	}
 	before := time.Now()
 	start(t, context.Background(), r)
-	first := untilProgress(t, r, before) // the empty outbox's first claim
+	return r, down, calls, untilProgress(t, r, before)
+}
+
+func TestLastProgressBrokerDown(t *testing.T) {
+	// Failed messages may be retried at once: every claim finds the
+	// message again, and fails to publish it. (With a retry delay, the
+	// claims in between find nothing to do, which is progress: the
+	// backlog's age is what shows a lasting outage; see LastProgress.)
+	mem := &runtimetest.MemoryStore{RetryDelay: time.Nanosecond, MaxRetryDelay: time.Nanosecond}
+	r, down, calls, first := startBrokerDown(t, mem, 0)
 
 	mem.Add(newMessage(1, "orders"))
 	r.Notify()
@@ -210,30 +219,7 @@ func TestLastProgressBrokerDownFullBatches(t *testing.T) {
 	// The batch claimed ahead is dropped after a failed one; this store
 	// keeps its messages claimed until LeaseTTL.
 	mem := &runtimetest.MemoryStore{RetryDelay: time.Nanosecond, MaxRetryDelay: time.Nanosecond, LeaseTTL: 20 * time.Millisecond}
-	var down atomic.Bool
-	down.Store(true)
-	calls := make(chan string, 100)
-	pub := &fakePublisher{fn: func(topic string, _ []*message.Message) error {
-		select {
-		case calls <- topic:
-		default:
-		}
-		if down.Load() {
-			return errors.New("broker unreachable")
-		}
-		return nil
-	}}
-	r, err := relay.New(mem, pub, relay.Config{
-		BatchSize: 2, PollInterval: never, ActivePeriod: time.Nanosecond,
-		MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := time.Now()
-	start(t, context.Background(), r)
-	first := untilProgress(t, r, before)
+	r, down, calls, first := startBrokerDown(t, mem, 2)
 
 	for i := range 4 { // four aggregates: the claim ahead holds none back
 		mem.Add(newMessage(i+1, "orders"))
