@@ -135,10 +135,6 @@ func waitPending(t *testing.T, mem *runtimetest.MemoryStore) {
 	}
 }
 
-// TestLastProgressBrokerDown: while the broker fails every publish, the
-// relay makes no progress; once it recovers, it does; a batch whose
-// messages the broker rejects for good is progress too (they are parked and
-// the relay goes on).
 // startBrokerDown starts a relay on mem, with batches of batchSize (0:
 // the default), publishing to a broker that rejects "rejected" messages
 // for good and fails every publish while down is set (it starts set). Each
@@ -176,6 +172,10 @@ func startBrokerDown(t *testing.T, mem *runtimetest.MemoryStore, batchSize int) 
 	return r, down, calls, untilProgress(t, r, before)
 }
 
+// TestLastProgressBrokerDown: while the broker fails every publish, the
+// relay makes no progress; once it recovers, it does; a batch whose
+// messages the broker rejects for good is progress too (they are parked and
+// the relay goes on).
 func TestLastProgressBrokerDown(t *testing.T) {
 	// Failed messages may be retried at once: every claim finds the
 	// message again, and fails to publish it. (With a retry delay, the

@@ -211,7 +211,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			break
 		}
 		switch {
-		case res.Err != nil || (res.Published == 0 && outage(res.Failures)):
+		case res.Err != nil || failedWhole(res):
 			// The store failed, or nothing could be published and not only
 			// because messages were rejected for good: the broker or the
 			// database is down. Back off.
@@ -529,7 +529,7 @@ func (r *Relay) settle(m *pendingMark) error {
 	err := m.wait()
 	if m != nil && !m.reported {
 		m.reported = true
-		if err == nil && (m.res.Published > 0 || !outage(m.res.Failures)) {
+		if err == nil && !failedWhole(m.res) {
 			// As Run counts a batch marked in line: not one of which
 			// nothing was published for an outage.
 			r.progress.Store(time.Now().UnixNano())
@@ -628,6 +628,12 @@ func (r *Relay) batchContext(ctx context.Context) (context.Context, func()) {
 		stop()
 		cancel(context.Canceled)
 	}
+}
+
+// failedWhole reports whether nothing of res was published, and not only
+// because its messages were rejected for good: the broker is down.
+func failedWhole(res BatchResult) bool {
+	return res.Published == 0 && outage(res.Failures)
 }
 
 // outage reports whether failures include one that is not a message's own
