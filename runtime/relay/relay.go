@@ -154,13 +154,17 @@ func (r *Relay) Run(ctx context.Context) error {
 		return nil
 	}
 
+	// The listener starts at the first claim that does not say the store
+	// hands this relay nothing yet (an empty batch with
+	// Batch.ClaimAgainIn): a relay that stands by (sqlstore's
+	// StoreConfig.MaxActiveRelays) has nothing to be woken for, and holds
+	// no connection for it, until it takes shards over.
 	listenCtx, stopListening := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer stopListening()
-	if r.notifier != nil {
-		wg.Go(func() { r.listen(listenCtx) })
-	} else {
+	listening := r.notifier == nil
+	if listening {
 		r.markRunning()
 	}
 
@@ -203,6 +207,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		res, rd := r.batch(ctx, owner, next, marking)
 		next, marking = rd.next, rd.marking
+		if !listening {
+			if res.Err == nil && res.Claimed == 0 && rd.again > 0 {
+				// Nothing to listen for yet: it claims again by then.
+				r.markRunning()
+			} else {
+				listening = true
+				wg.Go(func() { r.listen(listenCtx) })
+			}
+		}
 		if rd.timedOut {
 			r.log.Warn("relay: shutdown timeout exceeded, batch released",
 				attrClaimed, res.Claimed,
@@ -306,8 +319,9 @@ func (r *Relay) Notify() {
 
 // Running returns a channel that is closed once [Relay.Run] has started its
 // loop and, when the store implements [Notifier], the first [Notifier.Listen]
-// call is listening (or has failed: polling covers for it). It stays closed
-// after Run returns.
+// call is listening (or has failed: polling covers for it), or the first
+// claim said the store hands the relay nothing yet (a standby: see
+// [Batch.ClaimAgainIn]). It stays closed after Run returns.
 func (r *Relay) Running() <-chan struct{} {
 	return r.running
 }

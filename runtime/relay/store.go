@@ -50,8 +50,11 @@ type Batch struct {
 	// handing it a share of the outbox that other relays are giving back
 	// (sqlstore.Store, while a relay that just started takes its share
 	// over), or a standby's next look for a share to take over.
-	// [Relay.Run] then claims again after at most ClaimAgainIn.
-	// Zero means no hint.
+	// [Relay.Run] then claims again after at most ClaimAgainIn, and it
+	// starts listening ([Notifier]) only at its first claim that returns
+	// messages or no hint: until then there is nothing a notification
+	// would wake it for, and a relay that stands by holds no listening
+	// connection. Zero means no hint.
 	ClaimAgainIn time.Duration
 }
 

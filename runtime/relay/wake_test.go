@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,5 +236,63 @@ func TestNoWakeRequestWhenStoreCannotNotify(t *testing.T) {
 	}
 	if n := count(store.entries()[base:], "request"); n != 0 {
 		t.Errorf("the relay asked a store that cannot notify to wake it %d times", n)
+	}
+}
+
+// TestStandbyListensOnlyOnceHandedWork: while the store's claims hand the
+// relay nothing and say when to claim again (Batch.ClaimAgainIn: a relay
+// that stands by, or has yet to take its share), Run does not listen: there
+// is nothing to be woken for, and a listener holds a database connection.
+// Running is closed after the first such claim. The first claim that says
+// nothing of the kind starts the listener, whose notifications then wake
+// the relay.
+func TestStandbyListensOnlyOnceHandedWork(t *testing.T) {
+	mem := &runtimetest.MemoryStore{}
+	var standby atomic.Bool
+	standby.Store(true)
+	hinted := make(chan struct{}, 100)
+	listening := make(chan func(), 1)
+	store := &notifyingStore{
+		Store: &testStore{Store: mem, claim: func(ctx context.Context, req relay.ClaimRequest) (relay.Batch, error) {
+			if standby.Load() {
+				select {
+				case hinted <- struct{}{}:
+				default:
+				}
+				return relay.Batch{ClaimAgainIn: time.Millisecond}, nil
+			}
+			return mem.Claim(ctx, req)
+		}},
+		listen: func(ctx context.Context, notify func()) error {
+			notify() // as a Notifier does once it listens
+			listening <- notify
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	}
+	pub := &fakePublisher{}
+	r, err := relay.New(store, pub, relay.Config{PollInterval: never, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r) // Running, with no listener
+	for range 5 {
+		receive(t, hinted)
+	}
+	select {
+	case <-listening:
+		t.Fatal("the relay listens while its claims hand it nothing")
+	default:
+	}
+	standby.Store(false)
+	notify := receive(t, listening)
+	mem.Add(newMessage(1, "orders"))
+	notify()
+	deadline := time.Now().Add(waitTimeout)
+	for len(pub.Messages()) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the listener's notification did not wake the relay")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

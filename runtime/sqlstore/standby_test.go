@@ -4,10 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
@@ -371,5 +374,93 @@ func TestStandbysJoiningCostTheActiveRelayNoRenewal(t *testing.T) {
 				t.Fatalf("the active relay renewed %d times in 5 claims after three standbys joined; want 0", n)
 			}
 		})
+	}
+}
+
+// TestStandbyRelayListensOnlyOnceActive: on PostgreSQL, a relay that stands
+// by holds no LISTEN connection (it has nothing to be woken for; with
+// several standbys that was one idle backend each, and a connection each
+// opened at every start). Once the active relay stops and the standby takes
+// its shards over, it listens, and a writer's notification alone (the
+// relays poll once an hour) wakes it to publish.
+func TestStandbyRelayListensOnlyOnceActive(t *testing.T) {
+	ctx := context.Background()
+	dsn := hookstest.PostgresDSN(t)
+	tag := fmt.Sprintf("%d", time.Now().UnixNano())
+	open := func(app string) *sql.DB {
+		db, err := sql.Open("pgx", dsn+"&application_name="+app)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	appA, appB := "active-"+tag, "standby-"+tag
+	dbA, dbB := open(appA), open(appB)
+	if err := sqlstore.MigrateOutbox(ctx, dbA, sqlstore.Postgres, ""); err != nil {
+		t.Fatal(err)
+	}
+	listeners := func(app string) int {
+		t.Helper()
+		var n int
+		if err := dbA.QueryRow(`SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND query LIKE 'LISTEN %'`, app).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	pub := &countingPublisher{got: map[string]int{}}
+	start := func(db *sql.DB) (stop func()) {
+		t.Helper()
+		r, err := relay.New(mustStore(t, db, sqlstore.StoreConfig{}), pub, relay.Config{PollInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(rctx) }()
+		stop = sync.OnceFunc(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run() = %v", err)
+			}
+		})
+		t.Cleanup(stop)
+		select {
+		case <-r.Running():
+		case <-time.After(10 * time.Second):
+			t.Fatal("relay did not start running")
+		}
+		return stop
+	}
+	stopA := start(dbA) // Running: it holds every shard and listens
+	start(dbB)          // Running: its first claim found it standing by
+	if n := listeners(appA); n != 1 {
+		t.Fatalf("the active relay has %d LISTEN connections, want 1", n)
+	}
+	// The standby looks for free shards every 250 ms: give it a few looks.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if n := listeners(appB); n != 0 {
+			t.Fatalf("the standby has %d LISTEN connections, want none", n)
+		}
+	}
+	if got := leaseHolders(t, dbA, sqlstore.Postgres); len(got) != 1 {
+		t.Fatalf("leases held: %v; want every shard held by the active relay", got)
+	}
+
+	stopA() // releases its shards
+	deadline := time.Now().Add(10 * time.Second)
+	for listeners(appB) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the standby took no LISTEN connection within 10s of the active relay's stop (leases: %v)", leaseHolders(t, dbA, sqlstore.Postgres))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	writeEvents(t, dbA, sqlstore.Postgres, "after-takeover")
+	for pub.published() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the relay that took over did not publish a new event within 10s: no notification woke it")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
