@@ -156,9 +156,10 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	// The listener starts at the first claim that does not say the store
 	// hands this relay nothing yet (an empty batch with
-	// Batch.ClaimAgainIn): a relay that stands by (sqlstore's
+	// Batch.ClaimAgainIn): a relay that starts as a standby (sqlstore's
 	// StoreConfig.MaxActiveRelays) has nothing to be woken for, and holds
-	// no connection for it, until it takes shards over.
+	// no connection for it, until it takes shards over. Once started, the
+	// listener runs until Run returns.
 	listenCtx, stopListening := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()

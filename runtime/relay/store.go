@@ -53,8 +53,8 @@ type Batch struct {
 	// [Relay.Run] then claims again after at most ClaimAgainIn, and it
 	// starts listening ([Notifier]) only at its first claim that returns
 	// messages or no hint: until then there is nothing a notification
-	// would wake it for, and a relay that stands by holds no listening
-	// connection. Zero means no hint.
+	// would wake it for, and a relay that starts as a standby holds no
+	// listening connection until it is handed work. Zero means no hint.
 	ClaimAgainIn time.Duration
 }
 
