@@ -164,7 +164,9 @@
 // error, naming the first failed message: outbox_id, topic, event_id,
 // event_type, messages, published, permanent, error, attempt, and backoff
 // when the relay backs off), "relay: batch failed" (the store failed: error, claimed,
-// published, attempt, backoff), "relay: listen failed", "relay: release
+// published, attempt, backoff), "relay: listen failed", "relay: wake
+// request failed, polling" (once per streak of failures; Debug for the
+// rest of the streak, Info when a request succeeds again), "relay: release
 // failed", "relay: shutdown timeout exceeded, batch released". Info: start
 // and stop, and a store that cannot notify. Debug: each published batch.
 // [Config.OnBatch] receives a [BatchResult] after every batch, for metrics:

@@ -195,6 +195,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	failures := 0            // consecutive failed batches
 	var lastFound time.Time  // the last claim that found messages
 	requested := false       // the store was asked to wake this relay
+	wakeFailed := false      // the last wake request failed (warned once)
 	var next *aheadBatch     // a batch claimed while the last one was published
 	var marking *pendingMark // the last batch's mark, running in the background
 	defer func() {
@@ -275,7 +276,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case time.Since(lastFound) < r.cfg.ActivePeriod:
 			wait = min(wait, r.cfg.ActivePollInterval)
 		case r.waker != nil && !requested && r.notifying.Load():
-			if r.requestWake(ctx, owner) {
+			if r.requestWake(ctx, owner, &wakeFailed) {
 				requested = true
 				continue // claim once more: a commit may have raced the request
 			}
@@ -291,16 +292,28 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // requestWake asks the store to wake the relay's owner, and reports
-// whether it did.
-func (r *Relay) requestWake(ctx context.Context, owner string) bool {
+// whether it did. A failure is logged at Warn once, then at Debug until a
+// request succeeds again (logged at Info): the relay asks again each time
+// it goes idle, and a lasting cause (a table migrated without the store's
+// wake-up register, a missing privilege) would otherwise log a warning at
+// every poll. failed carries the streak between calls.
+func (r *Relay) requestWake(ctx context.Context, owner string, failed *bool) bool {
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
 	err := r.waker.RequestWake(rctx, owner)
 	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("relay: wake request failed, polling", errAttr(err))
-		}
+	switch {
+	case err != nil && ctx.Err() != nil:
 		return false
+	case err != nil && !*failed:
+		*failed = true
+		r.log.Warn("relay: wake request failed, polling", errAttr(err))
+		return false
+	case err != nil:
+		r.log.Debug("relay: wake request failed again, polling", errAttr(err))
+		return false
+	case *failed:
+		*failed = false
+		r.log.Info("relay: wake request succeeded again")
 	}
 	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ type wakingStore struct {
 	unsupported bool // Listen reports errors.ErrUnsupported
 
 	mu       sync.Mutex
+	wakeErr  error    // when set, RequestWake fails with it (logged as "request-failed")
 	log      []string // "claim:<n messages>" and "request:<owner>"
 	owners   map[string]bool
 	notify   func()
@@ -60,10 +62,14 @@ func (s *wakingStore) Claim(ctx context.Context, req relay.ClaimRequest) (relay.
 
 func (s *wakingStore) RequestWake(ctx context.Context, owner string) error {
 	s.mu.Lock()
-	known := s.owners[owner]
+	known, wakeErr := s.owners[owner], s.wakeErr
 	s.mu.Unlock()
 	if !known {
 		return errors.New("wake requested for an owner that never claimed")
+	}
+	if wakeErr != nil {
+		s.record("request-failed")
+		return wakeErr
 	}
 	s.record("request")
 	return nil
@@ -294,5 +300,67 @@ func TestStandbyListensOnlyOnceHandedWork(t *testing.T) {
 			t.Fatal("the listener's notification did not wake the relay")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestFailingWakeRequestsWarnOncePerStreak: a relay asks for a wake-up each
+// time it goes idle, so a lasting failure (the wake-up register missing
+// from a table migrated by hand, say) would log a warning at every poll.
+// The first failure of a streak is a warning; the relay keeps polling, logs
+// the rest of the streak at Debug, and Info when a request succeeds again;
+// a new streak warns again.
+func TestFailingWakeRequestsWarnOncePerStreak(t *testing.T) {
+	mem := &runtimetest.MemoryStore{}
+	store := newWakingStore(mem)
+	store.wakeErr = errors.New(`relation "outbox_messages_wake" does not exist`)
+	var logs runtimetest.LogBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
+		Level: slog.LevelInfo,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	r, err := relay.New(store, &fakePublisher{}, relay.Config{
+		PollInterval: time.Millisecond, ActivePeriod: time.Millisecond, ActivePollInterval: time.Millisecond, Logger: logger,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not start(): it waits for Running, which this Listen never signals.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v", err)
+		}
+	})
+	warning := `level=WARN msg="relay: wake request failed, polling" error="relation \"outbox_messages_wake\" does not exist"`
+	recovered := `level=INFO msg="relay: wake request succeeded again"`
+	lines := func(line string) int { return strings.Count("\n"+logs.String(), "\n"+line+"\n") }
+	store.until(t, "5 failed wake requests", func(log []string) bool { return count(log, "request-failed") >= 5 })
+	if n := lines(warning); n != 1 {
+		t.Fatalf("%d warnings after 5 failed wake requests, want 1; logs:\n%s", n, logs.String())
+	}
+	store.mu.Lock()
+	store.wakeErr = nil
+	store.mu.Unlock()
+	store.until(t, "a wake request", func(log []string) bool { return count(log, "request") >= 1 })
+	if n := lines(recovered); n != 1 {
+		t.Fatalf("%d %q lines after the request succeeded, want 1; logs:\n%s", n, recovered, logs.String())
+	}
+	// It asks again once a claim has found messages, and fails again.
+	store.mu.Lock()
+	store.wakeErr = errors.New("connection reset")
+	store.mu.Unlock()
+	failed := count(store.entries(), "request-failed")
+	mem.Add(newMessage(1, "orders"))
+	store.until(t, "a new streak of failed wake requests", func(log []string) bool { return count(log, "request-failed") >= failed+3 })
+	if n := lines(`level=WARN msg="relay: wake request failed, polling" error="connection reset"`); n != 1 {
+		t.Fatalf("%d warnings for the second streak, want 1; logs:\n%s", n, logs.String())
 	}
 }
