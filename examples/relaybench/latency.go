@@ -109,7 +109,8 @@ func (b *bench) latencySection(ctx context.Context) error {
 	p50s, p99s, maxs, rates := newResults(), newResults(), newResults(), newResults()
 	total := 0
 	for rep := range o.reps {
-		for _, p := range paths {
+		for i := range paths {
+			p := paths[(i+rep)%len(paths)] // rotated, as the relay section's
 			b.progress("latency rep %d: %s", rep+1, p.label)
 			lat, rate, err := b.runLatency(ctx, p)
 			if err != nil {

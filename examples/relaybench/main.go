@@ -5,7 +5,9 @@
 // against the local PostgreSQL (it creates and drops its own schema; nothing
 // else in the database is touched) and an in-process Kafka-protocol broker
 // (kfake), repeats every measurement -reps times interleaved (repetition 1
-// of every path, then repetition 2, ...), and prints Markdown tables with the
+// of every path, then repetition 2, ...; in the relay and latency sections
+// each repetition starts one path further on, so no path always runs
+// first), and prints Markdown tables with the
 // median, the spread (min – max) and each repetition, and the ratios between
 // paths computed per repetition (their median and spread). kfake keeps
 // every record in memory, so the broker acknowledges the relays' records
