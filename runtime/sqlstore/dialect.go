@@ -182,9 +182,8 @@ type dialect interface {
 // adding its payload sizes up row by row (see Store.selectClaimable).
 type smallClaimer interface {
 	// claimSmallQuery returns the SELECT of the claimable rows, as
-	// claimQuery does, of the first limit claimable rows those up to
-	// and including the first whose payload is larger than small bytes
-	// (all of them when none is).
+	// claimQuery does, of the first limit claimable rows, with NULL for
+	// a payload larger than small bytes.
 	claimSmallQuery(t storeTables, filter string, limit int, small int64) (string, []any)
 }
 

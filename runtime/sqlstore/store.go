@@ -967,9 +967,10 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 // The byte cap is kept without adding payload sizes up row by row where
 // the dialect can (a running sum cost PostgreSQL about a third of each
 // 1,000-row claim): a "small" payload is one of at most maxBytes/limit
-// bytes, and any limit-1 small payloads together stay under maxBytes, so
-// the claim reads the rows up to the first large one only. When that
-// large row cut the batch short, the claim is read again with the
+// bytes, and any limit small payloads together stay within maxBytes, so
+// a claim that meets only small payloads is the batch. The database
+// sends a large payload as NULL (so that no more than maxBytes of
+// payload cross the wire); a claim that meets one is read again with the
 // running sum, and claims keep the sum until one meets no large row.
 func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []int64, limit int, maxBytes int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, err error) {
 	if maxBytes <= 0 {
@@ -989,19 +990,17 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []
 	sc, canCut := s.dialect.(smallClaimer)
 	if canCut && !s.largeRows.Load() {
 		q, args := sc.claimSmallQuery(s.tables, filter, limit, small)
-		msgs, alive, _, err := s.readClaim(ctx, q, append(args, exclArgs...), limit, small, sizeHint)
+		msgs, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), true, limit, small, sizeHint)
 		if err != nil {
 			return nil, 0, err
 		}
-		n := len(msgs)
-		if n == 0 || n == limit || int64(len(msgs[n-1].Payload)) <= small {
+		if large == 0 {
 			return msgs, alive, nil
 		}
-		// A large payload cut the batch short: more rows may fit.
 		s.largeRows.Store(true)
 	}
 	q, args := s.dialect.claimQuery(s.tables, filter, limit, maxBytes)
-	msgs, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), limit, small, sizeHint)
+	msgs, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), false, limit, small, sizeHint)
 	if err == nil && canCut && large == 0 {
 		s.largeRows.Store(false)
 	}
@@ -1014,8 +1013,10 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []
 const claimArgs = 2
 
 // readClaim runs a claim query and decodes its rows; large counts the
-// payloads larger than small.
-func (s *Store) readClaim(ctx context.Context, q string, args []any, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, large int, err error) {
+// payloads larger than small. When cut is set, the query sends a large
+// payload as NULL (claimSmallQuery): readClaim stops at the first, with
+// large 1 and the rows before it.
+func (s *Store) readClaim(ctx context.Context, q string, args []any, cut bool, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, large int, err error) {
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("sqlstore: claim: select pending: %w", err)
@@ -1027,12 +1028,17 @@ func (s *Store) readClaim(ctx context.Context, q string, args []any, limit int, 
 		}
 		var (
 			r       RowValues
+			payload sql.Null[[]byte]
 			headers sql.NullString
 		)
 		if err := rows.Scan(&r.ID, &r.EventID, &r.EventType, &r.EventVersion, &r.AggregateType, &r.AggregateID,
-			&r.Topic, &r.Payload, &headers, &r.OccurredAt, &r.CreatedAt, &r.Attempts, &alive); err != nil {
+			&r.Topic, &payload, &headers, &r.OccurredAt, &r.CreatedAt, &r.Attempts, &alive); err != nil {
 			return nil, 0, 0, fmt.Errorf("sqlstore: claim: scan: %w", err)
 		}
+		if cut && !payload.Valid {
+			return msgs, alive, 1, nil
+		}
+		r.Payload = payload.V
 		if int64(len(r.Payload)) > small {
 			large++
 		}
