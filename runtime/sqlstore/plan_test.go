@@ -102,3 +102,52 @@ func literal(t *testing.T, v any) string {
 	t.Fatalf("no literal for %T", v)
 	return ""
 }
+
+// pendingScan matches a plan's scan of the outbox's pending index.
+var pendingScan = regexp.MustCompile(`Index (Only )?Scan using ` + sqlstore.DefaultTable + `_pending on`)
+
+// TestPostgresClaimScansThePendingIndexOnce checks the plan of the claim
+// a relay runs at every batch while payloads are small: one scan of the
+// pending index. In a long drain each scan also steps over the index
+// entries of every row marked since the last vacuum, so a second scan (a
+// sub-select finding the first large payload, as the claim once had)
+// doubles that cost.
+func TestPostgresClaimScansThePendingIndexOnce(t *testing.T) {
+	ctx := context.Background()
+	db := migrated(t, sqlstore.Postgres)
+	writeEvents(t, db, sqlstore.Postgres, "a1", "a2", "a3")
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// On three rows a sequential scan is cheaper: the plan of a long
+	// drain's outbox reads the index.
+	if _, err := conn.ExecContext(ctx, `SET enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	st := sqlstore.PostgresStatements("owner-1")["claim small"]
+	rows, err := conn.QueryContext(ctx, "EXPLAIN "+st.SQL, st.Args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	scans := 0
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+		if pendingScan.MatchString(line) {
+			scans++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if scans != 1 {
+		t.Errorf("the claim scans the pending index %d times, want 1:\n%s", scans, strings.Join(plan, "\n"))
+	}
+}

@@ -990,7 +990,7 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []
 	sc, canCut := s.dialect.(smallClaimer)
 	if canCut && !s.largeRows.Load() {
 		q, args := sc.claimSmallQuery(s.tables, filter, limit, small)
-		msgs, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), true, limit, small, sizeHint)
+		msgs, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), limit, small, sizeHint)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -1000,7 +1000,7 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []
 		s.largeRows.Store(true)
 	}
 	q, args := s.dialect.claimQuery(s.tables, filter, limit, maxBytes)
-	msgs, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), false, limit, small, sizeHint)
+	msgs, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), limit, small, sizeHint)
 	if err == nil && canCut && large == 0 {
 		s.largeRows.Store(false)
 	}
@@ -1013,10 +1013,10 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []
 const claimArgs = 2
 
 // readClaim runs a claim query and decodes its rows; large counts the
-// payloads larger than small. When cut is set, the query sends a large
-// payload as NULL (claimSmallQuery): readClaim stops at the first, with
-// large 1 and the rows before it.
-func (s *Store) readClaim(ctx context.Context, q string, args []any, cut bool, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, large int, err error) {
+// payloads larger than small. A NULL payload is a large one that
+// claimSmallQuery left out (the column is NOT NULL): readClaim stops at
+// the first, with large 1 and the rows before it.
+func (s *Store) readClaim(ctx context.Context, q string, args []any, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, large int, err error) {
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("sqlstore: claim: select pending: %w", err)
@@ -1038,7 +1038,7 @@ func (s *Store) readClaim(ctx context.Context, q string, args []any, cut bool, l
 			&r.Topic, &payload, &headers, &r.OccurredAt, &r.CreatedAt, &r.Attempts, &alive); err != nil {
 			return nil, 0, 0, fmt.Errorf("sqlstore: claim: scan: %w", err)
 		}
-		if cut && !payload.Valid {
+		if !payload.Valid {
 			return msgs, alive, 1, nil
 		}
 		r.Payload = payload.V
