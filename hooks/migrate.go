@@ -2,6 +2,7 @@ package hooks
 
 import (
 	"context"
+	"fmt"
 
 	"gorm.io/gorm"
 
@@ -13,8 +14,12 @@ import (
 // transaction of db (a savepoint when db is a transaction already, as a
 // migration tool's step is), in db's dialect: [sqlstore.MigrateOutboxTx]
 // for a GORM database. It is safe to run on every start. An empty table
-// means [sqlstore.DefaultTable].
+// means [sqlstore.DefaultTable]. A nil db is an error wrapping
+// [sqlstore.ErrInvalidConfig].
 func Migrate(ctx context.Context, db *gorm.DB, table string) error {
+	if db == nil || db.Dialector == nil {
+		return fmt.Errorf("hooks: migrate: %w: nil *gorm.DB", sqlstore.ErrInvalidConfig)
+	}
 	d, err := sqlstore.ParseDialect(db.Dialector.Name())
 	if err != nil {
 		return err

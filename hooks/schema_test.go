@@ -116,3 +116,10 @@ func TestMigrateInTransaction(t *testing.T) {
 		t.Errorf("the outbox table outlived the rolled-back transaction that migrated it")
 	}
 }
+
+// TestMigrateNilDB: a nil *gorm.DB is a typed error, not a panic.
+func TestMigrateNilDB(t *testing.T) {
+	if err := hooks.Migrate(context.Background(), nil, ""); !errors.Is(err, sqlstore.ErrInvalidConfig) {
+		t.Fatalf("Migrate(nil) = %v, want an error wrapping sqlstore.ErrInvalidConfig", err)
+	}
+}

@@ -138,11 +138,11 @@ func TestNewDefaults(t *testing.T) {
 }
 
 func TestNewNilArguments(t *testing.T) {
-	if _, err := relay.New(nil, &fakePublisher{}, relay.Config{}); err == nil {
-		t.Error("New(nil store) = nil error, want an error")
+	if _, err := relay.New(nil, &fakePublisher{}, relay.Config{}); !errors.Is(err, relay.ErrInvalidConfig) {
+		t.Errorf("New(nil store) = %v, want an error wrapping ErrInvalidConfig", err)
 	}
-	if _, err := relay.New(&runtimetest.MemoryStore{}, nil, relay.Config{}); err == nil {
-		t.Error("New(nil publisher) = nil error, want an error")
+	if _, err := relay.New(&runtimetest.MemoryStore{}, nil, relay.Config{}); !errors.Is(err, relay.ErrInvalidConfig) {
+		t.Errorf("New(nil publisher) = %v, want an error wrapping ErrInvalidConfig", err)
 	}
 }
 

@@ -72,8 +72,8 @@ type Relay struct {
 
 // New returns a relay that claims messages from store and publishes them with
 // pub. It applies the defaults documented on [Config] and returns an error
-// wrapping [ErrInvalidConfig] when cfg is invalid (see [Config.Validate]), or
-// an error when store or pub is nil.
+// wrapping [ErrInvalidConfig] when cfg is invalid (see [Config.Validate]) or
+// store or pub is nil.
 //
 // If store also implements [Notifier], [Relay.Run] listens for its
 // notifications and polls less often (see [Config.PollInterval]).
@@ -81,10 +81,10 @@ type Relay struct {
 // The relay never closes pub; the caller does, after Run has returned.
 func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 	if store == nil {
-		return nil, errors.New("relay: nil store")
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
 	}
 	if pub == nil {
-		return nil, errors.New("relay: nil publisher")
+		return nil, fmt.Errorf("%w: nil publisher", ErrInvalidConfig)
 	}
 	notifier, _ := store.(Notifier)
 	pollDefaulted := cfg.PollInterval == 0

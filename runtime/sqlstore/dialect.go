@@ -70,6 +70,9 @@ var driverPackages = []struct {
 // wrapping [ErrUnsupportedDialect]: then name the dialect yourself
 // ([StoreConfig.Dialect], [ParseDialect]).
 func DialectOf(db *sql.DB) (Dialect, error) {
+	if db == nil {
+		return "", errNilDB
+	}
 	t := reflect.TypeOf(db.Driver())
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()

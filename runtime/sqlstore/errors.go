@@ -1,12 +1,24 @@
 package sqlstore
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // ErrInvalidTable is wrapped by the errors of [CheckTable] and of every
 // function and constructor that takes a table name, when the name is not a
 // plain SQL identifier (optionally schema-qualified) within its length
 // limit.
 var ErrInvalidTable = errors.New("sqlstore: invalid table name")
+
+// ErrInvalidConfig is wrapped by the errors of [StoreConfig.Validate],
+// [PartitionConfig.Validate], [NewStore], [NewRetention] and the functions
+// that take a *sql.DB, for a configuration they reject (a negative
+// duration, a nil database, ...). The error text names the field.
+var ErrInvalidConfig = errors.New("sqlstore: invalid config")
+
+// errNilDB is the error of a function given a nil *sql.DB.
+var errNilDB = fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
 
 // ErrUnsupportedDialect is wrapped by the errors of [ParseDialect],
 // [DialectOf] and every function and constructor that takes a dialect, for

@@ -81,6 +81,9 @@ func InboxDDL(d Dialect, table string) ([]string, error) {
 // [DialectOf] db; an empty table means [InboxDefaultTable]. Several
 // consumers may share one table.
 func MigrateInbox(ctx context.Context, db *sql.DB, d Dialect, table string) error {
+	if db == nil {
+		return errNilDB
+	}
 	if d == "" {
 		var err error
 		if d, err = DialectOf(db); err != nil {

@@ -76,11 +76,11 @@ func (c *PartitionConfig) setDefaults() {
 func (c PartitionConfig) Validate() error {
 	switch {
 	case c.Interval != 0 && c.Interval < time.Minute:
-		return fmt.Errorf("sqlstore: partition config: Interval %v is shorter than a minute", c.Interval)
+		return fmt.Errorf("%w: partition: Interval %v is shorter than a minute", ErrInvalidConfig, c.Interval)
 	case c.Interval%time.Millisecond != 0:
-		return fmt.Errorf("sqlstore: partition config: Interval %v is not a whole number of milliseconds", c.Interval)
+		return fmt.Errorf("%w: partition: Interval %v is not a whole number of milliseconds", ErrInvalidConfig, c.Interval)
 	case c.Ahead < 0 || c.LockTimeout < 0:
-		return errors.New("sqlstore: partition config: Ahead and LockTimeout must not be negative")
+		return fmt.Errorf("%w: partition: Ahead and LockTimeout must not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -145,6 +145,9 @@ func partitionName(table string, start time.Time) string {
 // [NewWriter] and [NewRetention] need nothing more. An empty table means
 // [DefaultTable].
 func MigratePartitionedOutbox(ctx context.Context, db *sql.DB, table string, cfg PartitionConfig) error {
+	if db == nil {
+		return errNilDB
+	}
 	if table == "" {
 		table = DefaultTable
 	}

@@ -125,11 +125,11 @@ type Retention struct {
 func NewRetention(store *Store, cfg RetentionConfig) (*Retention, error) {
 	switch {
 	case store == nil && cfg.Inbox == nil:
-		return nil, errors.New("sqlstore: retention: neither a store nor an inbox to prune")
+		return nil, fmt.Errorf("%w: retention: neither a store nor an inbox to prune", ErrInvalidConfig)
 	case (cfg.Inbox == nil) != (cfg.InboxDB == nil):
-		return nil, errors.New("sqlstore: retention: Inbox and InboxDB go together")
+		return nil, fmt.Errorf("%w: retention: Inbox and InboxDB go together", ErrInvalidConfig)
 	case cfg.PublishedAge < 0 || cfg.InboxAge < 0 || cfg.Interval < 0 || cfg.BatchSize < 0 || cfg.BatchPause < 0:
-		return nil, errors.New("sqlstore: retention: PublishedAge, InboxAge, Interval, BatchSize and BatchPause must not be negative")
+		return nil, fmt.Errorf("%w: retention: PublishedAge, InboxAge, Interval, BatchSize and BatchPause must not be negative", ErrInvalidConfig)
 	}
 	if err := cfg.Partitions.Validate(); err != nil {
 		return nil, fmt.Errorf("sqlstore: retention: %w", err)

@@ -154,6 +154,9 @@ func OutboxDDL(d Dialect, table string) ([]string, error) {
 // serialised by an advisory lock. It is safe to run on every start. An
 // empty d means [DialectOf] db; an empty table means [DefaultTable].
 func MigrateOutbox(ctx context.Context, db *sql.DB, d Dialect, table string) error {
+	if db == nil {
+		return errNilDB
+	}
 	if d == "" {
 		var err error
 		if d, err = DialectOf(db); err != nil {

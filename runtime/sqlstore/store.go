@@ -136,13 +136,14 @@ func (c *StoreConfig) setDefaults() {
 	}
 }
 
-// Validate reports whether the configuration is usable.
+// Validate reports whether the configuration is usable: an error wrapping
+// [ErrInvalidConfig] (or [ErrInvalidTable]) names the field it rejects.
 func (c StoreConfig) Validate() error {
 	switch {
 	case c.RetryDelay < 0 || c.MaxRetryDelay < 0 || c.MaxAttempts < 0 || c.LeaseTTL < 0 || c.MaxActiveRelays < 0:
-		return fmt.Errorf("sqlstore: store config: RetryDelay, MaxRetryDelay, MaxAttempts, LeaseTTL and MaxActiveRelays must not be negative")
+		return fmt.Errorf("%w: store: RetryDelay, MaxRetryDelay, MaxAttempts, LeaseTTL and MaxActiveRelays must not be negative", ErrInvalidConfig)
 	case c.LeaseTTL > 0 && c.LeaseTTL < 100*time.Millisecond:
-		return fmt.Errorf("sqlstore: store config: LeaseTTL %v is shorter than 100ms", c.LeaseTTL)
+		return fmt.Errorf("%w: store: LeaseTTL %v is shorter than 100ms", ErrInvalidConfig, c.LeaseTTL)
 	case c.Table != "":
 		return CheckTable(c.Table, MaxOutboxTableName)
 	}
@@ -281,6 +282,9 @@ var (
 // error wrapping [ErrInvalidTable] or [ErrUnsupportedDialect] for a bad
 // table name or dialect.
 func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("sqlstore: store: %w", errNilDB)
+	}
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -1,0 +1,46 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+// TestInvalidConfigIsTyped: every configuration the package rejects, and a
+// nil *sql.DB, is an error wrapping ErrInvalidConfig that names the field;
+// none panics (NewStore(nil, ...) used to, in DialectOf).
+func TestInvalidConfigIsTyped(t *testing.T) {
+	ctx := context.Background()
+	retention := func(cfg sqlstore.RetentionConfig) error {
+		_, err := sqlstore.NewRetention(nil, cfg)
+		return err
+	}
+	cases := []struct {
+		name, field string
+		err         error
+	}{
+		{"NewStore nil db", "nil *sql.DB", func() error { _, err := sqlstore.NewStore(nil, sqlstore.StoreConfig{}); return err }()},
+		{"DialectOf nil db", "nil *sql.DB", func() error { _, err := sqlstore.DialectOf(nil); return err }()},
+		{"MigrateOutbox nil db", "nil *sql.DB", sqlstore.MigrateOutbox(ctx, nil, "", "")},
+		{"MigrateOutbox nil db with dialect", "nil *sql.DB", sqlstore.MigrateOutbox(ctx, nil, sqlstore.Postgres, "")},
+		{"MigrateInbox nil db", "nil *sql.DB", sqlstore.MigrateInbox(ctx, nil, sqlstore.SQLite, "")},
+		{"MigratePartitionedOutbox nil db", "nil *sql.DB", sqlstore.MigratePartitionedOutbox(ctx, nil, "", sqlstore.PartitionConfig{})},
+		{"negative LeaseTTL", "LeaseTTL", sqlstore.StoreConfig{LeaseTTL: -time.Second}.Validate()},
+		{"negative MaxActiveRelays", "MaxActiveRelays", sqlstore.StoreConfig{MaxActiveRelays: -1}.Validate()},
+		{"short LeaseTTL", "LeaseTTL", sqlstore.StoreConfig{LeaseTTL: time.Millisecond}.Validate()},
+		{"partition Interval", "Interval", sqlstore.PartitionConfig{Interval: time.Second}.Validate()},
+		{"partition Ahead", "Ahead", sqlstore.PartitionConfig{Ahead: -1}.Validate()},
+		{"retention nothing to prune", "neither a store nor an inbox", retention(sqlstore.RetentionConfig{})},
+		{"retention negative age", "PublishedAge", retention(sqlstore.RetentionConfig{PublishedAge: -time.Hour, Inbox: &sqlstore.Inbox{}, InboxDB: &sql.DB{}})},
+	}
+	for _, c := range cases {
+		if !errors.Is(c.err, sqlstore.ErrInvalidConfig) || !strings.Contains(c.err.Error(), c.field) {
+			t.Errorf("%s: error %v; want one wrapping ErrInvalidConfig that names %q", c.name, c.err, c.field)
+		}
+	}
+}
