@@ -37,7 +37,12 @@ type PublisherConfig struct {
 	// [Subscriber.SubscribeInitialize] get explicit settings instead.
 	//
 	// Default: false; publishing to a missing topic fails after the writer's
-	// retries with kafka.UnknownTopicOrPartition.
+	// retries with an error wrapping kafka.UnknownTopicOrPartition that says
+	// so (the relay logs it and retries; the events wait in the outbox until
+	// the topic exists). Create topics before the relay publishes to them,
+	// with the partition count the consumers need: a producer deployed
+	// before its consumers otherwise publishes nothing until they subscribe
+	// ([Subscriber.SubscribeInitialize] creates a topic it does not find).
 	AllowAutoTopicCreation bool
 
 	// BatchSize is the most records the writer puts in one produce request for
@@ -312,7 +317,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 				if e == nil {
 					continue
 				}
-				e = fmt.Errorf("kafka: publish to topic %q: %w", topic, e)
+				e = p.missingTopic(fmt.Errorf("kafka: publish to topic %q: %w", topic, e))
 				if permanent(e) {
 					e = runtime.Permanent(e)
 				}
@@ -320,7 +325,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			}
 			return fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, perMessage)
 		}
-		err = fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, err)
+		err = p.missingTopic(fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, err))
 		if permanent(err) {
 			return &runtime.PermanentError{Err: err}
 		}
@@ -332,6 +337,17 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		"duration": time.Since(start),
 	})
 	return nil
+}
+
+// missingTopic adds what to do to err when it says that the topic does not
+// exist and the writer may not have the broker create it: the relay logs
+// it at every attempt, and the events wait in the outbox until the topic
+// exists.
+func (p *Publisher) missingTopic(err error) error {
+	if p.cfg.AllowAutoTopicCreation || !errors.Is(err, kafka.UnknownTopicOrPartition) {
+		return err
+	}
+	return fmt.Errorf("%w (create the topic with the partitions it needs, or set kafka.PublisherConfig.AllowAutoTopicCreation)", err)
 }
 
 // writeContext returns a context that is done when the context of any of msgs

@@ -444,3 +444,30 @@ func TestPublishReportsPerMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishToAMissingTopicSaysWhatToDo: with the default config a
+// publish to a topic that does not exist fails (the relay retries it, and
+// the events wait in the outbox) with an error that wraps kafka-go's
+// UnknownTopicOrPartition and says how to fix it; with
+// AllowAutoTopicCreation the broker creates the topic and the publish
+// succeeds.
+func TestPublishToAMissingTopicSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.NewCluster(t)
+	pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers, MaxAttempts: 1})
+	err := pub.Publish("never-created", newEvent("order-1", "1"))
+	if !errors.Is(err, kafkago.UnknownTopicOrPartition) {
+		t.Fatalf("Publish to a missing topic = %v; want an error wrapping UnknownTopicOrPartition", err)
+	}
+	if runtime.IsPermanent(err) {
+		t.Errorf("Publish to a missing topic = %v; want a retryable error (the topic may be created later)", err)
+	}
+	if !strings.Contains(err.Error(), "AllowAutoTopicCreation") {
+		t.Errorf("Publish to a missing topic = %q; want it to name AllowAutoTopicCreation", err)
+	}
+
+	auto := newPublisher(t, kafka.PublisherConfig{Brokers: brokers, AllowAutoTopicCreation: true})
+	if err := auto.Publish("created-on-publish", newEvent("order-1", "1")); err != nil {
+		t.Fatalf("Publish with AllowAutoTopicCreation = %v", err)
+	}
+}

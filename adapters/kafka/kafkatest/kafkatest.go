@@ -41,8 +41,10 @@ type Config struct {
 	Brokers int
 
 	// Partitions is the partition count of topics created without one: by a
-	// producer's auto-creation or by CreateTopics with -1 partitions. Topics
-	// may always be auto-created.
+	// producer's auto-creation or by CreateTopics with -1 partitions. The
+	// cluster lets a client auto-create any topic; a kafka.Publisher asks
+	// for it only with kafka.PublisherConfig.AllowAutoTopicCreation
+	// (a kafka.Subscriber creates the topics it subscribes to).
 	//
 	// Default: 4.
 	Partitions int
