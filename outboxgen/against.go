@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -25,6 +26,9 @@ type againstError struct {
 	Reason string
 	// Err is the underlying error (git's output), if any.
 	Err error
+	// NotAtRevision reports that the revision exists but the schema did
+	// not exist there: the schema is new, which [againstCheck] accepts.
+	NotAtRevision bool
 }
 
 func (e *againstError) Error() string {
@@ -43,9 +47,16 @@ func (e *againstError) Unwrap() error { return e.Err }
 
 // againstCheck reads the schema as it is at against — an existing file, or
 // else a git revision of the repository holding path — and returns the
-// differences [check.Against] reports between it and f.
+// differences [check.Against] reports between it and f. A schema that did
+// not exist at the revision is new: nothing was released from it there,
+// so there is nothing to compare (its versions are checked with each other
+// and the lock file as always).
 func againstCheck(f *schema.File, path, against string) (schema.ErrorList, error) {
 	data, oldPath, err := readAgainst(path, against)
+	var ae *againstError
+	if errors.As(err, &ae) && ae.NotAtRevision {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +98,7 @@ func readAgainst(path, against string) ([]byte, string, error) {
 		return nil, "", &againstError{Against: against, Path: path, Rel: rel, Reason: "neither a file nor a revision of the repository " + top}
 	}
 	if _, err := git(top, "cat-file", "-e", "--end-of-options", against+":"+rel); err != nil {
-		return nil, "", &againstError{Against: against, Path: path, Rel: rel, Reason: rel + " does not exist at that revision"}
+		return nil, "", &againstError{Against: against, Path: path, Rel: rel, Reason: rel + " does not exist at that revision", NotAtRevision: true}
 	}
 	out, err := git(top, "show", "--end-of-options", against+":"+rel)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -177,8 +178,10 @@ func TestAgainstCompatible(t *testing.T) {
 	}
 }
 
-// TestAgainstMissing: a revision that does not exist, and a schema that did
-// not exist at the revision, are typed errors naming both.
+// TestAgainstMissing: a revision that does not exist is a typed error
+// naming both it and the schema; a schema that did not exist at the
+// revision is one too, marked NotAtRevision (which run accepts, see
+// TestAgainstNewSchema).
 func TestAgainstMissing(t *testing.T) {
 	t.Parallel()
 	path := gitRepo(t, againstV1)
@@ -187,7 +190,7 @@ func TestAgainstMissing(t *testing.T) {
 		t.Errorf("unknown revision: exit %d: %s", code, stderr)
 	}
 	var ae *againstError
-	if _, _, err := readAgainst(path, "no-such-branch"); !errors.As(err, &ae) || ae.Against != "no-such-branch" || ae.Rel != "svc/events.yaml" {
+	if _, _, err := readAgainst(path, "no-such-branch"); !errors.As(err, &ae) || ae.Against != "no-such-branch" || ae.Rel != "svc/events.yaml" || ae.NotAtRevision {
 		t.Errorf("readAgainst(unknown revision) = %#v", err)
 	}
 
@@ -196,7 +199,7 @@ func TestAgainstMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err := readAgainst(other, "HEAD")
-	if !errors.As(err, &ae) || ae.Against != "HEAD" || ae.Rel != "svc/more.yaml" {
+	if !errors.As(err, &ae) || ae.Against != "HEAD" || ae.Rel != "svc/more.yaml" || !ae.NotAtRevision {
 		t.Fatalf("readAgainst(new file) = %#v", err)
 	}
 	if msg := err.Error(); !strings.Contains(msg, "svc/more.yaml does not exist at that revision") || !strings.Contains(msg, other) {
@@ -209,5 +212,150 @@ func TestAgainstMissing(t *testing.T) {
 	}
 	if _, _, err := readAgainst(outside, "HEAD"); !errors.As(err, &ae) || !strings.Contains(err.Error(), "not a file, and the schema is not in a git repository") {
 		t.Errorf("readAgainst outside a repository = %v", err)
+	}
+}
+
+// constraintSchema is the new-user trial's schema: three compatible
+// versions of OrderPlaced, to which the tests add a v4 (and v5) that change
+// constraints.
+const constraintSchema = `outboxgen: 1
+package: orders
+events:
+  OrderPlaced:
+    type: orders.order_placed
+    aggregate: Order
+    versions:
+      1:
+        fields:
+          first_name: string
+          quantity: int64
+      2:
+        fields:
+          first_name: string
+          quantity: int64
+          note: {type: string, optional: true}
+      3:
+        fields:
+          first_name: string
+          quantity: int64
+          note: {type: string, optional: true}
+`
+
+// constraintV4 tightens first_name and quantity: the v4 decoder would
+// reject v1 to v3 payloads once upcast.
+const constraintV4 = `      4:
+        fields:
+          first_name: {type: string, max_length: 5}
+          quantity: {type: int64, min: 1}
+          note: {type: string, optional: true}
+`
+
+// TestAgainstConstraintTightened: a new version that tightens constraints
+// fails -check and -against (FIELD_CONSTRAINT, backward, at the fields);
+// so does a released version whose constraint was tightened in place,
+// with the lock file regenerated.
+func TestAgainstConstraintTightened(t *testing.T) {
+	t.Parallel()
+	path := gitRepo(t, constraintSchema)
+	if err := os.WriteFile(path, []byte(constraintSchema+constraintV4), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// full_transitive: v4 against each of v1, v2 and v3.
+	var want []string
+	for _, c := range []string{`24:11: OrderPlaced v4: FIELD_CONSTRAINT (backward): max_length of "first_name" tightened from none in %[1]s to 5 in v4: v4 rejects values %[1]s may write`,
+		`25:11: OrderPlaced v4: FIELD_CONSTRAINT (backward): min of "quantity" tightened from none in %[1]s to 1 in v4: v4 rejects values %[1]s may write`} {
+		for _, old := range []string{"v1", "v2", "v3"} {
+			want = append(want, "events.yaml:"+fmt.Sprintf(c, old)+"; keep the constraint, or mark the version breaking: true and write the upcaster that makes older values valid")
+		}
+	}
+	for _, args := range [][]string{{"-check"}, {"-against", "HEAD"}} {
+		code, _, stderr := runT(t, nil, append(args, path)...)
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(strings.ReplaceAll(stderr, path, "events.yaml")), "\n") {
+			if strings.Contains(l, "FIELD_CONSTRAINT") {
+				got = append(got, l)
+			}
+		}
+		if code != 1 || !cmp.Equal(want, got) {
+			t.Errorf("%v: exit %d, FIELD_CONSTRAINT lines (-want +got):\n%s\nstderr: %s", args, code, cmp.Diff(want, got), stderr)
+		}
+	}
+	// Marked breaking, v4 starts a new line with a hand-written upcaster.
+	breaking := strings.Replace(constraintV4, "      4:\n", "      4:\n        breaking: true\n", 1)
+	if err := os.WriteFile(path, []byte(constraintSchema+breaking), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runT(t, nil, "-against", "HEAD", path); code != 0 {
+		t.Errorf("breaking v4: exit %d: %s", code, stderr)
+	}
+
+	// Released v3 tightened in place, lock regenerated: -against catches it.
+	inPlace := strings.Replace(constraintSchema, "          quantity: int64\n          note: {type: string, optional: true}\n",
+		"          quantity: int64\n          note: {type: string, optional: true, max_length: 9}\n", 2)
+	inPlace = strings.Replace(inPlace, "note: {type: string, optional: true, max_length: 9}", "note: {type: string, optional: true}", 1)
+	if err := os.WriteFile(path, []byte(inPlace), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(strings.TrimSuffix(path, ".yaml") + ".lock"); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runT(t, nil, "-against", "HEAD", path)
+	want = []string{
+		`events.yaml:17:7: OrderPlaced v3: VERSION_FROZEN: version was released at HEAD and has changed since; revert the change and add a new version instead`,
+		`events.yaml:21:11: OrderPlaced v3: FIELD_CONSTRAINT (backward): max_length of "note" tightened from none in v2 to 9 in v3: v3 rejects values v2 may write; keep the constraint, or mark the version breaking: true and write the upcaster that makes older values valid`,
+		`events.yaml:21:11: OrderPlaced v3: FIELD_CONSTRAINT (backward, against HEAD): max_length of "note" tightened from none in v3 at HEAD to 9 in v3: v3 rejects values v3 at HEAD may write; keep the constraint, or mark the version breaking: true and write the upcaster that makes older values valid`,
+	}
+	got := strings.Split(strings.TrimSpace(strings.ReplaceAll(stderr, path, "events.yaml")), "\n")
+	if diff := cmp.Diff(want, got); code != 1 || diff != "" {
+		t.Errorf("-against HEAD after an in-place change: exit %d (-want +got):\n%s", code, diff)
+	}
+}
+
+// TestAgainstNewSchema: a schema file that did not exist at the revision
+// (new in the pull request) is new, not an error: -against passes, and the
+// usual rules still apply to its versions.
+func TestAgainstNewSchema(t *testing.T) {
+	t.Parallel()
+	path := gitRepo(t, againstV1)
+	other := filepath.Join(filepath.Dir(path), "hand", "events.yaml")
+	if err := os.MkdirAll(filepath.Dir(other), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, []byte(constraintSchema), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runT(t, nil, other); code != 0 {
+		t.Fatalf("generate: exit %d: %s", code, stderr)
+	}
+	for _, args := range [][]string{{"-against", "HEAD"}, {"-check", "-against", "HEAD"}} {
+		if code, _, stderr := runT(t, nil, append(args, other)...); code != 0 || stderr != "" {
+			t.Errorf("%v on a new schema: exit %d: %s", args, code, stderr)
+		}
+	}
+	if err := os.WriteFile(other, []byte(constraintSchema+constraintV4), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runT(t, nil, "-against", "HEAD", other)
+	if code != 1 || !strings.Contains(stderr, "FIELD_CONSTRAINT (backward)") || strings.Contains(stderr, "does not exist") {
+		t.Errorf("-against HEAD on a new schema with a broken rule: exit %d: %s", code, stderr)
+	}
+}
+
+// TestAgainstSyntaxError: a schema that does not parse is reported with
+// its parse error only, compared with neither the lock file nor the
+// revision (whose released versions would all seem gone).
+func TestAgainstSyntaxError(t *testing.T) {
+	t.Parallel()
+	path := gitRepo(t, againstV1)
+	broken := strings.Replace(againstV1, "          amount: int64\n", "          amount: {type: int64\n", 1)
+	if err := os.WriteFile(path, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"-check"}, {"-against", "HEAD"}, {}} {
+		code, _, stderr := runT(t, nil, append(args, path)...)
+		want := "events.yaml:13:19: syntax error: did not find expected ',' or '}'\n"
+		if got := strings.ReplaceAll(stderr, path, "events.yaml"); code != 1 || got != want {
+			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", args, code, got, want)
+		}
 	}
 }

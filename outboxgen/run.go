@@ -114,7 +114,9 @@ func processSchema(gen *codegen.Generator, path string, opt options, stdout, std
 		return fail(fmt.Errorf("outboxgen: %w", err))
 	}
 	problems = append(problems, check.Check(f, lock, check.Options{Release: opt.release, LockPath: filepath.Base(lockPath)})...)
-	if opt.against != "" {
+	// A file whose events could not be read (a syntax error) is not
+	// compared with anything: its parse errors are all there is to say.
+	if opt.against != "" && !f.Incomplete {
 		errs, err := againstCheck(f, path, opt.against)
 		if err != nil {
 			return fail(err)

@@ -469,3 +469,52 @@ func TestAllProblemsInOneRun(t *testing.T) {
 		t.Errorf("files written: %v", slices.Collect(maps.Keys(files)))
 	}
 }
+
+// TestConstraintMinReader: the min reader version follows constraints. In
+// full_transitive mode a v5 that only adds a field reads as v4 (the start
+// of its line after breaking v4); a v5 that loosens v4's constraints is
+// rejected (FIELD_CONSTRAINT, forward: a v4 reader would reject its
+// payloads) unless it is breaking, which makes v5 its own min reader; in
+// backward mode, which declares no old reader, the loosening is accepted
+// and v5 is its own min reader.
+func TestConstraintMinReader(t *testing.T) {
+	t.Parallel()
+	v4 := strings.Replace(constraintV4, "      4:\n", "      4:\n        breaking: true\n", 1)
+	keep := "      5:\n        fields:\n          first_name: {type: string, max_length: 5}\n          quantity: {type: int64, min: 1}\n          note: {type: string, optional: true}\n          extra: {type: string, optional: true}\n"
+	loosen := "      5:\n        fields:\n          first_name: string\n          quantity: int64\n          note: {type: string, optional: true}\n"
+	minReader := func(t *testing.T, src string) (int, string) {
+		t.Helper()
+		p := setup(t, src)
+		code, _, stderr := runT(t, nil, p)
+		if code != 0 {
+			return 0, strings.ReplaceAll(stderr, p, "events.yaml")
+		}
+		gen, err := os.ReadFile(filepath.Join(filepath.Dir(p), "order_placed.gen.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		for _, l := range strings.Split(string(gen), "\n") {
+			if _, err := fmt.Sscanf(l, "func (OrderPlacedV5) EventMinReader() int { return %d }", &n); err == nil {
+				return n, ""
+			}
+		}
+		t.Fatalf("no OrderPlacedV5.EventMinReader in\n%s", gen)
+		return 0, ""
+	}
+	if n, stderr := minReader(t, constraintSchema+v4+keep); n != 4 {
+		t.Errorf("v5 keeping the constraints: min reader %d, want 4 (%s)", n, stderr)
+	}
+	n, stderr := minReader(t, constraintSchema+v4+loosen)
+	if n != 0 || !strings.Contains(stderr, `events.yaml:30:11: OrderPlaced v5: FIELD_CONSTRAINT (forward): max_length of "first_name" loosened from 5 in v4 to none in v5: v4 rejects values v5 may write`) ||
+		!strings.Contains(stderr, `events.yaml:31:11: OrderPlaced v5: FIELD_CONSTRAINT (forward): min of "quantity" loosened from 1 in v4 to none in v5: v4 rejects values v5 may write`) {
+		t.Errorf("v5 loosening in full_transitive: min reader %d, stderr %s; want FIELD_CONSTRAINT (forward) errors", n, stderr)
+	}
+	if n, stderr := minReader(t, constraintSchema+v4+strings.Replace(loosen, "      5:\n", "      5:\n        breaking: true\n", 1)); n != 5 {
+		t.Errorf("breaking v5: min reader %d, want 5 (%s)", n, stderr)
+	}
+	backward := strings.Replace(constraintSchema, "    aggregate: Order\n", "    aggregate: Order\n    compatibility: backward\n", 1)
+	if n, stderr := minReader(t, backward+v4+loosen); n != 5 {
+		t.Errorf("v5 loosening in backward mode: min reader %d, want 5 (%s)", n, stderr)
+	}
+}

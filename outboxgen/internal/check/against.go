@@ -20,8 +20,12 @@ import (
 //
 // Versions that are new since rev are compared with the released ones by
 // [Check], which compares every pair within f. Events, versions and types
-// of f marked Incomplete (parse errors) are skipped.
+// of f marked Incomplete (parse errors) are skipped, and so is all of f when
+// f itself is marked Incomplete.
 func Against(f, old *schema.File, rev string) schema.ErrorList {
+	if f.Incomplete {
+		return nil
+	}
 	c := &checker{file: f}
 	for _, oev := range old.Events {
 		released := false

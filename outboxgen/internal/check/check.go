@@ -24,6 +24,8 @@
 //	FIELD_SAME_TYPE           a shared field keeps its type (or widens)
 //	FIELD_OPTIONALITY         a reader does not require what the writer may omit
 //	ENUM_VALUE                the writer writes only enum values the reader accepts
+//	FIELD_CONSTRAINT          the reader's constraints (min, max, max_length,
+//	                          pattern) accept every value the writer's allow
 //	UPCASTER_REQUIRED         a non-breaking version can be upcast from the previous
 //	                          one by generated code
 //
@@ -51,6 +53,7 @@ const (
 	FieldSameType          = "FIELD_SAME_TYPE"
 	FieldOptionality       = "FIELD_OPTIONALITY"
 	EnumValue              = "ENUM_VALUE"
+	FieldConstraint        = "FIELD_CONSTRAINT"
 	UpcasterRequired       = "UPCASTER_REQUIRED"
 )
 
@@ -84,8 +87,14 @@ func (c *checker) report(at schema.Pos, ev *schema.Event, v *schema.Version, rul
 // wrong: a version gap does not stop the comparison of the versions on
 // either side of it, and f may be the partial file [schema.Parse] returns
 // with its errors, in which case events, versions and types marked
-// Incomplete are left out and everything else is still checked.
+// Incomplete are left out and everything else is still checked. A file
+// marked Incomplete itself (its events could not be read at all, e.g. a
+// YAML syntax error) is not checked: the parse errors are all there is to
+// report.
 func Check(f *schema.File, lock *Lock, opt Options) schema.ErrorList {
+	if f.Incomplete {
+		return nil
+	}
 	c := &checker{file: f}
 	for _, ev := range f.Events {
 		c.event(ev, opt)
@@ -135,7 +144,7 @@ func (c *checker) event(ev *schema.Event, opt Options) {
 			// The generated decoder upcasts every version, so a step
 			// that is not marked breaking must be backward readable
 			// whatever the mode.
-			for _, is := range readable(v, prev, label(v), label(prev)) {
+			for _, is := range readable(v, prev, label(v), label(prev), true) {
 				c.report(is.pos(v), ev, v, UpcasterRequired, "", "v%d cannot be upcast from v%d by generated code: %s; mark v%d breaking: true and write upcast%sV%dToV%d", v.Number, prev.Number, is.msg, v.Number, ev.Name, prev.Number, v.Number)
 			}
 		}
@@ -156,12 +165,12 @@ func (c *checker) event(ev *schema.Event, opt Options) {
 // compatible under mode; suffix is appended to the direction.
 func (c *checker) pair(ev *schema.Event, newer, older *schema.Version, newLabel, oldLabel string, mode schema.Mode, suffix string) {
 	if mode.Backward() {
-		for _, is := range readable(newer, older, newLabel, oldLabel) {
+		for _, is := range readable(newer, older, newLabel, oldLabel, true) {
 			c.report(is.pos(newer), ev, newer, is.rule, "backward"+suffix, "%s%s", is.msg, is.hint)
 		}
 	}
 	if mode.Forward() {
-		for _, is := range readable(older, newer, oldLabel, newLabel) {
+		for _, is := range readable(older, newer, oldLabel, newLabel, false) {
 			c.report(is.pos(newer), ev, newer, is.rule, "forward"+suffix, "%s%s", is.msg, is.hint)
 		}
 	}
@@ -228,15 +237,16 @@ func (is issue) pos(newer *schema.Version) schema.Pos {
 }
 
 // readable lists why reader (labelled rv in messages) cannot decode
-// payloads written as writer (wv).
-func readable(reader, writer *schema.Version, rv, wv string) []issue {
-	return readableFields(reader.Fields, writer.Fields, rv, wv, "", map[[2]*schema.Object]bool{})
+// payloads written as writer (wv). readerNewer tells which of the two is
+// the newer version, for messages that say how a constraint changed.
+func readable(reader, writer *schema.Version, rv, wv string, readerNewer bool) []issue {
+	return readableFields(reader.Fields, writer.Fields, rv, wv, readerNewer, "", map[[2]*schema.Object]bool{})
 }
 
 // readableFields compares reader's fields with writer's; prefix qualifies
 // field names inside objects ("amount."). seen stops the recursion through
 // self-referencing object types.
-func readableFields(reader, writer []*schema.Field, rv, wv, prefix string, seen map[[2]*schema.Object]bool) []issue {
+func readableFields(reader, writer []*schema.Field, rv, wv string, readerNewer bool, prefix string, seen map[[2]*schema.Object]bool) []issue {
 	var out []issue
 	for _, rf := range reader {
 		wf := fieldIn(writer, rf.Name)
@@ -269,12 +279,13 @@ func readableFields(reader, writer []*schema.Field, rv, wv, prefix string, seen 
 				}
 			}
 		}
+		out = append(out, constraintIssues(rf, wf, rv, wv, readerNewer, name)...)
 		// Object types of two different files (-against) are compared
 		// field by field; within one file a type is the same everywhere.
 		ro, wo := rf.Type.Innermost().Object, wf.Type.Innermost().Object
 		if ro != nil && wo != nil && ro != wo && !seen[[2]*schema.Object{ro, wo}] {
 			seen[[2]*schema.Object{ro, wo}] = true
-			for _, is := range readableFields(ro.Fields, wo.Fields, rv, wv, name+".", seen) {
+			for _, is := range readableFields(ro.Fields, wo.Fields, rv, wv, readerNewer, name+".", seen) {
 				is.field = rf
 				out = append(out, is)
 			}

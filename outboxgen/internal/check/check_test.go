@@ -1,6 +1,7 @@
 package check
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,4 +219,181 @@ func FuzzCheck(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFieldConstraint: a constraint the generated Validate enforces that
+// gets tighter in a new version breaks backward compatibility (the new
+// reader rejects old payloads; without backward mode the generated
+// upcaster cannot be used), one that gets looser breaks forward
+// compatibility (old readers reject new payloads). Each kind is checked
+// both ways, in every mode, with the version marked breaking as the
+// opt-out.
+func TestFieldConstraint(t *testing.T) {
+	src := `outboxgen: 1
+compatibility: %MODE%
+events:
+  A:
+    type: a.a
+    aggregate: A
+    versions:
+      1:
+        fields:
+          f: %OLD%
+      2:
+        %BREAKING%fields:
+          f: %NEW%
+`
+	type change struct{ name, loose, tight, msg string }
+	changes := []change{
+		{"max_length", "string", "{type: string, max_length: 5}", `max_length of "f" %s from %s in %s to %s in %s`},
+		{"max_length smaller", "{type: string, max_length: 6}", "{type: string, max_length: 5}", `max_length of "f" %s from %s in %s to %s in %s`},
+		{"min", "int64", "{type: int64, min: 1}", `min of "f" %s from %s in %s to %s in %s`},
+		{"min larger", "{type: int32, min: -3}", "{type: int32, min: 0}", `min of "f" %s from %s in %s to %s in %s`},
+		{"max", "int64", "{type: int64, max: 9}", `max of "f" %s from %s in %s to %s in %s`},
+		{"max smaller", "{type: int64, max: 10}", "{type: int64, max: 9}", `max of "f" %s from %s in %s to %s in %s`},
+		{"pattern", "string", `{type: string, pattern: "^a"}`, `pattern of "f" changed from %[2]s in %[3]s to %[4]s in %[5]s`},
+	}
+	values := map[string][2]string{ // loose, tight as printed
+		"max_length": {"none", "5"}, "max_length smaller": {"6", "5"},
+		"min": {"none", "1"}, "min larger": {"-3", "0"},
+		"max": {"none", "9"}, "max smaller": {"10", "9"},
+		"pattern": {"none", `"^a"`},
+	}
+	for _, c := range changes {
+		for _, tighten := range []bool{true, false} {
+			old, new := c.loose, c.tight
+			verb, oldV, newV := "tightened", values[c.name][0], values[c.name][1]
+			if !tighten {
+				old, new = new, old
+				verb, oldV, newV = "loosened", newV, oldV
+			}
+			if c.name == "pattern" && tighten {
+				verb = "changed"
+			}
+			change := fmt.Sprintf(c.msg, verb, oldV, "v1", newV, "v2")
+			backward := fmt.Sprintf("A v2: FIELD_CONSTRAINT (backward): %s: v2 rejects values v1 may write", change)
+			forward := fmt.Sprintf("A v2: FIELD_CONSTRAINT (forward): %s: v1 rejects values v2 may write", change)
+			upcast := fmt.Sprintf("A v2: UPCASTER_REQUIRED: v2 cannot be upcast from v1 by generated code: %s: v2 rejects values v1 may write", change)
+			for _, mode := range []string{"none", "backward", "backward_transitive", "forward", "forward_transitive", "full", "full_transitive"} {
+				for _, breaking := range []bool{false, true} {
+					s := strings.NewReplacer("%MODE%", mode, "%OLD%", old, "%NEW%", new).Replace(src)
+					s = strings.Replace(s, "%BREAKING%", map[bool]string{true: "breaking: true\n        ", false: ""}[breaking], 1)
+					var want []string
+					m := schema.Mode(mode)
+					switch {
+					case breaking:
+					case tighten && m.Backward():
+						want = append(want, backward)
+					case tighten:
+						want = append(want, upcast)
+					case m.Forward():
+						want = append(want, forward)
+					}
+					var got []string
+					for _, e := range Check(parse(t, s), nil, Options{}) {
+						got = append(got, strings.SplitN(e.Msg, ";", 2)[0])
+					}
+					if diff := cmp.Diff(want, got); diff != "" {
+						t.Errorf("%s %s, tighten=%t, breaking=%t (-want +got):\n%s", c.name, mode, tighten, breaking, diff)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestFieldConstraintTypeBounds: an int32 is bounded by its type, so
+// widening it to an int64 with the int32 limits as min and max, or an
+// unchanged constraint, is no constraint change; an int64 min at the
+// int64 limit is no constraint at all.
+func TestFieldConstraintTypeBounds(t *testing.T) {
+	src := `outboxgen: 1
+compatibility: backward_transitive
+events:
+  A:
+    type: a.a
+    aggregate: A
+    versions:
+      1:
+        fields:
+          a: int32
+          b: {type: int64, min: 1, max: 5}
+          c: {type: string, max_length: 3, pattern: "^x"}
+          d: int64
+      2:
+        fields:
+          a: {type: int64, min: -2147483648, max: 2147483647}
+          b: {type: int64, min: 1, max: 5}
+          c: {type: string, max_length: 3, pattern: "^x"}
+          d: {type: int64, min: -9223372036854775808}
+      3:
+        fields:
+          a: {type: int64, min: -2147483648, max: 2147483646}
+          b: {type: int64, min: 1, max: 5}
+          c: {type: string, max_length: 3, pattern: "^x"}
+          d: int64
+`
+	var got []string
+	for _, e := range Check(parse(t, src), nil, Options{}) {
+		got = append(got, strings.SplitN(e.Msg, ";", 2)[0])
+	}
+	want := []string{
+		// v3 against v1 and v2, whose bound is 2147483647 (v1's by its
+		// type, v2's written).
+		`A v3: FIELD_CONSTRAINT (backward): max of "a" tightened from 2147483647 in v2 to 2147483646 in v3: v3 rejects values v2 may write`,
+		`A v3: FIELD_CONSTRAINT (backward): max of "a" tightened from none in v1 to 2147483646 in v3: v3 rejects values v1 may write`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestLockSkipsUnreadFile: a schema whose events could not be read (a YAML
+// syntax error, a top level or events: that is not a mapping) or an event
+// whose body is not a mapping is not compared with the lock file: its
+// released versions are not "no longer in the schema". Against skips the
+// unread file too.
+func TestLockSkipsUnreadFile(t *testing.T) {
+	src := `outboxgen: 1
+events:
+  A:
+    type: a.a
+    aggregate: A
+    versions:
+      1:
+        fields:
+          x: int32
+  B:
+    type: b.b
+    aggregate: B
+    versions:
+      1:
+        fields:
+          y: int32
+`
+	old := parse(t, src)
+	lock := Update(old, nil)
+	for name, edited := range map[string]string{
+		"syntax":        strings.Replace(src, "x: int32", "x: {type: int32", 1),
+		"top scalar":    "just text\n",
+		"no events":     "outboxgen: 1\n",
+		"events scalar": "outboxgen: 1\nevents: none\n",
+		"event scalar":  strings.Replace(src, "  A:\n    type: a.a\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: int32\n", "  A: oops\n", 1),
+	} {
+		f, err := schema.Parse("events.yaml", []byte(edited))
+		if err == nil {
+			t.Fatalf("%s: Parse accepted it", name)
+		}
+		if errs := Check(f, lock, Options{LockPath: "events.lock"}); len(errs) != 0 {
+			t.Errorf("%s: Check = %v, want nothing beyond the parse error %v", name, errs, err)
+		}
+		if errs := Against(f, old, "HEAD"); len(errs) != 0 {
+			t.Errorf("%s: Against = %v, want nothing beyond the parse error %v", name, errs, err)
+		}
+	}
+	// An event that is really gone still is reported.
+	gone := strings.Replace(src, "  A:\n    type: a.a\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: int32\n", "", 1)
+	if errs := Check(parse(t, gone), lock, Options{LockPath: "events.lock"}); len(errs) != 1 || !strings.Contains(errs[0].Msg, "no longer in the schema") {
+		t.Errorf("event removed: Check = %v, want VERSION_FROZEN", errs)
+	}
 }

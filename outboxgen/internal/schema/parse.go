@@ -125,14 +125,17 @@ func (p *parser) parse(data []byte) {
 			msg = strings.TrimPrefix(msg, "yaml: ")
 		}
 		p.errorf(syntaxErrorPos(data, msg), "syntax error: %s", msg)
+		p.file.Incomplete = true
 		return
 	}
 	if len(doc.Content) == 0 {
 		p.errorf(Pos{Line: 1, Col: 1}, "empty schema file; expected a mapping starting with \"outboxgen: %d\"", FormatVersion)
+		p.file.Incomplete = true
 		return
 	}
 	top := p.mapping(doc.Content[0], "schema file", topKeys, []string{"outboxgen", "events"}, nil)
 	if top == nil {
+		p.file.Incomplete = true
 		return
 	}
 	if e, ok := top["outboxgen"]; ok {
@@ -191,7 +194,11 @@ func (p *parser) parse(data []byte) {
 		}
 	}
 	p.checkCycles()
-	if e, ok := top["events"]; ok {
+	e, ok := top["events"]
+	if !ok || deref(e.val).Kind != yaml.MappingNode && deref(e.val).Tag != "!!null" {
+		p.file.Incomplete = true // reported by mapping or entries
+	}
+	if ok {
 		evs := p.entries(e.val, "events")
 		if len(evs) == 0 && (e.val.Kind == yaml.MappingNode || e.val.Tag == "!!null") {
 			p.errorf(pos(e.val), "events: at least one event is required")
@@ -464,6 +471,10 @@ func (p *parser) event(en entry) (versionErrs int) {
 	what := "event " + name
 	m := p.mapping(en.val, what, eventKeys, []string{"type", "aggregate", "versions"}, en.key)
 	if m == nil {
+		// Kept, marked incomplete, so that the checker knows the event
+		// is still there (not "no longer in the schema").
+		ev.Incomplete = true
+		p.file.Events = append(p.file.Events, ev)
 		return 0
 	}
 	if e, ok := m["type"]; ok {
@@ -478,6 +489,8 @@ func (p *parser) event(en entry) (versionErrs int) {
 		if s, ok := p.str(e, what+": aggregate"); ok {
 			if s == "" {
 				p.errorf(pos(e.val), "%s: aggregate must not be empty", what)
+			} else if !goTypeNameRE.MatchString(s) {
+				p.errorf(pos(e.val), "%s: aggregate %q must be an exported Go identifier, the aggregate's type name (e.g. Order)", what, s)
 			}
 			ev.Aggregate = s
 		}

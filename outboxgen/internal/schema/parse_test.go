@@ -327,3 +327,34 @@ func TestDidYouMeanAliases(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// TestFileIncomplete: the file is marked Incomplete exactly when its events
+// could not be read at all; an error inside one event marks that event.
+func TestFileIncomplete(t *testing.T) {
+	ok := "outboxgen: 1\nevents:\n  A:\n    type: a.a\n    aggregate: A\n    versions:\n      1: {}\n"
+	for src, want := range map[string]bool{
+		"outboxgen: 1\nevents: {A: [\n": true,
+		"":                              true,
+		"- a\n":                         true,
+		"outboxgen: 1\n":                true,
+		"outboxgen: 1\nevents: [a]\n":   true,
+		strings.Replace(ok, "aggregate: A", "aggregate: a b", 1): false,
+		strings.Replace(ok, "a.a", "A.A", 1):                     false,
+		"outboxgen: 1\nevents:\n  A: oops\n":                     false,
+	} {
+		f, err := Parse("events.yaml", []byte(src))
+		if err == nil {
+			t.Errorf("Parse(%q) accepted it", src)
+			continue
+		}
+		if f.Incomplete != want {
+			t.Errorf("Parse(%q): file Incomplete = %t, want %t (%v)", src, f.Incomplete, want, err)
+		}
+		if !want && (len(f.Events) != 1 || !f.Events[0].Incomplete) {
+			t.Errorf("Parse(%q): events %v, want A marked Incomplete", src, f.Events)
+		}
+	}
+	if f, err := Parse("events.yaml", []byte(ok)); err != nil || f.Incomplete {
+		t.Errorf("Parse(valid) = %v, Incomplete %t", err, f.Incomplete)
+	}
+}

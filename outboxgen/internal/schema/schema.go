@@ -58,6 +58,12 @@ type File struct {
 	Enums  []*Enum
 	Types  []*Object
 	Events []*Event
+	// Incomplete marks a file whose events could not be read at all: a
+	// YAML syntax error, an empty file, or no events: mapping (only in the
+	// partial file [Parse] returns with its errors). Nothing is known
+	// about its events, so the checker compares nothing, not even with
+	// the lock file.
+	Incomplete bool
 }
 
 // Enum is a named string enumeration.
