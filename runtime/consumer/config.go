@@ -221,8 +221,30 @@ type Config struct {
 
 	// Logger receives the consumer's logs: Warn for what it handles
 	// itself (a retry, a dead-lettered, skipped or nacked message), Debug
-	// per message. Errors it returns (and the router logs) are not logged
-	// again. To silence it, pass slog.New(slog.DiscardHandler).
+	// per message. Every delivery that is skipped, dead-lettered, nacked
+	// or failed gets one line: "consumer: message skipped", "consumer:
+	// message dead-lettered", or "consumer: message nacked" for the
+	// outcomes nacked and failed (an unknown version, an undecodable or
+	// malformed message or a handler that kept failing without a
+	// dead-letter publisher, an inbox failure, a failed dead-letter
+	// publish), with the keys event_id,
+	// event_type, event_version, topic, message_uuid, attempt (when the
+	// handler ran), reason, error, nacks (how many times in a row the
+	// message has been nacked, this one included) and backoff (the nack
+	// delay before the next try). [Consumer.Run] logs the same line each
+	// time it holds a message back to try it again in place; with
+	// [Consumer.HandlerFunc] a router logs the returned error as well.
+	//
+	// A message that keeps failing, stalling its partition, would log
+	// that line (and the retry lines of each of its deliveries) every
+	// NackDelay to MaxNackDelay, forever. So its lines are at Warn only on
+	// its 1st, 2nd, 4th, 8th, ... nack in a row (nacks a power of two:
+	// about a dozen in a day at the default delays) and at Debug on the
+	// others; a delivery's retry lines take the level of the nack that
+	// would end it. A delivery cut short by its context (shutdown) is
+	// logged at Debug. Errors the consumer's functions return (New, Run,
+	// ...) are not logged. To silence it, pass
+	// slog.New(slog.DiscardHandler).
 	// Default: nil, which means [slog.Default] as it is when [New] is
 	// called, so that a failure is visible without configuration.
 	Logger *slog.Logger

@@ -352,8 +352,7 @@ func (c *Consumer) act(ctx context.Context, msg *message.Message, res *Result, a
 		c.deadLetter(ctx, msg, res, reason, err)
 	default:
 		res.Outcome, res.Reason, res.Err = OutcomeNacked, reason, err
-		c.log.Warn("consumer: message nacked", c.attrs(res)...)
-		c.nackDelay(ctx, msg.UUID)
+		c.nack(ctx, res)
 	}
 }
 
@@ -367,12 +366,11 @@ func (c *Consumer) giveUp(ctx context.Context, msg *message.Message, res *Result
 	c.fail(ctx, res, reason, err)
 }
 
-// fail records a failed delivery and holds the message for NackDelay.
+// fail records a failed delivery, logs it and holds the message for its
+// nack delay.
 func (c *Consumer) fail(ctx context.Context, res *Result, reason Reason, err error) {
 	res.Outcome, res.Reason, res.Err = OutcomeFailed, reason, err
-	if ctx.Err() == nil {
-		c.nackDelay(ctx, res.MessageUUID)
-	}
+	c.nack(ctx, res)
 }
 
 // deadLetter publishes a copy of msg (same UUID, payload and metadata, plus
@@ -426,7 +424,7 @@ func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result,
 			break
 		}
 		wait := c.backoff(attempt)
-		c.log.Warn("consumer: attempt failed, retrying", append(c.attrs(res),
+		c.log.Log(ctx, c.failureLevel(res.MessageUUID), "consumer: attempt failed, retrying", append(c.attrs(res),
 			slog.Duration("backoff", wait), slog.String("error", err.Error()))...)
 		if !backoff.Sleep(ctx, wait) {
 			c.fail(ctx, res, ReasonCanceled, errors.Join(err, context.Cause(ctx)))
@@ -579,22 +577,59 @@ func (c *Consumer) backoff(retry int) time.Duration {
 	return backoff.Jitter(backoff.Exponential(c.cfg.MinBackoff, c.cfg.MaxBackoff, retry))
 }
 
-// nackDelay holds a message about to be nacked for its next nack delay.
-func (c *Consumer) nackDelay(ctx context.Context, uuid string) {
-	backoff.Sleep(ctx, c.nextNackDelay(uuid))
+// nack logs a delivery that ends nacked (res holds its outcome, reason
+// and error) as "consumer: message nacked" and holds the message for its
+// nack delay. The line is at WARN on the message's 1st, 2nd, 4th, 8th, ...
+// nack in a row and at DEBUG on the others (see [Config.Logger]), with the
+// count ("nacks") and the delay ("backoff"). When ctx is done (shutdown),
+// the message is not held and the line is at DEBUG, without either.
+func (c *Consumer) nack(ctx context.Context, res *Result) {
+	if ctx.Err() != nil {
+		c.log.Debug("consumer: message nacked", c.attrs(res)...)
+		return
+	}
+	delay, n := c.nextNackDelay(res.MessageUUID)
+	level := slog.LevelDebug
+	if loudNack(n) {
+		level = slog.LevelWarn
+	}
+	c.log.Log(ctx, level, "consumer: message nacked", append(c.attrs(res),
+		slog.Int("nacks", n), slog.Duration("backoff", delay))...)
+	backoff.Sleep(ctx, delay)
 }
 
 // nextNackDelay returns NackDelay doubled for each time the message was
-// nacked before in a row, capped at MaxNackDelay, and counts this nack.
-func (c *Consumer) nextNackDelay(uuid string) time.Duration {
+// nacked before in a row, capped at MaxNackDelay, and counts this nack:
+// n is how many times in a row the message has now been nacked.
+func (c *Consumer) nextNackDelay(uuid string) (delay time.Duration, n int) {
 	c.nackMu.Lock()
 	if c.nacks == nil || len(c.nacks) >= maxTrackedNacks {
 		c.nacks = make(map[string]int)
 	}
-	n := c.nacks[uuid]
-	c.nacks[uuid] = n + 1
+	n = c.nacks[uuid] + 1
+	c.nacks[uuid] = n
 	c.nackMu.Unlock()
-	return backoff.Exponential(c.cfg.NackDelay, c.cfg.MaxNackDelay, n+1)
+	return backoff.Exponential(c.cfg.NackDelay, c.cfg.MaxNackDelay, n), n
+}
+
+// loudNack reports whether the n-th nack in a row of a message is logged
+// at WARN: n is a power of two (1, 2, 4, 8, ...), so that a message that
+// stalls its partition for good logs a WARN line after exponentially
+// growing numbers of tries rather than one per try.
+func loudNack(n int) bool { return n > 0 && n&(n-1) == 0 }
+
+// failureLevel returns the level of the lines about a failure within the
+// current delivery of the message with uuid (a retry): WARN when the nack
+// that would end this delivery is logged at WARN (see [loudNack]), DEBUG
+// otherwise, so that a delivery's lines share one level.
+func (c *Consumer) failureLevel(uuid string) slog.Level {
+	c.nackMu.Lock()
+	n := c.nacks[uuid]
+	c.nackMu.Unlock()
+	if loudNack(n + 1) {
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
 }
 
 // forgetNacks drops a message's nack count once it is acked.

@@ -70,6 +70,19 @@ func (h *recordHandler) find(msg string) (logRecord, bool) {
 	return logRecord{}, false
 }
 
+// all returns the records with message msg, in the order logged.
+func (h *recordHandler) all(msg string) []logRecord {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []logRecord
+	for _, r := range *h.records {
+		if r.Msg == msg {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // TestLogKeysOfHandlerFailure pins the log contract of a failing handler in
 // a router: the retry line and the dead-letter line, with their constant
 // messages, levels and the documented attribute keys (README "Logs").

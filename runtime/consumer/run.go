@@ -67,6 +67,11 @@ var ErrSubscriptionClosed = errors.New("consumer: subscription closed")
 // applies the same message again, holding back the rest of its partition
 // only, until it is applied, dead-lettered or skipped, or ctx is done
 // (the message then stays unacked and is delivered again after a restart).
+// Each of those tries is logged as HandlerFunc logs a nack, "consumer:
+// message nacked" with the reason, the error and the count of tries in a
+// row ("nacks"): at Warn on the 1st, 2nd, 4th, 8th, ... try and at Debug
+// on the others, so a stalled partition is visible without a line per
+// retry (see [Config.Logger]).
 //
 // # Order and exactly-once
 //
