@@ -43,6 +43,12 @@ func IsPermanent(err error) bool {
 // for a write that failed on some partitions; the relay then marks exactly
 // the acknowledged messages and retries only the others. An element may be
 // a [*PermanentError].
+//
+// A publisher that returns it must not write a message after an earlier
+// message of the same aggregate (the aggregate_id metadata) in the call
+// failed, as the adapters in adapters/ do not: the relay cannot take back
+// a message the broker holds, so the aggregate would be out of order on
+// the broker (the relay logs it at Warn when it sees one).
 type PublishErrors []error
 
 // Error summarises the failures: how many messages failed and the first error.

@@ -1,9 +1,11 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -49,7 +51,86 @@ type topicResult struct {
 // aggregate, message by message until the bad one), so the bad message fails
 // only its own aggregate. Messages a failed call did write may be written
 // twice; that is the at-least-once contract.
+//
+// An aggregate whose messages go to more than one topic is published in
+// stages: a message bound for another topic than the aggregate's message
+// before it waits for that one's stage, and is not tried (errEarlierFailed)
+// when an earlier message of its aggregate failed. So a message never goes
+// out before an earlier message of its aggregate was acknowledged,
+// whichever topics they are bound for. An aggregate that stays on one
+// topic, the default (its type), takes one stage.
 func (r *Relay) publish(ctx context.Context, msgs []runtime.OutboxMessage) Outcome {
+	stages := stagesOf(msgs)
+	if len(stages) == 1 {
+		return r.publishStage(ctx, msgs)
+	}
+	var out Outcome
+	failed := make(map[aggregateKey]bool)
+	for _, stage := range stages {
+		var part []runtime.OutboxMessage
+		for _, m := range stage {
+			if failed[aggregateKey{m.AggregateType, m.AggregateID}] {
+				out.Failed = append(out.Failed, Failure{ID: m.ID, Err: errEarlierFailed})
+				continue
+			}
+			part = append(part, m)
+		}
+		if len(part) == 0 {
+			continue
+		}
+		o := r.publishStage(ctx, part)
+		out.Published = append(out.Published, o.Published...)
+		out.Failed = append(out.Failed, o.Failed...)
+		if len(o.Failed) > 0 {
+			aggOf := make(map[int64]aggregateKey, len(part))
+			for _, m := range part {
+				aggOf[m.ID] = aggregateKey{m.AggregateType, m.AggregateID}
+			}
+			for _, f := range o.Failed {
+				failed[aggOf[f.ID]] = true
+			}
+		}
+	}
+	slices.SortFunc(out.Failed, func(a, b Failure) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// stagesOf splits msgs (in ID order) into the stages publish goes through,
+// each in ID order: a message is in its aggregate's previous message's
+// stage when both are bound for the same topic, and in the next stage
+// otherwise.
+func stagesOf(msgs []runtime.OutboxMessage) [][]runtime.OutboxMessage {
+	type last struct {
+		topic string
+		stage int
+	}
+	prev := make(map[aggregateKey]last)
+	stage := make([]int, len(msgs))
+	n := 1
+	for i, m := range msgs {
+		k := aggregateKey{m.AggregateType, m.AggregateID}
+		l, ok := prev[k]
+		if ok && l.topic != m.Topic {
+			l.stage++
+		}
+		l.topic = m.Topic
+		prev[k] = l
+		stage[i] = l.stage
+		n = max(n, l.stage+1)
+	}
+	if n == 1 {
+		return [][]runtime.OutboxMessage{msgs}
+	}
+	stages := make([][]runtime.OutboxMessage, n)
+	for i, m := range msgs {
+		stages[stage[i]] = append(stages[stage[i]], m)
+	}
+	return stages
+}
+
+// publishStage publishes msgs, which hold at most one topic's messages of
+// each aggregate, with one Publish call per topic (see publish).
+func (r *Relay) publishStage(ctx context.Context, msgs []runtime.OutboxMessage) Outcome {
 	var batches []*topicBatch
 	byTopic := make(map[string]*topicBatch)
 	for _, m := range msgs {
@@ -97,6 +178,10 @@ func (r *Relay) publishBatch(ctx context.Context, b *topicBatch) topicResult {
 	var perMessage runtime.PublishErrors
 	if errors.As(err, &perMessage) && len(perMessage) == len(b.msgs) {
 		res := b.perMessage(perMessage)
+		if id, ok := b.overtaken(perMessage); ok {
+			r.log.Warn("relay: the publisher acknowledged a message after an earlier message of its aggregate failed in the same call; that aggregate is out of order on the broker",
+				attrOutboxID, id, attrTopic, b.topic)
+		}
 		if permanentFailures(res.failed) > 1 {
 			// A broker refuses a whole partition batch when one record
 			// of it is too large, and the client reports the error for
@@ -154,6 +239,22 @@ func (b *topicBatch) perMessage(errs runtime.PublishErrors) topicResult {
 		}
 	}
 	return res
+}
+
+// overtaken reports the first message that errs says was acknowledged
+// although an earlier message of its aggregate in the call failed: a
+// publisher that keeps [runtime.PublishErrors]' contract never does that.
+func (b *topicBatch) overtaken(errs runtime.PublishErrors) (int64, bool) {
+	failed := make(map[aggregateKey]bool)
+	for i, id := range b.ids {
+		switch {
+		case errs[i] != nil:
+			failed[b.aggs[i]] = true
+		case failed[b.aggs[i]]:
+			return id, true
+		}
+	}
+	return 0, false
 }
 
 // permanentFailures counts the permanent failures of fs.

@@ -1407,3 +1407,97 @@ func TestRunVerifiesPermanentFailuresOfABatch(t *testing.T) {
 		t.Errorf("published (-want +got):\n%s", diff)
 	}
 }
+
+// TestRunKeepsAnAggregatesOrderAcrossTopics: aggregate x's messages go to
+// topics a, b, a (hooks.Config.Topic can send an aggregate's events to
+// several topics). The relay publishes them in that order, each only once
+// the one before is acknowledged: when x's message on b fails, for good or
+// not, x's later message on a is not published (it used to be, in the same
+// batch, beside the first: the later event reached the broker, the earlier
+// one was parked or retried after it). Aggregate y, on a alone, is not
+// held back.
+func TestRunKeepsAnAggregatesOrderAcrossTopics(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		err       error // of every publish to topic b
+		permanent bool
+	}{
+		{name: "published"},
+		{name: "retryable failure", err: errors.New("broker unavailable")},
+		{name: "permanent failure", err: runtime.Permanent(errors.New("invalid topic")), permanent: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			msgs := []runtime.OutboxMessage{newMessage(1, "a"), newMessage(2, "b"), newMessage(3, "a"), newMessage(4, "a")}
+			for i := range 3 {
+				msgs[i].AggregateID = "x"
+			}
+			mem := &runtimetest.MemoryStore{}
+			mem.Add(msgs...)
+			store := &testStore{Store: mem}
+			pub := &fakePublisher{fn: func(topic string, _ []*message.Message) error {
+				if topic == "b" {
+					return tt.err
+				}
+				return nil
+			}}
+			batches := newBatchRecorder()
+			r, err := relay.New(store, pub, relay.Config{PollInterval: never, MinBackoff: never, Logger: slog.New(slog.DiscardHandler), OnBatch: batches.OnBatch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start(t, context.Background(), r)
+			batches.untilCount(t, 1)
+
+			want := []publishCall{
+				{Topic: "a", UUIDs: uuids(1, 4)},
+				{Topic: "b", UUIDs: uuids(2), Err: tt.err != nil},
+			}
+			if tt.permanent {
+				// The relay blames a permanent failure on a message only
+				// once it fails on its own: a second call.
+				want = append(want, want[1])
+			}
+			wantOutcome := relay.Outcome{Published: []int64{1, 4}}
+			if tt.err == nil {
+				want = append(want, publishCall{Topic: "a", UUIDs: uuids(3)})
+				wantOutcome.Published = []int64{1, 4, 2, 3}
+			} else {
+				wantOutcome.Failed = []relay.Failure{
+					{ID: 2, Err: tt.err, Permanent: tt.permanent},
+					{ID: 3, Err: errors.New("relay: not published: an earlier message of its aggregate failed")},
+				}
+			}
+			if diff := cmp.Diff(want, pub.Calls()); diff != "" {
+				t.Errorf("publish calls (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]relay.Outcome{wantOutcome}, store.Outcomes()[:1], outcomeOpts); diff != "" {
+				t.Errorf("first outcome (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRunWarnsOfAPublisherThatAcknowledgesPastAFailure: a publisher whose
+// per-message errors say that it wrote a message after an earlier message
+// of its aggregate failed broke PublishErrors' contract; the relay cannot
+// undo it, and says so.
+func TestRunWarnsOfAPublisherThatAcknowledgesPastAFailure(t *testing.T) {
+	msgs := []runtime.OutboxMessage{newMessage(1, "a"), newMessage(2, "a"), newMessage(3, "a")}
+	for i := range msgs {
+		msgs[i].AggregateID = "x"
+	}
+	mem := &runtimetest.MemoryStore{}
+	mem.Add(msgs...)
+	pub := &fakePublisher{fn: func(string, []*message.Message) error {
+		return runtime.PublishErrors{nil, errors.New("rejected"), nil}
+	}}
+	var logs logBuffer
+	batches := newBatchRecorder()
+	r, err := relay.New(mem, pub, relay.Config{PollInterval: never, MinBackoff: never, Logger: logs.logger(), OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	batches.untilCount(t, 1)
+	logs.contains(t, `level=WARN msg="relay: the publisher acknowledged a message after an earlier message of its aggregate failed in the same call; that aggregate is out of order on the broker" outbox_id=3 topic=a`)
+}
