@@ -173,7 +173,7 @@ func parsePages() (map[string]*template.Template, error) {
 		return nil, fmt.Errorf("dashboard: templates: %w", err)
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "events", "event", "confirm", "error"} {
+	for _, name := range []string{"overview", "events", "event", "confirm", "error", "done"} {
 		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", name, err)
@@ -625,6 +625,17 @@ func (h *Handler) event(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
 	defer cancel()
 	tm := &timing{start: time.Now()}
+	if r.URL.Query().Get("done") == "discarded" {
+		// A discard deletes the row: say so rather than "not found".
+		id, err := strconv.ParseInt(r.URL.Query().Get("id"), 10, 64)
+		if err == nil && id > 0 {
+			if _, err := h.store.Entry(ctx, id); errors.Is(err, sqlstore.ErrNotFound) {
+				h.render(w, r, http.StatusOK, "done", "Discarded", tm,
+					fmt.Sprintf("Discarded: event %d was deleted from the outbox and will not be published; its aggregate's later events go out.", id))
+				return
+			}
+		}
+	}
 	e, ok := h.loadEntry(w, r, ctx, tm, r.URL.Query().Get("id"))
 	if !ok {
 		return

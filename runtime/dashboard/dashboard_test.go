@@ -257,6 +257,14 @@ func TestActionsNeedConfirmationAndToken(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || len(f.discard) != 1 || f.discard[0] != p2 {
 		t.Errorf("discard: %d, discarded %v", resp.StatusCode, f.discard)
 	}
+	// The discard deleted the row: the page it redirects to says so
+	// (it used to answer 404 "no outbox row with id 3").
+	if loc := resp.Header.Get("Location"); loc != "event?id=3&done=discarded" {
+		t.Fatalf("discard: Location %q", loc)
+	}
+	if code, body, _ := get(t, c, srv.URL+"/event?id=3&done=discarded"); code != http.StatusOK || !strings.Contains(body, `id="done"`) || !strings.Contains(body, "Discarded: event 3 was deleted") {
+		t.Errorf("the page after a discard: %d\n%s", code, body)
+	}
 	if code, _, _ := get(t, c, srv.URL+"/action"); code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /action: %d, want 405", code)
 	}

@@ -21,6 +21,9 @@ type fakeStore struct {
 	queries []sqlstore.Query
 	unpark  []int64
 	discard []int64
+	// gone are the rows Discard deleted: Entry no longer finds them (the
+	// lists and counts, which the tests read for other things, still do).
+	gone map[int64]bool
 	// statsCalls and byTypeCalls count the expensive reads.
 	statsCalls, byTypeCalls int
 }
@@ -147,7 +150,7 @@ func (f *fakeStore) Entries(ctx context.Context, q sqlstore.Query) ([]sqlstore.E
 func (f *fakeStore) Entry(ctx context.Context, id int64) (sqlstore.Entry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if id < 1 || id > int64(len(f.entries)) {
+	if id < 1 || id > int64(len(f.entries)) || f.gone[id] {
 		return sqlstore.Entry{}, fmt.Errorf("entry %d: %w", id, sqlstore.ErrNotFound)
 	}
 	return f.entries[id-1], nil
@@ -175,5 +178,13 @@ func (f *fakeStore) Unpark(ctx context.Context, ids ...int64) (int64, error) {
 func (f *fakeStore) Discard(ctx context.Context, ids ...int64) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.gone == nil {
+		f.gone = map[int64]bool{}
+	}
+	for _, id := range ids {
+		if id >= 1 && id <= int64(len(f.entries)) && f.entries[id-1].State == sqlstore.StateParked {
+			f.gone[id] = true
+		}
+	}
 	return f.setState(sqlstore.StatePublished, ids, &f.discard), nil
 }
