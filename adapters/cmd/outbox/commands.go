@@ -15,18 +15,23 @@ import (
 
 // parseAge reads a duration with an optional day unit: 90s, 15m, 36h, 7d.
 func parseAge(s string) (time.Duration, error) {
-	if days, ok := strings.CutSuffix(s, "d"); ok {
+	var d time.Duration
+	rest := s
+	if days, after, ok := strings.Cut(s, "d"); ok {
 		n, err := strconv.ParseFloat(days, 64)
 		if err != nil || n < 0 {
-			return 0, fmt.Errorf("%q is not a number of days", s)
+			return 0, fmt.Errorf("%q is not a number of days, with an optional duration after it (7d, 10d12h)", s)
 		}
-		return time.Duration(n * float64(24*time.Hour)), nil
+		d, rest = time.Duration(n*float64(24*time.Hour)), after
+		if rest == "" {
+			return d, nil
+		}
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%q is not a duration (90s, 15m, 36h, 7d)", s)
+	more, err := time.ParseDuration(rest)
+	if err != nil || more < 0 {
+		return 0, fmt.Errorf("%q is not a duration (90s, 15m, 36h, 7d, 10d12h)", s)
 	}
-	return d, nil
+	return d + more, nil
 }
 
 // ageFlag is a flag.Value of a duration that also takes days (7d).
@@ -39,10 +44,15 @@ func (a ageFlag) String() string {
 	return a.d.String()
 }
 
+// Set parses s; zero is refused (leave the flag out for its default),
+// since each age flag's zero means its default or off.
 func (a ageFlag) Set(s string) error {
 	d, err := parseAge(s)
 	if err != nil {
 		return err
+	}
+	if d == 0 {
+		return fmt.Errorf("%q: an age must be more than zero (leave the flag out for its default)", s)
 	}
 	*a.d = d
 	return nil
@@ -568,8 +578,8 @@ is not partitioned is left alone and the command fails.`,
 		if len(pos) > 0 {
 			return usagef("migrate takes no arguments")
 		}
-		if *interval < 0 {
-			return usagef("--partition-interval must be positive")
+		if *interval < 0 || *interval == 0 && fs.isSet("partition-interval") {
+			return usagef("--partition-interval must be positive (leave it out for a table that is not partitioned)")
 		}
 		db, err := openDatabase(e.ctx, fs, sqlstore.StoreConfig{})
 		if err != nil {

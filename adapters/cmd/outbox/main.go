@@ -208,6 +208,13 @@ func newFlagSet(e *env, c *command) *flagSet {
 	return fs
 }
 
+// isSet reports whether the flag name was given on the command line.
+func (fs *flagSet) isSet(name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // parse parses args, flags anywhere, and returns the positional arguments.
 func (fs *flagSet) parse(args []string) ([]string, error) {
 	for _, a := range args {

@@ -210,6 +210,10 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"replay", "--from", "9", "--to", "3", "--db", "sqlite:x.db"}, 2, "after ToID"},
 		{[]string{"relay", "--db", "sqlite:x.db"}, 2, "no broker"},
 		{[]string{"status", "--fail-if-older", "soon", "--db", "sqlite:x.db"}, 2, "not a duration"},
+		// A zero age would mean the flag's default (7 days) or off: refused.
+		{[]string{"janitor", "--once", "--published-age", "0s", "--db", "sqlite:x.db"}, 2, "an age must be more than zero"},
+		{[]string{"janitor", "--once", "--published-age", "0d", "--db", "sqlite:x.db"}, 2, "an age must be more than zero"},
+		{[]string{"migrate", "--partition-interval", "0s", "--db", "sqlite:x.db"}, 2, "--partition-interval must be positive"},
 		{[]string{"parked", "list", "--limit", "-1", "--db", "sqlite:" + filepath.Join(t.TempDir(), "x.db")}, 2, "negative limit"},
 	} {
 		code, stdout, stderr := runCmd(t, nil, tc.args...)
@@ -219,6 +223,22 @@ func TestHelpAndUsage(t *testing.T) {
 		}
 		if code != tc.code || !strings.Contains(out, tc.want) {
 			t.Errorf("outbox %s: exit %d, want %d with %q in\nstdout: %s\nstderr: %s", strings.Join(tc.args, " "), code, tc.code, tc.want, stdout, stderr)
+		}
+	}
+}
+
+func TestParseAge(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"90s": 90 * time.Second, "36h": 36 * time.Hour, "7d": 7 * 24 * time.Hour,
+		"1.5d": 36 * time.Hour, "10d1h": 241 * time.Hour, "1d30m": 24*time.Hour + 30*time.Minute,
+	} {
+		if got, err := parseAge(in); err != nil || got != want {
+			t.Errorf("parseAge(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "d", "-1d", "1d-1h", "soon", "1dd", "-5m"} {
+		if got, err := parseAge(in); err == nil {
+			t.Errorf("parseAge(%q) = %v, want an error", in, got)
 		}
 	}
 }
