@@ -26,7 +26,7 @@
 //	| name                                     | type      | labels                                  | what                                                                                                  |
 //	|------------------------------------------|-----------|-----------------------------------------|-------------------------------------------------------------------------------------------------------|
 //	| outbox_pending_messages                  | gauge     |                                         | messages waiting to be published, not parked (store, at scrape time)                                  |
-//	| outbox_retrying_messages                 | gauge     |                                         | pending messages that failed at least once (store)                                                    |
+//	| outbox_retrying_messages                 | gauge     |                                         | pending messages with a failed attempt counted; an outage counts none (store)                         |
 //	| outbox_parked_messages                   | gauge     |                                         | messages parked after a permanent failure or too many attempts (store)                               |
 //	| outbox_oldest_pending_age_seconds        | gauge     |                                         | age of the oldest pending message, 0 when none (store)                                                |
 //	| outbox_stats_up                          | gauge     |                                         | 1 when the last store query succeeded within Timeout; the four gauges above are absent when 0        |

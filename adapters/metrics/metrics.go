@@ -217,7 +217,7 @@ func New(cfg Config) (*Metrics, error) {
 	}, []string{"consumer", "outcome"})
 
 	m.pendingDesc = prometheus.NewDesc("outbox_pending_messages", "Messages waiting to be published (not parked), at the last store query.", nil, cl)
-	m.retryingDesc = prometheus.NewDesc("outbox_retrying_messages", "Pending messages that failed at least once, at the last store query.", nil, cl)
+	m.retryingDesc = prometheus.NewDesc("outbox_retrying_messages", "Pending messages with a failed attempt counted (a broker outage counts none), at the last store query.", nil, cl)
 	m.parkedDesc = prometheus.NewDesc("outbox_parked_messages", "Messages parked after a permanent failure or too many attempts, at the last store query.", nil, cl)
 	m.oldestDesc = prometheus.NewDesc("outbox_oldest_pending_age_seconds", "Age of the oldest pending message (0 when none), at the last store query.", nil, cl)
 	m.statsUpDesc = prometheus.NewDesc("outbox_stats_up", "1 when the last store query for the outbox gauges succeeded within the timeout, 0 otherwise.", nil, cl)

@@ -171,7 +171,7 @@ outbox_relay_published_total{event_type="orders.order_shipped",topic="orders"} 2
 # HELP outbox_relay_store_errors_total Relay rounds in which the store failed to claim or to mark.
 # TYPE outbox_relay_store_errors_total counter
 outbox_relay_store_errors_total 0
-# HELP outbox_retrying_messages Pending messages that failed at least once, at the last store query.
+# HELP outbox_retrying_messages Pending messages with a failed attempt counted (a broker outage counts none), at the last store query.
 # TYPE outbox_retrying_messages gauge
 outbox_retrying_messages 0
 # HELP outbox_stats_up 1 when the last store query for the outbox gauges succeeded within the timeout, 0 otherwise.

@@ -176,7 +176,10 @@ type WakeRequester interface {
 type Stats struct {
 	// Pending counts messages not yet published and not parked.
 	Pending int64
-	// Retrying counts pending messages that failed at least once.
+	// Retrying counts pending messages with a failed attempt counted
+	// against them (attempts > 0). A broker outage, in which nothing could
+	// be published, counts no attempt (see sqlstore.Store.Mark), so it
+	// does not show here: watch OldestPending.
 	Retrying int64
 	// Parked counts messages set aside after a permanent failure or too
 	// many attempts, until an operator unparks or discards them.
