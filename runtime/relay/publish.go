@@ -100,6 +100,9 @@ func (r *Relay) publish(ctx context.Context, msgs []runtime.OutboxMessage) Outco
 // stage when both are bound for the same topic, and in the next stage
 // otherwise.
 func stagesOf(msgs []runtime.OutboxMessage) [][]runtime.OutboxMessage {
+	if !slices.ContainsFunc(msgs, func(m runtime.OutboxMessage) bool { return m.Topic != msgs[0].Topic }) {
+		return [][]runtime.OutboxMessage{msgs} // one topic, the usual batch
+	}
 	type last struct {
 		topic string
 		stage int
