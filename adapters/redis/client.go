@@ -20,6 +20,10 @@ func newClient(client goredis.UniversalClient, url string) (c goredis.UniversalC
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: URL: %w", ErrInvalidConfig, err)
 	}
+	if opts.DB < 0 {
+		// go-redis would not SELECT it, and write to database 0.
+		return nil, false, fmt.Errorf("%w: URL: database %d is negative", ErrInvalidConfig, opts.DB)
+	}
 	return goredis.NewClient(opts), true, nil
 }
 

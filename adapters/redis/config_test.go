@@ -24,6 +24,7 @@ func TestPublisherConfigValidate(t *testing.T) {
 		{"negative max bytes", redis.PublisherConfig{MaxMessageBytes: -1}, false},
 		{"negative timeout", redis.PublisherConfig{PublishTimeout: -1}, false},
 		{"bad url", redis.PublisherConfig{URL: "http://x"}, false},
+		{"negative database", redis.PublisherConfig{URL: "redis://127.0.0.1:6379/-1"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

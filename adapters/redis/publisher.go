@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -228,15 +229,27 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 		cmds[i] = pipe.XAdd(ctx, args)
 	}
+	var execErr error
 	if pipe.Len() > 0 {
-		// Exec's error is the first command's error; each command has its own.
-		_, _ = pipe.Exec(ctx)
+		// Exec's error is the first command's error; each command has its
+		// own. But when no connection could be opened (go-redis runs AUTH
+		// and SELECT as it opens one: a database the server does not have
+		// fails there), the commands may carry no error and no reply.
+		_, execErr = pipe.Exec(ctx)
 	}
 	for i, cmd := range cmds {
 		if cmd == nil {
 			continue
 		}
-		if err := cmd.Err(); err != nil {
+		err := cmd.Err()
+		if err == nil && cmd.Val() == "" {
+			// XADD answers the entry's id: without one, it did not run.
+			err = execErr
+			if err == nil {
+				err = errors.New("no reply to XADD")
+			}
+		}
+		if err != nil {
 			fail(i, fmt.Errorf("redis: publish message %s to topic %q: %w", msgs[i].UUID, topic, err))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -210,5 +211,37 @@ func TestOrderPerAggregate(t *testing.T) {
 			t.Fatalf("aggregate %s: got seq %s, want %s", agg, seq, want)
 		}
 		next[agg]++
+	}
+}
+
+// TestPublishToAMissingDatabaseFails: a URL naming a database the server
+// does not have (it has 16 by default) fails each publish: go-redis runs
+// SELECT when it opens a connection, and a pipeline whose connection could
+// not be opened used to leave its commands without an error, so Publish
+// returned nil for messages it never wrote (the relay marked them
+// published).
+func TestPublishToAMissingDatabaseFails(t *testing.T) {
+	client := connect(t)
+	prefix := keyPrefix(t, client)
+	u, err := url.Parse(serverURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/99"
+	pub := newPublisher(t, redis.PublisherConfig{URL: u.String()})
+	err = pub.Publish(prefix+"orders", eventMessage("a", 1), eventMessage("b", 1))
+	if err == nil {
+		t.Fatal("Publish through a database the server does not have = nil, want an error")
+	}
+	var perMessage runtime.PublishErrors
+	if errors.As(err, &perMessage) {
+		for i, e := range perMessage {
+			if e == nil {
+				t.Errorf("message %d counted as published: %v", i, err)
+			}
+		}
+	}
+	if runtime.IsPermanent(err) {
+		t.Errorf("Publish = %v; want a retryable error (the URL can be fixed)", err)
 	}
 }
