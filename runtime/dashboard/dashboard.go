@@ -601,7 +601,10 @@ var doneMessages = map[string]string{
 	"unchanged": "Nothing changed: the event was no longer parked.",
 }
 
-func (h *Handler) loadEntry(w http.ResponseWriter, r *http.Request, ctx context.Context, tm *timing, raw string) (sqlstore.Entry, bool) {
+// loadEntry reads the row raw names, or answers the request and returns
+// false. discarded tells that the request follows a discard, which
+// deleted the row: a row not found then gets a page that says so.
+func (h *Handler) loadEntry(w http.ResponseWriter, r *http.Request, ctx context.Context, tm *timing, raw string, discarded bool) (sqlstore.Entry, bool) {
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || id < 1 {
 		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("id=%q is not a row id", raw))
@@ -611,6 +614,10 @@ func (h *Handler) loadEntry(w http.ResponseWriter, r *http.Request, ctx context.
 	e, err := h.store.Entry(ctx, id)
 	tm.since(t0)
 	switch {
+	case errors.Is(err, sqlstore.ErrNotFound) && discarded:
+		h.render(w, r, http.StatusOK, "done", "Discarded", tm,
+			fmt.Sprintf("Discarded: event %d was deleted from the outbox and will not be published; its aggregate's later events go out.", id))
+		return sqlstore.Entry{}, false
 	case errors.Is(err, sqlstore.ErrNotFound):
 		h.fail(w, r, http.StatusNotFound, fmt.Sprintf("no outbox row with id %d", id))
 		return sqlstore.Entry{}, false
@@ -625,18 +632,7 @@ func (h *Handler) event(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
 	defer cancel()
 	tm := &timing{start: time.Now()}
-	if r.URL.Query().Get("done") == "discarded" {
-		// A discard deletes the row: say so rather than "not found".
-		id, err := strconv.ParseInt(r.URL.Query().Get("id"), 10, 64)
-		if err == nil && id > 0 {
-			if _, err := h.store.Entry(ctx, id); errors.Is(err, sqlstore.ErrNotFound) {
-				h.render(w, r, http.StatusOK, "done", "Discarded", tm,
-					fmt.Sprintf("Discarded: event %d was deleted from the outbox and will not be published; its aggregate's later events go out.", id))
-				return
-			}
-		}
-	}
-	e, ok := h.loadEntry(w, r, ctx, tm, r.URL.Query().Get("id"))
+	e, ok := h.loadEntry(w, r, ctx, tm, r.URL.Query().Get("id"), r.URL.Query().Get("done") == "discarded")
 	if !ok {
 		return
 	}
@@ -684,7 +680,7 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("action=%q: want retry or discard", action))
 		return
 	}
-	e, ok := h.loadEntry(w, r, ctx, tm, r.URL.Query().Get("id"))
+	e, ok := h.loadEntry(w, r, ctx, tm, r.URL.Query().Get("id"), false)
 	if !ok {
 		return
 	}

@@ -13,7 +13,8 @@ import (
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
-// parseAge reads a duration with an optional day unit: 90s, 15m, 36h, 7d.
+// parseAge reads a duration with an optional leading day count: 90s, 15m,
+// 36h, 7d, 10d12h.
 func parseAge(s string) (time.Duration, error) {
 	var d time.Duration
 	rest := s
