@@ -582,6 +582,7 @@ is not partitioned is left alone and the command fails.`,
 		if *interval < 0 || *interval == 0 && fs.isSet("partition-interval") {
 			return usagef("--partition-interval must be positive (leave it out for a table that is not partitioned)")
 		}
+		fs.createDB = true
 		db, err := openDatabase(e.ctx, fs, sqlstore.StoreConfig{})
 		if err != nil {
 			return err

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	iofs "io/fs"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -42,6 +45,15 @@ func openDatabase(ctx context.Context, fs *flagSet, cfg sqlstore.StoreConfig) (*
 	driver, dsn, dialect, err := parseDatabaseURL(fs.db)
 	if err != nil {
 		return nil, err
+	}
+	if dialect == sqlstore.SQLite && !fs.createDB {
+		// SQLite creates a missing file on open: a typo in the path would
+		// show an empty outbox (status) or relay nothing, and leave a
+		// stray file behind. Only migrate creates one.
+		path := sqlitePath(dsn)
+		if _, err := os.Stat(path); errors.Is(err, iofs.ErrNotExist) {
+			return nil, fmt.Errorf("sqlite database %s does not exist (check the path, or create it with outbox migrate): %w", path, err)
+		}
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
@@ -87,8 +99,7 @@ func parseDatabaseURL(raw string) (driver, dsn string, d sqlstore.Dialect, err e
 		dsn, err := mysqlDSN(raw)
 		return "mysql", dsn, sqlstore.MySQL, err
 	case "sqlite", "sqlite3", "file":
-		path := strings.TrimPrefix(rest, "//")
-		path, query, _ := strings.Cut(path, "?")
+		path, query, _ := strings.Cut(strings.TrimPrefix(rest, "//"), "?")
 		if path == "" {
 			return "", "", "", usagef("sqlite URL %q names no file", raw)
 		}
@@ -101,6 +112,12 @@ func parseDatabaseURL(raw string) (driver, dsn string, d sqlstore.Dialect, err e
 		return "sqlite", dsn, sqlstore.SQLite, nil
 	}
 	return "", "", "", usagef("unsupported database URL scheme %q (postgres://, mysql://, sqlite:)", scheme)
+}
+
+// sqlitePath returns the file of a DSN parseDatabaseURL made for SQLite.
+func sqlitePath(dsn string) string {
+	path, _, _ := strings.Cut(strings.TrimPrefix(dsn, "file:"), "?")
+	return path
 }
 
 // mysqlDSN turns mysql://user:pass@host:port/db?params into

@@ -192,6 +192,9 @@ type flagSet struct {
 	e         *env
 	db, table string
 	json      bool
+	// createDB lets openDatabase create a SQLite file that does not
+	// exist (migrate); every other command refuses one.
+	createDB bool
 }
 
 func newFlagSet(e *env, c *command) *flagSet {

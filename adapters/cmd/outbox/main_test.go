@@ -183,6 +183,30 @@ func (d testDB) settle(t *testing.T, published, failed, parked []string) map[str
 	return ids
 }
 
+// TestMissingSQLiteFile: a command other than migrate given a SQLite
+// path that does not exist fails and names the path, instead of creating
+// an empty database and reporting an empty outbox; migrate creates it.
+func TestMissingSQLiteFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "typo.db")
+	for _, args := range [][]string{
+		{"status"}, {"list"}, {"parked", "list"}, {"janitor", "--once"}, {"relay", "--broker", "memory://"},
+	} {
+		code, _, stderr := runCmd(t, nil, append(args, "--db", "sqlite:"+path)...)
+		if code != 1 || !strings.Contains(stderr, path+" does not exist") {
+			t.Errorf("%v: exit %d, stderr %q; want 1 naming %s", args, code, stderr, path)
+		}
+		if _, err := os.Stat(path); err == nil {
+			t.Fatalf("%v created %s", args, path)
+		}
+	}
+	if code, _, stderr := runCmd(t, nil, "migrate", "--db", "sqlite:"+path); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, nil, "status", "--db", "sqlite:"+path); code != 0 {
+		t.Fatalf("status after migrate: exit %d: %s", code, stderr)
+	}
+}
+
 func TestHelpAndUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -214,7 +238,7 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"janitor", "--once", "--published-age", "0s", "--db", "sqlite:x.db"}, 2, "an age must be more than zero"},
 		{[]string{"janitor", "--once", "--published-age", "0d", "--db", "sqlite:x.db"}, 2, "an age must be more than zero"},
 		{[]string{"migrate", "--partition-interval", "0s", "--db", "sqlite:x.db"}, 2, "--partition-interval must be positive"},
-		{[]string{"parked", "list", "--limit", "-1", "--db", "sqlite:" + filepath.Join(t.TempDir(), "x.db")}, 2, "negative limit"},
+		{[]string{"parked", "list", "--limit", "-1", "--db", sqliteDB(t).url}, 2, "negative limit"},
 	} {
 		code, stdout, stderr := runCmd(t, nil, tc.args...)
 		out := stderr
