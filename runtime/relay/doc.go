@@ -168,7 +168,8 @@
 // request failed, polling" (once per streak of failures; Debug for the
 // rest of the streak, Info when a request succeeds again), "relay: release
 // failed", "relay: shutdown timeout exceeded, batch released". Info: start
-// and stop, and a store that cannot notify. Debug: each published batch.
+// and stop (notifier=false for a store that polls), and a store whose Listen
+// reported it cannot notify. Debug: each published batch.
 // [Config.OnBatch] receives a [BatchResult] after every batch, for metrics:
 // the claimed messages (topic, event type, CreatedAt), which failed, and
 // when publishing ended (adapters/metrics turns it into Prometheus metrics,

@@ -87,6 +87,9 @@ func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("%w: nil publisher", ErrInvalidConfig)
 	}
 	notifier, _ := store.(Notifier)
+	if c, ok := store.(interface{ CanNotify() bool }); ok && !c.CanNotify() {
+		notifier = nil
+	}
 	pollDefaulted := cfg.PollInterval == 0
 	cfg.setDefaults(notifier != nil)
 	if err := cfg.Validate(); err != nil {

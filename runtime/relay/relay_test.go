@@ -508,6 +508,50 @@ func TestListenUnsupported(t *testing.T) {
 	}
 }
 
+// cannotNotifyStore is a Notifier that says beforehand it cannot notify,
+// as sqlstore.Store does on MySQL and SQLite.
+type cannotNotifyStore struct{ *notifyingStore }
+
+func (cannotNotifyStore) CanNotify() bool { return false }
+
+// TestStoreThatSaysItCannotNotify: a store whose CanNotify is false is
+// polled from the start at the short default interval, Listen is never
+// called, and the start-up log line does not claim a notifier.
+func TestStoreThatSaysItCannotNotify(t *testing.T) {
+	mem := &runtimetest.MemoryStore{}
+	claims := make(chan int, 100)
+	var listens atomic.Int32
+	store := cannotNotifyStore{&notifyingStore{
+		Store: &testStore{Store: mem, claims: claims},
+		listen: func(context.Context, func()) error {
+			listens.Add(1)
+			return errors.ErrUnsupported
+		},
+	}}
+	var logs runtimetest.LogBuffer
+	r, err := relay.New(store, &fakePublisher{}, relay.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := relay.PollIntervalOf(r); got != relay.DefaultPollInterval {
+		t.Errorf("poll interval before Run = %v, want %v", got, relay.DefaultPollInterval)
+	}
+	start(t, context.Background(), r)
+	receive(t, claims)
+	mem.Add(newMessage(1, "orders"))
+	for receive(t, claims) == 0 { // polled: no Notify
+	}
+	if n := listens.Load(); n != 0 {
+		t.Errorf("Listen called %d times, want 0", n)
+	}
+	if l := logs.String(); !strings.Contains(l, `msg="relay: started"`) || !strings.Contains(l, "notifier=false") {
+		t.Errorf("start-up line does not say notifier=false:\n%s", l)
+	}
+	if strings.Contains(logs.String(), "cannot notify") {
+		t.Errorf("a store that said it cannot notify was still asked to:\n%s", logs.String())
+	}
+}
+
 func TestShutdownCompletesBatchInFlight(t *testing.T) {
 	mem := &runtimetest.MemoryStore{}
 	mem.Add(newMessage(1, "a"), newMessage(2, "b"))

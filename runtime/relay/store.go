@@ -147,7 +147,13 @@ type Notifier interface {
 	// A store that implements Listen but cannot notify in its current
 	// configuration (SQLite) returns an error wrapping
 	// errors.ErrUnsupported at once; the relay then stops calling Listen
-	// and polls as it does for a store that is not a Notifier.
+	// and polls as it does for a store that is not a Notifier. A store
+	// that knows this before Listen is called also has a method
+	//
+	//	CanNotify() bool
+	//
+	// returning false: [New] then treats it as not a Notifier from the
+	// start (its default poll interval, its "relay: started" log line).
 	Listen(ctx context.Context, notify func()) error
 }
 

@@ -44,3 +44,17 @@ func TestInvalidConfigIsTyped(t *testing.T) {
 		}
 	}
 }
+
+// TestCanNotify: only PostgreSQL stores can wake a relay; the relay polls
+// the others from the start.
+func TestCanNotify(t *testing.T) {
+	for d, want := range map[sqlstore.Dialect]bool{sqlstore.Postgres: true, sqlstore.MySQL: false, sqlstore.SQLite: false} {
+		s, err := sqlstore.NewStore(&sql.DB{}, sqlstore.StoreConfig{Dialect: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.CanNotify(); got != want {
+			t.Errorf("%s: CanNotify() = %v, want %v", d, got, want)
+		}
+	}
+}

@@ -33,6 +33,13 @@ func (s *Store) Listen(ctx context.Context, notify func()) error {
 	return s.dialect.listen(ctx, s, notify)
 }
 
+// CanNotify reports whether [Store.Listen] can wait for notifications:
+// true on PostgreSQL, false on SQLite and MySQL, where the relay polls
+// (relay.New reads it to choose its default poll interval).
+func (s *Store) CanNotify() bool {
+	return s.cfg.Dialect == Postgres
+}
+
 // listen is LISTEN on pgx's connection.
 func (postgresDialect) listen(ctx context.Context, s *Store, notify func()) error {
 	cctx, cancel := context.WithTimeout(ctx, listenPingTimeout)
