@@ -131,7 +131,7 @@ func TestAgainstRevision(t *testing.T) {
 	}
 	want := []string{
 		`events.yaml: OrderShipped: VERSION_FROZEN: event "orders.order_shipped" was released at HEAD and is no longer in the schema; keep it so old payloads still decode`,
-		`events.yaml:10:7: OrderPaid v1: VERSION_FROZEN: version was released at HEAD and has changed since; revert the change and add a new version instead`,
+		`events.yaml:10:7: OrderPaid v1: VERSION_FROZEN: version was released at HEAD and has changed since ("currency" added; "amount": type int64 → string; "method": values ["card"] → ["card","bank"]); revert the change and add a new version instead`,
 		`events.yaml:13:11: OrderPaid v1: FIELD_SAME_TYPE (backward, against HEAD): "amount" is int64 in v1 at HEAD but string in v1; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
 		`events.yaml:13:11: OrderPaid v1: FIELD_SAME_TYPE (forward, against HEAD): "amount" is string in v1 but int64 in v1 at HEAD; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
 		`events.yaml:14:11: OrderPaid v1: ENUM_VALUE (forward, against HEAD): v1 may write "method"="bank", which v1 at HEAD does not accept`,
@@ -301,7 +301,7 @@ func TestAgainstConstraintTightened(t *testing.T) {
 	}
 	code, _, stderr := runT(t, nil, "-against", "HEAD", path)
 	want = []string{
-		`events.yaml:17:7: OrderPlaced v3: VERSION_FROZEN: version was released at HEAD and has changed since; revert the change and add a new version instead`,
+		`events.yaml:17:7: OrderPlaced v3: VERSION_FROZEN: version was released at HEAD and has changed since ("note": max length none → 9); revert the change and add a new version instead`,
 		`events.yaml:21:11: OrderPlaced v3: FIELD_CONSTRAINT (backward): max_length of "note" tightened from none in v2 to 9 in v3: v3 rejects values v2 may write; keep the constraint, or mark the version breaking: true and write the upcaster that makes older values valid`,
 		`events.yaml:21:11: OrderPlaced v3: FIELD_CONSTRAINT (backward, against HEAD): max_length of "note" tightened from none in v3 at HEAD to 9 in v3: v3 rejects values v3 at HEAD may write; keep the constraint, or mark the version breaking: true and write the upcaster that makes older values valid`,
 	}

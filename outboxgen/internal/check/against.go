@@ -1,7 +1,11 @@
 package check
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/gooutbox/outbox/outboxgen/internal/schema"
 )
@@ -66,7 +70,7 @@ func Against(f, old *schema.File, rev string) schema.ErrorList {
 			case nv.Draft:
 				c.report(nv.Pos, ev, nv, VersionFrozen, "", "version was released at %s and cannot be a draft again", rev)
 			case Fingerprint(ev, nv) != Fingerprint(oev, ov):
-				c.report(nv.Pos, ev, nv, VersionFrozen, "", "version was released at %s and has changed since; revert the change and add a new version instead", rev)
+				c.report(nv.Pos, ev, nv, VersionFrozen, "", "version was released at %s and has changed since (%s); revert the change and add a new version instead", rev, describeChange(ov, nv))
 				oldLabel := fmt.Sprintf("v%d at %s", ov.Number, rev)
 				c.pair(ev, nv, ov, fmt.Sprintf("v%d", nv.Number), oldLabel, ev.Compatibility, ", against "+rev)
 				if nv.Breaking != ov.Breaking {
@@ -76,4 +80,101 @@ func Against(f, old *schema.File, rev string) schema.ErrorList {
 		}
 	}
 	return c.errs.Sort()
+}
+
+// describeChange names what changed on the wire between a released
+// version (ov) and its current definition (nv): fields added and removed,
+// and for each field present in both, each property (type, optional,
+// default, min, max, max_length, pattern, values) that differs, with its
+// value then and now. It compares the same canonical form as
+// [Fingerprint], so it names something whenever the fingerprints differ.
+func describeChange(ov, nv *schema.Version) string {
+	var out []string
+	if ov.Breaking != nv.Breaking {
+		out = append(out, fmt.Sprintf("breaking %t → %t", ov.Breaking, nv.Breaking))
+	}
+	oldFields := canonFields(ov.Fields, map[*schema.Object]bool{})
+	newFields := canonFields(nv.Fields, map[*schema.Object]bool{})
+	byName := func(fs []any) (map[string]map[string]any, []string) {
+		m, names := map[string]map[string]any{}, []string{}
+		for _, f := range fs {
+			f := f.(map[string]any)
+			name := f["name"].(string)
+			m[name], names = f, append(names, name)
+		}
+		return m, names
+	}
+	olds, oldOrder := byName(oldFields)
+	news, newOrder := byName(newFields)
+	for _, name := range newOrder {
+		if olds[name] == nil {
+			out = append(out, fmt.Sprintf("%q added", name))
+		}
+	}
+	for _, name := range oldOrder {
+		if news[name] == nil {
+			out = append(out, fmt.Sprintf("%q removed", name))
+		}
+	}
+	for _, name := range newOrder {
+		o, n := olds[name], news[name]
+		if o == nil {
+			continue
+		}
+		keys := slices.Sorted(maps.Keys(o))
+		for k := range n {
+			if _, ok := o[k]; !ok {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			was, now := canonString(o[k]), canonString(n[k])
+			if was == now {
+				continue
+			}
+			if k == "type" && typeName(o[k]) == typeName(n[k]) {
+				out = append(out, fmt.Sprintf("%q: fields of %s changed", name, typeName(n[k])))
+				continue
+			}
+			if k == "type" {
+				was, now = typeName(o[k]), typeName(n[k])
+			}
+			out = append(out, fmt.Sprintf("%q: %s %s → %s", name, strings.ReplaceAll(k, "_", " "), was, now))
+		}
+	}
+	if len(out) == 0 {
+		// Same fields, same properties: only their order differs.
+		out = append(out, "fields reordered")
+	}
+	return strings.Join(out, "; ")
+}
+
+// canonString returns a canonical property value (see [canonFields]) as
+// JSON, or "none" when the property is not set.
+func canonString(v any) string {
+	if v == nil {
+		return "none"
+	}
+	data, _ := json.Marshal(v)
+	return string(data)
+}
+
+// typeName returns a canonical type (see [canonType]) as the schema writes
+// it: the type's name, list<...> or map<...>, an object by its name.
+func typeName(v any) string {
+	switch t := v.(type) {
+	case string:
+		return t
+	case map[string]any:
+		switch {
+		case t["object"] != nil:
+			return t["object"].(string)
+		case t["list"] != nil:
+			return "list<" + typeName(t["list"]) + ">"
+		case t["map"] != nil:
+			return "map<string," + typeName(t["map"]) + ">"
+		}
+	}
+	return canonString(v)
 }

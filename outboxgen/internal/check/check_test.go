@@ -182,7 +182,7 @@ events:
 	for _, e := range Check(f, lock, Options{LockPath: "events.lock"}) {
 		got = append(got, e.Error())
 	}
-	want := []string{"events.yaml:14:7: B v1: VERSION_FROZEN: released version changed (events.lock has sha256:" + strings.TrimPrefix(lock.Entries[1].Fingerprint, "sha256:")[:12] + ", the schema now gives " + short(Fingerprint(f.Events[1], f.Events[1].Versions[0])) + "); revert the change and add a new version instead"}
+	want := []string{"events.yaml:14:7: B v1: VERSION_FROZEN: released version changed (events.lock has sha256:" + strings.TrimPrefix(lock.Entries[1].Fingerprint, "sha256:")[:12] + ", the schema now gives " + short(Fingerprint(f.Events[1], f.Events[1].Versions[0])) + "; -against <git revision> names the change); revert the change and add a new version instead"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
@@ -395,5 +395,58 @@ events:
 	gone := strings.Replace(src, "  A:\n    type: a.a\n    aggregate: A\n    versions:\n      1:\n        fields:\n          x: int32\n", "", 1)
 	if errs := Check(parse(t, gone), lock, Options{LockPath: "events.lock"}); len(errs) != 1 || !strings.Contains(errs[0].Msg, "no longer in the schema") {
 		t.Errorf("event removed: Check = %v, want VERSION_FROZEN", errs)
+	}
+}
+
+// TestDescribeChange: the VERSION_FROZEN message of -against names each
+// wire change of a released version (and something whenever the
+// fingerprint changed).
+func TestDescribeChange(t *testing.T) {
+	const schemaOf = `outboxgen: 1
+types:
+  Money:
+    fields:
+      units: int64
+%MONEY%
+events:
+  A:
+    type: a.a
+    aggregate: A
+    versions:
+      1:
+        fields:
+%FIELDS%
+`
+	file := func(money, fields string) *schema.File {
+		return parse(t, strings.NewReplacer("%MONEY%", money, "%FIELDS%", fields).Replace(schemaOf))
+	}
+	const (
+		x = "          x: {type: int32, min: 1}\n"
+		y = "          y: Money\n"
+	)
+	cases := []struct {
+		name, money, fields, want string
+	}{
+		{"field added", "", x + y + "          z: {type: string, optional: true}\n", `"z" added`},
+		{"field removed", "", x, `"y" removed`},
+		{"type", "", "          x: {type: int64, min: 1}\n" + y, `"x": type int32 → int64`},
+		{"constraint set and unset", "", "          x: {type: int32, max: 9}\n" + y, `"x": max none → 9; "x": min 1 → none`},
+		{"optional", "", x + "          y: {type: Money, optional: true}\n", `"y": optional false → true`},
+		{"nested object", "      cents: {type: int32, optional: true}", x + y, `"y": fields of Money changed`},
+		{"list", "", x + "          y: list<Money>\n", `"y": type Money → list<Money>`},
+		{"reordered", "", y + x, "fields reordered"},
+	}
+	old := file("", x+y)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := file(tc.money, tc.fields)
+			ov, nv := old.Events[0].Versions[0], f.Events[0].Versions[0]
+			if Fingerprint(old.Events[0], ov) == Fingerprint(f.Events[0], nv) {
+				t.Fatal("fingerprint unchanged")
+			}
+			if got := describeChange(ov, nv); got != tc.want {
+				t.Errorf("describeChange = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -147,7 +147,7 @@ func (c *checker) lock(l *Lock, opt Options) {
 			continue
 		}
 		if fp := Fingerprint(ev, v); fp != e.Fingerprint {
-			c.report(v.Pos, ev, v, VersionFrozen, "", "released version changed (%s has %s, the schema now gives %s); revert the change and add a new version instead", lockPath, short(e.Fingerprint), short(fp))
+			c.report(v.Pos, ev, v, VersionFrozen, "", "released version changed (%s has %s, the schema now gives %s; -against <git revision> names the change); revert the change and add a new version instead", lockPath, short(e.Fingerprint), short(fp))
 		}
 	}
 }
