@@ -26,8 +26,18 @@
 // and Delete (soft and hard). Every model of the statement that embeds
 // [runtime.Recorder] contributes its pending events; associations that are
 // aggregates contribute through the nested statements GORM runs to save
-// them. An Update or Delete that affects no row writes nothing and keeps the
-// events pending, since the state change they describe did not happen.
+// them. A statement that writes no row — an Update or Delete that matches
+// none, a Create whose ON CONFLICT DO NOTHING or INSERT IGNORE skipped its
+// row — writes no event and keeps the events pending, since the state
+// change they describe did not happen. A statement of several models that
+// wrote some of their rows but not all fails with [ErrAmbiguousWrite] (the
+// row count does not say whose state changed), and so does ON CONFLICT DO
+// NOTHING on MySQL, whose row count counts a skipped row as written; a
+// DryRun session writes nothing. An aggregate saved as another model's
+// association is written by GORM with an upsert that, unless the session
+// sets FullSaveAssociations, updates only its foreign key: the plugin
+// cannot tell that its own columns were not saved and writes its events,
+// so save a changed aggregate itself, or with FullSaveAssociations.
 //
 // Raw SQL (db.Exec, db.Raw) and sessions with SkipHooks write no events; the
 // events stay pending on the aggregate. The plugin's own inserts go straight

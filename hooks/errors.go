@@ -13,6 +13,20 @@ import (
 // implement AggregateID.
 var ErrNoAggregateID = errors.New("hooks: aggregate has no id")
 
+// ErrAmbiguousWrite is wrapped by a save's error (in a [*WriteError]) when
+// models with pending events went through a statement whose row count does
+// not say which of them it wrote: a Create with ON CONFLICT DO NOTHING or
+// INSERT IGNORE of several models that skipped some, an Update or Delete
+// of several models some of whose rows do not exist, and on MySQL any
+// Create with ON CONFLICT DO NOTHING (GORM writes it as ON DUPLICATE KEY
+// UPDATE, which counts a row that existed as written). Writing every
+// model's events would publish changes that did not happen, writing none
+// would lose those that did: the save fails and rolls back, and the events
+// stay pending. Save such models one at a time (a statement that writes no
+// row keeps its events pending without an error), or on MySQL use
+// clause.Insert{Modifier: "IGNORE"}.
+var ErrAmbiguousWrite = errors.New("hooks: cannot tell which models the statement wrote")
+
 // PanicError reports a panic in event code during a save or an Enqueue: a
 // typed-nil event, or an event's or aggregate's method (EventKey, Validate,
 // MarshalJSON, AggregateType, AggregateID) that panicked. The plugin

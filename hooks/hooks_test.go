@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/hooks/hookstest"
@@ -760,5 +762,87 @@ func TestSaveMixesWrittenAndNewEvents(t *testing.T) {
 		if n := len(stale.Events()); n != 0 {
 			t.Errorf("pending after the committed save = %d, want 0", n)
 		}
+	})
+}
+
+// TestStatementsThatWriteSomeRows: events are written only for rows the
+// statement wrote. A Create that inserted nothing (ON CONFLICT DO NOTHING
+// or INSERT IGNORE on a row that exists) keeps its events pending; a
+// statement of several models that wrote some of their rows fails with
+// ErrAmbiguousWrite and rolls back (it cannot tell whose state changed);
+// so does DO NOTHING on MySQL, whose row count cannot tell an insert from
+// a skip. Found by a new user's trial: each of these wrote and published
+// the events of rows that were never written.
+func TestStatementsThatWriteSomeRows(t *testing.T) {
+	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
+		mysql := db.Dialector.Name() == "mysql"
+		customer := func(email string) *Customer {
+			c := &Customer{Email: email, Name: email}
+			c.Record(OrderPaid{EventVersion: 2, OccurredAt: now(), Method: email})
+			return c
+		}
+		if err := db.Create(customer("a@x")).Error; err != nil {
+			t.Fatal(err)
+		}
+		want := []summary{{"orders.order_paid", "crm.customer/a@x"}}
+		check := func(step string, err error, ambiguous bool, pending ...*Customer) {
+			t.Helper()
+			if got := errors.Is(err, hooks.ErrAmbiguousWrite); got != ambiguous || !ambiguous && err != nil {
+				t.Errorf("%s: error %v, want ErrAmbiguousWrite: %t", step, err, ambiguous)
+			}
+			if diff := cmp.Diff(want, summarize(rows(t, db))); diff != "" {
+				t.Errorf("%s: rows (-want +got):\n%s", step, diff)
+			}
+			for _, c := range pending {
+				if n := len(c.Events()); n != 1 {
+					t.Errorf("%s: %s has %d events pending, want 1", step, c.Email, n)
+				}
+			}
+		}
+
+		// One model, DO NOTHING on a row that exists.
+		dup := customer("a@x")
+		check("DO NOTHING, existing row", db.Clauses(clause.OnConflict{DoNothing: true}).Create(dup).Error, mysql, dup)
+		// INSERT IGNORE / INSERT OR IGNORE on a row that exists.
+		if !strings.Contains(db.Dialector.Name(), "postgres") {
+			modifier := "IGNORE"
+			if db.Dialector.Name() == "sqlite" {
+				modifier = "OR IGNORE"
+			}
+			dup := customer("a@x")
+			check("INSERT IGNORE, existing row", db.Clauses(clause.Insert{Modifier: modifier}).Create(dup).Error, false, dup)
+		}
+		// Several models, one row exists: nothing is written, the new
+		// customer's row included (the statement rolled back).
+		batch := []*Customer{customer("a@x"), customer("b@x")}
+		check("DO NOTHING, one of two rows exists", db.Clauses(clause.OnConflict{DoNothing: true}).Create(&batch).Error, true, batch...)
+		if n := count(t, db, "customers"); n != 1 {
+			t.Errorf("customers = %d after the failed batch, want 1", n)
+		}
+		// Updates and Delete of two models, one of which has no row.
+		a, missing := customer("a@x"), customer("nobody@x")
+		check("Updates of two models, one row missing",
+			db.Model([]*Customer{a, missing}).Updates(map[string]any{"name": "renamed"}).Error, true, a, missing)
+		a, missing = customer("a@x"), customer("nobody@x")
+		check("Delete of two models, one row missing", db.Delete([]*Customer{a, missing}).Error, true, a, missing)
+		if n := count(t, db, "customers"); n != 1 {
+			t.Errorf("customers = %d after the failed delete, want 1 (rolled back)", n)
+		}
+		// DryRun executes nothing, writes nothing and fails nothing.
+		o := &Order{}
+		o.Place(1)
+		check("DryRun Create", db.Session(&gorm.Session{DryRun: true}).Create(o).Error, false)
+		if n := len(o.Events()); n != 1 {
+			t.Errorf("DryRun: %d events pending, want 1", n)
+		}
+		// All rows written: every event is.
+		both := []*Customer{customer("c@x"), customer("d@x")}
+		if !mysql {
+			want = append(want, summary{"orders.order_paid", "crm.customer/c@x"}, summary{"orders.order_paid", "crm.customer/d@x"})
+		}
+		check("DO NOTHING, no row exists", db.Clauses(clause.OnConflict{DoNothing: true}).Create(&both).Error, mysql)
+		upd := []*Customer{customer("a@x")}
+		want = append(want, summary{"orders.order_paid", "crm.customer/a@x"})
+		check("Updates of one model in a slice", db.Model(upd).Updates(map[string]any{"name": "renamed"}).Error, false)
 	})
 }

@@ -238,7 +238,7 @@ func skipsHooks(db *gorm.DB) bool {
 // and the outbox rows then commit together; the transaction is tracked like
 // any other, so its commit confirms the events.
 func (p *Plugin) begin(db *gorm.DB) {
-	if db.Error != nil || db.Statement.ConnPool == nil || skipsHooks(db) {
+	if db.Error != nil || db.Statement.ConnPool == nil || skipsHooks(db) || db.DryRun {
 		return
 	}
 	if _, inTx := db.Statement.ConnPool.(gorm.TxCommitter); inTx {
@@ -386,6 +386,76 @@ func (p *Plugin) writeCreate(db *gorm.DB) { p.write(db, false) }
 
 func (p *Plugin) writeChanged(db *gorm.DB) { p.write(db, true) }
 
+// models returns how many models the statement carries: 1 for a struct,
+// the number of structs in a slice or array.
+func models(db *gorm.DB) int {
+	if !db.Statement.ReflectValue.IsValid() {
+		return 0
+	}
+	n := 0
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer, reflect.Interface:
+			if !v.IsNil() {
+				walk(v.Elem())
+			}
+		case reflect.Slice, reflect.Array:
+			for i := 0; i < v.Len(); i++ {
+				walk(v.Index(i))
+			}
+		case reflect.Struct:
+			n++
+		}
+	}
+	walk(db.Statement.ReflectValue)
+	return n
+}
+
+// mysqlDoNothing reports whether a Create on MySQL has an ON CONFLICT DO
+// NOTHING clause. GORM's MySQL dialector writes it as ON DUPLICATE KEY
+// UPDATE pk=pk (rewriting the clause to assignments of each column to
+// itself before the statement runs), which with clientFoundRows=true counts
+// a row that existed as affected: the count cannot tell an insert from a
+// skip.
+func mysqlDoNothing(db *gorm.DB) bool {
+	c, ok := db.Statement.Clauses["ON CONFLICT"]
+	if !ok {
+		return false
+	}
+	oc, ok := c.Expression.(clause.OnConflict)
+	if !ok || oc.UpdateAll {
+		return false
+	}
+	if oc.DoNothing {
+		return true
+	}
+	for _, a := range oc.DoUpdates {
+		if col, ok := a.Value.(clause.Column); !ok || col.Name != a.Column.Name || col.Table != a.Column.Table {
+			return false
+		}
+	}
+	return len(oc.DoUpdates) > 0
+}
+
+// rowsUnknown returns an error wrapping [ErrAmbiguousWrite] when the plugin
+// cannot tell which of the statement's models its row count covers, and
+// nil when it changed all of them. The caller has already handled a
+// statement that changed no row.
+func (p *Plugin) rowsUnknown(db *gorm.DB, create bool) error {
+	if create && p.dialect == sqlstore.MySQL && mysqlDoNothing(db) {
+		return fmt.Errorf("%w: on MySQL a Create with ON CONFLICT DO NOTHING counts rows that existed as written; use clause.Insert{Modifier: \"IGNORE\"} instead", ErrAmbiguousWrite)
+	}
+	if n, ra := models(db), db.Statement.RowsAffected; ra < int64(n) {
+		verb := "changed"
+		if create {
+			verb = "inserted"
+		}
+		return fmt.Errorf("%w: the statement %s %d rows of its %d models, and the plugin cannot tell which; save them one at a time", ErrAmbiguousWrite, verb, ra, n)
+	}
+	return nil
+}
+
 // recoverInto turns a panic in event code (a typed-nil event, a Validate,
 // MarshalJSON, AggregateType or AggregateID method that panics) into the
 // statement's error: a [*WriteError] wrapping a [*PanicError]. The failed
@@ -401,13 +471,14 @@ func recoverInto(db *gorm.DB) {
 
 // write inserts the pending events of the statement's aggregates.
 func (p *Plugin) write(db *gorm.DB, needRows bool) {
-	if db.Error != nil || skipsHooks(db) {
+	if db.Error != nil || skipsHooks(db) || db.DryRun {
 		return
 	}
-	if needRows && db.Statement.RowsAffected == 0 {
-		// An update or delete that matched nothing changed no state; its
-		// events stay pending rather than describe a change that did not
-		// happen.
+	if db.Statement.RowsAffected == 0 {
+		// An update or delete that matched nothing, or a create that
+		// inserted nothing (ON CONFLICT DO NOTHING, INSERT IGNORE), changed
+		// no state; its events stay pending rather than describe a change
+		// that did not happen.
 		return
 	}
 	// As recoverInto, naming the aggregate being encoded.
@@ -419,6 +490,10 @@ func (p *Plugin) write(db *gorm.DB, needRows bool) {
 	}()
 	srcs := sources(db)
 	if len(srcs) == 0 {
+		return
+	}
+	if err := p.rowsUnknown(db, !needRows); err != nil {
+		_ = db.AddError(&WriteError{Err: err})
 		return
 	}
 	ctx := db.Statement.Context

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +36,21 @@ import (
 // groups, from XINFO GROUPS). Trimming is approximate ("~"): Redis removes
 // whole internal nodes, so a stream keeps at least MaxLen entries, or every
 // entry younger than MaxAge, and a few more.
+//
+// # Deduplication
+//
+// Redis Streams append whatever XADD they are given. A write can reach the
+// server long after the publisher gave up on it: a connection stalls (a
+// proxy that stops forwarding but buffers, a partition that heals and TCP
+// retransmits), go-redis times the read out and retries on a new connection
+// (or Publish fails and the relay retries), the retry succeeds, the relay
+// publishes the aggregate's next events, and then the stalled bytes arrive
+// and add the message again, after them. So the publisher adds each message
+// through a Lua script that first sets a key for the message
+// (SET NX PX [PublisherConfig.DedupWindow]) and adds the entry only if the
+// key was not there: a second write of the same message UUID within the
+// window, stale or retried, adds nothing, and Publish counts it as
+// published (it is in the stream already).
 type PublisherConfig struct {
 	// URL is the server URL (redis://[user:password@]host:port/db, or
 	// rediss:// for TLS), as go-redis's ParseURL takes it.
@@ -81,6 +97,37 @@ type PublisherConfig struct {
 	// Default: 10s.
 	PublishTimeout time.Duration
 
+	// DedupWindow is how long the publisher remembers a message UUID it
+	// added to a stream, so that a stale or repeated write of the message
+	// (see Deduplication) is dropped by Redis instead of appended again.
+	// A write that arrives later than this after the first one is a second
+	// entry, which consumers drop with the inbox. Negative disables
+	// deduplication: a plain XADD per message, as before. Positive values
+	// below a millisecond (the resolution of PX) are invalid.
+	//
+	// The publisher remembers message <uuid> of stream <s> in the string
+	// key "{<s>}:outbox:dedup:<uuid>", with the stream name as its Redis
+	// Cluster hash tag, so the key lives in the stream's slot. A stream
+	// whose name has a hash tag of its own ("{orders}.placed") keys
+	// "<s>:outbox:dedup:<uuid>" instead, routed by the same tag; a name with
+	// "}" but no hash tag gets a numeric tag hashing to its slot.
+	//
+	// Each remembered UUID costs one key with a TTL; on Redis 7.0 on
+	// x86-64, about 130 bytes for a 20-character stream name (MEMORY USAGE
+	// reports 104; the expiry entry adds the rest) plus the name's length.
+	// Budget about bytes × events per second × DedupWindow seconds: 1,000
+	// events/s with the default window hold 600,000 keys, about 80 MB.
+	// Under an eviction policy (maxmemory-policy volatile-* in particular,
+	// which picks keys with a TTL) Redis may evict keys early and let a
+	// duplicate through.
+	//
+	// Default: 0, meaning [DefaultDedupWindow] (10 minutes): longer than
+	// go-redis's timeouts and retries (seconds), the relay's backoff (5 s
+	// at most by default), and the time the kernel keeps retransmitting the
+	// data of a connection go-redis closed (about 2 minutes with Linux's
+	// defaults), with room for a proxy that buffers for minutes.
+	DedupWindow time.Duration
+
 	// Logger receives the adapter's logs: Watermill's messages, levels and
 	// fields, bridged once inside with watermill.NewSlogLogger.
 	// Default: nil, which means slog.Default() as it is when [NewPublisher] is
@@ -99,10 +146,14 @@ func (c *PublisherConfig) setDefaults() {
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = 10 * time.Second
 	}
+	if c.DedupWindow == 0 {
+		c.DedupWindow = DefaultDedupWindow
+	}
 }
 
 // Validate reports whether c is usable; zero values are valid, since they
-// mean the default. The error wraps [ErrInvalidConfig].
+// mean the default, and so is a negative DedupWindow. The error wraps
+// [ErrInvalidConfig].
 func (c PublisherConfig) Validate() error {
 	switch {
 	case c.MaxLen < 0:
@@ -117,6 +168,8 @@ func (c PublisherConfig) Validate() error {
 		return fmt.Errorf("%w: negative MaxMessageBytes %d", ErrInvalidConfig, c.MaxMessageBytes)
 	case c.PublishTimeout < 0:
 		return fmt.Errorf("%w: negative PublishTimeout %s", ErrInvalidConfig, c.PublishTimeout)
+	case c.DedupWindow > 0 && c.DedupWindow < time.Millisecond:
+		return fmt.Errorf("%w: DedupWindow %s is below 1ms, the resolution of PX (negative disables deduplication)", ErrInvalidConfig, c.DedupWindow)
 	}
 	return nil
 }
@@ -132,6 +185,7 @@ type Publisher struct {
 	marshaler redisstream.Marshaller
 	logger    watermill.LoggerAdapter
 	now       func() time.Time
+	window    string // DedupWindow in milliseconds; "" when disabled
 
 	mu     sync.RWMutex
 	closed bool
@@ -152,6 +206,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
+	var window string
+	if cfg.DedupWindow > 0 {
+		window = strconv.FormatInt(cfg.DedupWindow.Milliseconds(), 10)
+	}
 	return &Publisher{
 		cfg:       cfg,
 		client:    client,
@@ -159,22 +217,30 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		marshaler: redisstream.DefaultMarshallerUnmarshaller{},
 		logger:    logger.With(watermill.LogFields{"component": "redis_publisher"}),
 		now:       time.Now,
+		window:    window,
 	}, nil
 }
 
-// Publish adds msgs to the stream named topic with one XADD each, all sent
+// Publish adds msgs to the stream named topic, each with one XADD, all sent
 // in one pipeline (one round trip), in order, and returns nil only when
-// Redis has replied to every XADD with an entry id. Redis executes one
-// connection's commands in order, so the stream holds the messages in the
-// order given.
+// Redis has replied to every message with an entry id, or, with
+// deduplication (the default), with the answer that the message is in the
+// stream already. Redis executes one connection's commands in order, so the
+// stream holds the messages in the order given.
+//
+// With deduplication ([PublisherConfig.DedupWindow]) each XADD runs inside
+// a Lua script (EVALSHA; the script is loaded with SCRIPT LOAD the first
+// time the server answers NOSCRIPT, and the messages so answered are sent
+// again) that drops a message whose UUID the stream received within the
+// window: a republish after an ambiguous failure, or a stale write that a
+// stalled connection delivers late, adds nothing. Later writes are added
+// again, with the same UUID, and consumers drop them with the inbox.
 //
 // Redis acknowledges an XADD once the entry is in memory; whether it
 // survives a server restart depends on the server's persistence (AOF with
 // appendfsync always or everysec, or RDB snapshots), which the publisher
-// cannot see. Redis Streams (before the IDMP option of recent releases,
-// not used here) do not deduplicate: a message republished after an
-// ambiguous failure is a second entry with the same UUID, which consumers
-// drop with the inbox.
+// cannot see. The deduplication keys share the entries' fate: the script's
+// writes are persisted and replicated together.
 //
 // When some messages fail, the error wraps a [runtime.PublishErrors] with one
 // entry per message. An entry is a [*runtime.PermanentError] for WRONGTYPE
@@ -182,9 +248,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // [PublisherConfig.MaxMessageBytes] ([ErrMessageTooLarge]) or the server's
 // proto-max-bulk-len, and a message that cannot be encoded (metadata using
 // the reserved key _watermill_message_uuid). OOM (maxmemory reached),
-// connection errors and timeouts are retryable. When a message fails before
-// it is sent, the later messages of its aggregate are not sent either. After
-// [Publisher.Close], Publish returns [ErrPublisherClosed].
+// connection errors and timeouts are retryable; a failed message's
+// deduplication key is not kept, so its retry is added. When a message fails
+// before it is sent, the later messages of its aggregate are not sent
+// either. After [Publisher.Close], Publish returns [ErrPublisherClosed].
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -214,8 +281,13 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			failedAggs[key] = true
 		}
 	}
+	var keyPrefix string
+	if p.window != "" {
+		keyPrefix = dedupKeyPrefix(topic)
+	}
 	pipe := p.client.Pipeline()
-	cmds := make([]*goredis.StringCmd, len(msgs))
+	cmds := make([]goredis.Cmder, len(msgs))
+	scripts := make([][]any, len(msgs)) // the script's ARGV, to send again after NOSCRIPT
 	for i, msg := range msgs {
 		if key := publishing.AggregateKey(msg); key != "" && failedAggs[key] {
 			errs[i] = errEarlierFailed
@@ -227,7 +299,12 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			fail(i, fmt.Errorf("redis: publish message %s to topic %q: %w", msg.UUID, topic, err))
 			continue
 		}
-		cmds[i] = pipe.XAdd(ctx, args)
+		if p.window == "" {
+			cmds[i] = pipe.XAdd(ctx, args)
+			continue
+		}
+		scripts[i] = scriptArgs(p.window, args)
+		cmds[i] = addScript.EvalSha(ctx, pipe, []string{topic, keyPrefix + msg.UUID}, scripts[i]...)
 	}
 	var execErr error
 	if pipe.Len() > 0 {
@@ -237,24 +314,33 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		// fails there), the commands may carry no error and no reply.
 		_, execErr = pipe.Exec(ctx)
 	}
+	if p.window != "" {
+		p.resendNoScript(ctx, topic, keyPrefix, msgs, cmds, scripts)
+	}
+	duplicates := 0
 	for i, cmd := range cmds {
 		if cmd == nil {
 			continue
 		}
-		err := cmd.Err()
-		if err == nil && cmd.Val() == "" {
-			// XADD answers the entry's id: without one, it did not run.
+		dup, err := reply(cmd)
+		if err == errNoReply && execErr != nil {
 			err = execErr
-			if err == nil {
-				err = errors.New("no reply to XADD")
-			}
 		}
 		if err != nil {
 			fail(i, fmt.Errorf("redis: publish message %s to topic %q: %w", msgs[i].UUID, topic, err))
+		} else if dup {
+			duplicates++
 		}
 	}
 	if failed > 0 {
 		return fmt.Errorf("redis: publish %d messages to topic %q: %w", len(msgs), topic, errs)
+	}
+	if duplicates > 0 {
+		p.logger.Info("messages already in the stream were not added again", watermill.LogFields{
+			"topic":      topic,
+			"duplicates": duplicates,
+			"window":     p.cfg.DedupWindow,
+		})
 	}
 	p.logger.Debug("published messages", watermill.LogFields{
 		"topic":    topic,
@@ -262,6 +348,78 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		"duration": time.Since(start),
 	})
 	return nil
+}
+
+// resendNoScript loads addScript and runs it again for the messages whose
+// EVALSHA the server answered with NOSCRIPT (a server that never ran it,
+// restarted, or ran SCRIPT FLUSH), replacing their commands in cmds.
+// SCRIPT LOAD goes to every primary of a cluster. The messages are sent
+// again in order, after the call's others. That reorders nothing: once a
+// server answers NOSCRIPT it answers it to every later EVALSHA until the
+// script is loaded again, which only another client's SCRIPT LOAD racing
+// this pipeline could do.
+func (p *Publisher) resendNoScript(ctx context.Context, topic, keyPrefix string, msgs []*message.Message, cmds []goredis.Cmder, scripts [][]any) {
+	var again []int
+	for i, cmd := range cmds {
+		if cmd != nil && scripts[i] != nil && goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	if err := addScript.Load(ctx, p.client).Err(); err != nil {
+		for _, i := range again {
+			cmds[i].SetErr(fmt.Errorf("load the deduplicating script: %w", err))
+		}
+		return
+	}
+	pipe := p.client.Pipeline()
+	for _, i := range again {
+		cmds[i] = addScript.EvalSha(ctx, pipe, []string{topic, keyPrefix + msgs[i].UUID}, scripts[i]...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		for _, i := range again {
+			if _, rerr := reply(cmds[i]); rerr == errNoReply {
+				cmds[i].SetErr(err)
+			}
+		}
+	}
+}
+
+// errNoReply is the error of a command that has neither a reply nor an
+// error: it was not run.
+var errNoReply = errors.New("no reply to XADD")
+
+// reply reports how Redis answered cmd, an XADD or an addScript: an entry
+// id (nil error), a message already added (dup), an error reply, or no
+// reply at all ([errNoReply]).
+func reply(cmd goredis.Cmder) (dup bool, err error) {
+	if err := cmd.Err(); err != nil {
+		return false, err
+	}
+	switch cmd := cmd.(type) {
+	case *goredis.StringCmd:
+		if cmd.Val() == "" {
+			return false, errNoReply
+		}
+		return false, nil
+	case *goredis.Cmd:
+		switch v := cmd.Val().(type) {
+		case nil:
+			return false, errNoReply
+		case string:
+			if v != "" {
+				return false, nil
+			}
+		case int64:
+			if v == 0 {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("unexpected reply %v to the deduplicating XADD script", cmd.Val())
+	}
+	return false, fmt.Errorf("unexpected command %T", cmd)
 }
 
 // xaddArgs encodes msg for XADD to stream, with the trimming policy.

@@ -127,9 +127,12 @@
 // aggregate's messages together.) With the Kafka adapter the key is the
 // aggregate id, so an aggregate's events reach their partition in commit
 // order, retries included (a retry may repeat messages the broker already
-// has). There is no order across topics, which are published concurrently:
-// an aggregate whose events go to several topics (a custom topic function)
-// is ordered per topic only.
+// has). The order holds across topics too: when an aggregate's events go
+// to several topics (a custom topic function), a batch is published in
+// stages, an event only after its aggregate's earlier event bound for
+// another topic was acknowledged, and behind it when that one failed or is
+// parked. A batch whose messages share one topic per aggregate (the
+// default: the topic is the aggregate type) is one stage.
 //
 // # One relay, several relays
 //
