@@ -16,18 +16,26 @@ import (
 // openRedis opens redis://[user:password@]host:port[/db] (Redis Streams; one
 // stream key per topic). Parameters:
 //
-//	maxlen=N   trim streams to about N entries on publish (default: no
-//	           trimming; trimming deletes entries a slow group has not read)
-//	maxage=D   trim entries older than D, a Go duration (default: none)
+//	maxlen=N        trim streams to about N entries on publish (default: no
+//	                trimming; trimming deletes entries a slow group has not
+//	                read)
+//	maxage=D        trim entries older than D, a Go duration (default: none)
+//	dedupwindow=D   remember each published event id for D, a Go duration,
+//	                and drop a repeated or stale write of it (default, and
+//	                0: 10m, redis.DefaultDedupWindow); off disables it
 //
-// Redis does not deduplicate, and keeps acknowledged entries across a
-// restart only as its persistence settings say, so Guarantees reports
-// Dedup and Durable false. OrderPerAggregate holds with one subscriber per
-// group, with one exception: a subscriber that crashed holding a message
-// leaves it pending until another claims it after MaxIdleTime (60 s), and a
-// subscriber started sooner reads newer entries first (see adapters/redis).
+// Redis Streams do not deduplicate, so the publisher adds each entry through
+// a Lua script that skips a message whose UUID (the event id) it added to
+// the stream within the window (see adapters/redis): Guarantees reports
+// Dedup true, unless dedupwindow=off. A write later than the window is a
+// second entry, which the inbox drops. Redis keeps acknowledged entries
+// across a restart only as its persistence settings say, so Durable is
+// false. OrderPerAggregate holds with one subscriber per group, with one
+// exception: a subscriber that crashed holding a message leaves it pending
+// until another claims it after MaxIdleTime (60 s), and a subscriber started
+// sooner reads newer entries first (see adapters/redis).
 func openRedis(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
-	q, err := query(u, "maxlen", "maxage")
+	q, err := query(u, "maxlen", "maxage", "dedupwindow")
 	if err != nil {
 		return nil, err
 	}
@@ -45,6 +53,15 @@ func openRedis(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, err
 			return nil, fmt.Errorf("%w: maxage=%q is not a positive duration", ErrInvalidURL, v)
 		}
 	}
+	switch v := q.Get("dedupwindow"); v {
+	case "":
+	case "off":
+		pcfg.DedupWindow = -1
+	default:
+		if pcfg.DedupWindow, err = time.ParseDuration(v); err != nil || pcfg.DedupWindow < 0 {
+			return nil, fmt.Errorf("%w: dedupwindow=%q is not a duration of 0 (the default) or more, or off", ErrInvalidURL, v)
+		}
+	}
 	if err := pcfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
 	}
@@ -57,9 +74,10 @@ func openRedis(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, err
 	}
 	return &Broker{
 		// Order: entries in stream order, one subscriber per group hands
-		// them out in order. No dedup. Durability depends on the server's
-		// persistence (AOF), which the adapter cannot see: reported false.
-		guarantees: Guarantees{OrderPerAggregate: true, Dedup: false, Durable: false, SharedAcrossProcesses: true, ConsumerGroups: true},
+		// them out in order. Dedup by event id within the window, unless
+		// turned off. Durability depends on the server's persistence
+		// (AOF), which the adapter cannot see: reported false.
+		guarantees: Guarantees{OrderPerAggregate: true, Dedup: pcfg.DedupWindow >= 0, Durable: false, SharedAcrossProcesses: true, ConsumerGroups: true},
 		publisher:  pub,
 		subscriber: func(group string) (message.Subscriber, error) {
 			return redis.NewSubscriber(redis.SubscriberConfig{URL: pcfg.URL, ConsumerGroup: group, Logger: logger})

@@ -51,15 +51,20 @@ func TestOpenRedis(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 	defer b.Close()
-	if g := b.Guarantees(); !g.OrderPerAggregate || g.Dedup || g.Durable || !g.SharedAcrossProcesses {
-		t.Errorf("Guarantees = %+v, want order and shared only", g)
+	if g := b.Guarantees(); !g.OrderPerAggregate || !g.Dedup || g.Durable || !g.SharedAcrossProcesses {
+		t.Errorf("Guarantees = %+v, want order, dedup and shared only", g)
 	}
 	topic := "outbox-test:broker:" + watermill.NewShortUUID()
+	opts, _ := goredis.ParseURL(base)
+	c := goredis.NewClient(opts)
 	t.Cleanup(func() {
-		opts, _ := goredis.ParseURL(base)
-		c := goredis.NewClient(opts)
 		defer c.Close()
-		if err := c.Del(context.Background(), topic).Err(); err != nil {
+		// The stream and its deduplication keys.
+		keys, err := c.Keys(context.Background(), "{"+topic+"}:outbox:dedup:*").Result()
+		if err == nil {
+			err = c.Del(context.Background(), append(keys, topic)...).Err()
+		}
+		if err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
@@ -71,6 +76,13 @@ func TestOpenRedis(t *testing.T) {
 	}
 	if err := b.Publisher().Publish(topic, msgs...); err != nil {
 		t.Fatalf("Publish: %v", err)
+	}
+	// A republish (the relay's, after an ambiguous failure) adds nothing.
+	if err := b.Publisher().Publish(topic, msgs[2:]...); err != nil {
+		t.Fatalf("republish: %v", err)
+	}
+	if n := c.XLen(context.Background(), topic).Val(); n != int64(len(msgs)) {
+		t.Errorf("XLEN = %d after a republish, want %d (deduplicated)", n, len(msgs))
 	}
 	sub, err := b.Subscriber("g1")
 	if err != nil {
@@ -96,6 +108,31 @@ func TestOpenRedis(t *testing.T) {
 	}
 }
 
+// TestOpenRedisDedupWindow: dedupwindow sets the window, and off disables
+// deduplication, which Guarantees reports.
+func TestOpenRedisDedupWindow(t *testing.T) {
+	for _, tt := range []struct {
+		query string
+		dedup bool
+	}{
+		{"", true},
+		{"?dedupwindow=0", true},
+		{"?dedupwindow=1h", true},
+		{"?dedupwindow=1ms&maxage=24h", true},
+		{"?dedupwindow=off", false},
+	} {
+		b, err := broker.Open(context.Background(), "redis://127.0.0.1:6379/0"+tt.query, broker.Config{})
+		if err != nil {
+			t.Errorf("Open(%q): %v", tt.query, err)
+			continue
+		}
+		if g := b.Guarantees(); g.Dedup != tt.dedup {
+			t.Errorf("Open(%q).Guarantees().Dedup = %v, want %v", tt.query, g.Dedup, tt.dedup)
+		}
+		b.Close()
+	}
+}
+
 func TestOpenRedisBadParameters(t *testing.T) {
 	for _, u := range []string{
 		"redis://127.0.0.1:6379/0?bogus=1",
@@ -103,6 +140,10 @@ func TestOpenRedisBadParameters(t *testing.T) {
 		"redis://127.0.0.1:6379/0?maxlen=x",
 		"redis://127.0.0.1:6379/0?maxage=-1s",
 		"redis://127.0.0.1:6379/0?maxlen=10&maxage=1h",
+		"redis://127.0.0.1:6379/0?dedupwindow=-1s",
+		"redis://127.0.0.1:6379/0?dedupwindow=x",
+		"redis://127.0.0.1:6379/0?dedupwindow=500us",
+		"redis://127.0.0.1:6379/0?dedupwindow=on",
 		"redis://127.0.0.1:6379/x",
 		"redis://",
 	} {

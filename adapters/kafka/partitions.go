@@ -56,7 +56,9 @@ const DefaultPartitionWindow = 1000
 // One kafka-go Reader reads all the member's partitions, so a stream that
 // stops taking messages (its reader blocked, or stuck on a message) holds
 // back the others once its buffer (PartitionWindow fetched records plus
-// PartitionWindow handed out) is full.
+// PartitionWindow handed out) is full. The subscriber logs that at WARN,
+// naming the partition, when it has lasted 10s, and at INFO when the
+// partition moves again.
 func (s *Subscriber) SubscribePartitions(ctx context.Context, topic string) (<-chan (<-chan *message.Message), error) {
 	streams := make(chan (<-chan *message.Message))
 	err := s.subscribeLanes(ctx, topic, s.cfg.PartitionWindow, func(ctx context.Context) (chan<- *message.Message, func(), bool) {
@@ -164,8 +166,44 @@ func (s *Subscriber) dispatch(ctx context.Context, reader *kafka.Reader, logger 
 		}
 		select {
 		case in <- record:
-		case <-ctx.Done():
+			continue
+		default:
+		}
+		if !s.waitForLane(ctx, in, record) {
 			return
+		}
+	}
+}
+
+// defaultStallWarnAfter is how long a full partition stream holds the
+// member's other partitions back before the subscriber logs a WARN.
+const defaultStallWarnAfter = 10 * time.Second
+
+// waitForLane sends record to its partition's full lane, and reports false
+// when ctx is done first. Every partition of the member waits meanwhile
+// (one reader fetches them all): after stallWarnAfter it logs so at WARN,
+// once, and at INFO when the partition moves again, so that a poison
+// message that stops a whole member is not silent.
+func (s *Subscriber) waitForLane(ctx context.Context, in chan<- kafka.Message, record kafka.Message) bool {
+	start := time.Now()
+	timer := time.NewTimer(s.stallWarnAfter)
+	defer timer.Stop()
+	warned := false
+	for {
+		select {
+		case in <- record:
+			if warned {
+				s.warn.Info("kafka: partition moves again; the member's other partitions go on",
+					"topic", record.Topic, "partition", record.Partition, "waited", time.Since(start).Round(time.Millisecond))
+			}
+			return true
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			warned = true
+			s.warn.Warn("kafka: a partition's stream is full behind a message its reader has not acked; every partition of this member waits for it (one kafka-go reader fetches them all)",
+				"topic", record.Topic, "partition", record.Partition, "offset", record.Offset,
+				"records_waiting", cap(in), "waited", time.Since(start).Round(time.Millisecond))
 		}
 	}
 }

@@ -3,7 +3,9 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 // received is a message and the index of the stream it came on.
@@ -162,5 +165,80 @@ func TestSubscribePartitions(t *testing.T) {
 			t.Fatalf("committed offsets add up to %d, want %d", committed, len(msgs))
 		}
 		time.Sleep(50 * time.Millisecond) // polling the group's offsets
+	}
+}
+
+// TestStuckStreamIsLogged: a stream whose reader stops acking holds back
+// the member's other partitions once its buffer is full (one kafka-go
+// reader fetches them all); the subscriber says so at WARN, naming the
+// partition, and at INFO once it moves again — found by a new user's
+// trial, where one unknown-version event stopped a whole consumer with no
+// line about the other partitions.
+func TestStuckStreamIsLogged(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.NewCluster(t)
+	topic := newTopic(t, brokers, 2)
+	pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers})
+	var msgs []*message.Message
+	for i := range 40 {
+		for k := range 6 {
+			msgs = append(msgs, newEvent(fmt.Sprintf("agg-%d", k), strconv.Itoa(i)))
+		}
+	}
+	if err := pub.Publish(topic, msgs...); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	var logs runtimetest.LogBuffer
+	cfg := testSubscriberConfig(brokers, "group-"+watermill.NewShortUUID())
+	cfg.PartitionWindow = 2
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	sub := newSubscriber(t, cfg)
+	kafka.SetStallWarnAfter(sub, 100*time.Millisecond)
+	streams, err := sub.SubscribePartitions(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := mergeStreams(streams)
+	first := next(t, in)
+	stuck := first.stream
+	held := []*message.Message{first.msg} // the stuck stream's, unacked
+	seen := map[string]bool{first.msg.UUID: true}
+	logged := func(text string) bool { return strings.Contains(logs.String(), text) }
+	deadline := time.Now().Add(waitTimeout)
+	for !logged("level=WARN msg=\"kafka: a partition's stream is full") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no WARN about the stuck stream within %s; logs:\n%s", waitTimeout, logs.String())
+		}
+		select {
+		case r := <-in:
+			seen[r.msg.UUID] = true
+			if r.stream == stuck {
+				held = append(held, r.msg)
+			} else {
+				r.msg.Ack()
+			}
+		case <-time.After(10 * time.Millisecond): // polling the log
+		}
+	}
+	ri, ok := kafka.RecordInfoFromContext(held[0].Context())
+	if !ok {
+		t.Fatal("no RecordInfo on a delivered message")
+	}
+	if line := logs.String(); !strings.Contains(line, fmt.Sprintf("partition=%d", ri.Partition)) {
+		t.Errorf("the WARN does not name partition %d:\n%s", ri.Partition, line)
+	}
+	for _, m := range held {
+		m.Ack()
+	}
+	for len(seen) < len(msgs) {
+		r := next(t, in)
+		seen[r.msg.UUID] = true
+		r.msg.Ack()
+	}
+	for !logged("kafka: partition moves again") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no INFO once the stream moved again; logs:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the log
 	}
 }

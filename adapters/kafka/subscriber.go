@@ -222,6 +222,10 @@ func (c SubscriberConfig) Validate() error {
 type Subscriber struct {
 	cfg    SubscriberConfig
 	logger watermill.LoggerAdapter
+	// warn logs a member's partitions held back by a stuck one (Watermill's
+	// logger has no WARN level), after stallWarnAfter.
+	warn           *slog.Logger
+	stallWarnAfter time.Duration
 
 	// closing is cancelled by Close; every subscription's context derives
 	// from it.
@@ -250,9 +254,15 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	// Check the reader config once now, so a bad OverwriteReaderConfig fails
 	// here rather than in every Subscribe.
+	warn := cfg.Logger
+	if warn == nil {
+		warn = slog.Default()
+	}
 	s := &Subscriber{
-		cfg:    cfg,
-		logger: logger.With(watermill.LogFields{"component": "kafka_subscriber", "consumer_group": cfg.ConsumerGroup}),
+		cfg:            cfg,
+		logger:         logger.With(watermill.LogFields{"component": "kafka_subscriber", "consumer_group": cfg.ConsumerGroup}),
+		warn:           warn.With("component", "kafka_subscriber", "consumer_group", cfg.ConsumerGroup),
+		stallWarnAfter: defaultStallWarnAfter,
 	}
 	rc := s.readerConfig("validate")
 	if err := rc.Validate(); err != nil {

@@ -23,6 +23,10 @@ func TestPublisherConfigValidate(t *testing.T) {
 		{"sub-millisecond max age", redis.PublisherConfig{MaxAge: time.Microsecond}, false},
 		{"negative max bytes", redis.PublisherConfig{MaxMessageBytes: -1}, false},
 		{"negative timeout", redis.PublisherConfig{PublishTimeout: -1}, false},
+		{"dedup window", redis.PublisherConfig{DedupWindow: time.Hour}, true},
+		{"one-millisecond dedup window", redis.PublisherConfig{DedupWindow: time.Millisecond}, true},
+		{"dedup disabled", redis.PublisherConfig{DedupWindow: -1}, true},
+		{"sub-millisecond dedup window", redis.PublisherConfig{DedupWindow: time.Microsecond}, false},
 		{"bad url", redis.PublisherConfig{URL: "http://x"}, false},
 		{"negative database", redis.PublisherConfig{URL: "redis://127.0.0.1:6379/-1"}, false},
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -44,20 +45,37 @@ return id
 // of its hash tag (the text between its first "{" and the first "}" after
 // it, when not empty) or of the whole key. So:
 //
-//   - a stream with a hash tag: the stream's name, which keeps the tag first;
-//   - a stream without "}": "{" + stream + "}", whose tag is the stream;
-//   - otherwise (e.g. "a}b"), no wrapping hashes like the name: a tag found
-//     to hash to the stream's slot, then the name, to keep keys apart.
+//   - a stream without "}" (the usual case): "{" + stream + "}", whose tag
+//     is the stream's whole name;
+//   - a stream with a hash tag of its own ("{orders}.placed"): that tag in
+//     braces, then the stream's name;
+//   - a stream with "}" but no tag ("a}b"), which no wrapping keeps whole:
+//     in braces, the smallest number that hashes to the stream's slot, then
+//     the stream's name.
+//
+// The stream's name is in every key, so no two streams share keys: the
+// first form has nothing between "}" and the infix, the others have the
+// name, and a name fixes its own tag.
 func dedupKeyPrefix(stream string) string {
+	tag := hashTag(stream)
 	switch {
-	case hashTag(stream) != "":
-		return stream + dedupKeyInfix
+	case tag != "":
 	case !strings.Contains(stream, "}"):
 		return "{" + stream + "}" + dedupKeyInfix
 	default:
-		return "{" + slotTag(keySlot(stream)) + "}" + stream + dedupKeyInfix
+		slot := keySlot(stream)
+		if t, ok := slotTags.Load(slot); ok {
+			tag = t.(string)
+		} else {
+			tag = slotTag(slot)
+			slotTags.Store(slot, tag)
+		}
 	}
+	return "{" + tag + "}" + stream + dedupKeyInfix
 }
+
+// slotTags caches slotTag's answers (a search of up to 200,000 CRCs).
+var slotTags sync.Map // int → string
 
 // hashTag returns key's Redis Cluster hash tag, or "" when it has none.
 func hashTag(key string) string {

@@ -60,20 +60,23 @@ func connect(t testing.TB) *goredis.Client {
 }
 
 // keyPrefix returns a key prefix unique to this test and deletes every key
-// with it when t ends.
+// with it when t ends, and the deduplication keys of streams with it
+// ("{" + stream + "}:outbox:dedup:<uuid>").
 func keyPrefix(t testing.TB, client *goredis.Client) string {
 	t.Helper()
 	prefix := "outbox-test:" + watermill.NewShortUUID() + ":"
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			t.Errorf("scan %s*: %v", prefix, err)
+		for _, pattern := range []string{prefix + "*", "{" + prefix + "*"} {
+			iter := client.Scan(ctx, 0, pattern, 1000).Iterator()
+			for iter.Next(ctx) {
+				keys = append(keys, iter.Val())
+			}
+			if err := iter.Err(); err != nil {
+				t.Errorf("scan %s: %v", pattern, err)
+			}
 		}
 		if len(keys) > 0 {
 			if err := client.Del(ctx, keys...).Err(); err != nil {

@@ -108,18 +108,20 @@ type PublisherConfig struct {
 	// The publisher remembers message <uuid> of stream <s> in the string
 	// key "{<s>}:outbox:dedup:<uuid>", with the stream name as its Redis
 	// Cluster hash tag, so the key lives in the stream's slot. A stream
-	// whose name has a hash tag of its own ("{orders}.placed") keys
-	// "<s>:outbox:dedup:<uuid>" instead, routed by the same tag; a name with
-	// "}" but no hash tag gets a numeric tag hashing to its slot.
+	// whose name has a hash tag of its own, "{orders}.placed", keys
+	// "{orders}{orders}.placed:outbox:dedup:<uuid>", routed by the same
+	// tag; a name with "}" but no hash tag, "a}b", gets a numeric tag that
+	// hashes to its slot: "{20658}a}b:outbox:dedup:<uuid>".
 	//
-	// Each remembered UUID costs one key with a TTL; on Redis 7.0 on
-	// x86-64, about 130 bytes for a 20-character stream name (MEMORY USAGE
-	// reports 104; the expiry entry adds the rest) plus the name's length.
-	// Budget about bytes × events per second × DedupWindow seconds: 1,000
-	// events/s with the default window hold 600,000 keys, about 80 MB.
-	// Under an eviction policy (maxmemory-policy volatile-* in particular,
-	// which picks keys with a TTL) Redis may evict keys early and let a
-	// duplicate through.
+	// Each remembered UUID is one key with a TTL: about 140 bytes plus the
+	// stream name's length (on Redis 7.0, x86-64, a 23-character name: 165
+	// bytes per key measured with used_memory over 100,000 keys; MEMORY
+	// USAGE reports 120, without the expiry entry and the hash tables).
+	// Budget bytes × events per second × DedupWindow in seconds: 100
+	// events/s with the default window hold 60,000 keys, about 10 MB;
+	// 1,000 events/s, about 100 MB. Under an eviction policy
+	// (maxmemory-policy volatile-* in particular, which picks keys with a
+	// TTL) Redis may evict keys early and let a duplicate through.
 	//
 	// Default: 0, meaning [DefaultDedupWindow] (10 minutes): longer than
 	// go-redis's timeouts and retries (seconds), the relay's backoff (5 s
