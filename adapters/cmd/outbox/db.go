@@ -36,6 +36,10 @@ func (d *database) Close() error {
 	return err
 }
 
+// errUnreachable is wrapped by the error of a database or broker that did
+// not answer: the relay command retries it at start, the others fail.
+var errUnreachable = errors.New("unreachable")
+
 // openDatabase opens fs.db and a store on its outbox table, and checks
 // that the database answers.
 func openDatabase(ctx context.Context, fs *flagSet, cfg sqlstore.StoreConfig) (*database, error) {
@@ -66,7 +70,7 @@ func openDatabase(ctx context.Context, fs *flagSet, cfg sqlstore.StoreConfig) (*
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("connect to the %s database: %w", dialect, err)
+		return nil, fmt.Errorf("connect to the %s database: %w: %w", dialect, errUnreachable, err)
 	}
 	cfg.Dialect, cfg.Table = dialect, fs.table
 	store, err := sqlstore.NewStore(db, cfg)

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -852,4 +853,72 @@ func TestMigratePartitioned(t *testing.T) {
 	if code, _, _ := runCmd(t, nil, "migrate", "--partition-interval", "24h", "--db", "sqlite:"+filepath.Join(t.TempDir(), "o.db")); code != 2 {
 		t.Errorf("migrate --partition-interval on SQLite: exit %d, want 2", code)
 	}
+}
+
+// TestRelayWaitsForItsBrokerAndDatabase: a relay started while its broker
+// or database does not answer logs a WARN per try and keeps trying (it
+// exited 1 at once, found by a new user's trial: a relay restarted during
+// a NATS outage died); a bad broker URL still fails at once.
+func TestRelayWaitsForItsBrokerAndDatabase(t *testing.T) {
+	t.Run("broker", func(t *testing.T) {
+		d := sqliteDB(t)
+		d.write(t, "o1")
+		pub := newRecorder()
+		var opens atomic.Int32
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var out, errOut bytes.Buffer
+		e := &env{ctx: ctx, stdout: &out, stderr: &errOut, getenv: func(string) string { return "" },
+			openPublisher: func(context.Context, string, *slog.Logger) (message.Publisher, func() error, error) {
+				if opens.Add(1) <= 2 {
+					return nil, nil, errors.New("nats: no servers available for connection")
+				}
+				return pub, func() error { return nil }, nil
+			}}
+		done := make(chan int, 1)
+		go func() { done <- e.run([]string{"relay", "--db", d.url, "--broker", "nats://127.0.0.1:1"}) }()
+		const wait = 30 * time.Second
+		deadline := time.Now().Add(wait)
+		for len(pub.sequence("o1")) == 0 {
+			if time.Now().After(deadline) {
+				cancel()
+				<-done
+				t.Fatalf("nothing published within %s; logs:\n%s", wait, errOut.String())
+			}
+			time.Sleep(10 * time.Millisecond) // polling the recorder
+		}
+		cancel()
+		if code := <-done; code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut.String())
+		}
+		if n := opens.Load(); n != 3 {
+			t.Errorf("broker opened %d times, want 3", n)
+		}
+		if n := strings.Count(errOut.String(), `level=WARN msg="relay: cannot reach the broker; retrying"`); n != 2 {
+			t.Errorf("%d WARN lines about the broker, want 2:\n%s", n, errOut.String())
+		}
+	})
+	t.Run("database", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+		defer cancel()
+		code, _, stderr := runCmdCtx(t, ctx, newRecorder(), "relay", "--db", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=1", "--broker", "memory://")
+		if code != 0 {
+			t.Errorf("exit %d after a signal while waiting, want 0: %s", code, stderr)
+		}
+		if n := strings.Count(stderr, `level=WARN msg="relay: cannot reach the database; retrying"`); n < 2 {
+			t.Errorf("%d WARN lines about the database, want at least 2:\n%s", n, stderr)
+		}
+	})
+	t.Run("bad broker URL", func(t *testing.T) {
+		d := sqliteDB(t)
+		var out, errOut bytes.Buffer
+		e := &env{ctx: context.Background(), stdout: &out, stderr: &errOut, getenv: func(string) string { return "" },
+			openPublisher: openBroker}
+		if code := e.run([]string{"relay", "--db", d.url, "--broker", "nats://127.0.0.1:4222?replicas=x"}); code == 0 {
+			t.Fatalf("exit 0 with a bad broker URL")
+		}
+		if strings.Contains(errOut.String(), "retrying") || !strings.Contains(errOut.String(), "replicas") {
+			t.Errorf("a bad URL was retried or not named:\n%s", errOut.String())
+		}
+	})
 }

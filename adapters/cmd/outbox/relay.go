@@ -115,6 +115,10 @@ is making progress) and /readyz (also: the database answers, the oldest
 pending message is younger than --max-backlog-age). Logs go to stderr (JSON
 with --json).
 
+A relay started while its database or broker does not answer waits for
+them, logging a WARN per try (1s apart, doubling to 30s); a bad URL fails
+at once.
+
 On MySQL and MariaDB the relay's connections get readTimeout=10s and
 writeTimeout=10s (its store timeout) unless the URL sets them: the driver's
 COMMIT takes no context, and a half-open connection would otherwise stall
@@ -155,9 +159,16 @@ the relay until TCP gives up.`,
 		log := logger(e, fs, *verbose)
 		cfg.Logger = log
 		fs.db = withMySQLDeadlines(fs.db, relay.DefaultStoreTimeout)
-		db, err := openDatabase(e.ctx, fs, scfg)
-		if err != nil {
+		// A relay started while its database or broker is down (a deploy
+		// beside an outage, a restart during one) waits for them, logging
+		// each try, as it does once running; a bad URL still fails at once.
+		var db *database
+		err = untilReachable(e.ctx, log, "database", func() (err error) {
+			db, err = openDatabase(e.ctx, fs, scfg)
 			return err
+		})
+		if err != nil {
+			return stoppedOr(e, log, err)
 		}
 		defer db.Close() // after the relay: releases its leases
 		if *migrate {
@@ -169,9 +180,19 @@ the relay until TCP gives up.`,
 		if err != nil {
 			return err
 		}
-		pub, closeBroker, err := e.openPublisher(e.ctx, *brokerURL, log)
-		if err != nil {
+		var (
+			pub         message.Publisher
+			closeBroker func() error
+		)
+		err = untilReachable(e.ctx, log, "broker", func() (err error) {
+			pub, closeBroker, err = e.openPublisher(e.ctx, *brokerURL, log)
+			if err != nil && !errors.Is(err, broker.ErrInvalidURL) && !errors.Is(err, broker.ErrUnknownScheme) {
+				err = fmt.Errorf("%w: %w", errUnreachable, err)
+			}
 			return err
+		})
+		if err != nil {
+			return stoppedOr(e, log, err)
 		}
 		defer closeBroker()
 		var m *metrics.Metrics
@@ -207,6 +228,45 @@ the relay until TCP gives up.`,
 		return err
 	}
 	return c
+}
+
+// startRetryMax caps the wait between tries to reach the database or the
+// broker at start.
+const startRetryMax = 30 * time.Second
+
+// untilReachable calls open until it succeeds, returns an error that does
+// not wrap errUnreachable (a bad URL, a bad setting), or ctx is done. After
+// each unreachable try it logs a WARN naming what and waits 1s, doubling up
+// to startRetryMax.
+func untilReachable(ctx context.Context, log *slog.Logger, what string, open func() error) error {
+	wait := time.Second
+	for attempt := 1; ; attempt++ {
+		err := open()
+		if err == nil || !errors.Is(err, errUnreachable) {
+			return err
+		}
+		log.Warn("relay: cannot reach the "+what+"; retrying", slog.Any("error", err),
+			slog.Int("attempt", attempt), slog.Duration("backoff", wait))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, startRetryMax)
+	}
+}
+
+// stoppedOr returns nil, after logging that the relay stopped, when err
+// is the command's context ending (a signal while waiting at start), and
+// err otherwise.
+func stoppedOr(e *env, log *slog.Logger, err error) error {
+	if e.ctx.Err() != nil && errors.Is(err, e.ctx.Err()) {
+		log.Info("relay stopped")
+		return nil
+	}
+	return err
 }
 
 func janitorCommand() *command {
