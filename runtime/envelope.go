@@ -131,8 +131,10 @@ func (e Envelope) Metadata() map[string]string {
 
 // EnvelopeFromMetadata rebuilds an envelope from a received message: its
 // UUID, metadata and payload. Metadata that is not part of the contract
-// becomes Headers. A missing or malformed contract key is an error wrapping
-// [ErrInvalidEnvelope] that names the key.
+// becomes Headers. A missing or malformed contract key (event_type,
+// event_version, aggregate_type, aggregate_id, occurred_at) is an error
+// wrapping [ErrInvalidEnvelope] that names the key; without event_id the
+// message UUID is the event id (the relay sets both to the same value).
 //
 // Metadata without an event_type key but with CloudEvents attributes (a
 // specversion under any binding prefix: ce_, ce-, cloudEvents:,
@@ -165,16 +167,17 @@ func EnvelopeFromMetadata(messageUUID string, md map[string]string, payload []by
 		AggregateID:   md[MetadataAggregateID],
 		Payload:       json.RawMessage(payload),
 	}
-	if env.EventType == "" {
-		return Envelope{}, fmt.Errorf("%w: missing %s", ErrInvalidEnvelope, MetadataEventType)
+	for _, k := range []string{MetadataEventType, MetadataEventVersion, MetadataAggregateType, MetadataAggregateID, MetadataOccurredAt} {
+		if md[k] == "" {
+			return Envelope{}, fmt.Errorf("%w: missing %s", ErrInvalidEnvelope, k)
+		}
 	}
 	if env.EventVersion, err = strconv.Atoi(md[MetadataEventVersion]); err != nil || env.EventVersion < 1 {
-		return Envelope{}, fmt.Errorf("%w: %s %q", ErrInvalidEnvelope, MetadataEventVersion, md[MetadataEventVersion])
+		return Envelope{}, fmt.Errorf("%w: %s %q is not a positive integer", ErrInvalidEnvelope, MetadataEventVersion, md[MetadataEventVersion])
 	}
-	if s := md[MetadataOccurredAt]; s != "" {
-		if env.OccurredAt, err = time.Parse(time.RFC3339Nano, s); err != nil {
-			return Envelope{}, fmt.Errorf("%w: %s %q: %v", ErrInvalidEnvelope, MetadataOccurredAt, s, err)
-		}
+	s := md[MetadataOccurredAt]
+	if env.OccurredAt, err = time.Parse(time.RFC3339Nano, s); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %s %q: %v", ErrInvalidEnvelope, MetadataOccurredAt, s, err)
 	}
 	for k, v := range md {
 		switch k {

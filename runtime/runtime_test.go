@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,20 +75,28 @@ func TestNewEnvelopeErrors(t *testing.T) {
 }
 
 func TestEnvelopeFromMetadataErrors(t *testing.T) {
-	good := map[string]string{runtime.MetadataEventID: runtime.NewEventID().String(), runtime.MetadataEventType: "x", runtime.MetadataEventVersion: "1"}
-	for key, bad := range map[string]string{
-		runtime.MetadataEventID:      "not-a-uuid",
-		runtime.MetadataEventType:    "",
-		runtime.MetadataEventVersion: "zero",
-		runtime.MetadataOccurredAt:   "yesterday",
+	good := map[string]string{
+		runtime.MetadataEventID: runtime.NewEventID().String(), runtime.MetadataEventType: "x", runtime.MetadataEventVersion: "1",
+		runtime.MetadataAggregateType: "order", runtime.MetadataAggregateID: "o-1", runtime.MetadataOccurredAt: "2026-12-02T10:00:00Z",
+	}
+	if _, err := runtime.EnvelopeFromMetadata("", good, nil); err != nil {
+		t.Fatalf("good metadata: %v", err)
+	}
+	for _, tc := range []struct{ key, bad, want string }{
+		{runtime.MetadataEventID, "not-a-uuid", "event_id"},
+		{runtime.MetadataEventType, "", "missing event_type"},
+		{runtime.MetadataEventVersion, "", "missing event_version"},
+		{runtime.MetadataEventVersion, "zero", `event_version "zero" is not a positive integer`},
+		{runtime.MetadataAggregateType, "", "missing aggregate_type"},
+		{runtime.MetadataAggregateID, "", "missing aggregate_id"},
+		{runtime.MetadataOccurredAt, "", "missing occurred_at"},
+		{runtime.MetadataOccurredAt, "yesterday", "occurred_at"},
 	} {
-		md := map[string]string{}
-		for k, v := range good {
-			md[k] = v
-		}
-		md[key] = bad
-		if _, err := runtime.EnvelopeFromMetadata("", md, nil); !errors.Is(err, runtime.ErrInvalidEnvelope) {
-			t.Errorf("bad %s: %v, want ErrInvalidEnvelope", key, err)
+		md := maps.Clone(good)
+		md[tc.key] = tc.bad
+		_, err := runtime.EnvelopeFromMetadata("", md, nil)
+		if !errors.Is(err, runtime.ErrInvalidEnvelope) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %q: %v, want ErrInvalidEnvelope saying %q", tc.key, tc.bad, err, tc.want)
 		}
 	}
 }

@@ -140,10 +140,13 @@ func (c *Consumer) Name() string { return c.cfg.Name }
 // waits on: a handler blocked outside the database holds its delivery until
 // it returns.
 //
-// Handle returns an error wrapping [ErrInvalidHandler] when the consumer has
-// no DB, E is not the latest registered version of its type, or the type
+// Handle returns an error wrapping [ErrInvalidHandler] when c or fn is nil,
+// the consumer has no DB, E is not the latest registered version of its type, or the type
 // already has a handler. Without GORM, use [HandleTx].
 func Handle[E runtime.Event](c *Consumer, fn func(ctx context.Context, tx *gorm.DB, e E, m Meta) error) error {
+	if err := checkHandler[E](c, fn == nil); err != nil {
+		return err
+	}
 	if c.db == nil {
 		var zero E
 		return fmt.Errorf("%w: %T: a *gorm.DB handler needs Config.DB (use HandleTx with Config.SQLDB, or HandleWithoutInbox for handlers without a database)", ErrInvalidHandler, zero)
@@ -160,10 +163,13 @@ func Handle[E runtime.Event](c *Consumer, fn func(ctx context.Context, tx *gorm.
 // [Config.TxTimeout] holds: ctx carries the deadline, and tx was begun with
 // it, so fn's statements through tx fail once it passes.
 //
-// HandleTx returns an error wrapping [ErrInvalidHandler] when the consumer
-// has neither SQLDB nor DB, E is not the latest registered version of its
+// HandleTx returns an error wrapping [ErrInvalidHandler] when c or fn is
+// nil, the consumer has neither SQLDB nor DB, E is not the latest registered version of its
 // type, or the type already has a handler.
 func HandleTx[E runtime.Event](c *Consumer, fn func(ctx context.Context, tx *sql.Tx, e E, m Meta) error) error {
+	if err := checkHandler[E](c, fn == nil); err != nil {
+		return err
+	}
 	if c.sqlDB == nil {
 		var zero E
 		return fmt.Errorf("%w: %T: the inbox needs Config.SQLDB or Config.DB (use HandleWithoutInbox for handlers without a database)", ErrInvalidHandler, zero)
@@ -178,13 +184,26 @@ func HandleTx[E runtime.Event](c *Consumer, fn func(ctx context.Context, tx *sql
 // tolerate duplicates (a cache refresh, an idempotent API call keyed by
 // [Meta].EventID). Errors are retried and dead-lettered as with Handle.
 func HandleWithoutInbox[E runtime.Event](c *Consumer, fn func(ctx context.Context, e E, m Meta) error) error {
+	if err := checkHandler[E](c, fn == nil); err != nil {
+		return err
+	}
 	return register(c, withoutInbox, func(ctx context.Context, _ txs, e E, m Meta) error { return fn(ctx, e, m) })
 }
 
-func register[E runtime.Event](c *Consumer, kind routeKind, fn func(ctx context.Context, tx txs, e E, m Meta) error) error {
-	if fn == nil {
-		return fmt.Errorf("%w: nil handler", ErrInvalidHandler)
+// checkHandler returns an error wrapping [ErrInvalidHandler] for a nil
+// consumer or a nil handler function (a wiring mistake that would
+// otherwise panic on every event, or dead-letter them all).
+func checkHandler[E runtime.Event](c *Consumer, nilFn bool) error {
+	switch {
+	case c == nil:
+		return fmt.Errorf("%w: %s: nil *Consumer", ErrInvalidHandler, reflect.TypeFor[E]())
+	case nilFn:
+		return fmt.Errorf("%w: %s: nil handler function", ErrInvalidHandler, reflect.TypeFor[E]())
 	}
+	return nil
+}
+
+func register[E runtime.Event](c *Consumer, kind routeKind, fn func(ctx context.Context, tx txs, e E, m Meta) error) error {
 	key, err := keyOf[E]()
 	if err != nil {
 		return err

@@ -113,6 +113,26 @@ func TestHandleRejectsInvalidHandlers(t *testing.T) {
 		t.Errorf("Handle without DB = %v, want ErrInvalidHandler", err)
 	}
 	must(t, consumer.HandleWithoutInbox(noDB, func(context.Context, PaidV2, consumer.Meta) error { return nil }))
+
+	// Nil arguments are errors, not panics on every event (found by a new
+	// user's trial: a nil handler dead-lettered every event).
+	fresh := newConsumer(t, reg, consumer.Config{Name: "c2", DB: db})
+	for name, err := range map[string]error{
+		"Handle nil fn":             consumer.Handle[PaidV2](fresh, nil),
+		"HandleTx nil fn":           consumer.HandleTx[PaidV2](fresh, nil),
+		"HandleWithoutInbox nil fn": consumer.HandleWithoutInbox[PaidV2](fresh, nil),
+		"Handle nil consumer":       consumer.Handle(nil, noop),
+	} {
+		if !errors.Is(err, consumer.ErrInvalidHandler) {
+			t.Errorf("%s = %v, want ErrInvalidHandler", name, err)
+		}
+	}
+	if err := consumer.Migrate(context.Background(), nil, ""); !errors.Is(err, consumer.ErrInvalidConfig) {
+		t.Errorf("Migrate(nil) = %v, want ErrInvalidConfig", err)
+	}
+	if err := fresh.Run(context.Background(), nil, "orders"); !errors.Is(err, consumer.ErrInvalidConfig) {
+		t.Errorf("Run(nil subscriber) = %v, want ErrInvalidConfig", err)
+	}
 }
 
 // nil2sqlite returns a SQLite database (the cheap dialect for tests that

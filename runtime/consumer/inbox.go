@@ -72,6 +72,9 @@ func DDL(dialect, table string) ([]string, error) {
 // table. Users of database/sql call [MigrateSQL] (or
 // [sqlstore.MigrateInbox]).
 func Migrate(ctx context.Context, db *gorm.DB, table string) error {
+	if db == nil {
+		return fmt.Errorf("consumer: migrate inbox table: %w: nil *gorm.DB", ErrInvalidConfig)
+	}
 	stmts, err := DDL(db.Dialector.Name(), table)
 	if err != nil {
 		return err

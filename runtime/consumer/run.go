@@ -86,6 +86,9 @@ var ErrSubscriptionClosed = errors.New("consumer: subscription closed")
 // event is applied once, and an event is applied only after every earlier
 // event of its partition was applied by one of them.
 func (c *Consumer) Run(ctx context.Context, sub PartitionSubscriber, topic string) error {
+	if sub == nil {
+		return fmt.Errorf("consumer: %s: %w: nil PartitionSubscriber", c.cfg.Name, ErrInvalidConfig)
+	}
 	streams, err := sub.SubscribePartitions(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("consumer: %s: subscribe to %q: %w", c.cfg.Name, topic, err)
