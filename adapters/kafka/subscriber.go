@@ -284,8 +284,12 @@ func (s *Subscriber) readerConfig(topic string) kafka.ReaderConfig {
 		HeartbeatInterval: s.cfg.HeartbeatInterval,
 		SessionTimeout:    s.cfg.SessionTimeout,
 		RebalanceTimeout:  s.cfg.RebalanceTimeout,
+		// kafka-go reports here what it retries itself: a failed group
+		// join, heartbeat, fetch or commit. WARN, as the relay and the
+		// consumer log what they retry, so that a member that cannot join
+		// its group is not silent at the usual production level.
 		ErrorLogger: kafka.LoggerFunc(func(format string, args ...any) {
-			s.logger.Info("kafka-go reader error", watermill.LogFields{"topic": topic, "error": fmt.Sprintf(format, args...)})
+			s.warn.Warn("kafka-go reader error", "topic", topic, "error", fmt.Sprintf(format, args...))
 		}),
 	}
 	if s.cfg.OverwriteReaderConfig != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 // TestNackRedelivers checks that a nacked message comes back (same UUID,
@@ -300,5 +303,29 @@ func TestSubscribeInitializeUnreachable(t *testing.T) {
 	sub := newSubscriber(t, testSubscriberConfig([]string{addr}, "group"))
 	if err := sub.SubscribeInitialize("topic"); err == nil {
 		t.Errorf("SubscribeInitialize against %s = nil, want an error", addr)
+	}
+}
+
+// TestReaderErrorsAreWarnings: what kafka-go retries by itself (here: a
+// group join against a broker that refuses connections) is logged at WARN,
+// so a member that cannot join its group is visible at the usual
+// production level (it was INFO: found by a new user's trial).
+func TestReaderErrorsAreWarnings(t *testing.T) {
+	t.Parallel()
+	var logs runtimetest.LogBuffer
+	cfg := testSubscriberConfig([]string{"127.0.0.1:1"}, "group-"+watermill.NewShortUUID())
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	sub := newSubscriber(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := sub.Subscribe(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(waitTimeout)
+	for l := logs.String(); !strings.Contains(l, `level=WARN msg="kafka-go reader error"`) || !strings.Contains(l, "topic=orders"); l = logs.String() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no WARN from the reader within %s; logs:\n%s", waitTimeout, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the log
 	}
 }
