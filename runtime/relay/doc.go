@@ -171,7 +171,9 @@
 // request failed, polling" (once per streak of failures; Debug for the
 // rest of the streak, Info when a request succeeds again), "relay: release
 // failed", "relay: shutdown timeout exceeded, batch released". Info: start
-// and stop (notifier=false for a store that polls), and a store whose Listen
+// and stop (notifier=false for a store that polls), each change in the
+// shards a relay holds ("relay: shards held": shards, was — a standby
+// taking over, a lease lost), and a store whose Listen
 // reported it cannot notify. Debug: each published batch.
 // [Config.OnBatch] receives a [BatchResult] after every batch, for metrics:
 // the claimed messages (topic, event type, CreatedAt), which failed, and

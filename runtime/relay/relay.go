@@ -32,6 +32,8 @@ const (
 	attrBatchSize       = "batch_size"
 	attrPollInterval    = "poll_interval"
 	attrNotifier        = "notifier"
+	attrShards          = "shards"
+	attrWas             = "was"
 	attrShutdownTimeout = "shutdown_timeout"
 	attrPermanent       = "permanent"
 	attrOwner           = "owner"
@@ -209,9 +211,17 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.log.Warn("relay: the last batch's mark failed; its messages will be published again", errAttr(err))
 		}
 	}()
+	shards, _ := r.store.(shardHolder)
+	held := 0 // shards the store said this Run holds, when it tells
 	for ctx.Err() == nil {
 		res, rd := r.batch(ctx, owner, next, marking)
 		next, marking = rd.next, rd.marking
+		if shards != nil {
+			if n := shards.HeldShards(owner); n != held {
+				r.log.Info("relay: shards held", attrOwner, owner, attrShards, n, attrWas, held)
+				held = n
+			}
+		}
 		if !listening {
 			if res.Err == nil && res.Claimed == 0 && rd.again > 0 {
 				// Nothing to listen for yet: it claims again by then.

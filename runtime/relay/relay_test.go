@@ -552,6 +552,58 @@ func TestStoreThatSaysItCannotNotify(t *testing.T) {
 	}
 }
 
+// shardStore reports the shards it holds, as sqlstore.Store does.
+type shardStore struct {
+	*testStore
+	held atomic.Int32
+}
+
+func (s *shardStore) HeldShards(string) int { return int(s.held.Load()) }
+
+// TestShardChangesAreLogged: a relay logs at INFO each change in the
+// shards it holds (a standby taking over, a lease lost), and nothing while
+// they stay the same.
+func TestShardChangesAreLogged(t *testing.T) {
+	claims := make(chan int, 1000)
+	store := &shardStore{testStore: &testStore{Store: &runtimetest.MemoryStore{}, claims: claims}}
+	var logs runtimetest.LogBuffer
+	r, err := relay.New(store, &fakePublisher{}, relay.Config{PollInterval: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	lines := func() int { return strings.Count(logs.String(), `msg="relay: shards held"`) }
+	waitLines := func(n int, want string) {
+		t.Helper()
+		deadline := time.Now().Add(waitTimeout)
+		for lines() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("want %d shard lines; logs:\n%s", n, logs.String())
+			}
+			receive(t, claims) // a round has passed
+		}
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("logs lack %q:\n%s", want, logs.String())
+		}
+	}
+	for range 3 {
+		receive(t, claims)
+	}
+	if n := lines(); n != 0 {
+		t.Errorf("%d shard lines while holding none, want 0:\n%s", n, logs.String())
+	}
+	store.held.Store(64)
+	waitLines(1, "shards=64 was=0")
+	for range 3 {
+		receive(t, claims)
+	}
+	store.held.Store(0)
+	waitLines(2, "shards=0 was=64")
+	if n := lines(); n != 2 {
+		t.Errorf("%d shard lines, want 2:\n%s", n, logs.String())
+	}
+}
+
 func TestShutdownCompletesBatchInFlight(t *testing.T) {
 	mem := &runtimetest.MemoryStore{}
 	mem.Add(newMessage(1, "a"), newMessage(2, "b"))

@@ -133,6 +133,14 @@ type Releaser interface {
 	Release(ctx context.Context, owner string) error
 }
 
+// shardHolder is implemented by stores that divide the outbox among relays
+// (sqlstore.Store): HeldShards is how many shards owner holds now. Run logs
+// each change at INFO ("relay: shards held"), so that a takeover, a lease
+// lost or a hand-over shows in the logs of both relays.
+type shardHolder interface {
+	HeldShards(owner string) int
+}
+
 // Notifier is implemented by stores that can wake the relay when new messages
 // are committed (PostgreSQL LISTEN/NOTIFY). Notifications are a hint: the
 // relay also polls, so a lost notification delays a message by at most one

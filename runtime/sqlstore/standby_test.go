@@ -82,6 +82,10 @@ func TestStandbyRelaysTakeOverAReleasedLeader(t *testing.T) {
 			if got := leaseHolders(t, db, d); len(got) != 1 || got["a"] != sqlstore.Shards {
 				t.Fatalf("leases held: %v; want all %d held by a", got, sqlstore.Shards)
 			}
+			// HeldShards (which the relay logs) agrees with the table.
+			if a, b, x := store.HeldShards("a"), store.HeldShards("b"), store.HeldShards("nobody"); a != sqlstore.Shards || b != 0 || x != 0 {
+				t.Fatalf("HeldShards a, b, unknown = %d, %d, %d; want %d, 0, 0", a, b, x, sqlstore.Shards)
+			}
 
 			if err := store.Release(context.Background(), "a"); err != nil {
 				t.Fatal(err)

@@ -207,6 +207,22 @@ type Store struct {
 }
 
 // ownerLease is what a Store knows of one relay's leases.
+// HeldShards returns how many of the outbox's shards owner (a relay's
+// [relay.ClaimRequest.Owner]) holds as of its last claim or renewal: all
+// of them for the only active relay, none for a standby. The relay logs
+// each change.
+func (s *Store) HeldShards(owner string) int {
+	s.mu.Lock()
+	o := s.owners[owner]
+	s.mu.Unlock()
+	if o == nil {
+		return 0
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.shards)
+}
+
 type ownerLease struct {
 	// claimMu serializes the owner's claims, wake-up requests and release.
 	claimMu sync.Mutex
