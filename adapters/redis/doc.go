@@ -11,7 +11,10 @@
 // [Publisher.Publish] sends one XADD per message, all in one pipeline (one
 // round trip per call; watermill-redisstream's publisher makes one round
 // trip per message and stops at the first error), in order, and returns nil
-// only when Redis has replied to each with an entry id. Errors are per
+// only when Redis has replied to each with an entry id (or, deduplicating,
+// with the answer that the message is already in the stream). Each XADD
+// runs inside a Lua script that deduplicates by message UUID: see What
+// Redis promises. Errors are per
 // message ([runtime.PublishErrors]); WRONGTYPE (the key holds something
 // other than a stream) and a message too large are [runtime.Permanent], so
 // the outbox parks them; OOM (maxmemory reached) and connection errors are
@@ -29,10 +32,21 @@
 // to aggregates, so run one subscriber per group where order matters (see
 // [Subscriber] for what a crash does to order).
 //
-// Deduplication: none. Redis Streams do not drop an entry whose event id
-// they already hold, so a relay's republish after an ambiguous failure is
-// delivered twice, with the same UUID; consumers deduplicate with the inbox
-// (runtime/consumer).
+// Deduplication: by the publisher, within a window. Redis Streams append
+// whatever XADD they receive, and a write can arrive twice: the relay
+// republishes after an ambiguous failure, and a write held up in a stalled
+// connection (a proxy that buffers, a partition that heals while TCP
+// retransmits) reaches Redis after go-redis or the relay retried it on
+// another connection, and after the aggregate's later events. So the
+// publisher adds each message with a Lua script that sets a key for its
+// UUID (SET NX PX, in the stream's cluster slot:
+// "{<stream>}:outbox:dedup:<uuid>") and adds the entry only if the key was
+// new: within [PublisherConfig.DedupWindow] (10 minutes by default) a second
+// write of the message, stale or retried, adds nothing. A write later than
+// that is a second entry with the same UUID, which consumers drop with the
+// inbox (runtime/consumer). The keys cost about 140 bytes plus the stream
+// name's length each, for the window: see [PublisherConfig.DedupWindow]. A
+// negative DedupWindow turns deduplication off (plain XADD).
 //
 // Durability: an XADD is acknowledged once the entry is in the server's
 // memory. Whether it survives a restart depends on the server's

@@ -123,6 +123,12 @@ type PublisherConfig struct {
 	// (maxmemory-policy volatile-* in particular, which picks keys with a
 	// TTL) Redis may evict keys early and let a duplicate through.
 	//
+	// The script costs Redis time: against a local Redis 7.0 on 2 cores,
+	// 100-message batches publish at about 48,000 messages/s with
+	// deduplication and 105,000 without (BenchmarkPublish). It runs on any
+	// Redis with streams; the XADD IDMP option of recent Redis releases,
+	// which deduplicates in the stream itself, is not used.
+	//
 	// Default: 0, meaning [DefaultDedupWindow] (10 minutes): longer than
 	// go-redis's timeouts and retries (seconds), the relay's backoff (5 s
 	// at most by default), and the time the kernel keeps retransmitting the
