@@ -182,10 +182,10 @@ type source struct {
 	value reflect.Value // addressable struct
 }
 
-// sources returns the aggregates of the statement's models that have pending
-// events: the model itself, or each element of a slice or array of models.
-func sources(db *gorm.DB) []source {
-	var out []source
+// eachModel calls fn with each struct model of the statement: the model
+// itself, or each element of a slice or array of models (through pointers
+// and interfaces).
+func eachModel(db *gorm.DB, fn func(v reflect.Value)) {
 	var walk func(v reflect.Value)
 	walk = func(v reflect.Value) {
 		switch v.Kind() {
@@ -198,19 +198,28 @@ func sources(db *gorm.DB) []source {
 				walk(v.Index(i))
 			}
 		case reflect.Struct:
-			if !v.CanAddr() {
-				return
-			}
-			if ro, ok := v.Addr().Interface().(recorderOwner); ok {
-				if st := ro.OutboxRecorder(); st != nil && st.Len() > 0 {
-					out = append(out, source{state: st, value: v})
-				}
-			}
+			fn(v)
 		}
 	}
 	if db.Statement.ReflectValue.IsValid() {
 		walk(db.Statement.ReflectValue)
 	}
+}
+
+// sources returns the aggregates of the statement's models that have pending
+// events.
+func sources(db *gorm.DB) []source {
+	var out []source
+	eachModel(db, func(v reflect.Value) {
+		if !v.CanAddr() {
+			return
+		}
+		if ro, ok := v.Addr().Interface().(recorderOwner); ok {
+			if st := ro.OutboxRecorder(); st != nil && st.Len() > 0 {
+				out = append(out, source{state: st, value: v})
+			}
+		}
+	})
 	return out
 }
 
@@ -389,26 +398,8 @@ func (p *Plugin) writeChanged(db *gorm.DB) { p.write(db, true) }
 // models returns how many models the statement carries: 1 for a struct,
 // the number of structs in a slice or array.
 func models(db *gorm.DB) int {
-	if !db.Statement.ReflectValue.IsValid() {
-		return 0
-	}
 	n := 0
-	var walk func(v reflect.Value)
-	walk = func(v reflect.Value) {
-		switch v.Kind() {
-		case reflect.Pointer, reflect.Interface:
-			if !v.IsNil() {
-				walk(v.Elem())
-			}
-		case reflect.Slice, reflect.Array:
-			for i := 0; i < v.Len(); i++ {
-				walk(v.Index(i))
-			}
-		case reflect.Struct:
-			n++
-		}
-	}
-	walk(db.Statement.ReflectValue)
+	eachModel(db, func(reflect.Value) { n++ })
 	return n
 }
 
