@@ -899,14 +899,59 @@ func TestRelayWaitsForItsBrokerAndDatabase(t *testing.T) {
 		}
 	})
 	t.Run("database", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
-		defer cancel()
-		code, _, stderr := runCmdCtx(t, ctx, newRecorder(), "relay", "--db", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=1", "--broker", "memory://")
-		if code != 0 {
-			t.Errorf("exit %d after a signal while waiting, want 0: %s", code, stderr)
+		// --listen answers while it waits: alive (a restart would not
+		// help), not ready (found by a new user's trial: nothing listened,
+		// so a liveness probe would restart it again and again).
+		ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the relay
+		if err != nil {
+			t.Fatal(err)
 		}
-		if n := strings.Count(stderr, `level=WARN msg="relay: cannot reach the database; retrying"`); n < 2 {
-			t.Errorf("%d WARN lines about the database, want at least 2:\n%s", n, stderr)
+		addr := ln.Addr().String()
+		ln.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		type result struct {
+			code   int
+			stderr string
+		}
+		done := make(chan result, 1)
+		go func() {
+			code, _, stderr := runCmdCtx(t, ctx, newRecorder(), "relay", "--db", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=1",
+				"--broker", "memory://", "--listen", addr)
+			done <- result{code, stderr}
+		}()
+		status := func(path string) int {
+			resp, err := http.Get("http://" + addr + path)
+			if err != nil {
+				return 0
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for status("/livez") != http.StatusOK {
+			if time.Now().After(deadline) {
+				t.Fatal("/livez not 200 within 30s while the relay waits for its database")
+			}
+			time.Sleep(10 * time.Millisecond) // polling the server
+		}
+		if got := status("/readyz"); got != http.StatusServiceUnavailable {
+			t.Errorf("/readyz = %d while waiting, want 503", got)
+		}
+		// Tries are 1s apart: give it two, then a signal. It must not
+		// return by itself meanwhile.
+		select {
+		case r := <-done:
+			t.Fatalf("relay returned while its database is down: exit %d: %s", r.code, r.stderr)
+		case <-time.After(1500 * time.Millisecond):
+		}
+		cancel()
+		r := <-done
+		if r.code != 0 {
+			t.Errorf("exit %d after a signal while waiting, want 0: %s", r.code, r.stderr)
+		}
+		if n := strings.Count(r.stderr, `level=WARN msg="relay: cannot reach the database; retrying"`); n < 2 {
+			t.Errorf("%d WARN lines about the database, want at least 2:\n%s", n, r.stderr)
 		}
 	})
 	t.Run("bad broker URL", func(t *testing.T) {

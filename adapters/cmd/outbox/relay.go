@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -159,6 +160,16 @@ the relay until TCP gives up.`,
 		log := logger(e, fs, *verbose)
 		cfg.Logger = log
 		fs.db = withMySQLDeadlines(fs.db, relay.DefaultStoreTimeout)
+		// --listen answers from the start: while the relay waits for its
+		// database or broker, /livez says it is alive (a restart would not
+		// help) and /readyz that it is not ready.
+		var mon *monitor
+		if *listen != "" {
+			if mon, err = listenMonitoring(e.ctx, *listen, log); err != nil {
+				return err
+			}
+			defer mon.stop()
+		}
 		// A relay started while its database or broker is down (a deploy
 		// beside an outage, a restart during one) waits for them, logging
 		// each try, as it does once running; a bad URL still fails at once.
@@ -206,12 +217,10 @@ the relay until TCP gives up.`,
 		if err != nil {
 			return usageError{err.Error()}
 		}
-		if *listen != "" {
-			stop, err := serveMonitoring(e.ctx, *listen, m, r, db, *maxBacklog, log)
-			if err != nil {
+		if mon != nil {
+			if err := mon.serve(m, r, db, *maxBacklog); err != nil {
 				return err
 			}
-			defer stop()
 		}
 		log.Info("relay starting", slog.String("table", db.table), slog.String("dialect", string(db.dialect)),
 			slog.String("broker", redactURL(*brokerURL)), slog.Duration("retention", rf.published))
@@ -335,9 +344,45 @@ are never deleted.`,
 	return c
 }
 
-// serveMonitoring serves the relay's metrics and health checks on addr
-// until the returned function is called.
-func serveMonitoring(ctx context.Context, addr string, m *metrics.Metrics, r *relay.Relay, db *database, maxBacklog time.Duration, log *slog.Logger) (stop func(), err error) {
+// monitor is the --listen server of a relay process. It answers from
+// the start: until serve, /livez is 200 and /readyz and /metrics are 503
+// ("starting"), while the relay waits for its database and broker.
+type monitor struct {
+	srv     *http.Server
+	handler atomic.Pointer[http.Handler]
+}
+
+// listenMonitoring listens on addr and serves the starting answers.
+func listenMonitoring(ctx context.Context, addr string, log *slog.Logger) (*monitor, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--listen: %w", err)
+	}
+	m := &monitor{}
+	starting := http.NewServeMux()
+	starting.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok: starting, waiting for the database and the broker")
+	})
+	starting.HandleFunc("GET /", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "starting: waiting for the database and the broker", http.StatusServiceUnavailable)
+	})
+	var h http.Handler = starting
+	m.handler.Store(&h)
+	m.srv = &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*m.handler.Load()).ServeHTTP(w, r) }),
+		ReadHeaderTimeout: 5 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	go func() { _ = m.srv.Serve(ln) }()
+	log.Info("serving metrics and health checks", slog.String("address", ln.Addr().String()))
+	return m, nil
+}
+
+// stop closes the server.
+func (m *monitor) stop() { _ = m.srv.Close() }
+
+// serve switches to the relay's metrics and health checks.
+func (m *monitor) serve(metricsCol *metrics.Metrics, r *relay.Relay, db *database, maxBacklog time.Duration) error {
 	checker, err := health.New(health.Config{
 		Relay: r,
 		DB:    db.db,
@@ -348,22 +393,17 @@ func serveMonitoring(ctx context.Context, addr string, m *metrics.Metrics, r *re
 		MaxOldestPending: maxBacklog,
 	})
 	if err != nil {
-		return nil, usageError{err.Error()}
+		return usageError{err.Error()}
 	}
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(m); err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--listen: %w", err)
+	if err := reg.Register(metricsCol); err != nil {
+		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /livez", checker.Liveness())
 	mux.Handle("GET /readyz", checker.Readiness())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	go func() { _ = srv.Serve(ln) }()
-	log.Info("serving metrics and health checks", slog.String("address", ln.Addr().String()))
-	return func() { _ = srv.Close() }, nil
+	var h http.Handler = mux
+	m.handler.Store(&h)
+	return nil
 }
