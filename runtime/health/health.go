@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -104,6 +106,17 @@ func (c Config) Validate() error {
 	} {
 		if f.value < 0 {
 			return fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, f.name, f.value)
+		}
+	}
+	// A typed nil (a nil *relay.Relay or *sql.DB in the interface) is not
+	// "no check": its first probe would panic in the checker's goroutine,
+	// which takes the process down.
+	for _, f := range []struct {
+		name  string
+		value any
+	}{{"Relay", c.Relay}, {"DB", c.DB}} {
+		if v := reflect.ValueOf(f.value); f.value != nil && v.Kind() == reflect.Pointer && v.IsNil() {
+			return fmt.Errorf("%w: %s is a nil %T; leave the field nil for no %s check", ErrInvalidConfig, f.name, f.value, strings.ToLower(f.name))
 		}
 	}
 	return nil

@@ -299,7 +299,11 @@ func TestHead(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	for _, cfg := range []health.Config{{MaxStall: -1}, {MaxOldestPending: -1}, {Timeout: -1}} {
+	// Typed nils are errors, not a panic at the first probe (found by a
+	// new user's trial: the panic took the process down).
+	var nilDB *sql.DB
+	var nilRelay *relay.Relay
+	for _, cfg := range []health.Config{{MaxStall: -1}, {MaxOldestPending: -1}, {Timeout: -1}, {DB: nilDB}, {Relay: nilRelay}} {
 		if _, err := health.New(cfg); !errors.Is(err, health.ErrInvalidConfig) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", cfg, err)
 		}
