@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -246,6 +247,9 @@ func envelopeFromCloudEvent(p string, md map[string]string, payload []byte) (Env
 		}
 		env.EventVersion = v.EventVersion
 	}
+	if env.Payload, err = completePayload(env.Payload, env.EventVersion, md[p+CETime]); err != nil {
+		return Envelope{}, err
+	}
 	for k, v := range md {
 		if name, ok := strings.CutPrefix(k, p); ok {
 			switch name {
@@ -263,4 +267,38 @@ func envelopeFromCloudEvent(p string, md map[string]string, payload []byte) (Env
 		env.Headers[k] = v
 	}
 	return env, nil
+}
+
+// completePayload adds to a CloudEvent's JSON object payload that has no
+// event_version the event_version and occurred_at fields every event
+// carries, from the eventversion and time attributes: another producer's
+// event carries its version and time as attributes only, and the event
+// structs require both fields. A payload with an event_version, or that is
+// not a JSON object, is returned as it is (a version in the payload that
+// differs from the attribute then fails to decode, as a conflict should).
+func completePayload(payload json.RawMessage, version int, ceTime string) (json.RawMessage, error) {
+	trimmed := bytes.TrimSpace(payload)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return payload, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &fields); err != nil {
+		return payload, nil // not JSON after all: the decoder reports it
+	}
+	if _, ok := fields["event_version"]; ok {
+		return payload, nil // an outbox event's payload, or one like it
+	}
+	fields["event_version"] = json.RawMessage(strconv.Itoa(version))
+	if _, ok := fields["occurred_at"]; !ok && ceTime != "" {
+		t, err := json.Marshal(ceTime)
+		if err != nil {
+			return nil, fmt.Errorf("%w: time %q: %v", ErrInvalidEnvelope, ceTime, err)
+		}
+		fields["occurred_at"] = t
+	}
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return nil, fmt.Errorf("%w: payload: %v", ErrInvalidEnvelope, err)
+	}
+	return out, nil
 }

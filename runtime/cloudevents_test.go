@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -191,5 +192,31 @@ func TestAggregateOf(t *testing.T) {
 	}
 	if _, id := runtime.AggregateOf(map[string]string{}); id != "" {
 		t.Errorf("empty metadata: id %q", id)
+	}
+}
+
+// TestForeignCloudEventPayloadGetsVersionAndTime: another producer's event
+// that carries its version and time only as attributes gets them in its
+// payload too, since the event structs require event_version and
+// occurred_at (it failed to decode: found by a new user's trial); a payload
+// that has them keeps them.
+func TestForeignCloudEventPayloadGetsVersionAndTime(t *testing.T) {
+	md := map[string]string{"ce_specversion": "1.0", "ce_id": "b-7", "ce_source": "/billing", "ce_type": "orders.order_paid",
+		"ce_eventversion": "2", "ce_time": "2026-12-02T10:00:00.5Z"}
+	env, err := runtime.EnvelopeFromMetadata("", md, []byte(`{"total":"2.00","channel":"app"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(env.Payload, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"total": "2.00", "channel": "app", "event_version": float64(2), "occurred_at": "2026-12-02T10:00:00.5Z"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("payload (-want +got):\n%s", diff)
+	}
+	own := `{"event_version":2,"occurred_at":"2026-12-01T00:00:00Z","total":"1"}`
+	if env, err = runtime.EnvelopeFromMetadata("", md, []byte(own)); err != nil || string(env.Payload) != own {
+		t.Errorf("a payload with both fields became %s, %v", env.Payload, err)
 	}
 }
