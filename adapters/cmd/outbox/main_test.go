@@ -747,16 +747,23 @@ func TestList(t *testing.T) {
 
 // TestRelayServesMetricsAndHealth runs "outbox relay --listen" and reads
 // its /metrics, /livez and /readyz while it relays.
+// freeAddr returns a local address with a port free now, for a relay's
+// --listen.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 func TestRelayServesMetricsAndHealth(t *testing.T) {
 	d := sqliteDB(t)
 	url := d.url
 	d.write(t, "o1", "o2")
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the relay
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut bytes.Buffer
@@ -902,12 +909,7 @@ func TestRelayWaitsForItsBrokerAndDatabase(t *testing.T) {
 		// --listen answers while it waits: alive (a restart would not
 		// help), not ready (found by a new user's trial: nothing listened,
 		// so a liveness probe would restart it again and again).
-		ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the relay
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := freeAddr(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		type result struct {
