@@ -195,7 +195,10 @@
 // [Retention] detects a partitioned table at every pass and then:
 //
 //   - creates the partitions of the current interval and of
-//     [PartitionConfig.Ahead] after it (default 3) that do not exist;
+//     [PartitionConfig.Ahead] after it (default 3) that do not exist,
+//     moving into each, in the same transaction, the rows of its range
+//     that the DEFAULT partition holds (PostgreSQL refuses the partition
+//     otherwise; RetentionResult.PartitionRowsMoved counts them);
 //   - drops every partition whose upper bound is older than PublishedAge
 //     (on the database's clock) and that holds no pending, retrying or
 //     parked row. The drop is one transaction: DETACH PARTITION (which waits

@@ -268,17 +268,29 @@ func (m partitionMaintenance) interval(parts []partition) time.Duration {
 	return DefaultPartitionInterval
 }
 
+// createdAhead is what createAhead did.
+type createdAhead struct {
+	created int   // partitions created
+	moved   int64 // rows moved into them from the DEFAULT partition
+}
+
 // createAhead creates the partitions of the current interval and of
 // cfg.Ahead after it that overlap no existing partition, and returns how
-// many it created. It goes on after a failure and returns the failures.
-func (m partitionMaintenance) createAhead(ctx context.Context) (int, error) {
+// many it created and how many rows it moved into them from the DEFAULT
+// partition (see create). It goes on after a failure and returns the
+// failures.
+func (m partitionMaintenance) createAhead(ctx context.Context) (createdAhead, error) {
+	var res createdAhead
 	parts, now, err := m.list(ctx)
 	if err != nil {
-		return 0, err
+		return res, err
+	}
+	def := ""
+	if i := slices.IndexFunc(parts, func(p partition) bool { return p.isDefault }); i >= 0 {
+		def = parts[i].name
 	}
 	step := m.interval(parts)
 	first := time.UnixMilli(now.UnixMilli() - now.UnixMilli()%step.Milliseconds()).UTC()
-	created := 0
 	var errs []error
 	for k := 0; k <= m.cfg.Ahead; k++ {
 		from := first.Add(time.Duration(k) * step)
@@ -286,19 +298,71 @@ func (m partitionMaintenance) createAhead(ctx context.Context) (int, error) {
 		if slices.ContainsFunc(parts, func(p partition) bool { return p.ok && p.from.Before(to) && from.Before(p.to) }) {
 			continue
 		}
-		stmt := `CREATE TABLE IF NOT EXISTS ` + partitionName(m.table, from) + ` PARTITION OF ` + m.table +
-			` FOR VALUES FROM ('` + EventIDBound(from).String() + `') TO ('` + EventIDBound(to).String() + `')`
-		if err := m.locked(ctx, func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, stmt)
-			return err
-		}); err != nil {
+		moved, err := m.create(ctx, def, from, to)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("create partition %s of %s for [%s, %s): %w",
 				partitionName(m.table, from), m.table, from.Format(time.RFC3339), to.Format(time.RFC3339), err))
 			continue
 		}
-		created++
+		res.created++
+		res.moved += moved
 	}
-	return created, errors.Join(errs...)
+	return res, errors.Join(errs...)
+}
+
+// create creates the partition of [from, to) in one transaction. When the
+// DEFAULT partition def ("" when there is none) holds rows of that range
+// (events written past the partitions created ahead while retention did
+// not run, a writer's clock far ahead, or ids of other versions that fall
+// in it), PostgreSQL refuses to create it (SQLSTATE 23514: the DEFAULT
+// partition's new constraint would be violated), pass after pass. Those
+// rows are then moved into the new partition: the transaction locks the
+// outbox table (as creating a partition does anyway, waiting at most
+// cfg.LockTimeout), creates the partition as a plain table, moves the
+// range's rows into it, unchanged (ids, pending or published, attempts),
+// and attaches it. It returns how many rows it moved.
+func (m partitionMaintenance) create(ctx context.Context, def string, from, to time.Time) (int64, error) {
+	name := partitionName(m.table, from)
+	lo, hi := EventIDBound(from).String(), EventIDBound(to).String()
+	bounds := ` FOR VALUES FROM ('` + lo + `') TO ('` + hi + `')`
+	var moved int64
+	err := m.locked(ctx, func(tx *sql.Tx) error {
+		moved = 0
+		crowded := false
+		if def != "" {
+			// The lock that creating the partition takes anyway, taken
+			// first: statements on the table that would otherwise plan
+			// while the rows move (locking the partitions of the list
+			// they read before the new one is attached, so a claim could
+			// miss a moved event and publish its aggregate's next one
+			// first) wait for the commit, then see the new partition.
+			if _, err := tx.ExecContext(ctx, `LOCK TABLE `+m.table+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+				return fmt.Errorf("lock %s: %w", m.table, err)
+			}
+			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+def+` WHERE event_id >= $1 AND event_id < $2)`,
+				lo, hi).Scan(&crowded); err != nil {
+				return fmt.Errorf("look for rows of the range in the DEFAULT partition %s: %w", def, err)
+			}
+		}
+		if !crowded {
+			_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+name+` PARTITION OF `+m.table+bounds)
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE `+name+` (LIKE `+m.table+` INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`); err != nil {
+			return err
+		}
+		r, err := tx.ExecContext(ctx, `WITH moved AS (DELETE FROM `+def+` WHERE event_id >= $1 AND event_id < $2 RETURNING *)
+			INSERT INTO `+name+` SELECT * FROM moved`, lo, hi)
+		if err != nil {
+			return fmt.Errorf("move the range's rows from the DEFAULT partition %s: %w", def, err)
+		}
+		if moved, err = r.RowsAffected(); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `ALTER TABLE `+m.table+` ATTACH PARTITION `+name+bounds)
+		return err
+	})
+	return moved, err
 }
 
 // locked runs fn in a transaction whose lock waits end after

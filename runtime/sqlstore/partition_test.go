@@ -441,3 +441,104 @@ func TestPartitionRetentionWithoutDefault(t *testing.T) {
 		t.Errorf("pass: %+v, want %s dropped and nothing else", res, old)
 	}
 }
+
+// TestPartitionCreatedOverDefaultRows: events written past the partitions
+// created ahead land in the DEFAULT partition; once their interval is due,
+// a retention pass creates its partition all the same (PostgreSQL refuses
+// a partition whose range has rows in the DEFAULT one, SQLSTATE 23514, so
+// without the move every pass failed) and moves them into it unchanged: the
+// published row stays published, the pending one stays pending, keeps its
+// id and is then published, in order with its aggregate's later event.
+func TestPartitionCreatedOverDefaultRows(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	db := partitioned(t) // the current hour and two ahead
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := sqlstore.NewWriter(sqlstore.Postgres, "", sqlstore.WriterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Now().UTC().Truncate(time.Hour)
+	far := hour.Add(4 * time.Hour) // no partition yet
+	rows := writeRows("a", "b")
+	rows[0].Envelope.EventID = eventIDAt(far.Add(time.Minute))     // published
+	rows[1].Envelope.EventID = eventIDAt(far.Add(2 * time.Minute)) // pending
+	if _, err := w.Write(ctx, db, rows); err != nil {
+		t.Fatal(err)
+	}
+	later := writeRows("b") // b's next event, in the current hour
+	if _, err := w.Write(ctx, db, later); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if got := partitionOf(t, db, r.Envelope.EventID); got != "outbox_messages_default" {
+			t.Fatalf("event %s in %s before the pass, want the DEFAULT partition", r.Envelope.EventID, got)
+		}
+	}
+	if _, err := db.Exec(`UPDATE outbox_messages SET published_at = now() WHERE event_id = $1`, rows[0].Envelope.EventID.String()); err != nil {
+		t.Fatal(err)
+	}
+	var idBefore int64
+	if err := db.QueryRow(`SELECT id FROM outbox_messages WHERE event_id = $1`, rows[1].Envelope.EventID.String()).Scan(&idBefore); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := sqlstore.NewRetention(store, sqlstore.RetentionConfig{PublishedAge: 24 * time.Hour, Partitions: sqlstore.PartitionConfig{Ahead: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := r.RunOnce(ctx)
+	if res.Err != nil {
+		t.Fatalf("pass: %v", res.Err)
+	}
+	want := "outbox_messages_" + strings.ToLower(far.Format("20060102t1504"))
+	if res.PartitionRowsMoved != 2 || res.PartitionsCreated != 3 {
+		t.Errorf("pass: %+v, want 3 partitions created and 2 rows moved", res)
+	}
+	for _, r := range rows {
+		if got := partitionOf(t, db, r.Envelope.EventID); got != want {
+			t.Errorf("event %s in %s after the pass, want %s", r.Envelope.EventID, got, want)
+		}
+	}
+	var idAfter int64
+	var published sql.NullTime
+	if err := db.QueryRow(`SELECT id, published_at FROM outbox_messages WHERE event_id = $1`, rows[1].Envelope.EventID.String()).Scan(&idAfter, &published); err != nil {
+		t.Fatal(err)
+	}
+	if idAfter != idBefore || published.Valid {
+		t.Errorf("moved pending row: id %d (was %d), published_at %v: want the same id, still pending", idAfter, idBefore, published)
+	}
+	if n := count(t, db, sqlstore.Postgres, `SELECT count(*) FROM outbox_messages WHERE published_at IS NOT NULL`); n != 1 {
+		t.Errorf("%d published rows after the move, want 1", n)
+	}
+	if res := r.RunOnce(ctx); res.Err != nil || res.PartitionsCreated != 0 || res.PartitionRowsMoved != 0 {
+		t.Errorf("second pass: %+v, want nothing to create", res)
+	}
+
+	broker := &orderBroker{got: map[string][]string{}}
+	rl, err := relay.New(store, broker, relay.Config{PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rl.Run(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for stats(t, db).Pending > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling for the outcome
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("relay: %v", err)
+	}
+	broker.mu.Lock()
+	defer broker.mu.Unlock()
+	if wantB := []string{rows[1].Envelope.EventID.String(), later[0].Envelope.EventID.String()}; !slices.Equal(broker.got["b"], wantB) {
+		t.Errorf("aggregate b published %v, want %v", broker.got["b"], wantB)
+	}
+	if len(broker.got["a"]) != 0 {
+		t.Errorf("aggregate a's published event published again: %v", broker.got["a"])
+	}
+}

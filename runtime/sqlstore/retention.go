@@ -97,6 +97,12 @@ type RetentionResult struct {
 	// PostgreSQL estimates it (pg_class.reltuples, from the last VACUUM or
 	// ANALYZE); they are not counted in Published.
 	PartitionRows int64
+	// PartitionRowsMoved is the number of rows the pass moved from the
+	// DEFAULT partition into a partition it created: rows of that
+	// partition's range (written past the partitions created ahead, say,
+	// while no retention ran) that would otherwise keep PostgreSQL from
+	// creating it.
+	PartitionRowsMoved int64
 	// Err is the pass's error, or nil.
 	Err error
 }
@@ -174,7 +180,7 @@ func (r *Retention) Run(ctx context.Context) error {
 			slog.Int("batches", res.Batches), slog.Duration("duration", res.Duration)}
 		if res.PartitionsDropped+res.PartitionsCreated+len(res.PartitionsKept) > 0 {
 			attrs = append(attrs, slog.Int("partitions_dropped", res.PartitionsDropped), slog.Int64("partition_rows", res.PartitionRows),
-				slog.Int("partitions_created", res.PartitionsCreated))
+				slog.Int("partitions_created", res.PartitionsCreated), slog.Int64("rows_moved_from_default", res.PartitionRowsMoved))
 		}
 		if len(res.PartitionsKept) > 0 {
 			r.log.Info("retention kept old partitions that hold unpublished rows", slog.Any("partitions", res.PartitionsKept))
@@ -296,7 +302,7 @@ func (r *Retention) pass(ctx context.Context, res *RetentionResult) error {
 func (r *Retention) partitions(ctx context.Context, res *RetentionResult) (defaultName string, listed bool, err error) {
 	m := partitionMaintenance{db: r.store.db, table: r.store.table, cfg: r.cfg.Partitions}
 	created, errCreate := m.createAhead(ctx)
-	res.PartitionsCreated = created
+	res.PartitionsCreated, res.PartitionRowsMoved = created.created, created.moved
 	dropped, errDrop := m.dropOld(ctx, r.cfg.PublishedAge)
 	res.PartitionsDropped, res.PartitionsKept, res.PartitionRows = dropped.dropped, dropped.kept, dropped.rows
 	if err = errors.Join(errCreate, errDrop); err != nil {
