@@ -2,13 +2,17 @@ package broker
 
 import (
 	"context"
+	gosql "database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/gooutbox/outbox/adapters/sql"
@@ -21,7 +25,9 @@ import (
 // watermill-sql's consumer group. The publisher and the subscribers share one
 // connection pool, opened here and closed by [Broker.Close]. Parameters
 // named outbox_* are this package's; there are none yet, so any is an error.
-func openPostgres(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
+// It connects once (see checkPostgres) to find what the URL gets wrong
+// before the first publish does.
+func openPostgres(ctx context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
 	for k := range u.Query() {
 		if strings.HasPrefix(k, "outbox_") {
 			return nil, fmt.Errorf("%w: unknown parameter %q for %s:// (parameters other than outbox_* go to the database driver)", ErrInvalidURL, k, u.Scheme)
@@ -32,6 +38,10 @@ func openPostgres(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, 
 		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
 	}
 	db := stdlib.OpenDB(*cfg)
+	if err := checkPostgres(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidURL, redact(u), err)
+	}
 	pub, err := sql.NewPublisher(db, sql.PublisherConfig{Logger: logger})
 	if err != nil {
 		db.Close()
@@ -45,4 +55,33 @@ func openPostgres(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, 
 		},
 		closers: []func() error{db.Close},
 	}, nil
+}
+
+// postgresCheckTimeout bounds checkPostgres's connection.
+const postgresCheckTimeout = 5 * time.Second
+
+// checkPostgres connects to the database once, within postgresCheckTimeout,
+// and returns the server's refusal when it is one that no retry mends,
+// which would otherwise fail every publish, retried forever: a parameter
+// the server does not know (a typo such as statment_timeout=5s, which pgx
+// passes on as a server setting), a value it refuses, a database that does
+// not exist, credentials it rejects. A server that cannot be reached is not
+// an error here: the publisher connects when it publishes, and retries.
+func checkPostgres(ctx context.Context, db *gosql.DB) error {
+	ctx, cancel := context.WithTimeout(ctx, postgresCheckTimeout)
+	defer cancel()
+	err := db.PingContext(ctx)
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) {
+		return nil
+	}
+	switch pg.Code {
+	case "42704", // undefined_object: unrecognized configuration parameter
+		"22023", // invalid_parameter_value
+		"3D000", // invalid_catalog_name: the database does not exist
+		"28000", // invalid_authorization_specification
+		"28P01": // invalid_password
+		return err
+	}
+	return nil
 }
