@@ -35,28 +35,44 @@ func parseAge(s string) (time.Duration, error) {
 	return d + more, nil
 }
 
-// ageFlag is a flag.Value of a duration that also takes days (7d).
-type ageFlag struct{ d *time.Duration }
+// ageFlag is a flag.Value of a duration that also takes days (7d). Make
+// one with [flagSet.ageVar].
+type ageFlag struct {
+	d    *time.Duration
+	name string   // the flag's, for its errors
+	def  string   // what leaving the flag out means, for its errors
+	fs   *flagSet // where Set records its *flagError
+	text string   // the value as given, once set
+}
 
-func (a ageFlag) String() string {
+func (a *ageFlag) String() string {
 	if a.d == nil || *a.d == 0 {
 		return ""
 	}
 	return a.d.String()
 }
 
-// Set parses s; zero is refused (leave the flag out for its default),
-// since each age flag's zero means its default or off.
-func (a ageFlag) Set(s string) error {
+// Set parses s. Zero and negative ages are refused (leave the flag out
+// for its default), since each age flag's zero means its default or off.
+// The error is a *flagError, also recorded in the flag set.
+func (a *ageFlag) Set(s string) error {
 	d, err := parseAge(s)
-	if err != nil {
-		return err
+	var want string
+	switch {
+	case err == nil && d > 0:
+		*a.d, a.text = d, s
+		return nil
+	case err == nil, strings.HasPrefix(strings.TrimSpace(s), "-"):
+		want = "must be more than zero"
+	default:
+		want = "not a duration"
 	}
-	if d == 0 {
-		return fmt.Errorf("%q: an age must be more than zero (leave the flag out for its default)", s)
+	fe := &flagError{Flag: "--" + a.name, Value: s,
+		Want: want + ": an age such as 90s, 15m, 36h, 7d or 10d12h (leave the flag out for " + a.def + ")"}
+	if a.fs != nil {
+		a.fs.valueErr = fe
 	}
-	*a.d = d
-	return nil
+	return fe
 }
 
 // parseInstant reads an RFC 3339 time, or a duration (with days) meaning
@@ -71,17 +87,36 @@ func parseInstant(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-11-30T10:00:00Z) nor a duration ago (90m, 2d)", s)
 }
 
-// parseIDs reads row ids.
+// parseIDs reads row ids, in the order given; an id given again is
+// dropped, so that each row is acted on and counted once.
 func parseIDs(args []string) ([]int64, error) {
 	ids := make([]int64, 0, len(args))
+	seen := make(map[int64]bool, len(args))
 	for _, a := range args {
 		id, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || id <= 0 {
 			return nil, usagef("%q is not a row id", a)
 		}
-		ids = append(ids, id)
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
 	}
 	return ids, nil
+}
+
+// checkPage returns the *flagError of a --limit or --after that q's
+// paging does not take, or nil.
+func checkPage(q sqlstore.Query) error {
+	if q.Limit < 1 || q.Limit > sqlstore.MaxQueryLimit {
+		return &flagError{Flag: "--limit", Value: strconv.Itoa(q.Limit),
+			Want: fmt.Sprintf("a number of rows from 1 to %d (leave the flag out for %d)", sqlstore.MaxQueryLimit, sqlstore.DefaultQueryLimit)}
+	}
+	if q.AfterID < 0 {
+		return &flagError{Flag: "--after", Value: strconv.FormatInt(q.AfterID, 10),
+			Want: "0 (the first page) or a row id: the last id of the previous page"}
+	}
+	return nil
 }
 
 // ---- status ----
@@ -122,7 +157,7 @@ cron jobs and probes), after printing the status as usual.`,
 		failParked := fs.Bool("fail-if-parked", false, "exit 3 if any message is parked")
 		failPending := fs.Int64("fail-if-pending", -1, "exit 3 if more than `N` messages are pending")
 		var failOlder time.Duration
-		fs.Var(ageFlag{&failOlder}, "fail-if-older", "exit 3 if the oldest pending message is older than `age` (90s, 15m, 2d)")
+		fs.ageVar(&failOlder, "fail-if-older", "no age check", "exit 3 if the oldest pending message is older than `age` (90s, 15m, 2d)")
 		pos, err := fs.parse(args)
 		if err != nil {
 			return err
@@ -212,10 +247,13 @@ a parked row (the others are still done).`,
 		fs.StringVar(&q.AggregateType, "aggregate-type", "", "only this aggregate `type`")
 		fs.StringVar(&q.AggregateID, "aggregate-id", "", "only this aggregate `id`")
 		fs.Int64Var(&q.AfterID, "after", 0, "list: rows after this `id` (the last id of the previous page)")
-		fs.IntVar(&q.Limit, "limit", 100, "list: at most `N` rows (at most 1000)")
+		fs.IntVar(&q.Limit, "limit", sqlstore.DefaultQueryLimit, "list: at most `N` rows (at most 1000)")
 		all := fs.Bool("all", false, "retry: every parked message matching the filters")
 		pos, err := fs.parse(args)
 		if err != nil {
+			return err
+		}
+		if err := checkPage(q); err != nil {
 			return err
 		}
 		if len(pos) == 0 {
@@ -315,13 +353,16 @@ way to find one event); --aggregate-type and --aggregate-id; --topic;
 		fs.StringVar(&q.AggregateType, "aggregate-type", "", "only this aggregate `type`")
 		fs.StringVar(&q.AggregateID, "aggregate-id", "", "only this aggregate `id`")
 		fs.Int64Var(&q.AfterID, "after", 0, "rows after this `id` (the last id of the previous page)")
-		fs.IntVar(&q.Limit, "limit", 100, "at most `N` rows (at most 1000)")
+		fs.IntVar(&q.Limit, "limit", sqlstore.DefaultQueryLimit, "at most `N` rows (at most 1000)")
 		pos, err := fs.parse(args)
 		if err != nil {
 			return err
 		}
 		if len(pos) > 0 {
 			return usagef("list takes flags, no arguments (got %q)", pos)
+		}
+		if err := checkPage(q); err != nil {
+			return err
 		}
 		if q.State, err = sqlstore.ParseState(*state); err != nil {
 			return usageError{err.Error()}
@@ -571,7 +612,9 @@ is not partitioned is left alone and the command fails.`,
 		fs := newFlagSet(e, c)
 		inbox := fs.Bool("inbox", false, "also create the inbox table")
 		inboxTable := fs.String("inbox-table", "", "inbox `table` (default: outbox_inbox)")
-		interval := fs.Duration("partition-interval", 0, "PostgreSQL: create the outbox table partitioned by event time, one partition per `interval` (e.g. 24h)")
+		var interval time.Duration
+		intervalFlag := fs.ageVar(&interval, "partition-interval", "a table that is not partitioned",
+			"PostgreSQL: create the outbox table partitioned by event time, one partition per `interval` (e.g. 24h, 1d)")
 		pos, err := fs.parse(args)
 		if err != nil {
 			return err
@@ -579,8 +622,10 @@ is not partitioned is left alone and the command fails.`,
 		if len(pos) > 0 {
 			return usagef("migrate takes no arguments")
 		}
-		if *interval < 0 || *interval == 0 && fs.isSet("partition-interval") {
-			return usagef("--partition-interval must be positive (leave it out for a table that is not partitioned)")
+		// Before the database is opened, which creates a SQLite file.
+		if _, _, d, err := parseDatabaseURL(fs.db); err == nil && interval > 0 && d != sqlstore.Postgres {
+			return &flagError{Flag: "--partition-interval", Value: intervalFlag.text,
+				Want: fmt.Sprintf("partitioning is PostgreSQL only, and --db is %s (leave the flag out for a table that is not partitioned)", d)}
 		}
 		fs.createDB = true
 		db, err := openDatabase(e.ctx, fs, sqlstore.StoreConfig{})
@@ -589,10 +634,8 @@ is not partitioned is left alone and the command fails.`,
 		}
 		defer db.Close()
 		switch {
-		case *interval > 0 && db.dialect != sqlstore.Postgres:
-			return usagef("--partition-interval needs PostgreSQL")
-		case *interval > 0:
-			err = sqlstore.MigratePartitionedOutbox(e.ctx, db.db, fs.table, sqlstore.PartitionConfig{Interval: *interval})
+		case interval > 0:
+			err = sqlstore.MigratePartitionedOutbox(e.ctx, db.db, fs.table, sqlstore.PartitionConfig{Interval: interval})
 		default:
 			err = sqlstore.MigrateOutbox(e.ctx, db.db, db.dialect, fs.table)
 		}

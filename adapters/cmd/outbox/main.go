@@ -22,6 +22,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -31,8 +32,10 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -62,6 +65,8 @@ type env struct {
 	getenv         func(string) string
 	// openPublisher opens the relay's broker (tests replace it).
 	openPublisher func(ctx context.Context, url string, log *slog.Logger) (message.Publisher, func() error, error)
+	// flags are the running command's, once it made them.
+	flags *flagSet
 }
 
 // command is one subcommand.
@@ -86,6 +91,23 @@ type usageError struct{ msg string }
 func (u usageError) Error() string { return u.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// flagError is a flag given a value it does not take: a usage error (exit
+// status 2) whose message names the flag, the value and what the flag
+// takes.
+type flagError struct {
+	Flag  string // as on the command line: "--limit"
+	Value string // as given
+	Want  string // what the flag takes
+}
+
+func (f *flagError) Error() string {
+	v := f.Value
+	if v == "" || strings.ContainsAny(v, " \t") {
+		v = strconv.Quote(v)
+	}
+	return f.Flag + " " + v + ": " + f.Want
+}
 
 // alertError is a status check that failed: exit status 3.
 type alertError struct{ msg string }
@@ -126,17 +148,27 @@ func (e *env) run(args []string) int {
 		fmt.Fprintf(stderr, "outbox: unknown command %q (run \"outbox help\")\n", name)
 		return exitUsage
 	}
-	return code(stderr, c.run(e, rest))
+	err := c.run(e, rest)
+	if code := code(stderr, err); code != exitError {
+		return code
+	}
+	if hint := e.flags.missingTableHint(err); hint != "" {
+		fmt.Fprintln(stderr, "outbox:", hint)
+	}
+	return exitError
 }
 
 // code prints err and returns its exit status.
 func code(stderr io.Writer, err error) int {
-	var u usageError
-	var a alertError
+	var (
+		u usageError
+		f *flagError
+		a alertError
+	)
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
-	case errors.As(err, &u), errors.Is(err, sqlstore.ErrInvalidQuery):
+	case errors.As(err, &u), errors.As(err, &f), errors.Is(err, sqlstore.ErrInvalidQuery):
 		fmt.Fprintln(stderr, "outbox:", err)
 		return exitUsage
 	case errors.As(err, &a):
@@ -144,16 +176,69 @@ func code(stderr io.Writer, err error) int {
 		return exitAlert
 	}
 	fmt.Fprintln(stderr, "outbox:", err)
-	if missingTable(err) {
-		fmt.Fprintln(stderr, `outbox: is the table there? "outbox migrate" creates it; --table names another`)
-	}
 	return exitError
 }
 
-// missingTable reports whether err is a database's "no such table".
-func missingTable(err error) bool {
+// missingTable returns the table of err when it is a database's "no such
+// table" (as the database names it: maybe schema-qualified, maybe ""
+// when the message did not say), and whether it is one.
+func missingTable(err error) (table string, ok bool) {
 	s := err.Error()
-	return strings.Contains(s, "SQLSTATE 42P01") || strings.Contains(s, "Error 1146") || strings.Contains(s, "no such table")
+	between := func(start, end string) string {
+		_, rest, found := strings.Cut(s, start)
+		if !found {
+			return ""
+		}
+		name, _, _ := strings.Cut(rest, end)
+		return name
+	}
+	switch {
+	case strings.Contains(s, "SQLSTATE 42P01"): // PostgreSQL: relation "t" does not exist
+		return between(`relation "`, `"`), true
+	case strings.Contains(s, "Error 1146"): // MySQL, MariaDB: Table 'db.t' doesn't exist
+		return between("Table '", "'"), true
+	case strings.Contains(s, "no such table"): // SQLite: no such table: t
+		return between("no such table: ", " "), true
+	}
+	return "", false
+}
+
+// sameTable reports whether the table names a and b, either maybe
+// qualified by a schema or database, name the same table.
+func sameTable(a, b string) bool {
+	unqualified := func(s string) string { return s[strings.LastIndexByte(s, '.')+1:] }
+	return unqualified(a) == unqualified(b)
+}
+
+// missingTableHint returns the hint to print after err, a command's error,
+// when err is a missing table: which command creates it and which flag
+// names another. It returns "" for any other error, and when fs is nil.
+func (fs *flagSet) missingTableHint(err error) string {
+	table, ok := missingTable(err)
+	if !ok || fs == nil {
+		return ""
+	}
+	if f := fs.Lookup("inbox-table"); f != nil {
+		inbox := cmp.Or(f.Value.String(), sqlstore.InboxDefaultTable)
+		if table != "" && sameTable(table, inbox) {
+			create := "outbox migrate --inbox"
+			if f.Value.String() != "" {
+				create += " --inbox-table " + inbox
+			}
+			return fmt.Sprintf("is table %s there? %q creates it; --inbox-table names another", inbox, create)
+		}
+	}
+	outbox := cmp.Or(fs.table, sqlstore.DefaultTable)
+	if table != "" && !sameTable(table, outbox) {
+		// Neither table the flags name: one of the outbox's own (its
+		// leases, say), which migrate creates beside it.
+		return fmt.Sprintf("is table %s there? \"outbox migrate\" creates the outbox's tables; --table names another outbox", table)
+	}
+	create := "outbox migrate"
+	if fs.table != "" {
+		create += " --table " + fs.table
+	}
+	return fmt.Sprintf("is table %s there? %q creates it; --table names another", outbox, create)
 }
 
 func printUsage(w io.Writer, cmds map[string]*command) {
@@ -190,16 +275,26 @@ Exit status: 0 ok, 1 error, 2 usage error, 3 a "status --fail-if-..." condition 
 type flagSet struct {
 	*flag.FlagSet
 	e         *env
+	name      string // the command's
 	db, table string
 	json      bool
 	// createDB lets openDatabase create a SQLite file that does not
 	// exist (migrate); every other command refuses one.
 	createDB bool
+	// valueErr is the *flagError of the last flag value an ageFlag
+	// refused: the flag package keeps only its text.
+	valueErr error
 }
 
+// newFlagSet returns the flag set of command c, which is also e's (for
+// the hint after a missing table).
 func newFlagSet(e *env, c *command) *flagSet {
-	fs := &flagSet{FlagSet: flag.NewFlagSet("outbox "+c.name, flag.ContinueOnError), e: e}
-	fs.SetOutput(e.stderr)
+	fs := &flagSet{FlagSet: flag.NewFlagSet("outbox "+c.name, flag.ContinueOnError), e: e, name: c.name}
+	e.flags = fs
+	// The flag package would print a bad flag's error, and the whole
+	// usage, before the command prints the error again: it prints
+	// nothing, and parse prints the usage when asked for it.
+	fs.SetOutput(io.Discard)
 	fs.StringVar(&fs.db, "db", "", "database `URL`: postgres://..., mysql://user:pass@host:3306/db or sqlite:file.db (default: $OUTBOX_DATABASE_URL)")
 	fs.StringVar(&fs.table, "table", "", "outbox `table` (default: outbox_messages)")
 	fs.BoolVar(&fs.json, "json", false, "print JSON")
@@ -211,30 +306,31 @@ func newFlagSet(e *env, c *command) *flagSet {
 	return fs
 }
 
-// isSet reports whether the flag name was given on the command line.
-func (fs *flagSet) isSet(name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
+// ageVar defines a flag of an age (an ageFlag) stored in p; unset means
+// what def says, for the message of a value it refuses.
+func (fs *flagSet) ageVar(p *time.Duration, name, def, usage string) *ageFlag {
+	a := &ageFlag{d: p, name: name, def: def, fs: fs}
+	fs.Var(a, name, usage)
+	return a
 }
 
 // parse parses args, flags anywhere, and returns the positional arguments.
+// A flag value an ageFlag refuses is its *flagError; the flag package's
+// other errors are usage errors that point to the command's help. Asked
+// for help, it prints the usage to stdout and returns flag.ErrHelp.
 func (fs *flagSet) parse(args []string) ([]string, error) {
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if a == "-h" || a == "-help" || a == "--help" {
-			fs.SetOutput(fs.e.stdout) // asked for: the usage goes to stdout
-		}
-	}
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
+			switch {
+			case errors.Is(err, flag.ErrHelp):
+				fs.SetOutput(fs.e.stdout) // asked for: the usage goes to stdout
+				fs.Usage()
 				return nil, err
+			case fs.valueErr != nil:
+				return nil, fs.valueErr
 			}
-			return nil, usageError{err.Error()}
+			return nil, usagef("%v (see \"outbox help %s\")", err, fs.name)
 		}
 		args = fs.Args()
 		if len(args) == 0 {

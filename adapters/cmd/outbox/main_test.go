@@ -236,10 +236,10 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"relay", "--db", "sqlite:x.db"}, 2, "no broker"},
 		{[]string{"status", "--fail-if-older", "soon", "--db", "sqlite:x.db"}, 2, "not a duration"},
 		// A zero age would mean the flag's default (7 days) or off: refused.
-		{[]string{"janitor", "--once", "--published-age", "0s", "--db", "sqlite:x.db"}, 2, "an age must be more than zero"},
-		{[]string{"janitor", "--once", "--published-age", "0d", "--db", "sqlite:x.db"}, 2, "an age must be more than zero"},
-		{[]string{"migrate", "--partition-interval", "0s", "--db", "sqlite:x.db"}, 2, "--partition-interval must be positive"},
-		{[]string{"parked", "list", "--limit", "-1", "--db", sqliteDB(t).url}, 2, "negative limit"},
+		{[]string{"janitor", "--once", "--published-age", "0s", "--db", "sqlite:x.db"}, 2, "--published-age 0s: must be more than zero"},
+		{[]string{"janitor", "--once", "--published-age", "0d", "--db", "sqlite:x.db"}, 2, "--published-age 0d: must be more than zero"},
+		{[]string{"migrate", "--partition-interval", "0s", "--db", "sqlite:x.db"}, 2, "--partition-interval 0s: must be more than zero"},
+		{[]string{"parked", "list", "--limit", "-1", "--db", sqliteDB(t).url}, 2, "--limit -1: a number of rows from 1 to 1000"},
 	} {
 		code, stdout, stderr := runCmd(t, nil, tc.args...)
 		out := stderr

@@ -53,11 +53,13 @@ type retentionFlags struct {
 	batch                      int
 }
 
-func (r *retentionFlags) register(fs *flagSet, publishedFlag, publishedUsage string) {
-	fs.Var(ageFlag{&r.published}, publishedFlag, publishedUsage)
-	fs.Var(ageFlag{&r.inbox}, "inbox-retention", "also delete inbox markers older than `age` (7d), of every consumer in --inbox-table on the same database (default: off)")
+// register defines the flags in fs: publishedFlag, whose absence means
+// publishedDefault, and the others.
+func (r *retentionFlags) register(fs *flagSet, publishedFlag, publishedDefault, publishedUsage string) {
+	fs.ageVar(&r.published, publishedFlag, publishedDefault, publishedUsage)
+	fs.ageVar(&r.inbox, "inbox-retention", "no inbox retention", "also delete inbox markers older than `age` (7d), of every consumer in --inbox-table on the same database (default: off)")
 	fs.StringVar(&r.inboxTable, "inbox-table", "", "inbox `table` (default: outbox_inbox)")
-	fs.Var(ageFlag{&r.interval}, "retention-interval", "time between retention passes (default: 1m)")
+	fs.ageVar(&r.interval, "retention-interval", "the default, 1m", "`interval` between retention passes (90s, 15m; default: 1m)")
 	fs.IntVar(&r.batch, "retention-batch", 0, "rows per retention delete `statement` (default: 1000)")
 }
 
@@ -143,7 +145,7 @@ the relay until TCP gives up.`,
 		listen := fs.String("listen", "", "serve /metrics, /livez and /readyz on this `address` (host:port; default: off)")
 		maxBacklog := fs.Duration("max-backlog-age", 0, "readiness fails when the oldest pending message is older (default: 5m)")
 		var rf retentionFlags
-		rf.register(fs, "retention", "also delete published messages older than `age` (7d, 36h; default: off)")
+		rf.register(fs, "retention", "no retention", "also delete published messages older than `age` (7d, 36h; default: off)")
 		pos, err := fs.parse(args)
 		if err != nil {
 			return err
@@ -298,7 +300,7 @@ are never deleted.`,
 	c.run = func(e *env, args []string) error {
 		fs := newFlagSet(e, c)
 		var rf retentionFlags
-		rf.register(fs, "published-age", "delete published messages older than `age` (default: 7d)")
+		rf.register(fs, "published-age", "the default, 7d", "delete published messages older than `age` (default: 7d)")
 		once := fs.Bool("once", false, "run one pass and exit")
 		verbose := fs.Bool("v", false, "debug logs")
 		pos, err := fs.parse(args)
