@@ -59,7 +59,11 @@
 // messaging.operation.name ("send" or "process"), messaging.message.id (the
 // message UUID, which is the event id), messaging.message.body.size; plus,
 // from the wire contract's metadata when present, outbox.event.type,
-// outbox.event.version, outbox.aggregate.type and outbox.aggregate.id. A
+// outbox.event.version, outbox.aggregate.type and outbox.aggregate.id,
+// read from the native keys (event_type, ...) or, for a message in
+// CloudEvents binary content mode (relay.Config.CloudEvents, any binding
+// prefix), from its type, eventversion, aggregatetype and partitionkey
+// attributes, as runtime.EnvelopeFromMetadata reads them. A
 // failed publish or handler sets the span status to Error, records the
 // error as an event and sets error.type.
 //

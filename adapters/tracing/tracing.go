@@ -262,26 +262,46 @@ func (t *Tracer) startOptions(kind trace.SpanKind, topic string, op attribute.Ke
 }
 
 // messageAttributes returns the attributes of message m: its id and size,
-// and the wire contract's event type, version and aggregate when present.
+// and the wire contract's event type, version and aggregate when present,
+// from the native metadata keys or, for a CloudEvent, its attributes (see
+// [eventKeys]).
 func messageAttributes(m *message.Message) []attribute.KeyValue {
 	a := make([]attribute.KeyValue, 0, 6)
 	a = append(a, semconv.MessagingMessageID(m.UUID), semconv.MessagingMessageBodySize(len(m.Payload)))
-	for _, f := range [...]struct {
-		key  attribute.Key
-		meta string
-	}{
-		{AttrEventType, runtime.MetadataEventType},
-		{AttrAggregateType, runtime.MetadataAggregateType},
-		{AttrAggregateID, runtime.MetadataAggregateID},
-	} {
-		if v := m.Metadata.Get(f.meta); v != "" {
-			a = append(a, f.key.String(v))
-		}
+	typeKey, versionKey := eventKeys(m.Metadata)
+	if v := m.Metadata.Get(typeKey); v != "" {
+		a = append(a, AttrEventType.String(v))
 	}
-	if v, err := strconv.Atoi(m.Metadata.Get(runtime.MetadataEventVersion)); err == nil {
+	aggType, aggID := runtime.AggregateOf(m.Metadata)
+	if aggType != "" {
+		a = append(a, AttrAggregateType.String(aggType))
+	}
+	if aggID != "" {
+		a = append(a, AttrAggregateID.String(aggID))
+	}
+	if v, err := strconv.Atoi(m.Metadata.Get(versionKey)); err == nil {
 		a = append(a, AttrEventVersion.Int(v))
 	}
 	return a
+}
+
+// eventKeys returns the metadata keys of the event type and version in md:
+// the native keys or, for metadata without an event_type but with a
+// CloudEvents specversion under a binding prefix, the type and eventversion
+// attributes under that prefix, as [runtime.EnvelopeFromMetadata] reads
+// them. (That function decodes a whole envelope, strictly: a span takes
+// whatever is present, per message, without copying the headers or reading
+// the payload.)
+func eventKeys(md message.Metadata) (typeKey, versionKey string) {
+	if md.Get(runtime.MetadataEventType) == "" {
+		for _, p := range [...]string{runtime.CloudEventsPrefixKafka, runtime.CloudEventsPrefixHTTP,
+			runtime.CloudEventsPrefixAMQP, runtime.CloudEventsPrefixAMQPJMS} {
+			if _, ok := md[p+runtime.CESpecVersion]; ok {
+				return p + runtime.CEType, p + runtime.CEEventVersion
+			}
+		}
+	}
+	return runtime.MetadataEventType, runtime.MetadataEventVersion
 }
 
 // end ends span with err's outcome.

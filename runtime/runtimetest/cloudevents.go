@@ -13,7 +13,8 @@ import (
 
 // CheckCloudEvent checks message metadata against the CloudEvents 1.0 rules
 // for binary content mode under a binding prefix (runtime.CloudEventsPrefixKafka
-// for Kafka): the required attributes id, source, specversion and type are
+// for Kafka; "" means that default, ce_, as [runtime.CloudEvents.Prefix]
+// does): the required attributes id, source, specversion and type are
 // present and non-empty, specversion is "1.0", source is a URI-reference,
 // time is RFC 3339, dataschema an absolute URI, subject non-empty when
 // present, and every attribute name is lowercase ASCII letters and digits,
@@ -26,6 +27,9 @@ import (
 // [runtime.CloudEvents], so that tests of publishers and adapters can check
 // what reaches the broker.
 func CheckCloudEvent(md map[string]string, prefix string) error {
+	if prefix == "" {
+		prefix = runtime.CloudEventsPrefixKafka
+	}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("cloudevents: "+format, args...)) }
 	attrs := map[string]string{}
