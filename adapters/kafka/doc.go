@@ -56,8 +56,11 @@
 // goes further: a stream per partition that hands out up to
 // [SubscriberConfig.PartitionWindow] messages before the first is acked,
 // for readers that apply a partition's messages in batches
-// (runtime/consumer's Consumer.Run). In both, acks are committed in offset
-// order in the background, each partition's highest ack in one call.
+// (runtime/consumer's Consumer.Run). In both, each assigned partition is
+// fetched by a kafka-go Reader of its own (the member joins the group with a
+// kafka-go ConsumerGroup), so a partition whose messages are not acked
+// holds back only itself, and acks are committed in offset order in the
+// background, each partition's highest ack in one call.
 //
 // # Testing
 //

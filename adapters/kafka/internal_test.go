@@ -199,3 +199,87 @@ func TestToRecord(t *testing.T) {
 		t.Errorf("with an empty event_id metadata: fromRecord UUID = %q, want %q", back.UUID, msg.UUID)
 	}
 }
+
+// TestPartitionSubscriptionConfig checks that a subscription with
+// ParallelPartitions (or SubscribePartitions) carries every setting to the
+// kafka-go ConsumerGroup that joins the group and to the Reader that fetches
+// each assigned partition: the config's own fields and those set by
+// OverwriteReaderConfig.
+func TestPartitionSubscriptionConfig(t *testing.T) {
+	dialer := &kafka.Dialer{ClientID: "billing-client"}
+	errLog := kafka.LoggerFunc(func(string, ...any) {})
+	s, err := NewSubscriber(SubscriberConfig{
+		Brokers:           []string{"127.0.0.1:9092", "127.0.0.1:9093"},
+		ConsumerGroup:     "billing",
+		StartOffset:       kafka.LastOffset,
+		MinBytes:          10,
+		MaxBytes:          2e6,
+		MaxWait:           2 * time.Second,
+		HeartbeatInterval: 4 * time.Second,
+		SessionTimeout:    40 * time.Second,
+		RebalanceTimeout:  50 * time.Second,
+		OverwriteReaderConfig: func(rc *kafka.ReaderConfig) {
+			rc.Dialer = dialer
+			rc.GroupBalancers = []kafka.GroupBalancer{kafka.RoundRobinGroupBalancer{}}
+			rc.JoinGroupBackoff = time.Second
+			rc.RetentionTime = time.Hour
+			rc.WatchPartitionChanges = true
+			rc.PartitionWatchInterval = 7 * time.Second
+			rc.QueueCapacity = 7
+			rc.IsolationLevel = kafka.ReadCommitted
+			rc.ErrorLogger = errLog
+		},
+	})
+	if err != nil {
+		t.Fatalf("NewSubscriber: %v", err)
+	}
+	defer s.Close()
+	rc := s.readerConfig("orders")
+
+	gc := groupConfig(rc)
+	type group struct {
+		ID                                                   string
+		Brokers, Topics                                      []string
+		StartOffset                                          int64
+		Heartbeat, Session, Rebalance, JoinBackoff, Retained time.Duration
+		Watch                                                bool
+		WatchInterval                                        time.Duration
+		Balancers                                            int
+	}
+	gotG := group{gc.ID, gc.Brokers, gc.Topics, gc.StartOffset, gc.HeartbeatInterval, gc.SessionTimeout, gc.RebalanceTimeout,
+		gc.JoinGroupBackoff, gc.RetentionTime, gc.WatchPartitionChanges, gc.PartitionWatchInterval, len(gc.GroupBalancers)}
+	wantG := group{"billing", []string{"127.0.0.1:9092", "127.0.0.1:9093"}, []string{"orders"}, kafka.LastOffset,
+		4 * time.Second, 40 * time.Second, 50 * time.Second, time.Second, time.Hour, true, 7 * time.Second, 1}
+	if diff := cmp.Diff(wantG, gotG); diff != "" {
+		t.Errorf("consumer group config (-want +got):\n%s", diff)
+	}
+	if gc.Dialer != dialer || gc.ErrorLogger == nil {
+		t.Errorf("consumer group Dialer, ErrorLogger = %p, %v; want %p and the configured logger", gc.Dialer, gc.ErrorLogger, dialer)
+	}
+	if err := gc.Validate(); err != nil {
+		t.Errorf("consumer group config: %v", err)
+	}
+
+	pc := partitionReaderConfig(rc, 3)
+	type reader struct {
+		GroupID, Topic     string
+		Partition          int
+		MinBytes, MaxBytes int
+		QueueCapacity      int
+		MaxWait, ReadLag   time.Duration
+		ReadCommitted      bool
+		Brokers            []string
+	}
+	gotR := reader{pc.GroupID, pc.Topic, pc.Partition, pc.MinBytes, pc.MaxBytes, pc.QueueCapacity, pc.MaxWait, pc.ReadLagInterval,
+		pc.IsolationLevel == kafka.ReadCommitted, pc.Brokers}
+	wantR := reader{"", "orders", 3, 10, 2e6, 7, 2 * time.Second, -1, true, []string{"127.0.0.1:9092", "127.0.0.1:9093"}}
+	if diff := cmp.Diff(wantR, gotR); diff != "" {
+		t.Errorf("partition reader config (-want +got):\n%s", diff)
+	}
+	if pc.Dialer != dialer || pc.ErrorLogger == nil {
+		t.Errorf("partition reader Dialer, ErrorLogger = %p, %v; want %p and the configured logger", pc.Dialer, pc.ErrorLogger, dialer)
+	}
+	if err := pc.Validate(); err != nil {
+		t.Errorf("partition reader config: %v", err)
+	}
+}

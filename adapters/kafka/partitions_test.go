@@ -168,12 +168,12 @@ func TestSubscribePartitions(t *testing.T) {
 	}
 }
 
-// TestStuckStreamIsLogged: a stream whose reader stops acking holds back
-// the member's other partitions once its buffer is full (one kafka-go
-// reader fetches them all); the subscriber says so at WARN, naming the
-// partition, and at INFO once it moves again — found by a new user's
-// trial, where one unknown-version event stopped a whole consumer with no
-// line about the other partitions.
+// TestStuckStreamIsLogged: a stream whose reader stops acking stops its
+// partition once its buffer is full; the subscriber says so at WARN,
+// naming the partition, and at INFO once it moves again — found by a new
+// user's trial, where one unknown-version event stopped a consumer with no
+// line about it. (The member's other partitions go on meanwhile:
+// TestStuckPartitionHoldsBackOnlyItself.)
 func TestStuckStreamIsLogged(t *testing.T) {
 	t.Parallel()
 	brokers := kafkatest.NewCluster(t)
@@ -240,5 +240,193 @@ func TestStuckStreamIsLogged(t *testing.T) {
 			t.Fatalf("no INFO once the stream moved again; logs:\n%s", logs.String())
 		}
 		time.Sleep(10 * time.Millisecond) // polling the log
+	}
+}
+
+// committedOffsets returns the group's committed offset of each of the
+// topic's partitions (-1: none).
+func committedOffsets(t *testing.T, brokers []string, group, topic string, partitions ...int) map[int]int64 {
+	t.Helper()
+	client := &kafkago.Client{Addr: kafkago.TCP(brokers...)}
+	res, err := client.OffsetFetch(context.Background(), &kafkago.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: partitions}})
+	if err != nil {
+		t.Fatalf("OffsetFetch: %v", err)
+	}
+	got := make(map[int]int64)
+	for _, p := range res.Topics[topic] {
+		if p.Error != nil {
+			t.Fatalf("OffsetFetch of partition %d: %v", p.Partition, p.Error)
+		}
+		got[p.Partition] = p.CommittedOffset
+	}
+	return got
+}
+
+// TestStuckPartitionHoldsBackOnlyItself: a partition whose reader stops
+// acking (a poison message retried in place, a handler that hangs) holds
+// back only itself. Its stream fills up (more than twice PartitionWindow
+// records wait behind the unacked message) while another partition's
+// messages, published afterwards, are all delivered and committed; the
+// stuck partition's offset is not committed past what was acked; once its
+// messages are acked, the rest of it arrives, in order, none missing, and
+// is committed too. With one kafka-go reader for all the member's
+// partitions, the other partition's records queued behind the stuck one's
+// and never arrived (found by a new user's trial).
+func TestStuckPartitionHoldsBackOnlyItself(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"SubscribePartitions", "ParallelPartitions"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			const (
+				window          = 2
+				stuckP, flowP   = 0, 1
+				stuckN, flowN   = 10 * window, 10 * window
+				stuckKey, flowK = "stuck", "flow"
+			)
+			brokers := kafkatest.NewCluster(t)
+			topic := newTopic(t, brokers, 2)
+			pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers, OverwriteWriter: func(w *kafkago.Writer) {
+				w.Balancer = kafkago.BalancerFunc(func(m kafkago.Message, _ ...int) int {
+					if string(m.Key) == stuckKey {
+						return stuckP
+					}
+					return flowP
+				})
+			}})
+			events := func(key string, n int) []*message.Message {
+				var msgs []*message.Message
+				for i := range n {
+					msgs = append(msgs, newEvent(key, strconv.Itoa(i)))
+				}
+				return msgs
+			}
+			if err := pub.Publish(topic, events(stuckKey, stuckN)...); err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+
+			group := "group-" + watermill.NewShortUUID()
+			cfg := testSubscriberConfig(brokers, group)
+			cfg.PartitionWindow = window
+			in := make(chan *message.Message, 100)
+			if mode == "ParallelPartitions" {
+				cfg.ParallelPartitions = true
+				ch, err := newSubscriber(t, cfg).Subscribe(context.Background(), topic)
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() {
+					for m := range ch {
+						in <- m
+					}
+				}()
+			} else {
+				streams, err := newSubscriber(t, cfg).SubscribePartitions(context.Background(), topic)
+				if err != nil {
+					t.Fatal(err)
+				}
+				merged := mergeStreams(streams)
+				go func() {
+					for r := range merged {
+						in <- r.msg
+					}
+				}()
+			}
+			recv := func(what string) (*message.Message, int) {
+				t.Helper()
+				select {
+				case m := <-in:
+					ri, ok := kafka.RecordInfoFromContext(m.Context())
+					if !ok {
+						t.Fatal("no RecordInfo on a delivered message")
+					}
+					return m, ri.Partition
+				case <-time.After(waitTimeout):
+					t.Fatalf("no message within %s, waiting for %s", waitTimeout, what)
+					return nil, 0
+				}
+			}
+
+			// The stuck partition's first message is never acked (for
+			// now): its stream fills up behind it.
+			first, p := recv("the first message")
+			if p != stuckP {
+				t.Fatalf("first message from partition %d, want %d (the only one with records)", p, stuckP)
+			}
+			held := []*message.Message{first}
+			// Published only now, so the other partition's records come
+			// after every record of the stuck one.
+			if err := pub.Publish(topic, events(flowK, flowN)...); err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+			var flowed []string
+			for len(flowed) < flowN {
+				m, p := recv(fmt.Sprintf("the flowing partition's messages (%d of %d received) while the other partition is stuck", len(flowed), flowN))
+				if p == stuckP {
+					held = append(held, m)
+					continue
+				}
+				flowed = append(flowed, string(m.Payload))
+				m.Ack()
+			}
+			var want []string
+			for i := range flowN {
+				want = append(want, strconv.Itoa(i))
+			}
+			if diff := cmp.Diff(want, flowed); diff != "" {
+				t.Errorf("the flowing partition's messages, while the other is stuck (-want +got):\n%s", diff)
+			}
+			if len(held) > window {
+				t.Errorf("%d of the stuck partition's messages handed out unacked, want at most PartitionWindow (%d)", len(held), window)
+			}
+
+			// The flowing partition's acks are committed; the stuck
+			// partition's offset is not.
+			deadline := time.Now().Add(waitTimeout)
+			for {
+				got := committedOffsets(t, brokers, group, topic, stuckP, flowP)
+				if got[stuckP] > 0 {
+					t.Fatalf("stuck partition committed up to offset %d with nothing acked", got[stuckP])
+				}
+				if got[flowP] == flowN {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("flowing partition committed up to %d within %s, want %d", got[flowP], waitTimeout, flowN)
+				}
+				time.Sleep(20 * time.Millisecond) // polling the group's offsets
+			}
+
+			// Acked, the stuck partition goes on: all of it, in order.
+			var stuck []string
+			for _, m := range held {
+				stuck = append(stuck, string(m.Payload))
+				m.Ack()
+			}
+			for len(stuck) < stuckN {
+				m, p := recv(fmt.Sprintf("the formerly stuck partition's messages (%d of %d received)", len(stuck), stuckN))
+				if p != stuckP {
+					t.Fatalf("message from partition %d after all %d of it", p, flowN)
+				}
+				stuck = append(stuck, string(m.Payload))
+				m.Ack()
+			}
+			want = want[:0]
+			for i := range stuckN {
+				want = append(want, strconv.Itoa(i))
+			}
+			if diff := cmp.Diff(want, stuck); diff != "" {
+				t.Errorf("the stuck partition's messages, once acked (-want +got):\n%s", diff)
+			}
+			for {
+				got := committedOffsets(t, brokers, group, topic, stuckP)
+				if got[stuckP] == stuckN {
+					break
+				}
+				if time.Now().After(deadline.Add(waitTimeout)) {
+					t.Fatalf("stuck partition committed up to %d, want %d", got[stuckP], stuckN)
+				}
+				time.Sleep(20 * time.Millisecond) // polling the group's offsets
+			}
+		})
 	}
 }

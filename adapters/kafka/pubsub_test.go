@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -277,12 +278,31 @@ func restartableCluster(t *testing.T) *kafkatest.Cluster {
 // goroutine (test_pubsub.go:1120 reads what :1086 appends; the race detector
 // reports it), and fails now and then with "received: 10000, sent: 9999".
 func TestReconnect(t *testing.T) {
+	testReconnect(t)
+}
+
+// TestReconnectParallelPartitions is TestReconnect with
+// SubscriberConfig.ParallelPartitions, whose subscription joins the group
+// with a kafka-go ConsumerGroup and fetches each partition with a reader of
+// its own, each of which must find the restarted broker again.
+func TestReconnectParallelPartitions(t *testing.T) {
+	testReconnect(t, func(c *kafka.SubscriberConfig) { c.ParallelPartitions = true })
+}
+
+func testReconnect(t *testing.T, tune ...func(*kafka.SubscriberConfig)) {
 	c := restartableCluster(t)
 	brokers := c.Addrs()
 	const aggs, perAgg = 30, 100
 	topic := newTopic(t, brokers, testPartitions)
 	pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers})
-	ch := subscribe(t, brokers, topic)
+	cfg := testSubscriberConfig(brokers, "group-"+watermill.NewShortUUID())
+	for _, f := range tune {
+		f(&cfg)
+	}
+	ch, err := newSubscriber(t, cfg).Subscribe(context.Background(), topic)
+	if err != nil {
+		t.Fatalf("Subscribe(%q): %v", topic, err)
+	}
 
 	// The broker stays down this long at each restart: longer than the
 	// publisher's own retries, so Publish calls fail and are retried.

@@ -86,8 +86,8 @@ type SubscriberConfig struct {
 	// has a goroutine that sends its next message only after the current
 	// one is acked or nacked, so the subscription has up to one message
 	// per partition unacked at once, each partition keeps its order, and a
-	// partition stuck on a nacked message holds back only itself (until
-	// PartitionWindow of its records are waiting; see
+	// partition stuck on a nacked or unacked message holds back only itself:
+	// each partition is fetched by a reader of its own (see
 	// [Subscriber.SubscribePartitions]). A Watermill router handles the
 	// messages of one subscription concurrently (it waits for nothing but
 	// the subscriber), so with this setting one router handler applies
@@ -100,8 +100,8 @@ type SubscriberConfig struct {
 	// PartitionWindow is how many messages of one partition
 	// [Subscriber.SubscribePartitions] hands out before the first of them
 	// is acked, and how many fetched records of a partition wait for their
-	// turn (with ParallelPartitions, or in SubscribePartitions) before the
-	// partition holds back the others.
+	// turn (with ParallelPartitions, or in SubscribePartitions) before
+	// fetching pauses for that partition (only).
 	//
 	// Default: 1000 ([DefaultPartitionWindow]).
 	PartitionWindow int
@@ -128,7 +128,14 @@ type SubscriberConfig struct {
 	// from ConsumerGroup and the Subscribe call.
 	//
 	// A CommitInterval above 0 makes commits asynchronous (batched), which is
-	// faster but widens the window of redelivery after a crash.
+	// faster but widens the window of redelivery after a crash. With
+	// ParallelPartitions and in SubscribePartitions, which commit in the
+	// background anyway, it is not used: there the group settings
+	// (GroupBalancers, HeartbeatInterval, SessionTimeout, RebalanceTimeout,
+	// JoinGroupBackoff, RetentionTime, WatchPartitionChanges,
+	// PartitionWatchInterval, StartOffset) go to a kafka-go ConsumerGroup,
+	// the Dialer and loggers to it and to the readers, and the rest to the
+	// reader that fetches each assigned partition.
 	//
 	// Default: nil (no change).
 	OverwriteReaderConfig func(rc *kafka.ReaderConfig)
@@ -214,15 +221,17 @@ func (c SubscriberConfig) Validate() error {
 
 // Subscriber is a Watermill [message.Subscriber] that consumes Kafka topics
 // as a member of a consumer group. Every Subscribe call runs its own kafka-go
-// Reader, so two calls for the same topic are two members sharing its
-// partitions. It is safe for concurrent use.
+// Reader (with ParallelPartitions, and in SubscribePartitions: its own
+// kafka-go ConsumerGroup, and a Reader per assigned partition), so two calls
+// for the same topic are two members sharing its partitions. It is safe for
+// concurrent use.
 //
 // Subscriber also implements [message.SubscribeInitializer]: see
 // [Subscriber.SubscribeInitialize].
 type Subscriber struct {
 	cfg    SubscriberConfig
 	logger watermill.LoggerAdapter
-	// warn logs a member's partitions held back by a stuck one (Watermill's
+	// warn logs a partition held back by its stuck stream (Watermill's
 	// logger has no WARN level), after stallWarnAfter.
 	warn           *slog.Logger
 	stallWarnAfter time.Duration

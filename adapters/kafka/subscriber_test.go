@@ -113,6 +113,20 @@ func TestNackResendSleep(t *testing.T) {
 // first delivery of every message must respect publish order per key.
 func TestOrderPerKeyAcrossRebalances(t *testing.T) {
 	t.Parallel()
+	testOrderPerKeyAcrossRebalances(t)
+}
+
+// TestOrderPerKeyAcrossRebalancesParallelPartitions is
+// TestOrderPerKeyAcrossRebalances with SubscriberConfig.ParallelPartitions:
+// each member fetches every partition it is assigned with a reader of its
+// own, stopped at the end of each generation and started again from the
+// committed offset in the next.
+func TestOrderPerKeyAcrossRebalancesParallelPartitions(t *testing.T) {
+	t.Parallel()
+	testOrderPerKeyAcrossRebalances(t, func(c *kafka.SubscriberConfig) { c.ParallelPartitions = true })
+}
+
+func testOrderPerKeyAcrossRebalances(t *testing.T, tune ...func(*kafka.SubscriberConfig)) {
 	brokers := kafkatest.NewCluster(t)
 	topic := newTopic(t, brokers, 6)
 	pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers})
@@ -133,7 +147,11 @@ func TestOrderPerKeyAcrossRebalances(t *testing.T) {
 	done := make(chan struct{})
 	defer close(done)
 	join := func() {
-		ch, err := newSubscriber(t, testSubscriberConfig(brokers, group)).Subscribe(context.Background(), topic)
+		cfg := testSubscriberConfig(brokers, group)
+		for _, f := range tune {
+			f(&cfg)
+		}
+		ch, err := newSubscriber(t, cfg).Subscribe(context.Background(), topic)
 		if err != nil {
 			t.Fatalf("Subscribe: %v", err)
 		}
