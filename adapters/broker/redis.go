@@ -30,10 +30,10 @@ import (
 // Dedup true, unless dedupwindow=off. A write later than the window is a
 // second entry, which the inbox drops. Redis keeps acknowledged entries
 // across a restart only as its persistence settings say, so Durable is
-// false. OrderPerAggregate holds with one subscriber per group, with one
-// exception: a subscriber that crashed holding a message leaves it pending
-// until another claims it after MaxIdleTime (60 s), and a subscriber started
-// sooner reads newer entries first (see adapters/redis).
+// false. OrderPerAggregate holds with one subscriber per group at a time,
+// also across a restart: a subscriber that stopped (a crash, a kill)
+// holding messages leaves them pending, and the group's next subscriber
+// hands them out first (see adapters/redis, SubscriberConfig.SharedGroup).
 func openRedis(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
 	q, err := query(u, "maxlen", "maxage", "dedupwindow")
 	if err != nil {

@@ -66,6 +66,22 @@ type SubscriberConfig struct {
 	// Default: 0, at once.
 	NackResendSleep time.Duration
 
+	// SharedGroup says that several subscribers read the group at once
+	// (each then gets some of its entries, with no order across them).
+	// When false, a subscription starts by taking over every entry
+	// pending in the group, read by a consumer that stopped (a crash, a
+	// kill) before acking it, and hands those out, in stream order,
+	// before any entry not read yet: a group read by one subscriber at a
+	// time keeps each aggregate's order across a restart. (An entry that
+	// another subscriber is still handling, in a rolling restart say, is
+	// then handled twice; the inbox applies it once.) Set it when
+	// subscribers share the group: a starting one then leaves the entries
+	// the others hold to them, and a stopped one's entries are claimed
+	// once idle for MaxIdleTime, as by every subscriber.
+	//
+	// Default: false.
+	SharedGroup bool
+
 	// OverwriteConfig, if set, is called with the watermill-redisstream
 	// subscriber config after the defaults are set, to set what this struct
 	// does not expose (ShouldClaimPendingMessage, ConsumerTimeout, the
@@ -134,19 +150,28 @@ func (c SubscriberConfig) Validate() error {
 // several subscribers in one group there is no order across them.
 //
 // Delivery is at least once. An entry handed out and not acked when its
-// subscription ends (Close, a crash) stays pending in the group; a
-// subscriber of the group claims it once it has been idle for
-// [SubscriberConfig.MaxIdleTime], and hands it out then. A subscriber that
-// starts sooner reads newer entries first, so that aggregate's order breaks
-// across such a stop; consumers that must hold it check the order
-// themselves (the inbox sees the out-of-order event id) or wait
-// MaxIdleTime before restarting.
+// subscription ends (Close, a crash) stays pending in the group. The next
+// subscription of the group takes it over when it starts, and hands it out
+// (with any other pending entry, in stream order) before anything newer,
+// so that a group read by one subscriber at a time keeps each aggregate's
+// order across a stop. With [SubscriberConfig.SharedGroup] (subscribers
+// sharing the group at once) a starting subscription leaves pending
+// entries alone; any subscriber of the group claims an entry once it has
+// been idle for [SubscriberConfig.MaxIdleTime], and hands it out then.
 type Subscriber struct {
 	*redisstream.Subscriber
-	cfg       SubscriberConfig
-	client    goredis.UniversalClient
-	ownClient bool
-	closeOnce sync.Once
+	cfg          SubscriberConfig
+	client       goredis.UniversalClient
+	ownClient    bool
+	logger       watermill.LoggerAdapter
+	unmarshaller redisstream.Unmarshaller
+	// closingCtx is cancelled by Close; wg counts the subscriptions'
+	// goroutines of Subscribe.
+	closingCtx context.Context
+	closeCtx   context.CancelFunc
+	wg         sync.WaitGroup
+	innerMu    sync.Mutex // serializes the inner Subscribe and Close
+	closeOnce  sync.Once
 }
 
 var _ message.Subscriber = (*Subscriber)(nil)
@@ -189,7 +214,10 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 		}
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	return &Subscriber{Subscriber: sub, cfg: cfg, client: client, ownClient: owned}, nil
+	closingCtx, closeCtx := context.WithCancel(context.Background())
+	return &Subscriber{Subscriber: sub, cfg: cfg, client: client, ownClient: owned,
+		logger:       logger.With(watermill.LogFields{"component": "redis_subscriber"}),
+		unmarshaller: unmarshallerOf(rc), closingCtx: closingCtx, closeCtx: closeCtx}, nil
 }
 
 // SubscribeInitialize creates the stream (empty) and the consumer group at
@@ -207,10 +235,14 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 // Close ends every subscription, waits for them, and closes the client if
 // the Subscriber created it. It is safe to call more than once.
 func (s *Subscriber) Close() error {
-	if err := s.Subscriber.Close(); err != nil {
+	s.closeCtx()
+	s.innerMu.Lock()
+	err := s.Subscriber.Close()
+	s.innerMu.Unlock()
+	s.wg.Wait()
+	if err != nil {
 		return fmt.Errorf("redis: close subscriber: %w", err)
 	}
-	var err error
 	s.closeOnce.Do(func() {
 		if s.ownClient {
 			if cerr := s.client.Close(); cerr != nil {
