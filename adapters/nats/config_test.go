@@ -23,6 +23,7 @@ func TestPublisherConfigValidate(t *testing.T) {
 		{"negative replicas", nats.PublisherConfig{Stream: nats.StreamConfig{Replicas: -1}}, false},
 		{"negative timeout", nats.PublisherConfig{PublishTimeout: -1}, false},
 		{"too many in flight", nats.PublisherConfig{MaxInFlight: 5000}, false},
+		{"negative reconnect wait", nats.PublisherConfig{ReconnectWait: -time.Second}, false},
 		{"configure keeps dedup", nats.PublisherConfig{Stream: nats.StreamConfig{Configure: func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour }}}, true},
 		{"configure clears dedup", nats.PublisherConfig{Stream: nats.StreamConfig{Configure: func(c *jetstream.StreamConfig) { c.Duplicates = 0 }}}, false},
 		{"configure work queue", nats.PublisherConfig{Stream: nats.StreamConfig{Configure: func(c *jetstream.StreamConfig) { c.Retention = jetstream.WorkQueuePolicy }}}, false},
@@ -58,6 +59,7 @@ func TestSubscriberConfigValidate(t *testing.T) {
 		{"max deliver below -1", nats.SubscriberConfig{ConsumerGroup: "g", MaxDeliver: -2}, false},
 		{"negative nak delay", nats.SubscriberConfig{ConsumerGroup: "g", NakDelay: -1}, false},
 		{"negative max wait", nats.SubscriberConfig{ConsumerGroup: "g", MaxWait: -1}, false},
+		{"negative reconnect wait", nats.SubscriberConfig{ConsumerGroup: "g", ReconnectWait: -1}, false},
 		{"ack none", nats.SubscriberConfig{ConsumerGroup: "g", ConfigureConsumer: func(c *jetstream.ConsumerConfig) { c.AckPolicy = jetstream.AckNonePolicy }}, false},
 	}
 	for _, tt := range tests {

@@ -65,4 +65,22 @@
 // handled is kept alive with in-progress signals, so AckWait only bounds
 // how soon the message of a crashed member is delivered again. Delivery is
 // at least once; consumers deduplicate with the inbox.
+//
+// # Server restarts and outages
+//
+// The connections the adapter opens reconnect for ever,
+// [PublisherConfig.ReconnectWait] (2s) apart (nats.go alone gives up after
+// 60 attempts, about 2 minutes, and closes the connection for good). While
+// a connection is not connected, [Publisher.Publish] fails at once with a
+// retryable error wrapping nats.ErrConnectionReconnecting, instead of
+// leaving the messages in nats.go's reconnect buffer and waiting
+// [PublisherConfig.PublishTimeout] for PubAcks that a restarted server never
+// sends; the relay retries after its backoff, and the outbox row stays
+// pending meanwhile. A subscription makes no pull request while
+// disconnected and resumes as soon as the connection is back. It also acks
+// again the messages it acked within the last AckWait: a server killed
+// right after an ack may restart without it, and would otherwise hold the
+// group (MaxAckPending 1) until AckWait had passed. So after the server is
+// back, publishing and consuming resume within about ReconnectWait, plus
+// the relay's backoff for publishing.
 package nats

@@ -2,6 +2,7 @@ package nats
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -27,15 +28,29 @@ type PublisherConfig struct {
 	URL string
 
 	// Conn, if set, is the connection to publish on. The Publisher does not
-	// close it.
+	// close it, and ReconnectWait and NatsOptions do not apply to it: give it
+	// nats.MaxReconnects(-1), since nats.go's default gives up after 60
+	// attempts (2 minutes) and closes the connection for good.
 	//
 	// Default: nil (NewPublisher connects to URL and Close closes it).
 	Conn *natsgo.Conn
 
-	// NatsOptions are passed to nats.Connect (credentials, TLS, name,
-	// reconnect settings).
+	// ReconnectWait is how long the connection waits between two attempts
+	// to reconnect after it lost the server (nats.go adds up to 100ms of
+	// jitter, 1s with TLS). The connection NewPublisher opens tries for
+	// ever, so it survives an outage of any length, and reconnects within
+	// about ReconnectWait (plus the jitter) of the server being back. While
+	// it is not connected, Publish fails at once (see [Publisher.Publish]).
 	//
-	// Default: none (nats.go's defaults: reconnect forever, 2s apart).
+	// Default: 2s (nats.go's). A nats.ReconnectWait or nats.MaxReconnects
+	// option in NatsOptions overrides it or the endless retries.
+	ReconnectWait time.Duration
+
+	// NatsOptions are passed to nats.Connect (credentials, TLS, name,
+	// reconnect settings), after the adapter's own (nats.MaxReconnects(-1)
+	// and nats.ReconnectWait(ReconnectWait)), which they override.
+	//
+	// Default: none.
 	NatsOptions []natsgo.Option
 
 	// Stream configures the streams the publisher creates or updates.
@@ -72,6 +87,9 @@ func (c *PublisherConfig) setDefaults() {
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = 10 * time.Second
 	}
+	if c.ReconnectWait == 0 {
+		c.ReconnectWait = defaultReconnectWait
+	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 256
 	}
@@ -86,6 +104,8 @@ func (c PublisherConfig) Validate() error {
 	switch {
 	case c.PublishTimeout < 0:
 		return fmt.Errorf("%w: negative PublishTimeout %s", ErrInvalidConfig, c.PublishTimeout)
+	case c.ReconnectWait < 0:
+		return fmt.Errorf("%w: negative ReconnectWait %s", ErrInvalidConfig, c.ReconnectWait)
 	case c.MaxInFlight < 0 || c.MaxInFlight > 4000:
 		return fmt.Errorf("%w: MaxInFlight %d is not in 0..4000", ErrInvalidConfig, c.MaxInFlight)
 	}
@@ -122,7 +142,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	}
 	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	logger = logger.With(watermill.LogFields{"component": "nats_publisher"})
-	nc, owned, err := connect(cfg.Conn, cfg.URL, cfg.NatsOptions)
+	nc, owned, err := connect(cfg.Conn, cfg.URL, cfg.ReconnectWait, cfg.NatsOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -176,6 +196,19 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // with a permanent error wrapping [ErrInvalidTopic]. No responders (no
 // stream, JetStream down), timeouts and connection errors are retryable.
 // After [Publisher.Close], Publish returns [ErrPublisherClosed].
+//
+// Publish fails at once, without sending anything, while the connection is
+// not connected: the error wraps nats.ErrConnectionReconnecting while it
+// reconnects (nats.ErrConnectionClosed once closed, nats.ErrDisconnected or
+// nats.ErrConnectionDraining otherwise). When the connection is lost during
+// the call, the messages not yet acknowledged fail at once with that error,
+// and the rest are not sent. So a server restart or outage costs the caller
+// one quick retryable failure per try, not PublishTimeout, and nothing is
+// left in nats.go's reconnect buffer, where a message's PubAck would be
+// lost: the relay tries again after its backoff, and succeeds once the
+// connection is back ([PublisherConfig.ReconnectWait]). A message that
+// fails this way may still be stored (it was sent and its PubAck is
+// missing); its republish is then acknowledged as a duplicate.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -191,9 +224,18 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	}
 	ctx, cancel := publishing.Context(msgs, p.cfg.PublishTimeout, nil)
 	defer cancel()
+	ctx, stop, err := whileConnected(ctx, p.nc)
+	if err != nil {
+		return fmt.Errorf("nats: publish %d messages to topic %q: %w", len(msgs), topic, err)
+	}
+	defer stop()
 	start := time.Now()
 	stream, err := p.streams.stream(ctx, topic, subject)
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+			// The connection was lost: say so rather than "context canceled".
+			err = fmt.Errorf("%v: %w", err, cause)
+		}
 		return fmt.Errorf("nats: publish %d messages to topic %q: %w", len(msgs), topic, err)
 	}
 
@@ -251,6 +293,12 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		if key != "" && failedAggs[key] {
 			errs[i] = errEarlierFailed
 			failed++
+			continue
+		}
+		if ctx.Err() != nil {
+			// Lost connection or timeout: sending now would only fill the
+			// reconnect buffer.
+			fail(i, fmt.Errorf("nats: publish message %s to topic %q: not sent: %w", msg.UUID, topic, context.Cause(ctx)))
 			continue
 		}
 		fut, err := p.send(subject, stream, msg)

@@ -212,8 +212,8 @@ func TestClosedConnectionIsRetryable(t *testing.T) {
 	pub := newPublisher(t, nats.PublisherConfig{Conn: nc, PublishTimeout: 2 * time.Second})
 	nc.Close()
 	err = pub.Publish("closed."+watermill.NewShortUUID(), eventMessage("a", 1))
-	if err == nil || runtime.IsPermanent(err) {
-		t.Errorf("Publish on a closed connection = %v, want a retryable error", err)
+	if err == nil || runtime.IsPermanent(err) || !errors.Is(err, natsgo.ErrConnectionClosed) {
+		t.Errorf("Publish on a closed connection = %v, want a retryable error wrapping nats.ErrConnectionClosed", err)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -207,17 +206,4 @@ func (p *provisioner) checkForeign(ctx context.Context, name, subject string) {
 		return
 	}
 	p.logger.Debug("using an existing stream", fields)
-}
-
-// connect returns conn, or a new connection to url when conn is nil (owned
-// reports which).
-func connect(conn *natsgo.Conn, url string, opts []natsgo.Option) (nc *natsgo.Conn, owned bool, err error) {
-	if conn != nil {
-		return conn, false, nil
-	}
-	nc, err = natsgo.Connect(url, opts...)
-	if err != nil {
-		return nil, false, fmt.Errorf("nats: connect to %s: %w", url, err)
-	}
-	return nc, true, nil
 }

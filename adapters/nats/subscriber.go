@@ -25,12 +25,27 @@ type SubscriberConfig struct {
 	URL string
 
 	// Conn, if set, is the connection to consume on. The Subscriber does not
-	// close it.
+	// close it, and ReconnectWait and NatsOptions do not apply to it: give it
+	// nats.MaxReconnects(-1), since nats.go's default gives up after 60
+	// attempts (2 minutes) and closes the connection for good.
 	//
 	// Default: nil (NewSubscriber connects to URL and Close closes it).
 	Conn *natsgo.Conn
 
-	// NatsOptions are passed to nats.Connect.
+	// ReconnectWait is how long the connection waits between two attempts
+	// to reconnect after it lost the server (nats.go adds up to 100ms of
+	// jitter, 1s with TLS). The connection NewSubscriber opens tries for
+	// ever, and reconnects within about ReconnectWait (plus the jitter) of
+	// the server being back; subscriptions then resume at once (see
+	// [Subscriber.Subscribe]).
+	//
+	// Default: 2s (nats.go's). A nats.ReconnectWait or nats.MaxReconnects
+	// option in NatsOptions overrides it or the endless retries.
+	ReconnectWait time.Duration
+
+	// NatsOptions are passed to nats.Connect, after the adapter's own
+	// (nats.MaxReconnects(-1) and nats.ReconnectWait(ReconnectWait)), which
+	// they override.
 	//
 	// Default: none.
 	NatsOptions []natsgo.Option
@@ -119,6 +134,9 @@ func (c *SubscriberConfig) setDefaults() {
 	if c.MaxWait == 0 {
 		c.MaxWait = time.Second
 	}
+	if c.ReconnectWait == 0 {
+		c.ReconnectWait = defaultReconnectWait
+	}
 }
 
 // Validate reports whether c is usable. A zero value other than
@@ -141,6 +159,8 @@ func (c SubscriberConfig) Validate() error {
 		return fmt.Errorf("%w: MaxDeliver %d is below -1", ErrInvalidConfig, c.MaxDeliver)
 	case c.NakDelay < 0:
 		return fmt.Errorf("%w: negative NakDelay %s", ErrInvalidConfig, c.NakDelay)
+	case c.ReconnectWait < 0:
+		return fmt.Errorf("%w: negative ReconnectWait %s", ErrInvalidConfig, c.ReconnectWait)
 	}
 	if c.ConfigureConsumer != nil {
 		d := c
@@ -202,7 +222,7 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	logger = logger.With(watermill.LogFields{"component": "nats_subscriber", "consumer_group": cfg.ConsumerGroup})
-	nc, owned, err := connect(cfg.Conn, cfg.URL, cfg.NatsOptions)
+	nc, owned, err := connect(cfg.Conn, cfg.URL, cfg.ReconnectWait, cfg.NatsOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -254,6 +274,13 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 //
 // Delivery is at least once: a message whose ack was lost is delivered
 // again, with the same UUID.
+//
+// When the connection loses the server, the subscription waits for the
+// reconnect ([SubscriberConfig.ReconnectWait]) without making pull
+// requests, then acks again the messages it acked within the last AckWait
+// (the restarted server may have lost those acks, and would hold the group
+// back until AckWait had passed), and goes on. An ack whose confirmation
+// failed because the connection was lost is sent again the same way.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -302,12 +329,28 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 // consumer's stream sequence, after which the consumer delivers nothing
 // more. A pull request waits at most [SubscriberConfig.MaxWait], which is
 // also how long Close may wait for a subscription to end.
+//
+// While the connection is not connected, no pull request is made (it would
+// wait in nats.go's reconnect buffer and reach the server after its
+// subscriber had given up on it); the loop waits for the reconnect instead.
+// After a reconnect, the messages acked recently are acked again
+// ([ackLog]).
 func (s *Subscriber) consume(ctx context.Context, cons jetstream.Consumer, out chan<- *message.Message, fields watermill.LogFields) {
 	defer s.wg.Done()
 	defer close(out)
+	acks := ackLog{maxAge: s.cfg.AckWait}
+	reconnects := s.nc.Stats().Reconnects
 	for {
 		if ctx.Err() != nil || s.isClosed() {
 			return
+		}
+		if !s.awaitConnected(ctx) {
+			return
+		}
+		if r := s.nc.Stats().Reconnects; r != reconnects {
+			reconnects = r
+			n := acks.resend(s.nc, time.Now())
+			s.logger.Info("reconnected; acked the recent messages again", fields.Add(watermill.LogFields{"acks": n}))
 		}
 		jm, err := cons.Next(jetstream.FetchMaxWait(s.cfg.MaxWait))
 		if err != nil {
@@ -317,7 +360,17 @@ func (s *Subscriber) consume(ctx context.Context, cons jetstream.Consumer, out c
 			if ctx.Err() != nil || s.isClosed() {
 				return
 			}
-			s.logger.Error("cannot fetch message; retrying after MaxWait", err, fields)
+			if connErr(s.nc.Status()) != nil {
+				// Lost the server: awaitConnected waits for the reconnect.
+				s.logger.Info("connection lost; waiting for the reconnect", fields.Add(watermill.LogFields{"error": err.Error()}))
+				continue
+			}
+			if errors.Is(err, jetstream.ErrServerShutdown) {
+				// The connection is about to drop; nobody needs to act.
+				s.logger.Info("server shutting down; retrying after MaxWait", fields.Add(watermill.LogFields{"error": err.Error()}))
+			} else {
+				s.logger.Error("cannot fetch message; retrying after MaxWait", err, fields)
+			}
 			retry := time.NewTimer(s.cfg.MaxWait)
 			select {
 			case <-retry.C:
@@ -327,14 +380,112 @@ func (s *Subscriber) consume(ctx context.Context, cons jetstream.Consumer, out c
 			retry.Stop()
 			continue
 		}
-		s.handle(ctx, jm, out, fields)
+		s.handle(ctx, jm, out, &acks, fields)
 	}
 }
+
+// awaitConnected waits until the connection is connected (or closed for
+// good, which Next then reports), and reports false when ctx ends or the
+// Subscriber closes first.
+func (s *Subscriber) awaitConnected(ctx context.Context) bool {
+	waiting := func() bool {
+		st := s.nc.Status()
+		return st == natsgo.RECONNECTING || st == natsgo.DISCONNECTED || st == natsgo.CONNECTING
+	}
+	if !waiting() {
+		return true
+	}
+	changed := s.nc.StatusChanged()
+	defer s.nc.RemoveStatusListener(changed)
+	for waiting() {
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		case <-s.closing:
+			return false
+		}
+	}
+	return true
+}
+
+// ackLog holds the ack subjects of the messages a subscription acked within
+// the last AckWait, at most maxAcks of them, so they can be acked again
+// after a reconnect.
+//
+// An ack can be lost in a server restart: sent on a connection that
+// dropped (DoubleAck then fails), or received by a server killed before it
+// wrote the consumer's state (it writes it asynchronously: a SIGKILL right
+// after an ack loses it, as TestServerRestart shows). The server then
+// holds the message as delivered and unacked until AckWait has passed since
+// its delivery, and with MaxAckPending 1 the whole group waits for it (up
+// to 30s after a restart, with the defaults). Acking it again after the
+// reconnect frees the group at once. An ack of a message the server no longer holds as
+// pending is ignored, so acking again is harmless. An ack older than
+// AckWait is not kept: the server has already delivered that message again
+// if it lost the ack.
+type ackLog struct {
+	maxAge  time.Duration
+	entries []ackEntry // oldest first, from entries[head]
+	head    int
+}
+
+type ackEntry struct {
+	subject string
+	at      time.Time
+}
+
+// maxAcks bounds an [ackLog]: acks in the last second at one message a
+// millisecond, far more than a server loses in a crash.
+const maxAcks = 1024
+
+// add records the ack of the message whose reply subject is subject.
+func (l *ackLog) add(subject string, now time.Time) {
+	if subject == "" {
+		return
+	}
+	l.trim(now)
+	if len(l.entries)-l.head == maxAcks {
+		l.head++
+	}
+	l.entries = append(l.entries, ackEntry{subject, now})
+	if l.head >= maxAcks {
+		l.entries = append(l.entries[:0], l.entries[l.head:]...)
+		l.head = 0
+	}
+}
+
+// trim drops the acks older than maxAge.
+func (l *ackLog) trim(now time.Time) {
+	for l.head < len(l.entries) && now.Sub(l.entries[l.head].at) >= l.maxAge {
+		l.entries[l.head] = ackEntry{}
+		l.head++
+	}
+	if l.head == len(l.entries) {
+		l.entries, l.head = l.entries[:0], 0
+	}
+}
+
+// resend acks the recorded messages again (without waiting for the
+// server's confirmation) and returns how many.
+func (l *ackLog) resend(nc *natsgo.Conn, now time.Time) int {
+	l.trim(now)
+	n := 0
+	for _, e := range l.entries[l.head:] {
+		if nc.Publish(e.subject, ackBody) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// ackBody is the body of a JetStream ack.
+var ackBody = []byte("+ACK")
 
 // handle hands jm out and settles it. When the subscription ends before
 // jm is acked or nacked, jm is nacked, so that another member of the group
 // gets it at once.
-func (s *Subscriber) handle(ctx context.Context, jm jetstream.Msg, out chan<- *message.Message, fields watermill.LogFields) {
+func (s *Subscriber) handle(ctx context.Context, jm jetstream.Msg, out chan<- *message.Message, acks *ackLog, fields watermill.LogFields) {
 	msg, err := s.unmarshaler.Unmarshal(jm)
 	if err != nil {
 		// Only a header with several values fails; it never will decode.
@@ -360,7 +511,7 @@ func (s *Subscriber) handle(ctx context.Context, jm jetstream.Msg, out chan<- *m
 	for {
 		select {
 		case <-msg.Acked():
-			s.ack(jm, fields)
+			s.ack(jm, acks, fields)
 			return
 		case <-msg.Nacked():
 			s.nack(jm, s.cfg.NakDelay, fields)
@@ -368,10 +519,10 @@ func (s *Subscriber) handle(ctx context.Context, jm jetstream.Msg, out chan<- *m
 		case <-progress.C:
 			_ = jm.InProgress()
 		case <-ctx.Done():
-			s.settleOnEnd(msg, jm, fields)
+			s.settleOnEnd(msg, jm, acks, fields)
 			return
 		case <-s.closing:
-			s.settleOnEnd(msg, jm, fields)
+			s.settleOnEnd(msg, jm, acks, fields)
 			return
 		}
 	}
@@ -379,10 +530,10 @@ func (s *Subscriber) handle(ctx context.Context, jm jetstream.Msg, out chan<- *m
 
 // settleOnEnd acks or nacks jm as msg was, or nacks it when msg was
 // neither acked nor nacked.
-func (s *Subscriber) settleOnEnd(msg *message.Message, jm jetstream.Msg, fields watermill.LogFields) {
+func (s *Subscriber) settleOnEnd(msg *message.Message, jm jetstream.Msg, acks *ackLog, fields watermill.LogFields) {
 	select {
 	case <-msg.Acked():
-		s.ack(jm, fields)
+		s.ack(jm, acks, fields)
 	case <-msg.Nacked():
 		s.nack(jm, s.cfg.NakDelay, fields)
 	default:
@@ -390,12 +541,27 @@ func (s *Subscriber) settleOnEnd(msg *message.Message, jm jetstream.Msg, fields 
 	}
 }
 
-// ack acks jm and waits for the server to confirm it.
-func (s *Subscriber) ack(jm jetstream.Msg, fields watermill.LogFields) {
+// ack acks jm and waits for the server to confirm it, and records the ack
+// in acks. When the connection is not connected, or is lost before the
+// confirmation, it does not wait: the ack is sent again after the reconnect.
+func (s *Subscriber) ack(jm jetstream.Msg, acks *ackLog, fields watermill.LogFields) {
+	acks.add(jm.Reply(), time.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := jm.DoubleAck(ctx); err != nil {
-		s.logger.Error("cannot ack message; it will be delivered again", err, fields)
+	ctx, stop, err := whileConnected(ctx, s.nc)
+	if err == nil {
+		defer stop()
+		err = jm.DoubleAck(ctx)
+		if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.DeadlineExceeded) {
+			err = cause // the connection was lost
+		}
+	}
+	switch {
+	case err == nil:
+	case connErr(s.nc.Status()) != nil:
+		s.logger.Info("cannot ack message; acking it again after the reconnect", fields.Add(watermill.LogFields{"error": err.Error()}))
+	default:
+		s.logger.Error("cannot ack message; it will be acked again after a reconnect or delivered again after AckWait", err, fields)
 	}
 }
 
