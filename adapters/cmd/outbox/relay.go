@@ -333,6 +333,7 @@ are never deleted.`,
 				"published_deleted": res.Published, "inbox_deleted": res.Inbox, "batches": res.Batches,
 				"seconds": res.Duration.Seconds(), "partitions_dropped": res.PartitionsDropped,
 				"partitions_created": res.PartitionsCreated, "partitions_kept": res.PartitionsKept,
+				"partition_rows_moved": res.PartitionRowsMoved,
 			})
 		}
 		fmt.Fprintf(e.stdout, "deleted %d published rows and %d inbox markers in %d batches (%s)\n",
@@ -340,6 +341,9 @@ are never deleted.`,
 		if res.PartitionsDropped+res.PartitionsCreated+len(res.PartitionsKept) > 0 {
 			fmt.Fprintf(e.stdout, "partitions: %d dropped (about %d rows), %d created ahead, %d kept for unpublished rows %v\n",
 				res.PartitionsDropped, res.PartitionRows, res.PartitionsCreated, len(res.PartitionsKept), res.PartitionsKept)
+		}
+		if res.PartitionRowsMoved > 0 {
+			fmt.Fprintf(e.stdout, "partitions: moved %d rows from the DEFAULT partition into the partitions created\n", res.PartitionRowsMoved)
 		}
 		return nil
 	}
