@@ -20,6 +20,7 @@ func TestPublisherConfigValidate(t *testing.T) {
 		{"zero value but brokers", kafka.PublisherConfig{Brokers: brokers}, true},
 		{"no brokers", kafka.PublisherConfig{}, false},
 		{"blank broker", kafka.PublisherConfig{Brokers: []string{" "}}, false},
+		{"broker URL, not address", kafka.PublisherConfig{Brokers: []string{"127.0.0.1:9092", "kafka://127.0.0.1:9093"}}, false},
 		{"negative batch size", kafka.PublisherConfig{Brokers: brokers, BatchSize: -1}, false},
 		{"negative batch bytes", kafka.PublisherConfig{Brokers: brokers, BatchBytes: -1}, false},
 		{"negative batch timeout", kafka.PublisherConfig{Brokers: brokers, BatchTimeout: -time.Second}, false},
@@ -65,6 +66,10 @@ func TestSubscriberConfigValidate(t *testing.T) {
 		{"negative max wait", valid(func(c *kafka.SubscriberConfig) { c.MaxWait = -1 }), false},
 		{"negative partitions", valid(func(c *kafka.SubscriberConfig) { c.TopicPartitions = -1 }), false},
 		{"min above max bytes", valid(func(c *kafka.SubscriberConfig) { c.MinBytes, c.MaxBytes = 10, 5 }), false},
+		{"broker URL, not address", valid(func(c *kafka.SubscriberConfig) { c.Brokers = []string{"kafka://127.0.0.1:9092"} }), false},
+		{"heartbeat not below session timeout", valid(func(c *kafka.SubscriberConfig) { c.HeartbeatInterval, c.SessionTimeout = 10*time.Second, 3*time.Second }), false},
+		{"heartbeat above the default session timeout", valid(func(c *kafka.SubscriberConfig) { c.HeartbeatInterval = time.Minute }), false},
+		{"heartbeat below session timeout", valid(func(c *kafka.SubscriberConfig) { c.HeartbeatInterval, c.SessionTimeout = time.Second, 6*time.Second }), true},
 		{"escape hatch breaks reader", valid(func(c *kafka.SubscriberConfig) {
 			c.OverwriteReaderConfig = func(rc *kafkago.ReaderConfig) { rc.MaxBytes = -1 }
 		}), false},

@@ -2,9 +2,11 @@ package kafka
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/go-cmp/cmp"
 	"github.com/segmentio/kafka-go"
@@ -281,5 +283,55 @@ func TestPartitionSubscriptionConfig(t *testing.T) {
 	}
 	if err := pc.Validate(); err != nil {
 		t.Errorf("partition reader config: %v", err)
+	}
+}
+
+// TestFailedCommitsLogOncePerGeneration: while a rebalance ends the
+// generation, every ack's commit fails alike (a trial logged 300 – 700 INFO
+// lines a second for 4 s on each rebalance); the committer logs the first
+// failure of a generation at INFO and the others at DEBUG, keeps the
+// offsets, and commits them through the next generation.
+func TestFailedCommitsLogOncePerGeneration(t *testing.T) {
+	logger := watermill.NewCaptureLogger()
+	var committed []map[int]int64
+	broken := &kafka.Generation{ID: 1}
+	c := &committer{topic: "t", logger: logger, pending: make(map[int]int64), wake: make(chan struct{}, 1),
+		commit: func(gen *kafka.Generation, offsets map[string]map[int]int64) error {
+			if gen == broken {
+				return errors.New("write tcp: use of closed network connection")
+			}
+			committed = append(committed, offsets["t"])
+			return nil
+		}}
+	c.setGeneration(broken)
+	for off := range int64(50) {
+		c.add(kafka.Message{Partition: 0, Offset: off})
+		c.flush()
+	}
+	infos := func() int {
+		n := 0
+		for _, e := range logger.Captured()[watermill.InfoLogLevel] {
+			if strings.HasPrefix(e.Msg, "commit failed") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := infos(); n != 1 {
+		t.Errorf("%d INFO lines for 50 failed commits of one generation, want 1", n)
+	}
+	if n := len(logger.Captured()[watermill.DebugLogLevel]); n < 49 {
+		t.Errorf("%d DEBUG lines, want the 49 other failures", n)
+	}
+	c.setGeneration(&kafka.Generation{ID: 2})
+	c.flush()
+	if len(committed) != 1 || committed[0][0] != 50 {
+		t.Errorf("committed %v through the next generation, want partition 0 at offset 50", committed)
+	}
+	c.setGeneration(broken) // a later generation fails again: logged again
+	c.add(kafka.Message{Partition: 0, Offset: 50})
+	c.flush()
+	if n := infos(); n != 2 {
+		t.Errorf("%d INFO lines after a failure in a new generation, want 2", n)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/gooutbox/outbox/adapters/internal/wait"
 )
 
 // DefaultPartitionWindow is the default [SubscriberConfig.PartitionWindow].
@@ -476,7 +478,7 @@ func (l *lane) run(ctx context.Context) {
 			}
 			replay = append(again, replay...)
 			l.logger.Trace("message nacked, delivering it and those after it again", watermill.LogFields{"offset": replay[0].Offset})
-			if l.s.cfg.NackResendSleep > 0 && !sleepCtx(ctx, l.s.cfg.NackResendSleep) {
+			if l.s.cfg.NackResendSleep > 0 && !wait.Sleep(ctx, l.s.cfg.NackResendSleep) {
 				return
 			}
 		case <-ctx.Done():
@@ -501,8 +503,13 @@ type committer struct {
 	topic  string
 	logger watermill.LoggerAdapter
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// commit commits offsets through a generation; nil means
+	// (*kafka.Generation).CommitOffsets (tests replace it).
+	commit func(*kafka.Generation, map[string]map[int]int64) error
+
 	gen     *kafka.Generation // the current generation; nil before the first
+	failing bool              // a commit through gen failed, and was logged
 	pending map[int]int64     // partition → offset to commit (highest acked + 1)
 	wake    chan struct{}     // capacity 1: there is something to do
 }
@@ -521,7 +528,7 @@ func (c *committer) add(r kafka.Message) {
 // setGeneration makes gen the generation the next commits go through.
 func (c *committer) setGeneration(gen *kafka.Generation) {
 	c.mu.Lock()
-	c.gen = gen
+	c.gen, c.failing = gen, false
 	c.mu.Unlock()
 	c.poke()
 }
@@ -561,7 +568,11 @@ func (c *committer) flush() {
 	offsets := maps.Clone(c.pending)
 	clear(c.pending)
 	c.mu.Unlock()
-	if err := gen.CommitOffsets(map[string]map[int]int64{c.topic: offsets}); err != nil {
+	commit := c.commit
+	if commit == nil {
+		commit = (*kafka.Generation).CommitOffsets
+	}
+	if err := commit(gen, map[string]map[int]int64{c.topic: offsets}); err != nil {
 		// Usually a rebalance: the generation has ended. Keep the offsets
 		// for the next try (the next ack, or the next generation), unless
 		// a later ack has replaced them; until then the messages would be
@@ -572,10 +583,25 @@ func (c *committer) flush() {
 				c.pending[p] = o
 			}
 		}
+		// Once per generation at INFO: while a rebalance ends it, every
+		// ack tries again and fails alike (hundreds a second).
+		first := !c.failing && c.gen == gen
+		if first {
+			c.failing = true
+		}
 		c.mu.Unlock()
-		c.logger.Info("commit failed, trying again with the next ack or generation", watermill.LogFields{"error": err.Error(), "partitions": len(offsets)})
+		log := c.logger.Debug
+		if first {
+			log = c.logger.Info
+		}
+		log("commit failed, trying again with the next ack or generation", watermill.LogFields{"error": err.Error(), "partitions": len(offsets)})
 		return
 	}
+	c.mu.Lock()
+	if c.gen == gen {
+		c.failing = false
+	}
+	c.mu.Unlock()
 	c.logger.Trace("acked offsets committed", watermill.LogFields{"partitions": len(offsets)})
 }
 

@@ -151,6 +151,12 @@ func validateBrokers(brokers []string) error {
 		if strings.TrimSpace(b) == "" {
 			return fmt.Errorf("%w: Brokers[%d] is empty", ErrInvalidConfig, i)
 		}
+		if scheme, _, ok := strings.Cut(b, "://"); ok {
+			// kafka-go would take "kafka" for a host name and retry
+			// forever: a kafka:// URL is adapters/broker's form (and the
+			// outbox command's --broker), not an address.
+			return fmt.Errorf("%w: Brokers[%d] %q is a URL: give the broker's host:port, without %s://", ErrInvalidConfig, i, b, scheme)
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/gooutbox/outbox/adapters/internal/wait"
 )
 
 // SubscriberConfig configures a [Subscriber]. Brokers and ConsumerGroup are
@@ -162,10 +165,10 @@ func (c *SubscriberConfig) setDefaults() {
 		c.MaxWait = time.Second
 	}
 	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = 3 * time.Second
+		c.HeartbeatInterval = defaultHeartbeatInterval
 	}
 	if c.SessionTimeout == 0 {
-		c.SessionTimeout = 30 * time.Second
+		c.SessionTimeout = defaultSessionTimeout
 	}
 	if c.RebalanceTimeout == 0 {
 		c.RebalanceTimeout = 30 * time.Second
@@ -180,6 +183,12 @@ func (c *SubscriberConfig) setDefaults() {
 		c.TopicReplicationFactor = 1
 	}
 }
+
+// The defaults of SubscriberConfig.HeartbeatInterval and SessionTimeout.
+const (
+	defaultHeartbeatInterval = 3 * time.Second
+	defaultSessionTimeout    = 30 * time.Second
+)
 
 // Validate reports whether c is usable. Zero values other than Brokers and
 // ConsumerGroup are valid, since they mean the default. The error wraps
@@ -215,6 +224,13 @@ func (c SubscriberConfig) Validate() error {
 	}
 	if c.MaxBytes != 0 && c.MinBytes > c.MaxBytes {
 		return fmt.Errorf("%w: MinBytes %d > MaxBytes %d", ErrInvalidConfig, c.MinBytes, c.MaxBytes)
+	}
+	// As setDefaults will make them: a member that heartbeats no more
+	// often than the coordinator's session timeout is dropped from the
+	// group between two heartbeats, and rejoins, again and again.
+	hb, session := cmp.Or(c.HeartbeatInterval, defaultHeartbeatInterval), cmp.Or(c.SessionTimeout, defaultSessionTimeout)
+	if hb >= session {
+		return fmt.Errorf("%w: HeartbeatInterval %s is not shorter than SessionTimeout %s (Kafka advises at most a third of it)", ErrInvalidConfig, hb, session)
 	}
 	return nil
 }
@@ -403,7 +419,7 @@ func fetch(ctx context.Context, reader *kafka.Reader, logger watermill.LoggerAda
 			return kafka.Message{}, false
 		}
 		logger.Error("fetch failed", err, nil)
-		if !sleepCtx(ctx, backoff) {
+		if !wait.Sleep(ctx, backoff) {
 			return kafka.Message{}, false
 		}
 	}
@@ -438,7 +454,7 @@ func (s *Subscriber) deliver(ctx context.Context, reader *kafka.Reader, record k
 		case <-msg.Nacked():
 			msgCancel()
 			logger.Trace("message nacked, delivering it again", fields)
-			if s.cfg.NackResendSleep > 0 && !sleepCtx(ctx, s.cfg.NackResendSleep) {
+			if s.cfg.NackResendSleep > 0 && !wait.Sleep(ctx, s.cfg.NackResendSleep) {
 				return false
 			}
 		case <-ctx.Done():
@@ -551,19 +567,6 @@ func (s *Subscriber) Close() error {
 	s.closeCancel()
 	s.wg.Wait()
 	return nil
-}
-
-// sleepCtx waits for d or until ctx is done, reporting whether the full
-// duration passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // RecordInfo describes the Kafka record a received message was read from.

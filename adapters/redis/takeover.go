@@ -9,6 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/gooutbox/outbox/adapters/internal/wait"
 )
 
 // takeOverBatch is how many pending entries one XPENDING lists.
@@ -93,7 +95,7 @@ func (s *Subscriber) takeOver(ctx context.Context, topic string, out chan<- *mes
 				return false
 			}
 			logger.Error("list the group's pending entries, trying again", err, nil)
-			if !sleep(ctx, time.Second) {
+			if !wait.Sleep(ctx, time.Second) {
 				return false
 			}
 			continue
@@ -116,7 +118,7 @@ func (s *Subscriber) takeOver(ctx context.Context, topic string, out chan<- *mes
 				return false
 			}
 			logger.Error("claim the group's pending entries, trying again", err, nil)
-			if !sleep(ctx, time.Second) {
+			if !wait.Sleep(ctx, time.Second) {
 				return false
 			}
 			continue
@@ -167,7 +169,7 @@ func (s *Subscriber) handOut(ctx context.Context, topic string, e goredis.XMessa
 			return true
 		case <-msg.Nacked():
 			cancel()
-			if s.cfg.NackResendSleep > 0 && !sleep(ctx, s.cfg.NackResendSleep) {
+			if s.cfg.NackResendSleep > 0 && !wait.Sleep(ctx, s.cfg.NackResendSleep) {
 				return false
 			}
 		case <-ctx.Done():
@@ -183,7 +185,7 @@ func (s *Subscriber) handOut(ctx context.Context, topic string, e goredis.XMessa
 func (s *Subscriber) ack(ctx context.Context, topic, id string, logger watermill.LoggerAdapter) {
 	var err error
 	for try := range 3 {
-		if try > 0 && !sleep(ctx, 100*time.Millisecond) {
+		if try > 0 && !wait.Sleep(ctx, 100*time.Millisecond) {
 			break
 		}
 		if err = s.client.XAck(context.WithoutCancel(ctx), topic, s.cfg.ConsumerGroup, id).Err(); err == nil {
@@ -191,18 +193,6 @@ func (s *Subscriber) ack(ctx context.Context, topic, id string, logger watermill
 		}
 	}
 	logger.Error("ack a taken-over entry", err, watermill.LogFields{"xid": id})
-}
-
-// sleep waits d, or reports false when ctx is done first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // unmarshallerOf returns the unmarshaller of the watermill-redisstream
