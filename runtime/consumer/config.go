@@ -197,7 +197,11 @@ type Config struct {
 	// Default: nil.
 	DeadLetterPublisher message.Publisher
 
-	// DeadLetterTopic is the topic of dead-lettered messages.
+	// DeadLetterTopic is the topic of dead-lettered messages. Setting it
+	// without DeadLetterPublisher is an error. The topic must exist, or the
+	// publisher must create it: a publish that fails leaves the message
+	// nacked, as without a publisher (kafka.PublisherConfig creates no
+	// topic unless AllowAutoTopicCreation is set).
 	// Default: Name + ".dlq".
 	DeadLetterTopic string
 
@@ -319,7 +323,7 @@ func (c *Config) setDefaults() {
 	if c.UnknownVersion == ActionDefault {
 		c.UnknownVersion = ActionNack
 	}
-	if c.DeadLetterTopic == "" {
+	if c.DeadLetterTopic == "" && c.DeadLetterPublisher != nil {
 		c.DeadLetterTopic = c.Name + ".dlq"
 	}
 	if c.InboxRetention == 0 {
@@ -393,6 +397,11 @@ func (c Config) Validate() error {
 		}
 		if c.UnknownVersion == ActionDeadLetter {
 			return fmt.Errorf("%w: UnknownVersion is ActionDeadLetter but DeadLetterPublisher is nil", ErrInvalidConfig)
+		}
+		if c.DeadLetterTopic != "" {
+			// Nothing would be dead-lettered: the messages it names would
+			// be retried forever instead.
+			return fmt.Errorf("%w: DeadLetterTopic is %q but DeadLetterPublisher is nil", ErrInvalidConfig, c.DeadLetterTopic)
 		}
 	}
 	dialect, err := c.dialect()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/internal/backoff"
+	"github.com/gooutbox/outbox/runtime/internal/logattr"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
@@ -444,7 +445,7 @@ func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result,
 		}
 		wait := c.backoff(attempt)
 		c.log.Log(ctx, c.failureLevel(res.MessageUUID), "consumer: attempt failed, retrying", append(c.attrs(res),
-			slog.Duration("backoff", wait), slog.String("error", err.Error()))...)
+			slog.Duration("backoff", wait), logattr.Error(err))...)
 		if !backoff.Sleep(ctx, wait) {
 			c.fail(ctx, res, ReasonCanceled, errors.Join(err, context.Cause(ctx)))
 			return
@@ -674,7 +675,7 @@ func (c *Consumer) attrs(res *Result) []any {
 		a = append(a, slog.String("reason", string(res.Reason)))
 	}
 	if res.Err != nil {
-		a = append(a, slog.String("error", res.Err.Error()))
+		a = append(a, logattr.Error(res.Err))
 	}
 	return a
 }

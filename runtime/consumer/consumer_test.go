@@ -171,6 +171,7 @@ func TestConfigValidate(t *testing.T) {
 		{"skip unknown version", consumer.Config{Name: "c", UnknownVersion: consumer.ActionSkip}, consumer.ErrInvalidConfig},
 		{"dead letter without publisher", consumer.Config{Name: "c", UnknownType: consumer.ActionDeadLetter}, consumer.ErrInvalidConfig},
 		{"dead letter version without publisher", consumer.Config{Name: "c", UnknownVersion: consumer.ActionDeadLetter}, consumer.ErrInvalidConfig},
+		{"dead letter topic without publisher", consumer.Config{Name: "c", DeadLetterTopic: "c.dlq"}, consumer.ErrInvalidConfig},
 		{"bad action", consumer.Config{Name: "c", UnknownType: 42}, consumer.ErrInvalidConfig},
 		{"valid minimal", consumer.Config{Name: "c"}, nil},
 		{"valid schema table", consumer.Config{Name: "c", Table: "billing.inbox"}, nil},

@@ -261,3 +261,28 @@ func TestLogKeysOfNackInHandlerFunc(t *testing.T) {
 		t.Errorf("nack lines of five deliveries (-want +got):\n%s", diff)
 	}
 }
+
+// TestFailedDeadLetterLogsOneLine: when the dead-letter publish fails too,
+// the nack's error attribute holds both errors on one line (errors.Join
+// separates them with a line break, which split the record in a trial's
+// line-oriented log), the publish error first.
+func TestFailedDeadLetterLogsOneLine(t *testing.T) {
+	h := newRecordHandler()
+	dlq := &recordingPublisher{fail: errors.New("Unknown Topic Or Partition")}
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", Logger: slog.New(h),
+		MaxRetries: -1, DeadLetterPublisher: dlq, NackDelay: time.Millisecond, MaxNackDelay: time.Millisecond})
+	must(t, consumer.HandleWithoutInbox(c, func(context.Context, PaidV2, consumer.Meta) error {
+		return errors.New("card declined")
+	}))
+	if err := c.HandlerFunc()(paidMessage(t, 2, "o-1", 1)); err == nil {
+		t.Fatal("handler = nil, want an error (nack: the dead-letter publish failed)")
+	}
+	got := h.all(nackedMsg)
+	if len(got) != 1 {
+		t.Fatalf("%d nack records, want 1", len(got))
+	}
+	want := `publish to dead-letter topic "billing.dlq": Unknown Topic Or Partition; consumer: handler for ` + paidType + ` failed after 1 attempt(s): card declined`
+	if e := got[0].Attrs["error"]; e != want {
+		t.Errorf("error attribute = %q, want %q", e, want)
+	}
+}

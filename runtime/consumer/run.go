@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/internal/logattr"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
@@ -194,7 +195,7 @@ func (c *Consumer) applyStream(ctx context.Context, topic string, batch []*messa
 				continue
 			}
 			c.log.Debug("consumer: batch rolled back, applying its messages one at a time",
-				slog.Int("batch", len(run)), slog.String("topic", topic), slog.String("error", err.Error()))
+				slog.Int("batch", len(run)), slog.String("topic", topic), logattr.Error(err))
 		}
 		for _, b := range run {
 			if !c.applyOne(ctx, topic, b.msg) {

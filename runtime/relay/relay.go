@@ -14,6 +14,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/internal/backoff"
+	"github.com/gooutbox/outbox/runtime/internal/logattr"
 )
 
 // Log attribute keys, defined once so every log line uses the same names.
@@ -23,7 +24,6 @@ const (
 	attrEventID         = "event_id"
 	attrEventType       = "event_type"
 	attrMessages        = "messages"
-	attrError           = "error"
 	attrAttempt         = "attempt"
 	attrBackoff         = "backoff"
 	attrClaimed         = "claimed"
@@ -784,12 +784,6 @@ func (r *Relay) backoff(attempt int) time.Duration {
 	return max(backoff.Jitter(backoff.Exponential(r.cfg.MinBackoff, r.cfg.MaxBackoff, attempt)), 1)
 }
 
-// errAttr is the log attribute of an error: its message on one line. (slog
-// would format an error value with %+v, which prints the stack trace of an
-// error wrapped by github.com/pkg/errors, as some Watermill adapters do.)
-func errAttr(err error) slog.Attr {
-	if err == nil {
-		return slog.String(attrError, "")
-	}
-	return slog.String(attrError, err.Error())
-}
+// errAttr is the log attribute of an error: its message on one line (see
+// logattr.Error).
+func errAttr(err error) slog.Attr { return logattr.Error(err) }

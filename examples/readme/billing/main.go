@@ -63,7 +63,9 @@ func run(ctx context.Context, db *gorm.DB, brokers []string) error {
 	if err := orders.Register(reg); err != nil { // generated: every version of every event
 		return err
 	}
-	dlq, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers})
+	// The dead-letter topic (billing.dlq) gets a message only when one fails
+	// for good, so nothing else creates it: this publisher may.
+	dlq, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers, AllowAutoTopicCreation: true})
 	if err != nil {
 		return err
 	}

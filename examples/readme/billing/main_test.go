@@ -169,3 +169,51 @@ func redeliverPaid(t *testing.T, brokers []string) {
 		}
 	}
 }
+
+// TestBillingDeadLettersAPoisonMessage: a message the consumer cannot decode
+// goes to billing.dlq with the README's setup as it is (a trial found that
+// the dead-letter publisher could not create the topic, so the message was
+// nacked for ever and its partition stalled), and the next event goes on.
+func TestBillingDeadLettersAPoisonMessage(t *testing.T) {
+	logs := exampletest.CaptureDefault(t, slog.LevelDebug)
+	brokers := kafkatest.NewCluster(t)
+	db := hookstest.SQLite(t, &gorm.Config{Logger: logger.Discard})
+	background(t, func(ctx context.Context) error { return run(ctx, db, brokers) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	poison := runtime.NewEventID().String()
+	w := &kafkago.Writer{Addr: kafkago.TCP(brokers...), Topic: "order", Balancer: &kafkago.Hash{}, AllowAutoTopicCreation: true}
+	defer w.Close()
+	headers := []kafkago.Header{
+		{Key: runtime.MetadataEventID, Value: []byte(poison)},
+		{Key: runtime.MetadataEventType, Value: []byte(orders.OrderPaidType)},
+		{Key: runtime.MetadataEventVersion, Value: []byte("1")},
+		{Key: runtime.MetadataAggregateType, Value: []byte("order")},
+		{Key: runtime.MetadataAggregateID, Value: []byte("1")},
+		{Key: runtime.MetadataOccurredAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
+	}
+	if err := w.WriteMessages(ctx, kafkago.Message{Key: []byte("1"), Value: []byte(`{"amount": 42`), Headers: headers}); err != nil {
+		t.Fatalf("produce the poison message: %v", err)
+	}
+	// Only then read the topic: a reader would create it.
+	logs.WaitFor(t, 30*time.Second, `msg="consumer: message dead-lettered"`, "dead_letter_topic=billing.dlq")
+	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: "billing.dlq", GroupID: "readme-billing-dlq-test", MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	m, err := r.ReadMessage(ctx)
+	if err != nil {
+		t.Fatalf("read billing.dlq: %v", err)
+	}
+	got := ""
+	for _, h := range m.Headers {
+		if h.Key == runtime.MetadataEventID {
+			got = string(h.Value)
+		}
+	}
+	if got != poison {
+		t.Errorf("billing.dlq got event %q, want the poison message %s", got, poison)
+	}
+	// The order's next event is applied.
+	produce(t, brokers)
+	logs.WaitFor(t, 30*time.Second, `msg="consumer: event applied"`, "event_type=orders.order_paid")
+}
