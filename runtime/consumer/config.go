@@ -433,7 +433,11 @@ func (c Config) dialect() (string, error) {
 			return "", err
 		}
 		if c.Dialect != "" {
-			if want, err := dialectOf(c.Dialect); err != nil || want != d {
+			want, err := dialectOf(c.Dialect)
+			if err != nil {
+				return "", err // names the dialect, and wraps ErrUnsupportedDialect
+			}
+			if want != d {
 				return "", fmt.Errorf("%w: Dialect %q does not match DB's dialector %q", ErrInvalidConfig, c.Dialect, c.DB.Dialector.Name())
 			}
 		}

@@ -327,6 +327,12 @@ func (c *Consumer) handle(ctx context.Context, msg *message.Message, res *Result
 		err = fmt.Errorf("%w: %s: %w", runtime.ErrInvalidEnvelope, runtime.MetadataEventID, ErrNilEventID)
 	}
 	if err != nil {
+		// What the metadata says, where it says it, for the log line and
+		// the outcome of a message that cannot be decoded.
+		res.Meta.EventType = msg.Metadata.Get(runtime.MetadataEventType)
+		if id, perr := uuid.Parse(msg.Metadata.Get(runtime.MetadataEventID)); perr == nil {
+			res.Meta.EventID = id
+		}
 		c.giveUp(ctx, msg, res, ReasonMalformed, err)
 		return
 	}

@@ -652,6 +652,11 @@ func TestPoisonMessages(t *testing.T) {
 			if r := o.last(); r.Outcome != consumer.OutcomeFailed || r.Reason != tc.reason || (tc.is != nil && !errors.Is(r.Err, tc.is)) {
 				t.Errorf("without a dead-letter publisher: result = %+v", r)
 			}
+			// A malformed message's result (and log line) still names the
+			// type its metadata gives, for the operator who looks for it.
+			if r := o.last(); r.Meta.EventType != msg.Metadata.Get(runtime.MetadataEventType) {
+				t.Errorf("result's event type = %q, want %q from the metadata", r.Meta.EventType, msg.Metadata.Get(runtime.MetadataEventType))
+			}
 
 			dlq := &recordingPublisher{}
 			withDLQ := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", OnOutcome: o.record, DeadLetterPublisher: dlq})

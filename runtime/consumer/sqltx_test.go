@@ -360,6 +360,7 @@ func TestConfigDatabases(t *testing.T) {
 		{"DB and SQLDB", consumer.Config{Name: "c", DB: sqlite, SQLDB: pool, Dialect: "sqlite"}, consumer.ErrInvalidConfig},
 		{"Dialect without SQLDB", consumer.Config{Name: "c", Dialect: "sqlite"}, consumer.ErrInvalidConfig},
 		{"Dialect other than DB's", consumer.Config{Name: "c", DB: sqlite, Dialect: "mysql"}, consumer.ErrInvalidConfig},
+		{"DB with an unknown Dialect", consumer.Config{Name: "c", DB: sqlite, Dialect: "oracle"}, consumer.ErrUnsupportedDialect},
 		{"Name too long for MySQL", consumer.Config{Name: strings.Repeat("é", 256), SQLDB: pool, Dialect: "mysql"}, consumer.ErrInvalidConfig},
 		{"Name of 255 characters on MySQL", consumer.Config{Name: strings.Repeat("é", 255), SQLDB: pool, Dialect: "mysql"}, nil},
 		{"DB with its Dialect", consumer.Config{Name: "c", DB: sqlite, Dialect: "sqlite"}, nil},
