@@ -317,21 +317,7 @@ func TestPartitionedRelayOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	broker := &orderBroker{got: map[string][]string{}}
-	rl, err := relay.New(store, broker, relay.Config{BatchSize: 7, PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- rl.Run(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for (broker.published() < 3*perAgg || stats(t, db).Pending > 0) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // polling for the outcome
-	}
-	cancel()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		t.Errorf("relay: %v", err)
-	}
+	broker := relayUntilDrained(t, store, db, 7, 3*perAgg)
 	broker.mu.Lock()
 	defer broker.mu.Unlock()
 	for agg, ids := range want {
@@ -518,21 +504,7 @@ func TestPartitionCreatedOverDefaultRows(t *testing.T) {
 		t.Errorf("second pass: %+v, want nothing to create", res)
 	}
 
-	broker := &orderBroker{got: map[string][]string{}}
-	rl, err := relay.New(store, broker, relay.Config{PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- rl.Run(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for stats(t, db).Pending > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // polling for the outcome
-	}
-	cancel()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		t.Errorf("relay: %v", err)
-	}
+	broker := relayUntilDrained(t, store, db, 0, 2)
 	broker.mu.Lock()
 	defer broker.mu.Unlock()
 	if wantB := []string{rows[1].Envelope.EventID.String(), later[0].Envelope.EventID.String()}; !slices.Equal(broker.got["b"], wantB) {
@@ -541,4 +513,30 @@ func TestPartitionCreatedOverDefaultRows(t *testing.T) {
 	if len(broker.got["a"]) != 0 {
 		t.Errorf("aggregate a's published event published again: %v", broker.got["a"])
 	}
+}
+
+// relayUntilDrained runs a relay of store (batches of batchSize, 0: the
+// default) into an orderBroker until it published at least published
+// messages and nothing is pending in db, or 30 s passed, and returns the
+// broker.
+func relayUntilDrained(t *testing.T, store relay.Store, db *sql.DB, batchSize, published int) *orderBroker {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	broker := &orderBroker{got: map[string][]string{}}
+	rl, err := relay.New(store, broker, relay.Config{BatchSize: batchSize, PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rl.Run(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for (broker.published() < published || stats(t, db).Pending > 0) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling for the outcome
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("relay: %v", err)
+	}
+	return broker
 }
