@@ -43,6 +43,8 @@ type ageFlag struct {
 	def  string   // what leaving the flag out means, for its errors
 	fs   *flagSet // where Set records its *flagError
 	text string   // the value as given, once set
+	// example is what the flag takes, for its errors; "" is an age's.
+	example string
 }
 
 func (a *ageFlag) String() string {
@@ -67,10 +69,51 @@ func (a *ageFlag) Set(s string) error {
 	default:
 		want = "not a duration"
 	}
+	example := cmp.Or(a.example, "an age such as 90s, 15m, 36h, 7d or 10d12h")
 	fe := &flagError{Flag: "--" + a.name, Value: s,
-		Want: want + ": an age such as 90s, 15m, 36h, 7d or 10d12h (leave the flag out for " + a.def + ")"}
+		Want: want + ": " + example + " (leave the flag out for " + a.def + ")"}
 	if a.fs != nil {
 		a.fs.valueErr = fe
+	}
+	return fe
+}
+
+// countFlag is a flag.Value of a whole number from min to max (no upper
+// bound when max is 0). Left out, its variable keeps its zero value, which
+// means the default. Make one with [flagSet.countVar].
+type countFlag struct {
+	n        *int
+	name     string // the flag's, for its errors
+	min, max int
+	what     string   // what it counts, for its errors: "messages per claim"
+	def      string   // what leaving the flag out means, for its errors
+	fs       *flagSet // where Set records its *flagError
+}
+
+func (c *countFlag) String() string {
+	if c.n == nil || *c.n == 0 {
+		return ""
+	}
+	return strconv.Itoa(*c.n)
+}
+
+// Set parses s. The error is a *flagError, also recorded in the flag set.
+func (c *countFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err == nil && n >= c.min && (c.max == 0 || n <= c.max) {
+		*c.n = n
+		return nil
+	}
+	want := fmt.Sprintf("a number of %s, %d or more", c.what, c.min)
+	if c.max > 0 {
+		want = fmt.Sprintf("a number of %s from %d to %d", c.what, c.min, c.max)
+	}
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		want = "not a number: " + want
+	}
+	fe := &flagError{Flag: "--" + c.name, Value: s, Want: want + " (leave the flag out for " + c.def + ")"}
+	if c.fs != nil {
+		c.fs.valueErr = fe
 	}
 	return fe
 }

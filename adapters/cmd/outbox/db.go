@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	iofs "io/fs"
 	"net"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 
 	_ "github.com/glebarez/go-sqlite" // the "sqlite" database/sql driver
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/gooutbox/outbox/runtime/sqlstore"
@@ -40,13 +42,41 @@ func (d *database) Close() error {
 // not answer: the relay command retries it at start, the others fail.
 var errUnreachable = errors.New("unreachable")
 
+// unreachable reports whether err, a failed connection to a database, is
+// its server not answering, or not yet: a network error (a connection
+// refused or reset, a timeout, a name that does not resolve), or a server
+// starting, shutting down or full. An answer that will not change by
+// itself (a database that does not exist, a password or user refused, a
+// certificate, any other error) is not: trying again would fail again.
+func unreachable(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch pg.Code {
+		case "57P01", "57P02", "57P03", "53300": // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
+			return true
+		}
+		return false // 3D000 invalid_catalog_name, 28000, 28P01 (authentication), ...
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1040 || my.Number == 1053 // ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN; not 1049, 1045, ...
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, mysql.ErrInvalidConn)
+}
+
 // openDatabase opens fs.db and a store on its outbox table, and checks
 // that the database answers.
 func openDatabase(ctx context.Context, fs *flagSet, cfg sqlstore.StoreConfig) (*database, error) {
 	if fs.db == "" {
 		return nil, usagef("no database: give --db URL or set OUTBOX_DATABASE_URL")
 	}
-	driver, dsn, dialect, err := parseDatabaseURL(fs.db)
+	raw := fs.db
+	if fs.mysqlDeadlines > 0 {
+		raw = withMySQLDeadlines(raw, fs.mysqlDeadlines)
+	}
+	driver, dsn, dialect, err := parseDatabaseURL(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +100,10 @@ func openDatabase(ctx context.Context, fs *flagSet, cfg sqlstore.StoreConfig) (*
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("connect to the %s database: %w: %w", dialect, errUnreachable, err)
+		if unreachable(err) {
+			err = fmt.Errorf("%w: %w", errUnreachable, err)
+		}
+		return nil, fmt.Errorf("connect to the %s database %s: %w", dialect, redactURL(fs.db), err)
 	}
 	cfg.Dialect, cfg.Table = dialect, fs.table
 	store, err := sqlstore.NewStore(db, cfg)
@@ -182,10 +215,28 @@ func withMySQLDeadlines(raw string, d time.Duration) string {
 	return u.String()
 }
 
-// redactURL hides a URL's password.
+// redactURL hides a URL's password, as [url.URL.Redacted] does, also in
+// a URL that does not parse.
 func redactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		return u.Redacted()
 	}
-	return raw
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	authority, path, slash := strings.Cut(rest, "/")
+	at := strings.LastIndexByte(authority, '@')
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPass := strings.Cut(authority[:at], ":")
+	if !hasPass {
+		return raw
+	}
+	out := scheme + "://" + user + ":xxxxx" + authority[at:]
+	if slash {
+		out += "/" + path
+	}
+	return out
 }

@@ -5,12 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // runErr runs the command line args and returns the error its command
@@ -18,7 +22,14 @@ import (
 func runErr(t *testing.T, args ...string) error {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	e := &env{ctx: context.Background(), stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
+	// A relay the command line does not stop stops after a while, as on
+	// SIGINT, with the test's recorder as its broker.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e := &env{ctx: ctx, stdout: &out, stderr: &errOut, getenv: func(string) string { return "" },
+		openPublisher: func(context.Context, string, *slog.Logger) (message.Publisher, func() error, error) {
+			return newRecorder(), func() error { return nil }, nil
+		}}
 	c := commands()[args[0]]
 	if c == nil {
 		t.Fatalf("no command %q", args[0])
@@ -183,7 +194,11 @@ func TestMissingTableHintText(t *testing.T) {
 		{nil, `stats: SQL logic error: no such table: outbox_messages (1)`,
 			`is table outbox_messages there? "outbox migrate" creates it; --table names another`},
 		{[]string{"--table", "orders_outbox"}, `claim: SQL logic error: no such table: orders_outbox_leases (1)`,
-			`is table orders_outbox_leases there? "outbox migrate" creates the outbox's tables; --table names another outbox`},
+			`is table orders_outbox_leases there? "outbox migrate --table orders_outbox" creates the outbox's tables; --table names another outbox`},
+		{[]string{"--table", "app.orders_outbox"}, `relay: table app.orders_outbox_relays: ERROR: relation "app.orders_outbox_relays" does not exist (SQLSTATE 42P01)`,
+			`is table app.orders_outbox_relays there? "outbox migrate --table app.orders_outbox" creates the outbox's tables; --table names another outbox`},
+		{nil, `relay: table outbox_messages_relays: Error 1146 (42S02): Table 'shop.outbox_messages_relays' doesn't exist`,
+			`is table shop.outbox_messages_relays there? "outbox migrate" creates the outbox's tables; --table names another outbox`},
 		{nil, `connect to the postgres database: unreachable: dial tcp: connection refused`, ""},
 	} {
 		var out, errOut bytes.Buffer

@@ -229,14 +229,15 @@ func (fs *flagSet) missingTableHint(err error) string {
 		}
 	}
 	outbox := cmp.Or(fs.table, sqlstore.DefaultTable)
-	if table != "" && !sameTable(table, outbox) {
-		// Neither table the flags name: one of the outbox's own (its
-		// leases, say), which migrate creates beside it.
-		return fmt.Sprintf("is table %s there? \"outbox migrate\" creates the outbox's tables; --table names another outbox", table)
-	}
 	create := "outbox migrate"
 	if fs.table != "" {
 		create += " --table " + fs.table
+	}
+	if table != "" && !sameTable(table, outbox) {
+		// Neither table the flags name: one of the outbox's own (its
+		// <table>_leases or <table>_relays, say), which migrate creates
+		// beside it.
+		return fmt.Sprintf("is table %s there? %q creates the outbox's tables; --table names another outbox", table, create)
 	}
 	return fmt.Sprintf("is table %s there? %q creates it; --table names another", outbox, create)
 }
@@ -281,6 +282,10 @@ type flagSet struct {
 	// createDB lets openDatabase create a SQLite file that does not
 	// exist (migrate); every other command refuses one.
 	createDB bool
+	// mysqlDeadlines, when set, is the readTimeout and writeTimeout
+	// openDatabase gives a MySQL connection (see withMySQLDeadlines);
+	// db stays as given, for messages.
+	mysqlDeadlines time.Duration
 	// valueErr is the *flagError of the last flag value an ageFlag
 	// refused: the flag package keeps only its text.
 	valueErr error
@@ -312,6 +317,22 @@ func (fs *flagSet) ageVar(p *time.Duration, name, def, usage string) *ageFlag {
 	a := &ageFlag{d: p, name: name, def: def, fs: fs}
 	fs.Var(a, name, usage)
 	return a
+}
+
+// durationVar defines a flag of a duration more than zero (an ageFlag
+// that names what it takes as a duration) stored in p; unset means what
+// def says.
+func (fs *flagSet) durationVar(p *time.Duration, name, def, usage string) *ageFlag {
+	a := fs.ageVar(p, name, def, usage)
+	a.example = "a duration such as 100ms, 1s, 30s or 5m"
+	return a
+}
+
+// countVar defines a flag of a whole number from least to most (no upper
+// bound when most is 0; a countFlag) stored in p, counting what; unset
+// means what def says.
+func (fs *flagSet) countVar(p *int, name string, least, most int, what, def, usage string) {
+	fs.Var(&countFlag{n: p, name: name, min: least, max: most, what: what, def: def, fs: fs}, name, usage)
 }
 
 // parse parses args, flags anywhere, and returns the positional arguments.

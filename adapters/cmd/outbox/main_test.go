@@ -368,7 +368,7 @@ func runRelay(t *testing.T, d testDB, pub *recorder, until func() bool, extra ..
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan [3]string, 1)
 	go func() {
-		code, stdout, stderr := runCmdCtx(t, ctx, pub, append([]string{"relay", "--db", d.url, "--broker", "test://", "--poll", "20ms"}, extra...)...)
+		code, stdout, stderr := runCmdCtx(t, ctx, pub, append([]string{"relay", "--db", d.url, "--broker", "memory://", "--poll", "20ms"}, extra...)...)
 		done <- [3]string{strconv.Itoa(code), stdout, stderr}
 	}()
 	deadline := time.Now().Add(30 * time.Second)
@@ -584,7 +584,7 @@ func TestRelayRetention(t *testing.T) {
 func TestRelayDeletePublished(t *testing.T) {
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		runRelayUntilEmpty(t, d, "--delete-published")
-		code, _, stderr := runCmd(t, nil, "relay", "--db", d.url, "--broker", "test://", "--delete-published", "--retention", "7d")
+		code, _, stderr := runCmd(t, nil, "relay", "--db", d.url, "--broker", "memory://", "--delete-published", "--retention", "7d")
 		if code != exitUsage || !strings.Contains(stderr, "nothing to delete") {
 			t.Errorf("--delete-published with --retention: exit %d, %q; want %d and a usage error", code, stderr, exitUsage)
 		}

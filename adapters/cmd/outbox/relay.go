@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,7 +64,7 @@ func (r *retentionFlags) register(fs *flagSet, publishedFlag, publishedDefault, 
 	fs.ageVar(&r.inbox, "inbox-retention", "no inbox retention", "also delete inbox markers older than `age` (7d), of every consumer in --inbox-table on the same database (default: off)")
 	fs.StringVar(&r.inboxTable, "inbox-table", "", "inbox `table` (default: outbox_inbox)")
 	fs.ageVar(&r.interval, "retention-interval", "the default, 1m", "`interval` between retention passes (90s, 15m; default: 1m)")
-	fs.IntVar(&r.batch, "retention-batch", 0, "rows per retention delete `statement` (default: 1000)")
+	fs.countVar(&r.batch, "retention-batch", 1, 0, "rows per retention delete statement", "the default, 1000", "rows per retention delete `statement` (default: 1000)")
 }
 
 // retention returns the retention the flags ask for, or nil.
@@ -118,9 +122,12 @@ is making progress) and /readyz (also: the database answers, the oldest
 pending message is younger than --max-backlog-age). Logs go to stderr (JSON
 with --json).
 
-A relay started while its database or broker does not answer waits for
-them, logging a WARN per try (1s apart, doubling to 30s); a bad URL fails
-at once.
+A relay started while its database or broker does not answer (a
+connection refused, a timeout, a name that does not resolve, a server
+starting up) waits for them, logging a WARN per try (1s apart, doubling to
+30s). It fails at once on what waiting would not mend: a bad --broker URL
+(exit 2), a database that refuses it (no such database, a password
+refused) or a missing table (exit 1).
 
 On MySQL and MariaDB the relay's connections get readTimeout=10s and
 writeTimeout=10s (its store timeout) unless the URL sets them: the driver's
@@ -132,18 +139,29 @@ the relay until TCP gives up.`,
 		brokerURL := fs.String("broker", e.getenv("OUTBOX_BROKER_URL"), "broker `URL` (default: $OUTBOX_BROKER_URL)")
 		var cfg relay.Config
 		var scfg sqlstore.StoreConfig
-		fs.IntVar(&cfg.BatchSize, "batch", 0, fmt.Sprintf("messages per claim (default: %d)", relay.DefaultBatchSize))
-		fs.DurationVar(&cfg.PollInterval, "poll", 0, "poll interval (default: 1s on PostgreSQL, which also listens; 100ms elsewhere)")
-		fs.IntVar(&scfg.MaxAttempts, "max-attempts", 0, "park a message after `N` failed attempts (default: 0, never)")
-		fs.DurationVar(&scfg.RetryDelay, "retry-delay", 0, "first retry delay of a failed message, doubling (default: 1s)")
-		fs.DurationVar(&scfg.MaxRetryDelay, "max-retry-delay", 0, "cap of the retry delay (default: 30s)")
-		fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long to finish the batch in flight on a signal")
-		fs.IntVar(&scfg.MaxActiveRelays, "max-active-relays", 0, "how many relays on this outbox publish at once, the others standing by (default: 1; 64 lets every relay take a share)")
+		// Each flag of a relay.Config or sqlstore.StoreConfig field refuses,
+		// naming itself, what the field would refuse (a negative value,
+		// named as the Go field) or read as its default (zero).
+		fs.countVar(&cfg.BatchSize, "batch", 1, 0, "messages per claim", fmt.Sprintf("the default, %d", relay.DefaultBatchSize),
+			fmt.Sprintf("claim up to `N` messages at once (default: %d)", relay.DefaultBatchSize))
+		fs.durationVar(&cfg.PollInterval, "poll", "the default: 1s on PostgreSQL, 100ms elsewhere",
+			"poll `interval` (default: 1s on PostgreSQL, which also listens; 100ms elsewhere)")
+		// attempts is an int column: at most math.MaxInt32.
+		fs.countVar(&scfg.MaxAttempts, "max-attempts", 0, math.MaxInt32, "failed attempts", "0, never park",
+			"park a message after `N` failed attempts (default: 0, never)")
+		retryDelay := fs.durationVar(&scfg.RetryDelay, "retry-delay", "the default, 1s",
+			"first retry `delay` of a failed message, doubling (default: 1s)")
+		fs.durationVar(&scfg.MaxRetryDelay, "max-retry-delay", "the default, 30s", "cap the retry delay at this `duration` (default: 30s)")
+		cfg.ShutdownTimeout = 20 * time.Second
+		fs.durationVar(&cfg.ShutdownTimeout, "shutdown-timeout", "the default, 20s", "on a signal, finish the batch in flight within this `duration`")
+		fs.countVar(&scfg.MaxActiveRelays, "max-active-relays", 1, 0, "relays", "the default, 1",
+			fmt.Sprintf("up to `N` relays on this outbox publish at once, the others standing by (default: 1; %d lets every relay take a share)", sqlstore.Shards))
 		fs.BoolVar(&scfg.DeletePublished, "delete-published", false, "delete a message once published instead of marking it: faster, but no replay and no deduplication of a re-saved published event (the consumers' inbox still applies it once)")
 		migrate := fs.Bool("migrate", false, "create the outbox table if it does not exist")
 		verbose := fs.Bool("v", false, "debug logs")
 		listen := fs.String("listen", "", "serve /metrics, /livez and /readyz on this `address` (host:port; default: off)")
-		maxBacklog := fs.Duration("max-backlog-age", 0, "readiness fails when the oldest pending message is older (default: 5m)")
+		var maxBacklog time.Duration
+		fs.ageVar(&maxBacklog, "max-backlog-age", "the default, 5m", "readiness fails when the oldest pending message is older than this `age` (default: 5m)")
 		var rf retentionFlags
 		rf.register(fs, "retention", "no retention", "also delete published messages older than `age` (7d, 36h; default: off)")
 		pos, err := fs.parse(args)
@@ -156,12 +174,22 @@ the relay until TCP gives up.`,
 		if *brokerURL == "" {
 			return usagef("no broker: give --broker URL or set OUTBOX_BROKER_URL")
 		}
+		// Before the relay waits for its database.
+		if err := checkBrokerURL(*brokerURL); err != nil {
+			return err
+		}
+		// MaxRetryDelay caps RetryDelay's doubling, and its first value
+		// too (30s: StoreConfig's default).
+		if maxDelay := cmp.Or(scfg.MaxRetryDelay, 30*time.Second); scfg.RetryDelay > maxDelay {
+			return &flagError{Flag: "--retry-delay", Value: retryDelay.text,
+				Want: fmt.Sprintf("at most --max-retry-delay (%v), which caps it (leave the flag out for the default, 1s)", maxDelay)}
+		}
 		if scfg.DeletePublished && rf.published > 0 {
 			return usagef("--retention has nothing to delete with --delete-published")
 		}
 		log := logger(e, fs, *verbose)
 		cfg.Logger = log
-		fs.db = withMySQLDeadlines(fs.db, relay.DefaultStoreTimeout)
+		fs.mysqlDeadlines = relay.DefaultStoreTimeout
 		// --listen answers from the start: while the relay waits for its
 		// database or broker, /livez says it is alive (a restart would not
 		// help) and /readyz that it is not ready.
@@ -189,6 +217,11 @@ the relay until TCP gives up.`,
 				return err
 			}
 		}
+		// A missing table fails every claim the same way: the relay stops
+		// here, and the command prints the hint.
+		if err := checkTables(e.ctx, db); err != nil {
+			return stoppedOr(e, log, err)
+		}
 		ret, err := rf.retention(db, log)
 		if err != nil {
 			return err
@@ -199,7 +232,11 @@ the relay until TCP gives up.`,
 		)
 		err = untilReachable(e.ctx, log, "broker", func() (err error) {
 			pub, closeBroker, err = e.openPublisher(e.ctx, *brokerURL, log)
-			if err != nil && !errors.Is(err, broker.ErrInvalidURL) && !errors.Is(err, broker.ErrUnknownScheme) {
+			switch {
+			case err == nil:
+			case errors.Is(err, broker.ErrInvalidURL), errors.Is(err, broker.ErrUnknownScheme):
+				return brokerFlagError(*brokerURL, err)
+			default:
 				err = fmt.Errorf("%w: %w", errUnreachable, err)
 			}
 			return err
@@ -220,7 +257,7 @@ the relay until TCP gives up.`,
 			return usageError{err.Error()}
 		}
 		if mon != nil {
-			if err := mon.serve(m, r, db, *maxBacklog); err != nil {
+			if err := mon.serve(m, r, db, maxBacklog); err != nil {
 				return err
 			}
 		}
@@ -239,6 +276,79 @@ the relay until TCP gives up.`,
 		return err
 	}
 	return c
+}
+
+// checkBrokerURL returns the *flagError of a --broker URL that names no
+// scheme, or one package adapters/broker does not know, or does not
+// parse; its parameters are checked when it is opened.
+func checkBrokerURL(raw string) error {
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok {
+		return brokerFlagError(raw, errors.New("no scheme"))
+	}
+	if _, err := url.Parse(raw); err != nil {
+		return brokerFlagError(raw, err)
+	}
+	if !slices.Contains(broker.Schemes(), strings.ToLower(scheme)) {
+		return brokerFlagError(raw, fmt.Errorf("unknown scheme %q", scheme))
+	}
+	return nil
+}
+
+// brokerFlagError returns the *flagError of --broker raw, which err (a
+// parse error, or one wrapping broker.ErrInvalidURL or
+// broker.ErrUnknownScheme) refused.
+func brokerFlagError(raw string, err error) *flagError {
+	reason := err.Error()
+	var ue *url.Error
+	switch {
+	case errors.As(err, &ue):
+		reason = ue.Err.Error() // ue's text holds the URL, password and all
+	case errors.Is(err, broker.ErrUnknownScheme):
+		if u, perr := url.Parse(raw); perr == nil {
+			reason = fmt.Sprintf("unknown scheme %q", u.Scheme)
+		}
+	default:
+		if _, after, ok := strings.Cut(reason, broker.ErrInvalidURL.Error()+": "); ok {
+			reason = after
+		}
+	}
+	return &flagError{Flag: "--broker", Value: redactURL(raw), Want: reason +
+		": a broker URL, scheme://host:port/..., of the schemes " + strings.Join(broker.Schemes(), ", ") +
+		` (see "outbox help relay")`}
+}
+
+// checkTables reads no row of each table migrate creates for db's outbox
+// (the outbox, its leases, its relays, ...: the tables of
+// sqlstore.OutboxDDL), and returns the error of the first that is
+// missing, or does not answer.
+func checkTables(ctx context.Context, db *database) error {
+	ddl, err := sqlstore.OutboxDDL(db.dialect, db.table)
+	if err != nil {
+		return err
+	}
+	var tables []string
+	for _, stmt := range ddl {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(stmt), "CREATE TABLE IF NOT EXISTS "); ok {
+			table, _, _ := strings.Cut(rest, " ")
+			tables = append(tables, table)
+		}
+	}
+	if len(tables) == 0 {
+		tables = []string{db.table} // the DDL reads otherwise: the outbox at least
+	}
+	ctx, cancel := context.WithTimeout(ctx, relay.DefaultStoreTimeout)
+	defer cancel()
+	for _, table := range tables {
+		rows, err := db.db.QueryContext(ctx, "SELECT 1 FROM "+table+" WHERE 1 = 0")
+		if err == nil {
+			err = rows.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("relay: table %s: %w", table, err)
+		}
+	}
+	return nil
 }
 
 // startRetryMax caps the wait between tries to reach the database or the
