@@ -151,10 +151,19 @@ func TestMissingTableHint(t *testing.T) {
 			}
 		}
 	})
-	// The default inbox table, which sqliteDB does not create.
-	code, _, stderr := runCmd(t, nil, "janitor", "--once", "--inbox-retention", "1d", "--db", sqliteDB(t).url)
-	if want := `outbox: is table outbox_inbox there? "outbox migrate --inbox" creates it; --inbox-table names another` + "\n"; code != exitError || !strings.HasSuffix(stderr, want) {
-		t.Errorf("janitor --inbox-retention without an inbox table: exit %d, stderr:\n%s\nwant %d ending %q", code, stderr, exitError, want)
+	// The default inbox table, which sqliteDB does not create; without
+	// --once too, where each pass logged the error, forever.
+	for _, once := range []bool{true, false} {
+		args := []string{"janitor", "--inbox-retention", "1d", "--db", sqliteDB(t).url}
+		if once {
+			args = append(args, "--once")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		code, _, stderr := runCmdCtx(t, ctx, nil, args...)
+		cancel()
+		if want := `outbox: is table outbox_inbox there? "outbox migrate --inbox" creates it; --inbox-table names another` + "\n"; code != exitError || !strings.HasSuffix(stderr, want) {
+			t.Errorf("%s without an inbox table: exit %d, stderr:\n%s\nwant %d ending %q", strings.Join(args, " "), code, stderr, exitError, want)
+		}
 	}
 }
 

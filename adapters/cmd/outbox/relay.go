@@ -93,6 +93,16 @@ func (r *retentionFlags) retention(db *database, log *slog.Logger) (*sqlstore.Re
 	return ret, nil
 }
 
+// checkInbox returns the error of the inbox table when --inbox-retention
+// asks for one and it is missing: each pass would fail on it alike, and
+// the command prints the missing-table hint.
+func (r *retentionFlags) checkInbox(ctx context.Context, db *database) error {
+	if r.inbox == 0 {
+		return nil
+	}
+	return checkTable(ctx, db, cmp.Or(r.inboxTable, sqlstore.InboxDefaultTable))
+}
+
 func relayCommand() *command {
 	c := &command{
 		name: "relay", args: "--broker <url>",
@@ -127,7 +137,8 @@ connection refused, a timeout, a name that does not resolve, a server
 starting up) waits for them, logging a WARN per try (1s apart, doubling to
 30s). It fails at once on what waiting would not mend: a bad --broker URL
 (exit 2), a database that refuses it (no such database, a password
-refused) or a missing table (exit 1).
+refused) or a missing table, the outbox's or the inbox --inbox-retention
+prunes (exit 1).
 
 On MySQL and MariaDB the relay's connections get readTimeout=10s and
 writeTimeout=10s (its store timeout) unless the URL sets them: the driver's
@@ -225,6 +236,9 @@ the relay until TCP gives up.`,
 		ret, err := rf.retention(db, log)
 		if err != nil {
 			return err
+		}
+		if err := rf.checkInbox(e.ctx, db); err != nil {
+			return stoppedOr(e, log, err)
 		}
 		var (
 			pub         message.Publisher
@@ -337,6 +351,12 @@ func checkTables(ctx context.Context, db *database) error {
 	if len(tables) == 0 {
 		tables = []string{db.table} // the DDL reads otherwise: the outbox at least
 	}
+	return checkTable(ctx, db, tables...)
+}
+
+// checkTable reads no row of each of tables, and returns the error of the
+// first that is missing, or does not answer.
+func checkTable(ctx context.Context, db *database, tables ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, relay.DefaultStoreTimeout)
 	defer cancel()
 	for _, table := range tables {
@@ -345,7 +365,7 @@ func checkTables(ctx context.Context, db *database) error {
 			err = rows.Close()
 		}
 		if err != nil {
-			return fmt.Errorf("relay: table %s: %w", table, err)
+			return fmt.Errorf("table %s: %w", table, err)
 		}
 	}
 	return nil
@@ -429,6 +449,15 @@ are never deleted.`,
 		defer db.Close()
 		ret, err := rf.retention(db, log)
 		if err != nil {
+			return err
+		}
+		// What every pass would fail on alike ends the command at once.
+		if rf.published > 0 {
+			if err := checkTable(e.ctx, db, db.table); err != nil {
+				return err
+			}
+		}
+		if err := rf.checkInbox(e.ctx, db); err != nil {
 			return err
 		}
 		if !*once {

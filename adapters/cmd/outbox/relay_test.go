@@ -55,6 +55,14 @@ func TestRelayMissingTable(t *testing.T) {
 		if code != 0 {
 			t.Errorf("relay --migrate: exit %d:\n%s", code, stderr)
 		}
+		// The inbox table --inbox-retention prunes: every pass would fail
+		// on it (it logged an ERROR per pass while the relay ran on).
+		code, stderr = relayWithin(t, 20*time.Second, "--db", d.url, "--broker", "memory://",
+			"--inbox-retention", "7d", "--inbox-table", "inbox_nope")
+		want = `inbox_nope there? "outbox migrate --inbox --inbox-table inbox_nope" creates it; --inbox-table names another` + "\n"
+		if code != exitError || !strings.HasSuffix(stderr, want) || strings.Contains(stderr, "relay starting") {
+			t.Errorf("relay --inbox-retention without its inbox table: exit %d, stderr:\n%s\nwant %d ending %q", code, stderr, exitError, want)
+		}
 	})
 }
 
