@@ -202,6 +202,37 @@ func TestToRecord(t *testing.T) {
 	}
 }
 
+// TestFromRecordPartitionKeyFromTheKey: another producer's CloudEvent that
+// carries its partitionkey as the record key only (the Kafka binding maps
+// the attribute to the key) gets it as ce_partitionkey, so the consumer
+// reads its aggregate id; a header wins over the key, and native records
+// and keyless CloudEvents get none. Found by a new user's trial: the
+// envelope's AggregateID was "".
+func TestFromRecordPartitionKeyFromTheKey(t *testing.T) {
+	ce := func(extra ...kafka.Header) []kafka.Header {
+		return append([]kafka.Header{
+			{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte("e-1")},
+			{Key: "ce_source", Value: []byte("/billing")}, {Key: "ce_type", Value: []byte("billing.invoiced")},
+		}, extra...)
+	}
+	for _, tc := range []struct {
+		name    string
+		key     string
+		headers []kafka.Header
+		wantID  string
+	}{
+		{"key only", "acct-7", ce(), "acct-7"},
+		{"header and key", "acct-7", ce(kafka.Header{Key: "ce_partitionkey", Value: []byte("acct-8")}), "acct-8"},
+		{"no key", "", ce(), ""},
+		{"native record", "acct-7", []kafka.Header{{Key: runtime.MetadataEventType, Value: []byte("t")}}, ""},
+	} {
+		msg := fromRecord(kafka.Message{Topic: "billing", Key: []byte(tc.key), Value: []byte("{}"), Headers: tc.headers})
+		if _, id := runtime.AggregateOf(msg.Metadata); id != tc.wantID {
+			t.Errorf("%s: aggregate id %q, want %q (metadata %v)", tc.name, id, tc.wantID, msg.Metadata)
+		}
+	}
+}
+
 // TestPartitionSubscriptionConfig checks that a subscription with
 // ParallelPartitions (or SubscribePartitions) carries every setting to the
 // kafka-go ConsumerGroup that joins the group and to the Reader that fetches

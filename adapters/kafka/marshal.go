@@ -52,7 +52,10 @@ func toRecord(topic string, msg *message.Message, key []byte) kafka.Message {
 }
 
 // fromRecord converts a Kafka record into a Watermill message. Every header
-// becomes metadata (the last one wins when a name repeats). The UUID is the
+// becomes metadata (the last one wins when a name repeats). A CloudEvent
+// (a ce_specversion header) without a ce_partitionkey header gets the
+// record's key as its partitionkey: the Kafka binding maps the attribute to
+// the key, so other producers may send it there only. The UUID is the
 // event_id header, else the ce_id header (a CloudEvent); a record without
 // either (written by another producer) gets a name-based UUID (version 5,
 // URL namespace, name "kafka:topic/partition/offset"), which is stable
@@ -61,6 +64,9 @@ func fromRecord(r kafka.Message) *message.Message {
 	md := make(message.Metadata, len(r.Headers))
 	for _, h := range r.Headers {
 		md[h.Key] = string(h.Value)
+	}
+	if len(r.Key) > 0 && md[ceSpecVersion] != "" && md[cePartitionKey] == "" {
+		md[cePartitionKey] = string(r.Key)
 	}
 	id := md[runtime.MetadataEventID]
 	if id == "" {
@@ -74,8 +80,13 @@ func fromRecord(r kafka.Message) *message.Message {
 	return msg
 }
 
-// ceID is the CloudEvents id attribute under the Kafka binding's prefix.
-const ceID = runtime.CloudEventsPrefixKafka + runtime.CEID
+// The CloudEvents attributes fromRecord reads, under the Kafka binding's
+// prefix.
+const (
+	ceID           = runtime.CloudEventsPrefixKafka + runtime.CEID
+	ceSpecVersion  = runtime.CloudEventsPrefixKafka + runtime.CESpecVersion
+	cePartitionKey = runtime.CloudEventsPrefixKafka + runtime.CEPartitionKey
+)
 
 // recordName names a record by its position: "topic/partition/offset".
 func recordName(r kafka.Message) string {
