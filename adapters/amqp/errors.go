@@ -10,6 +10,13 @@ import (
 // or inconsistent with the [Mode].
 var ErrInvalidConfig = errors.New("amqp: invalid config")
 
+// ErrAccessRefused is wrapped by the error of a dial the broker refused:
+// a username or password it does not allow, a SASL mechanism it does not
+// offer, or a vhost the user may not use (AMQP 403 ACCESS_REFUSED, 530
+// NOT_ALLOWED). No retry mends it until the broker's users change;
+// [Publisher.Connect] reports it at start.
+var ErrAccessRefused = errors.New("amqp: broker refused the connection")
+
 // ErrPublisherClosed is returned by [Publisher.Publish] after
 // [Publisher.Close] has been called.
 var ErrPublisherClosed = errors.New("amqp: publisher closed")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -206,7 +207,7 @@ func (p *Publisher) channel(ctx context.Context, topic string) (*pubChannel, boo
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil || p.conn.IsClosed() {
-		if err := p.dial(); err != nil {
+		if err := p.dial(ctx); err != nil {
 			return nil, false, err
 		}
 	}
@@ -245,8 +246,28 @@ func (p *Publisher) channel(ctx context.Context, topic string) (*pubChannel, boo
 	return pc, true, nil
 }
 
-// dial connects to the broker. p.mu is held.
-func (p *Publisher) dial() error {
+// Connect dials the broker now rather than at the first Publish, and keeps
+// the connection for Publish; it returns nil at once when connected. Use it
+// to fail fast at start: the error wraps [ErrAccessRefused] when the broker
+// refused the connection (a username or password it does not allow, a
+// vhost the user may not use), which no retry mends, and [ErrPublisherClosed]
+// after Close. Dialling and the AMQP handshake end when ctx does (RabbitMQ
+// answers a refused login only after a delay, 3 s by default).
+func (p *Publisher) Connect(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrPublisherClosed
+	}
+	if p.conn != nil && !p.conn.IsClosed() {
+		return nil
+	}
+	return p.dial(ctx)
+}
+
+// dial connects to the broker, giving up when ctx ends (unless
+// Config.AMQPConfig sets its own Dial). p.mu is held.
+func (p *Publisher) dial(ctx context.Context) error {
 	for _, pc := range p.idle {
 		p.closeChannel(pc)
 	}
@@ -262,8 +283,25 @@ func (p *Publisher) dial() error {
 	if cfg.TLSClientConfig == nil {
 		cfg.TLSClientConfig = p.cfg.TLSConfig
 	}
+	var stopAbort func() bool // stops aborting the handshake when ctx ends
 	if cfg.Dial == nil {
-		cfg.Dial = amqp091.DefaultDial(p.cfg.ConfirmTimeout)
+		timeout := p.cfg.ConfirmTimeout
+		cfg.Dial = func(network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: timeout}
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// As amqp091.DefaultDial: a deadline for the TLS and AMQP
+			// handshakes, which amqp091 clears once connected; and a
+			// deadline now when ctx ends first.
+			if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+				_ = conn.Close()
+				return nil, err
+			}
+			stopAbort = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+			return conn, nil
+		}
 	}
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = 10 * time.Second
@@ -272,13 +310,33 @@ func (p *Publisher) dial() error {
 		cfg.Locale = "en_US"
 	}
 	conn, err := amqp091.DialConfig(p.cfg.URL, cfg)
+	if stopAbort != nil && !stopAbort() && err == nil {
+		// ctx ended as the handshake completed: the deadline set then
+		// would break the connection later.
+		_ = conn.Close()
+		err = context.Cause(ctx)
+	}
 	if err != nil {
+		if refused(err) {
+			return fmt.Errorf("amqp: dial: %w: %w", ErrAccessRefused, err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("amqp: dial: %w (%w)", context.Cause(ctx), err)
+		}
 		return fmt.Errorf("amqp: dial: %w", err)
 	}
 	p.conn = conn
 	p.declared = map[string]bool{}
 	p.logger.Info("connected", nil)
 	return nil
+}
+
+// refused reports whether err is the broker's refusal of a connection:
+// 403 ACCESS_REFUSED (credentials, SASL mechanism, vhost access) or 530
+// NOT_ALLOWED (a vhost that does not exist, on some versions).
+func refused(err error) bool {
+	var ae *amqp091.Error
+	return errors.As(err, &ae) && (ae.Code == amqp091.AccessRefused || ae.Code == amqp091.NotAllowed)
 }
 
 // openChannel opens a confirm-mode channel on p.conn. p.mu is held.

@@ -2,15 +2,21 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/gooutbox/outbox/adapters/amqp"
 )
+
+// amqpCheckTimeout bounds openAMQP's connection: RabbitMQ answers a
+// refused login after 3 s (its default auth failure delay).
+const amqpCheckTimeout = 10 * time.Second
 
 // openAMQP opens amqp://user:pass@host:5672/vhost (or amqps://) on RabbitMQ
 // with adapters/amqp. Parameters:
@@ -26,7 +32,12 @@ import (
 // Order per aggregate holds with classic queues (single active consumer,
 // prefetch 1); a quorum queue redelivers a nacked message after later ones,
 // so Guarantees.OrderPerAggregate is false with quorum=true.
-func openAMQP(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
+//
+// Open connects once, within amqpCheckTimeout: a broker that refuses the
+// user, password or vhost is ErrInvalidURL (it would fail every publish,
+// retried forever); one that cannot be reached is not an error here (the
+// publisher dials again when it publishes).
+func openAMQP(ctx context.Context, u *url.URL, logger *slog.Logger) (*Broker, error) {
 	q, err := query(u, "mode", "groups", "quorum")
 	if err != nil {
 		return nil, err
@@ -65,6 +76,13 @@ func openAMQP(_ context.Context, u *url.URL, logger *slog.Logger) (*Broker, erro
 	pub, err := amqp.NewPublisher(cfg)
 	if err != nil {
 		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, amqpCheckTimeout)
+	err = pub.Connect(cctx)
+	cancel()
+	if errors.Is(err, amqp.ErrAccessRefused) {
+		_ = pub.Close()
+		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
 	}
 	subCfg := cfg
 	subCfg.Groups = nil

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/gooutbox/outbox/adapters/amqp"
 	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/runtime"
 )
@@ -151,4 +154,38 @@ func TestOpenAMQPBadParameters(t *testing.T) {
 			t.Errorf("Open(%q) = %v, want ErrInvalidURL", u, err)
 		}
 	}
+}
+
+// TestOpenAMQPServerRefusesURL: a password or vhost RabbitMQ refuses is
+// ErrInvalidURL at Open, naming the refusal without the password (every
+// publish failed with it, retried forever: a new user's trial); a broker
+// that cannot be reached is no error at Open (the publisher dials when it
+// publishes).
+func TestOpenAMQPServerRefusesURL(t *testing.T) {
+	base := amqpURL(t)
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badPassword := *u
+	badPassword.User = url.UserPassword(u.User.Username(), "not-the-password-7x")
+	noVhost := *u
+	noVhost.Path = "/no_such_vhost_outbox"
+	for _, c := range []struct{ url, want string }{
+		{badPassword.String(), "username or password not allowed"},
+		{noVhost.String(), "vhost"},
+	} {
+		b, err := broker.Open(context.Background(), c.url, broker.Config{})
+		if b != nil {
+			b.Close()
+		}
+		if !errors.Is(err, broker.ErrInvalidURL) || !errors.Is(err, amqp.ErrAccessRefused) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "not-the-password-7x") {
+			t.Errorf("Open(%s) = %v, want ErrInvalidURL and amqp.ErrAccessRefused saying %q, without the password", c.url, err, c.want)
+		}
+	}
+	b, err := broker.Open(context.Background(), "amqp://guest:guest@127.0.0.1:1/", broker.Config{})
+	if err != nil {
+		t.Fatalf("Open of an unreachable broker = %v, want the broker (dialled at the first publish)", err)
+	}
+	b.Close()
 }
