@@ -173,7 +173,8 @@
 // failed", "relay: shutdown timeout exceeded, batch released". Info: start
 // and stop (notifier=false for a store that polls), each change in the
 // shards a relay holds ("relay: shards held": shards, was — a standby
-// taking over, a lease lost), and a store whose Listen
+// taking over, a lease lost), "relay: standing by" once when a relay's
+// first claim finds every shard held by other relays, and a store whose Listen
 // reported it cannot notify. Debug: each published batch.
 // [Config.OnBatch] receives a [BatchResult] after every batch, for metrics:
 // the claimed messages (topic, event type, CreatedAt), which failed, and

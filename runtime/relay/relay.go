@@ -213,13 +213,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 	shards, _ := r.store.(shardHolder)
 	held := 0 // shards the store said this Run holds, when it tells
-	for ctx.Err() == nil {
+	for first := true; ctx.Err() == nil; first = false {
 		res, rd := r.batch(ctx, owner, next, marking)
 		next, marking = rd.next, rd.marking
 		if shards != nil {
 			if n := shards.HeldShards(owner); n != held {
 				r.log.Info("relay: shards held", attrOwner, owner, attrShards, n, attrWas, held)
 				held = n
+			} else if first && n == 0 && res.Err == nil {
+				// Say why nothing happens: other relays hold the shards
+				// (they publish, or died and their leases run out).
+				r.log.Info("relay: standing by: other relays hold the outbox's shards; this relay takes them over when they release them or their leases expire", attrOwner, owner)
 			}
 		}
 		if !listening {

@@ -592,6 +592,12 @@ func TestShardChangesAreLogged(t *testing.T) {
 	if n := lines(); n != 0 {
 		t.Errorf("%d shard lines while holding none, want 0:\n%s", n, logs.String())
 	}
+	// Holding none from the start, it says once why it does nothing (a
+	// restarted relay was silent while its dead predecessor's leases ran
+	// out: a new user's trial).
+	if n := strings.Count(logs.String(), `msg="relay: standing by`); n != 1 {
+		t.Errorf("%d standing-by lines, want 1:\n%s", n, logs.String())
+	}
 	store.held.Store(64)
 	waitLines(1, "shards=64 was=0")
 	for range 3 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
@@ -217,9 +218,14 @@ cron jobs and probes), after printing the status as usual.`,
 		if err != nil {
 			return err
 		}
-		total, err := db.store.Stats(e.ctx)
-		if err != nil {
-			return err
+		// The total is the rows' own, not a second query's: under
+		// writes, that one saw other rows (a TOTAL of 4 under no row).
+		var total relay.Stats
+		for _, g := range groups {
+			total.Pending += g.Pending
+			total.Retrying += g.Retrying
+			total.Parked += g.Parked
+			total.OldestPending = max(total.OldestPending, g.OldestPending)
 		}
 		var alerts []string
 		if *failParked && total.Parked > 0 {
