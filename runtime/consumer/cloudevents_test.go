@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,6 +98,10 @@ func TestCloudEventsOnlyMessage(t *testing.T) {
 	delete(bad.Metadata, "ce_source")
 	if err := c.HandlerFunc()(bad); err == nil {
 		t.Error("a CloudEvent without ce_source was acked")
+	} else if want := "consumer: billing: message " + bad.UUID + ": failed: "; !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), uuid.Nil.String()) {
+		// It named "event 00000000-0000-0000-0000-000000000000 ( v0)"
+		// (a new user's trial), which the router logs.
+		t.Errorf("malformed message's error %q; want it to name the message, %q", err, want)
 	}
 	if r := o.last(); r.Reason != consumer.ReasonMalformed {
 		t.Errorf("without ce_source: %+v, want malformed", r)

@@ -128,14 +128,20 @@ type Config struct {
 	// idle_in_transaction_session_timeout to TxTimeout (SET LOCAL), so the
 	// server ends a transaction whose client is gone and releases its
 	// inbox marker's lock, which the redelivery would otherwise wait on.
-	// MySQL and MariaDB have no SET LOCAL: the transaction sets the
-	// session's wait_timeout and innodb_lock_wait_timeout to TxTimeout in
-	// whole seconds (rounded up) and restores the session's own values
-	// before it commits or rolls back, which bounds an abandoned
-	// transaction and a wait on a marker's lock in the same way; a
-	// statement still running when the client vanishes runs to its end
-	// first (MySQL's max_execution_time covers only SELECT, and neither
-	// server has a per-transaction statement timeout).
+	// MySQL and MariaDB have no SET LOCAL: the transaction runs on a
+	// connection of its own, sets the session's wait_timeout and
+	// innodb_lock_wait_timeout to TxTimeout in whole seconds (rounded up),
+	// and restores the session's own values on that connection after it
+	// commits or rolls back, which bounds an abandoned transaction (its
+	// COMMIT lost to a half-open connection included) and a wait on a
+	// marker's lock in the same way; a statement still running when the
+	// client vanishes runs to its end first (MySQL's max_execution_time
+	// covers only SELECT, and neither server has a per-transaction
+	// statement timeout). go-sql-driver/mysql sends COMMIT and ROLLBACK
+	// without a context: an attempt whose transaction has not returned a
+	// second after TxTimeout gives it up, leaving it and its connection to
+	// the driver (until TCP gives up: set readTimeout and writeTimeout in
+	// the DSN to bound that too), and fails with ErrTxTimeout.
 	//
 	// The deadline reaches only what honours the context: the handler's
 	// statements through tx (do not replace its context), and whatever the

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -316,8 +317,22 @@ func (c *Consumer) processFrom(msg *message.Message, topic string) error {
 		c.forgetNacks(msg.UUID)
 		return nil
 	}
-	return fmt.Errorf("consumer: %s: event %s (%s v%d): %s: %w", c.cfg.Name, res.Meta.EventID,
-		res.Meta.EventType, res.Meta.EventVersion, res.Outcome, res.Err)
+	return fmt.Errorf("consumer: %s: %s: %s: %w", c.cfg.Name, describe(&res), res.Outcome, res.Err)
+}
+
+// describe names res's message for an error: its event id, type and
+// version, or, for a message that did not decode that far, its UUID and
+// what its metadata gave.
+func describe(res *Result) string {
+	m := res.Meta
+	if m.EventID == uuid.Nil {
+		s := "message " + res.MessageUUID
+		if m.EventType != "" {
+			s += " (" + m.EventType + ")"
+		}
+		return s
+	}
+	return fmt.Sprintf("event %s (%s v%d)", m.EventID, m.EventType, m.EventVersion)
 }
 
 // handle fills res with the outcome of one delivery.
@@ -489,34 +504,26 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 	tctx, cancel := context.WithTimeoutCause(ctx, c.cfg.TxTimeout, errTxDeadline)
 	defer cancel()
 	var handlerErr error
-	// inTx inserts the marker in tx, then runs the handler.
-	inTx := func(tx sqlstore.Execer, handler txs) error {
-		inserted, err := c.sql.Mark(tctx, tx, c.cfg.Name, m.EventID, m.EventType, c.cfg.Clock.Now())
-		if err != nil {
-			return &InboxError{Err: err}
-		}
-		if !inserted {
-			if err := c.sql.Restore(tctx, tx); err != nil {
+	// The marker first, then the handler; the session's timeouts (MySQL)
+	// are restored after the transaction (see inboxTx).
+	err := c.bounded(tctx, func() error {
+		return c.inboxTx(tctx, r.kind == gormInbox, func(tx sqlstore.Querier, handler txs) error {
+			inserted, err := c.sql.Mark(tctx, tx, c.cfg.Name, m.EventID, m.EventType, c.cfg.Clock.Now())
+			if err != nil {
 				return &InboxError{Err: err}
 			}
-			return errDuplicate
-		}
-		if err := c.call(tctx, r, handler, evt, m); err != nil {
-			handlerErr = err
-			return errors.Join(err, c.sql.Restore(tctx, tx))
-		}
-		if err := c.sql.Restore(tctx, tx); err != nil {
-			return &InboxError{Err: err}
-		}
-		return nil
-	}
-	var err error
-	if r.kind == gormInbox {
-		err = c.db.WithContext(tctx).Transaction(func(tx *gorm.DB) error {
-			return inTx(tx.Statement.ConnPool, txs{gorm: tx})
+			if !inserted {
+				return errDuplicate
+			}
+			if err := c.call(tctx, r, handler, evt, m); err != nil {
+				handlerErr = err
+				return err
+			}
+			return nil
 		})
-	} else {
-		err = c.sqlTransaction(tctx, func(tx *sql.Tx) error { return inTx(tx, txs{sql: tx}) })
+	})
+	if errors.Is(err, errAbandoned) {
+		return err // handlerErr is the abandoned transaction's
 	}
 	if err != nil && !errors.Is(err, errDuplicate) && ctx.Err() == nil && errors.Is(context.Cause(tctx), errTxDeadline) {
 		// Whatever failed, the deadline is why: the database or the
@@ -544,11 +551,76 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 	return &InboxError{Err: err}
 }
 
-// sqlTransaction runs fn in a transaction of the consumer's *sql.DB, begun
-// with ctx: it commits when fn returns nil, and rolls back when fn returns
-// an error or panics (the panic goes on).
-func (c *Consumer) sqlTransaction(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
-	tx, err := c.sqlDB.BeginTx(ctx, nil)
+// inboxTx runs fn in an inbox transaction begun with ctx, through GORM
+// (fn's txs.gorm) or database/sql (txs.sql): it commits when fn returns
+// nil, and rolls back when fn returns an error or panics (the panic goes
+// on). fn calls the inbox's Mark or MarkBatch first, and not Restore.
+//
+// Where the inbox sets session timeouts (MySQL and MariaDB, which have no
+// SET LOCAL: see [sqlstore.Inbox.Restore]), the transaction runs on a
+// connection of its own, and the session's own values are restored on it
+// after the transaction ends, not before its COMMIT: the COMMIT is sent
+// under them, so a COMMIT that a half-open connection swallows leaves the
+// server's transaction, and the marker's lock a redelivery waits on, to
+// end within TxTimeout instead of the server's wait_timeout (8 hours by
+// default). A connection whose restore fails is discarded.
+func (c *Consumer) inboxTx(ctx context.Context, viaGORM bool, fn func(tx sqlstore.Querier, h txs) error) error {
+	if !c.sql.GuardsSession() {
+		if viaGORM {
+			return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+				return fn(tx.Statement.ConnPool, txs{gorm: tx})
+			})
+		}
+		return c.sqlTransaction(ctx, c.sqlDB, func(tx *sql.Tx) error { return fn(tx, txs{sql: tx}) })
+	}
+	// on runs the transaction on conn, then restores the session.
+	on := func(conn *sql.Conn, begin func(fn func(tx sqlstore.Querier, h txs) error) error) error {
+		guarded := false // Mark or MarkBatch set the session's timeouts
+		err := begin(func(tx sqlstore.Querier, h txs) error {
+			guarded = true
+			return fn(tx, h)
+		})
+		if guarded {
+			if rerr := c.sql.Restore(ctx, conn); rerr != nil {
+				// The session may keep TxTimeout as its wait_timeout: the
+				// pool must not hand it out again. The transaction's own
+				// outcome is err's.
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
+		}
+		return err
+	}
+	if viaGORM {
+		return c.db.WithContext(ctx).Connection(func(cdb *gorm.DB) error {
+			conn, ok := cdb.Statement.ConnPool.(*sql.Conn)
+			if !ok {
+				return fmt.Errorf("GORM's connection %T is not a *sql.Conn", cdb.Statement.ConnPool)
+			}
+			return on(conn, func(fn func(tx sqlstore.Querier, h txs) error) error {
+				return cdb.Transaction(func(tx *gorm.DB) error { return fn(tx.Statement.ConnPool, txs{gorm: tx}) })
+			})
+		})
+	}
+	conn, err := c.sqlDB.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close()
+	return on(conn, func(fn func(tx sqlstore.Querier, h txs) error) error {
+		return c.sqlTransaction(ctx, conn, func(tx *sql.Tx) error { return fn(tx, txs{sql: tx}) })
+	})
+}
+
+// txBeginner is a *sql.DB or a *sql.Conn.
+type txBeginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// sqlTransaction runs fn in a transaction of db, begun with ctx: it commits
+// when fn returns nil, and rolls back when fn returns an error or panics
+// (the panic goes on).
+func (c *Consumer) sqlTransaction(ctx context.Context, db txBeginner, fn func(tx *sql.Tx) error) (err error) {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -573,6 +645,60 @@ func (c *Consumer) sqlTransaction(ctx context.Context, fn func(tx *sql.Tx) error
 // errTxDeadline is the cause of an inbox transaction's context when its
 // deadline passes.
 var errTxDeadline = errors.New("consumer: inbox transaction deadline")
+
+// abandonAfter is how long after its deadline ([Config.TxTimeout]) an
+// inbox transaction's attempt stops waiting for the driver to return.
+const abandonAfter = time.Second
+
+// errAbandoned marks the error of an attempt whose inbox transaction did
+// not return within abandonAfter of its deadline.
+var errAbandoned = errors.New("the database driver did not return")
+
+// bounded runs fn, an inbox transaction whose every call was given tctx,
+// and returns its error, or fn's panic. Drivers fail a call once its
+// context ends, except calls that take none: go-sql-driver/mysql's COMMIT
+// and ROLLBACK, which on a half-open connection wait until TCP gives up
+// (never, behind a proxy that holds the connection open), holding the
+// partition. So when fn has not returned abandonAfter after tctx ended,
+// bounded returns an *InboxError wrapping ErrTxTimeout and errAbandoned,
+// and leaves fn to the driver, with its connection: the message is tried
+// again on another connection, and the inbox marker, unique per event,
+// keeps its effects once whether the abandoned COMMIT took effect or not
+// (the server ends an abandoned transaction after TxTimeout: see
+// [Config.TxTimeout]).
+func (c *Consumer) bounded(tctx context.Context, fn func() error) error {
+	type result struct {
+		err      error
+		panicked bool
+		value    any
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- result{panicked: true, value: p}
+			}
+		}()
+		done <- result{err: fn()}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-tctx.Done():
+		t := time.NewTimer(abandonAfter)
+		defer t.Stop()
+		select {
+		case res = <-done:
+		case <-t.C:
+			return &InboxError{Err: fmt.Errorf("%w (TxTimeout %v): %w %v after the deadline (a call that takes no context on a half-open connection, such as go-sql-driver/mysql's COMMIT: set readTimeout and writeTimeout in a MySQL DSN); the attempt left the transaction and its connection to the driver",
+				ErrTxTimeout, c.cfg.TxTimeout, errAbandoned, abandonAfter)}
+		}
+	}
+	if res.panicked {
+		panic(res.value)
+	}
+	return res.err
+}
 
 // call runs a handler, turning a panic into a *PanicError, between
 // [Config.StartHandler] and its end.

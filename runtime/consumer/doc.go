@@ -81,8 +81,10 @@
 // vanished and releases its inbox marker, which the redelivery waits on. On
 // MySQL and MariaDB, which have no SET LOCAL, the transaction sets the
 // session's wait_timeout and innodb_lock_wait_timeout to TxTimeout and
-// restores them before it ends, to the same effect (a statement the server
-// is still running when the client vanishes runs to its end first). A
+// restores them on its connection after it ends, to the same effect (a
+// statement the server is still running when the client vanishes runs to
+// its end first), and a COMMIT that go-sql-driver/mysql sends without a
+// context is given up a second after TxTimeout. A
 // timed-out run is an inbox failure ([ErrTxTimeout]): retried, then nacked,
 // never dead-lettered. A delivery whose connection went half-open is
 // applied within about two TxTimeouts.

@@ -5,6 +5,7 @@ package consumer_test
 // (runtimetest.Proxy) between the consumer and PostgreSQL or MySQL/MariaDB.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/url"
@@ -34,7 +35,9 @@ import (
 // aggregate, within 5 TxTimeouts of the cut, and dead-letters nothing. On
 // PostgreSQL the server ends the abandoned transaction through SET LOCAL
 // idle_in_transaction_session_timeout; on MariaDB through the session's
-// wait_timeout, set for the transaction.
+// wait_timeout, set for the transaction. A third cut lands on a COMMIT,
+// which go-sql-driver/mysql sends without a context: the attempt gives
+// that transaction up a second after TxTimeout.
 func TestHalfOpenInboxConnectionRecovers(t *testing.T) {
 	for _, name := range []string{"postgres", "mysql"} {
 		t.Run(name, func(t *testing.T) {
@@ -147,6 +150,20 @@ func halfOpenRecovers(t *testing.T, admin, viaProxy *gorm.DB, proxy *runtimetest
 	n := proxy.Blackhole()
 	took = waitApplied(t, applied, int64(2*perPhase), start, 5*txTimeout, "after a cut mid-stream")
 	t.Logf("phase 2: every event applied %v after %d connection(s) went half-open mid-stream", took, n)
+
+	// Phase 3: the cut lands on a COMMIT, which go-sql-driver/mysql sends
+	// without a context: the attempt waited on it for good (a new user's
+	// trial on MariaDB), until it gave the transaction up.
+	fired := proxy.BlackholeWhen(func(b []byte) bool { return bytes.Contains(bytes.ToLower(b), []byte("commit")) })
+	publish(0)
+	select {
+	case <-fired:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no COMMIT went through the proxy (%d applied)", applied())
+	}
+	start = time.Now()
+	took = waitApplied(t, applied, int64(3*perPhase), start, 10*txTimeout, "after a cut at a COMMIT")
+	t.Logf("phase 3: every event applied %v after a connection went half-open at its COMMIT", took)
 
 	// Exactly once, in order per aggregate, nothing dead-lettered.
 	effs := effects(t, admin)

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
-	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/internal/logattr"
@@ -253,36 +251,26 @@ func (c *Consumer) applyBatch(ctx context.Context, run []batched) error {
 		entries[i] = sqlstore.InboxEntry{EventID: b.meta.EventID, EventType: b.meta.EventType}
 	}
 	var applied []bool
-	inTx := func(tx sqlstore.Querier, handler txs) error {
-		var err error
-		applied, err = c.sql.MarkBatch(tctx, tx, c.cfg.Name, entries, c.cfg.Clock.Now())
-		if err != nil {
-			return &InboxError{Err: err}
-		}
-		for i, b := range run {
-			if !applied[i] {
-				continue
+	err := c.bounded(tctx, func() error {
+		return c.inboxTx(tctx, run[0].route.kind == gormInbox, func(tx sqlstore.Querier, handler txs) error {
+			var err error
+			applied, err = c.sql.MarkBatch(tctx, tx, c.cfg.Name, entries, c.cfg.Clock.Now())
+			if err != nil {
+				return &InboxError{Err: err}
 			}
-			if err := c.call(tctx, b.route, handler, b.evt, b.meta); err != nil {
-				return errors.Join(fmt.Errorf("event %s (%s): %w", b.meta.EventID, b.meta.EventType, err), c.sql.Restore(tctx, tx))
+			for i, b := range run {
+				if !applied[i] {
+					continue
+				}
+				if err := c.call(tctx, b.route, handler, b.evt, b.meta); err != nil {
+					return fmt.Errorf("event %s (%s): %w", b.meta.EventID, b.meta.EventType, err)
+				}
 			}
-		}
-		return c.sql.Restore(tctx, tx)
-	}
-	var err error
-	if run[0].route.kind == gormInbox {
-		err = c.db.WithContext(tctx).Transaction(func(tx *gorm.DB) error {
-			q, ok := tx.Statement.ConnPool.(sqlstore.Querier)
-			if !ok {
-				return &InboxError{Err: fmt.Errorf("GORM's connection pool %T cannot query", tx.Statement.ConnPool)}
-			}
-			return inTx(q, txs{gorm: tx})
+			return nil
 		})
-	} else {
-		err = c.sqlTransaction(tctx, func(tx *sql.Tx) error { return inTx(tx, txs{sql: tx}) })
-	}
+	})
 	if err != nil {
-		return err
+		return err // applied is the abandoned transaction's, if it was
 	}
 	took := time.Since(start)
 	for i, b := range run {

@@ -16,6 +16,9 @@ import (
 //     new connections work, unless the proxy refuses them.
 //   - [Proxy.Refuse] closes every open connection and resets new ones,
 //     as a stopped server does, until [Proxy.Accept].
+//   - [Proxy.BlackholeWhen] turns half-open the one connection whose
+//     client sends bytes that match, from those bytes on: a cut at a
+//     chosen statement (a COMMIT, say).
 //   - [Proxy.Pause] holds every byte in flight, in both directions, on open
 //     and new connections, until [Proxy.Resume] delivers them: a network
 //     that stalls for a while and comes back.
@@ -31,6 +34,13 @@ type Proxy struct {
 	conns   map[*proxyConn]bool
 	wg      sync.WaitGroup
 	closing bool
+	trigger *trigger // armed by BlackholeWhen; nil otherwise
+}
+
+// trigger is an armed [Proxy.BlackholeWhen].
+type trigger struct {
+	match func([]byte) bool
+	fired chan struct{}
 }
 
 type proxyConn struct {
@@ -71,6 +81,35 @@ func (p *Proxy) Blackhole() int {
 		c.mu.Unlock()
 	}
 	return n
+}
+
+// BlackholeWhen arms a one-shot cut: the first bytes a client sends
+// (as read in one chunk, up to 32 KiB) for which match returns true are
+// dropped, and their connection alone turns half-open from then on (see
+// [Proxy.Blackhole]). The returned channel is closed when that happens.
+// match runs on the proxy's goroutines, one chunk at a time; it must not
+// keep the slice. Arming again replaces a trigger that has not fired.
+func (p *Proxy) BlackholeWhen(match func(fromClient []byte) bool) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.trigger = &trigger{match: match, fired: make(chan struct{})}
+	return p.trigger.fired
+}
+
+// fire reports whether chunk, which c's client sent, fires the armed
+// trigger; if so it blackholes c and disarms the trigger.
+func (p *Proxy) fire(c *proxyConn, chunk []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.trigger == nil || !p.trigger.match(chunk) {
+		return false
+	}
+	c.mu.Lock()
+	c.blackholed = true
+	c.mu.Unlock()
+	close(p.trigger.fired)
+	p.trigger = nil
+	return true
 }
 
 // ServerAddrs returns the local addresses of the proxy's open connections
@@ -180,14 +219,15 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		p.conns[c] = true
 		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(c, c.client, c.server) })
-		p.wg.Go(func() { p.pipe(c, c.server, c.client) })
+		p.wg.Go(func() { p.pipe(c, c.client, c.server, true) })
+		p.wg.Go(func() { p.pipe(c, c.server, c.client, false) })
 	}
 }
 
 // pipe copies from src to dst until src fails, dropping the bytes while c is
-// blackholed.
-func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn) {
+// blackholed; fromClient says that src is the client, whose bytes may fire
+// the armed trigger.
+func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn, fromClient bool) {
 	defer func() {
 		c.mu.Lock()
 		blackholed := c.blackholed
@@ -204,6 +244,9 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.waitResumed()
+			if fromClient {
+				p.fire(c, buf[:n])
+			}
 			c.mu.Lock()
 			blackholed := c.blackholed
 			c.mu.Unlock()

@@ -232,8 +232,9 @@ const mysqlMaxWaitTimeout = 31536000
 // statement_timeout and idle_in_transaction_session_timeout to the inbox's
 // transaction timeout; on MySQL it sets the session's wait_timeout and
 // innodb_lock_wait_timeout, which [Inbox.Restore] puts back. When Mark
-// returns without error, call Restore before the transaction ends (commit
-// or rollback); when it returns an error it has restored them itself.
+// returns without error, call Restore (before the transaction ends, or
+// after on its connection: see Restore); when it returns an error it has
+// restored them itself.
 func (s *Inbox) Mark(ctx context.Context, tx Execer, consumer string, eventID uuid.UUID, eventType string, now time.Time) (applied bool, err error) {
 	if s.guard != "" {
 		if _, err := tx.ExecContext(ctx, s.guard); err != nil {
@@ -274,9 +275,9 @@ type InboxEntry struct {
 // timeouts once. Markers are inserted in the order of entries, so two
 // transactions marking overlapping runs of the same stream in the same
 // order wait on each other instead of deadlocking. As with Mark: call it
-// first in the transaction, and call [Inbox.Restore] before the
-// transaction ends when it returns without error. entries must hold at most
-// [MaxInboxBatch] entries.
+// first in the transaction, and call [Inbox.Restore] when it returns
+// without error (before the transaction ends, or after on its
+// connection). entries must hold at most [MaxInboxBatch] entries.
 func (s *Inbox) MarkBatch(ctx context.Context, tx Querier, consumer string, entries []InboxEntry, now time.Time) (applied []bool, err error) {
 	if len(entries) > MaxInboxBatch {
 		return nil, fmt.Errorf("sqlstore: inbox: %d entries in one batch, more than %d", len(entries), MaxInboxBatch)
@@ -365,11 +366,21 @@ func (s *Inbox) MarkBatch(ctx context.Context, tx Querier, consumer string, entr
 	return applied, nil
 }
 
-// Restore undoes what [Inbox.Mark] set on the session (MySQL), before the
-// transaction ends; elsewhere it does nothing. When it fails the connection
-// is usually gone (a deadline); if it is not, the session keeps the
-// transaction timeout as its wait_timeout and lock wait, which costs a
-// reconnect after that long idle and nothing else.
+// GuardsSession reports whether [Inbox.Mark] and [Inbox.MarkBatch] set
+// session timeouts that [Inbox.Restore] must put back (MySQL and MariaDB,
+// which have no SET LOCAL).
+func (s *Inbox) GuardsSession() bool { return s.unguard != "" }
+
+// Restore undoes what [Inbox.Mark] set on the session (MySQL); elsewhere
+// it does nothing. Call it in the transaction before it ends, or on its
+// connection (a *sql.Conn) after it ended: the COMMIT is then sent under
+// the transaction timeout, so that when the connection turns half-open and
+// the COMMIT never arrives the server still ends the transaction, and
+// releases the marker's lock, within that timeout (runtime/consumer does
+// this). When it fails the connection is usually gone (a deadline); if it
+// is not, the session keeps the transaction timeout as its wait_timeout
+// and lock wait, which costs a reconnect after that long idle: discard
+// such a connection.
 func (s *Inbox) Restore(ctx context.Context, tx Execer) error {
 	if s.unguard == "" {
 		return nil
