@@ -174,7 +174,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // the stream that captures it or creates its own ([StreamName]). Each
 // message's Nats-Msg-Id is its UUID (the event id), so a republish within
 // [StreamConfig.DedupWindow] is acknowledged as a duplicate and not stored
-// again: that counts as success. Metadata travels as headers and the UUID
+// again: that counts as success. A message re-driven from a dead-letter
+// topic (it carries runtime/consumer's outbox_dlq_at metadata) gets the UUID
+// and that time instead, so it is not taken for the publish it failed
+// after; re-driving the same dead letter twice still stores it once. Metadata travels as headers and the UUID
 // in the _watermill_message_uuid header (watermill-nats's NATSMarshaler).
 //
 // Messages are sent in order, up to [PublisherConfig.MaxInFlight] at a time,
@@ -326,7 +329,9 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // send marshals msg and publishes it asynchronously, with the UUID as
-// Nats-Msg-Id and the stream it must land in as Nats-Expected-Stream.
+// Nats-Msg-Id (with the dead-letter time of a re-driven dead letter:
+// publishing.DedupID) and the stream it must land in as
+// Nats-Expected-Stream.
 func (p *Publisher) send(subject, stream string, msg *message.Message) (jetstream.PubAckFuture, error) {
 	nm, err := p.marshaler.Marshal(subject, msg)
 	if err != nil {
@@ -334,7 +339,7 @@ func (p *Publisher) send(subject, stream string, msg *message.Message) (jetstrea
 	}
 	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(stream)}
 	if msg.UUID != "" {
-		opts = append(opts, jetstream.WithMsgID(msg.UUID))
+		opts = append(opts, jetstream.WithMsgID(publishing.DedupID(msg)))
 	}
 	return p.js.PublishMsgAsync(nm, opts...)
 }

@@ -147,6 +147,37 @@ func TestDedup(t *testing.T) {
 	}
 }
 
+// TestRedriveIsNotADuplicate: a dead letter published again to its topic
+// (a re-drive: the same UUID, with runtime/consumer's outbox_dlq_at
+// metadata) is stored, though its event was published within the dedup
+// window; the same re-drive again is a duplicate. JetStream dropped the
+// re-drive as a duplicate of the original, and Publish said nil (a new
+// user's trial: the re-driven events were never applied).
+func TestRedriveIsNotADuplicate(t *testing.T) {
+	_, js := connect(t)
+	stream := nats.StreamConfig{Prefix: streamPrefix(t, js)}
+	topic := "redrive." + watermill.NewShortUUID()
+	pub := newPublisher(t, nats.PublisherConfig{Stream: stream})
+	orig := eventMessage("a", 1)
+	if err := pub.Publish(topic, orig); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	redrive := orig.Copy()
+	redrive.Metadata.Set("outbox_dlq_at", "2026-12-03T10:20:00.123456789Z")
+	for range 2 {
+		if err := pub.Publish(topic, redrive); err != nil {
+			t.Fatalf("Publish the re-drive: %v", err)
+		}
+	}
+	s, err := js.Stream(context.Background(), nats.StreamName(stream.Prefix, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.CachedInfo().State.Msgs; n != 2 {
+		t.Errorf("stream holds %d messages, want 2 (the event, and its re-drive once)", n)
+	}
+}
+
 // TestTooLargeIsPermanent publishes a message above the server's
 // max_payload between two good ones: it fails permanently, the message of
 // the same aggregate after it is not sent, and the other aggregate's message

@@ -71,6 +71,31 @@ func TestPublishSameMessageTwice(t *testing.T) {
 	})
 }
 
+// TestRedriveIsNotADuplicate: a dead letter published again to its topic
+// (a re-drive: the same UUID, with runtime/consumer's outbox_dlq_at
+// metadata) is a new entry, though its event was published within
+// DedupWindow; the same re-drive again is not. It was dropped as a repeat
+// of the original publish (found with NATS by a new user's trial).
+func TestRedriveIsNotADuplicate(t *testing.T) {
+	client := connect(t)
+	topic := keyPrefix(t, client) + "redrive"
+	pub := newPublisher(t, redis.PublisherConfig{})
+	orig := eventMessage("a", 1)
+	if err := pub.Publish(topic, orig); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	redrive := orig.Copy()
+	redrive.Metadata.Set("outbox_dlq_at", "2026-12-03T10:20:00.123456789Z")
+	for range 2 {
+		if err := pub.Publish(topic, redrive); err != nil {
+			t.Fatalf("Publish the re-drive: %v", err)
+		}
+	}
+	if got := streamUUIDs(t, client, topic); !slices.Equal(got, []string{orig.UUID, orig.UUID}) {
+		t.Errorf("stream = %v, want [%s] twice: the event and its re-drive once", got, orig.UUID)
+	}
+}
+
 // TestDedupWindow: the dedup key expires after DedupWindow, and a later
 // write of the message is a second entry.
 func TestDedupWindow(t *testing.T) {

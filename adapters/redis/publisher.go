@@ -101,7 +101,10 @@ type PublisherConfig struct {
 	// added to a stream, so that a stale or repeated write of the message
 	// (see Deduplication) is dropped by Redis instead of appended again.
 	// A write that arrives later than this after the first one is a second
-	// entry, which consumers drop with the inbox. Negative disables
+	// entry, which consumers drop with the inbox. A message re-driven from
+	// a dead-letter topic (it carries runtime/consumer's outbox_dlq_at
+	// metadata) is remembered as "<uuid>/dlq/<that time>", so the re-drive
+	// is not dropped as a repeat of the publish it failed after. Negative disables
 	// deduplication: a plain XADD per message, as before. Positive values
 	// below a millisecond (the resolution of PX) are invalid.
 	//
@@ -312,7 +315,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			continue
 		}
 		scripts[i] = scriptArgs(p.window, args)
-		cmds[i] = addScript.EvalSha(ctx, pipe, []string{topic, keyPrefix + msg.UUID}, scripts[i]...)
+		cmds[i] = addScript.EvalSha(ctx, pipe, []string{topic, keyPrefix + publishing.DedupID(msg)}, scripts[i]...)
 	}
 	var execErr error
 	if pipe.Len() > 0 {
@@ -384,7 +387,7 @@ func (p *Publisher) resendNoScript(ctx context.Context, topic, keyPrefix string,
 	}
 	pipe := p.client.Pipeline()
 	for _, i := range again {
-		cmds[i] = addScript.EvalSha(ctx, pipe, []string{topic, keyPrefix + msgs[i].UUID}, scripts[i]...)
+		cmds[i] = addScript.EvalSha(ctx, pipe, []string{topic, keyPrefix + publishing.DedupID(msgs[i])}, scripts[i]...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		for _, i := range again {

@@ -120,7 +120,13 @@
 // metadata) plus [MetadataDeadLetterReason], [MetadataDeadLetterError],
 // [MetadataDeadLetterTopic] and friends through [Config.DeadLetterPublisher]
 // to [Config.DeadLetterTopic], then acks it, so one bad message never stalls
-// its partition. Re-driving it is a plain publish to the original topic.
+// its partition. Re-driving it is a plain publish to the original topic,
+// metadata and all: the NATS and Redis adapters, which drop a repeat of an
+// event id within their deduplication window, take a message carrying
+// [MetadataDeadLetterAt] for a new one (a second re-drive of the same dead
+// letter is still a repeat). SQS FIFO drops a repeat of the message UUID
+// for 5 minutes: re-drive there with a new UUID (the inbox goes by the
+// event_id metadata, which stays).
 // Without a dead-letter publisher, such messages are nacked and retried
 // forever: nothing is lost, but their partition waits.
 //

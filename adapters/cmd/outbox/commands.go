@@ -586,7 +586,12 @@ newer pending ones). Consumers with an inbox apply each event once.
 --from and --to take a row id (inclusive), an RFC 3339 time or an age (2h:
 two hours ago), compared with the rows' created_at (--from inclusive, --to
 exclusive). At least one is required. Pending and parked messages are left
-alone. The range turns pending in one statement: split ranges of millions.`,
+alone. The range turns pending in one statement: split ranges of millions.
+
+Brokers that deduplicate by event id drop a message they still hold within
+their window, and the relay counts it published: NATS JetStream
+(dedup_window, 10m by default), Redis (DedupWindow, 10m) and SQS FIFO (5m):
+replay after the window, or into a stream or queue created since.`,
 	}
 	c.run = func(e *env, args []string) error {
 		fs := newFlagSet(e, c)

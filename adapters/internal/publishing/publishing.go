@@ -69,3 +69,22 @@ func AggregateKey(msg *message.Message) string {
 	}
 	return typ + "\x00" + id
 }
+
+// DeadLetteredAt is the metadata key runtime/consumer sets on a message it
+// dead-letters, to when it did (consumer.MetadataDeadLetterAt; a test checks
+// the two agree).
+const DeadLetteredAt = "outbox_dlq_at"
+
+// DedupID returns the id under which a broker that deduplicates remembers
+// msg: its UUID (the event id), so that the relay's republish of an event
+// is dropped as a duplicate; but for a message that carries DeadLetteredAt
+// (dead-lettered, and now published again from the dead-letter topic to be
+// re-driven, or to the dead-letter topic itself) the UUID and that time,
+// so that the re-drive is not dropped as a duplicate of the publish that
+// failed, while a retried re-drive of the same dead letter still is.
+func DedupID(msg *message.Message) string {
+	if at := msg.Metadata.Get(DeadLetteredAt); at != "" {
+		return msg.UUID + "/dlq/" + at
+	}
+	return msg.UUID
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/consumer"
 )
 
 type key struct{}
@@ -78,5 +79,21 @@ func TestContextHasDeadline(t *testing.T) {
 	defer done()
 	if _, ok := ctx.Deadline(); !ok {
 		t.Error("no deadline: clients that set connection deadlines from it would wait forever")
+	}
+}
+
+// TestDeadLetteredAtIsTheConsumers: DedupID reads the key runtime/consumer
+// sets on a dead letter.
+func TestDeadLetteredAtIsTheConsumers(t *testing.T) {
+	if DeadLetteredAt != consumer.MetadataDeadLetterAt {
+		t.Fatalf("DeadLetteredAt = %q, consumer.MetadataDeadLetterAt = %q", DeadLetteredAt, consumer.MetadataDeadLetterAt)
+	}
+	msg := message.NewMessage("0197d1c2-5a8e-7c1b-9f3e-2d4b6a8c0e11", nil)
+	if got := DedupID(msg); got != msg.UUID {
+		t.Errorf("DedupID of an event = %q, want its UUID", got)
+	}
+	msg.Metadata.Set(consumer.MetadataDeadLetterAt, "2026-12-03T10:20:00Z")
+	if got, want := DedupID(msg), msg.UUID+"/dlq/2026-12-03T10:20:00Z"; got != want {
+		t.Errorf("DedupID of a dead letter = %q, want %q", got, want)
 	}
 }
