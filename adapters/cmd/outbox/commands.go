@@ -209,6 +209,9 @@ cron jobs and probes), after printing the status as usual.`,
 		if len(pos) > 0 {
 			return usagef("status takes no arguments (got %q)", pos)
 		}
+		if *failPending < -1 {
+			return &flagError{Flag: "--fail-if-pending", Value: strconv.FormatInt(*failPending, 10), Want: "a count, 0 or more"}
+		}
 		db, err := openDatabase(e.ctx, fs, sqlstore.StoreConfig{})
 		if err != nil {
 			return err
@@ -414,7 +417,7 @@ way to find one event); --aggregate-type and --aggregate-id; --topic;
 			return err
 		}
 		if q.State, err = sqlstore.ParseState(*state); err != nil {
-			return usageError{err.Error()}
+			return &flagError{Flag: "--state", Value: *state, Want: "pending, retrying, parked or published"}
 		}
 		if *eventID != "" {
 			if q.EventID, err = uuid.Parse(*eventID); err != nil {
@@ -626,6 +629,13 @@ replay after the window, or into a stream or queue created since.`,
 			if *b.t, err = parseInstant(b.val, now); err != nil {
 				return usagef("%s: %v", b.name, err)
 			}
+		}
+		if *from == "" && *to == "" {
+			return usagef("replay needs --from or --to (a row id, a time or an age)")
+		}
+		if r.FromID > 0 && r.ToID > 0 && r.FromID > r.ToID ||
+			!r.Since.IsZero() && !r.Until.IsZero() && !r.Since.Before(r.Until) {
+			return usagef("replay --from %s is not before --to %s", *from, *to)
 		}
 		if err := r.Validate(); err != nil {
 			return usageError{err.Error()}

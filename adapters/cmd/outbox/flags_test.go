@@ -59,6 +59,10 @@ func TestBadFlagValues(t *testing.T) {
 		{[]string{"janitor", "--once", "--published-age", "-1d"}, "--published-age", "-1d", "more than zero"},
 		{[]string{"status", "--fail-if-older", "soon"}, "--fail-if-older", "soon", "not a duration"},
 		{[]string{"migrate", "--partition-interval", "-1h"}, "--partition-interval", "-1h", "more than zero"},
+		// Found by a new user's trial: accepted, or named a Go field.
+		{[]string{"status", "--fail-if-pending", "-3"}, "--fail-if-pending", "-3", "0 or more"},
+		{[]string{"list", "--state", "weird"}, "--state", "weird", "pending, retrying, parked or published"},
+		{[]string{"relay", "--broker", "memory://", "--max-active-relays", "65"}, "--max-active-relays", "65", "from 1 to 64"},
 	} {
 		args := append(slices.Clone(tc.args), "--db", db)
 		err := runErr(t, args...)

@@ -231,8 +231,9 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"parked", "retry", "abc", "--db", "sqlite:x.db"}, 2, `"abc" is not a row id`},
 		{[]string{"purge", "--db", "sqlite:x.db"}, 2, "--published-before"},
 		{[]string{"purge", "--published-before", "yesterday", "--db", "sqlite:x.db"}, 2, "neither an RFC 3339 time"},
-		{[]string{"replay", "--db", "sqlite:x.db"}, 2, "needs an id or time bound"},
-		{[]string{"replay", "--from", "9", "--to", "3", "--db", "sqlite:x.db"}, 2, "after ToID"},
+		{[]string{"replay", "--db", "sqlite:x.db"}, 2, "replay needs --from or --to"},
+		{[]string{"replay", "--from", "9", "--to", "3", "--db", "sqlite:x.db"}, 2, "--from 9 is not before --to 3"},
+		{[]string{"replay", "--from", "1h", "--to", "2h", "--db", "sqlite:x.db"}, 2, "--from 1h is not before --to 2h"},
 		{[]string{"relay", "--db", "sqlite:x.db"}, 2, "no broker"},
 		{[]string{"status", "--fail-if-older", "soon", "--db", "sqlite:x.db"}, 2, "not a duration"},
 		// A zero age would mean the flag's default (7 days) or off: refused.

@@ -165,7 +165,7 @@ the relay until TCP gives up.`,
 		fs.durationVar(&scfg.MaxRetryDelay, "max-retry-delay", "the default, 30s", "cap the retry delay at this `duration` (default: 30s)")
 		cfg.ShutdownTimeout = 20 * time.Second
 		fs.durationVar(&cfg.ShutdownTimeout, "shutdown-timeout", "the default, 20s", "on a signal, finish the batch in flight within this `duration`")
-		fs.countVar(&scfg.MaxActiveRelays, "max-active-relays", 1, 0, "relays", "the default, 1",
+		fs.countVar(&scfg.MaxActiveRelays, "max-active-relays", 1, sqlstore.Shards, "relays", "the default, 1",
 			fmt.Sprintf("up to `N` relays on this outbox publish at once, the others standing by (default: 1; %d lets every relay take a share)", sqlstore.Shards))
 		fs.BoolVar(&scfg.DeletePublished, "delete-published", false, "delete a message once published instead of marking it: faster, but no replay and no deduplication of a re-saved published event (the consumers' inbox still applies it once)")
 		migrate := fs.Bool("migrate", false, "create the outbox table if it does not exist")

@@ -132,8 +132,8 @@ func TestRelayFlagValues(t *testing.T) {
 		{[]string{"--retry-delay", "10s", "--max-retry-delay", "5s"}, "--retry-delay", "10s", "at most --max-retry-delay (5s)"},
 		{[]string{"--shutdown-timeout", "-1s"}, "--shutdown-timeout", "-1s", "more than zero"},
 		{[]string{"--shutdown-timeout", "0s"}, "--shutdown-timeout", "0s", "more than zero"},
-		{[]string{"--max-active-relays", "-1"}, "--max-active-relays", "-1", "1 or more"},
-		{[]string{"--max-active-relays", "0"}, "--max-active-relays", "0", "1 or more"},
+		{[]string{"--max-active-relays", "-1"}, "--max-active-relays", "-1", "from 1 to 64"},
+		{[]string{"--max-active-relays", "0"}, "--max-active-relays", "0", "from 1 to 64"},
 		{[]string{"--max-backlog-age", "-1m"}, "--max-backlog-age", "-1m", "more than zero"},
 		{[]string{"--retention", "7d", "--retention-batch", "-1"}, "--retention-batch", "-1", "1 or more"},
 	} {
