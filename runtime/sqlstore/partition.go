@@ -44,8 +44,9 @@ type PartitionConfig struct {
 	// [Retention] and later migrations need not repeat the first
 	// migration's setting, or 24 hours ([DefaultPartitionInterval]) when
 	// there is none. A new Interval applies from the first interval that
-	// overlaps no existing partition; events in between go to the DEFAULT
-	// partition.
+	// overlaps no existing partition; the parts of the intervals before it
+	// that no existing partition covers get partitions of their own (the
+	// rest of the day, when a daily Interval follows hourly partitions).
 	Interval time.Duration
 
 	// Ahead is how many partitions after the current one are kept ready,
@@ -294,20 +295,47 @@ func (m partitionMaintenance) createAhead(ctx context.Context) (createdAhead, er
 	var errs []error
 	for k := 0; k <= m.cfg.Ahead; k++ {
 		from := first.Add(time.Duration(k) * step)
-		to := from.Add(step)
-		if slices.ContainsFunc(parts, func(p partition) bool { return p.ok && p.from.Before(to) && from.Before(p.to) }) {
-			continue
+		for _, gap := range uncovered(parts, from, from.Add(step)) {
+			moved, err := m.create(ctx, def, gap[0], gap[1])
+			if err != nil {
+				errs = append(errs, fmt.Errorf("create partition %s of %s for [%s, %s): %w",
+					partitionName(m.table, gap[0]), m.table, gap[0].Format(time.RFC3339), gap[1].Format(time.RFC3339), err))
+				continue
+			}
+			res.created++
+			res.moved += moved
 		}
-		moved, err := m.create(ctx, def, from, to)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("create partition %s of %s for [%s, %s): %w",
-				partitionName(m.table, from), m.table, from.Format(time.RFC3339), to.Format(time.RFC3339), err))
-			continue
-		}
-		res.created++
-		res.moved += moved
 	}
 	return res, errors.Join(errs...)
+}
+
+// uncovered returns the parts of [from, to) that no time partition of parts
+// covers, in order: the whole range when none overlaps it, and otherwise
+// the gaps between those that do. Partitions of another width (a changed
+// Interval) so leave no stretch of time to the DEFAULT partition: a day's
+// interval beside hourly partitions gets the rest of the day.
+func uncovered(parts []partition, from, to time.Time) [][2]time.Time {
+	var over []partition
+	for _, p := range parts {
+		if p.ok && p.from.Before(to) && from.Before(p.to) {
+			over = append(over, p)
+		}
+	}
+	slices.SortFunc(over, func(a, b partition) int { return a.from.Compare(b.from) })
+	var gaps [][2]time.Time
+	at := from
+	for _, p := range over {
+		if at.Before(p.from) {
+			gaps = append(gaps, [2]time.Time{at, p.from})
+		}
+		if p.to.After(at) {
+			at = p.to
+		}
+	}
+	if at.Before(to) {
+		gaps = append(gaps, [2]time.Time{at, to})
+	}
+	return gaps
 }
 
 // create creates the partition of [from, to) in one transaction. When the

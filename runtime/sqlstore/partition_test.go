@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -130,6 +131,38 @@ func TestMigratePartitionedOutbox(t *testing.T) {
 	for _, bad := range []sqlstore.PartitionConfig{{Interval: time.Second}, {Interval: time.Minute + time.Microsecond}, {Ahead: -1}} {
 		if err := sqlstore.MigratePartitionedOutbox(ctx, db, "", bad); err == nil {
 			t.Errorf("MigratePartitionedOutbox(%+v) accepted", bad)
+		}
+	}
+}
+
+// TestChangedIntervalLeavesNoGap: migrating an hourly-partitioned outbox
+// with a daily Interval covers every hour ahead with a time partition: the
+// rest of the day beside the hourly partitions gets one, not the DEFAULT
+// partition (a new user's trial: the daily partitions began the next day,
+// and retention, going by the newest partition's width, created no
+// hourly one, so the rest of the day's events went to DEFAULT).
+func TestChangedIntervalLeavesNoGap(t *testing.T) {
+	ctx := context.Background()
+	db := partitioned(t) // hourly, 2 ahead
+	if err := sqlstore.MigratePartitionedOutbox(ctx, db, "", sqlstore.PartitionConfig{Interval: 24 * time.Hour, Ahead: 2}); err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Now().UTC().Truncate(time.Hour)
+	rows := writeRows(make([]string, 48)...)
+	for h := range rows {
+		rows[h].Envelope.AggregateID = fmt.Sprint("agg-", h)
+		rows[h].Envelope.EventID = eventIDAt(hour.Add(time.Duration(h)*time.Hour + 30*time.Minute))
+	}
+	w, err := sqlstore.NewWriter(sqlstore.Postgres, "", sqlstore.WriterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(ctx, db, rows); err != nil {
+		t.Fatal(err)
+	}
+	for h, r := range rows {
+		if got := partitionOf(t, db, r.Envelope.EventID); got == "outbox_messages_default" {
+			t.Errorf("an event %dh ahead went to the DEFAULT partition; partitions: %v", h, partitionsOf(t, db))
 		}
 	}
 }
