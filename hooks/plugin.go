@@ -755,7 +755,8 @@ func (p *Plugin) writer(d sqlstore.Dialect) (*sqlstore.Writer, error) {
 	if w, ok := p.writers.Load(d); ok {
 		return w.(*sqlstore.Writer), nil
 	}
-	w, err := sqlstore.NewWriter(d, p.cfg.Table, sqlstore.WriterConfig{SkipOrderLocks: p.noOrderLocks})
+	// The plugin checks MaxEventBytes itself, with its own error.
+	w, err := sqlstore.NewWriter(d, p.cfg.Table, sqlstore.WriterConfig{SkipOrderLocks: p.noOrderLocks, MaxEventBytes: -1})
 	if err != nil {
 		return nil, err
 	}

@@ -200,7 +200,12 @@ func TestClaimsDoNotWaitForARenewal(t *testing.T) {
 			t.Parallel()
 			db := migrated(t, d)
 			writeEvents(t, db, d, "1", "2", "3")
-			const ttl = 2 * time.Second // renewals due every 400ms; in line 1s before the lease ends
+			// Renewals fall due every second; a claim renews in line once
+			// less than half the lease (5 s) is left, which a loaded
+			// machine's delays must not reach before the renewal stalls
+			// (with 2 s, a run under a load average of 11 renewed in line
+			// and stalled the claim itself).
+			const ttl = 10 * time.Second
 			s := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
 			ctx := context.Background()
 			claim := func(ctx context.Context) (relay.Batch, error) {

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -50,6 +51,33 @@ type WriterConfig struct {
 	// what the locks cost; leaving it false is what keeps each aggregate's
 	// ids in commit order. Default: false.
 	SkipOrderLocks bool
+
+	// MaxEventBytes is the largest event payload (its JSON) Write accepts:
+	// a Write with a larger one fails with an [*EventTooLargeError] and
+	// writes nothing, rather than leave the relay an event the broker
+	// refuses for good (it would be parked, holding its aggregate back).
+	// Keep it below the broker's message limit. Negative means no limit.
+	// Default: 1,000,000 ([DefaultMaxEventBytes]), as hooks.Config's.
+	MaxEventBytes int
+}
+
+// DefaultMaxEventBytes is the default of [WriterConfig.MaxEventBytes]:
+// under Kafka's default message limit with room for the headers.
+const DefaultMaxEventBytes = 1_000_000
+
+// EventTooLargeError is the error of a [Writer.Write] with an event
+// payload larger than [WriterConfig.MaxEventBytes]; nothing was written.
+type EventTooLargeError struct {
+	// EventType and EventID name the event.
+	EventType string
+	EventID   uuid.UUID
+	// Size is the payload's size and Limit the configured maximum, in bytes.
+	Size, Limit int
+}
+
+// Error names the event and both sizes.
+func (e *EventTooLargeError) Error() string {
+	return fmt.Sprintf("sqlstore: event %s (%s) is %d bytes, more than MaxEventBytes %d", e.EventType, e.EventID, e.Size, e.Limit)
 }
 
 // Writer inserts outbox rows into one table of one dialect, deduplicating
@@ -61,6 +89,7 @@ type Writer struct {
 	d          dialect
 	table      string
 	orderLocks bool
+	maxBytes   int         // MaxEventBytes; negative: no limit
 	wake       *writerWake // PostgreSQL: notifies a waiting relay; nil elsewhere
 }
 
@@ -77,7 +106,7 @@ func NewWriter(d Dialect, table string, cfg WriterConfig) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Writer{d: impl, table: table, orderLocks: !cfg.SkipOrderLocks}
+	w := &Writer{d: impl, table: table, orderLocks: !cfg.SkipOrderLocks, maxBytes: cmp.Or(cfg.MaxEventBytes, DefaultMaxEventBytes)}
 	if d == Postgres {
 		w.wake = newWriterWake(table)
 	}
@@ -85,7 +114,9 @@ func NewWriter(d Dialect, table string, cfg WriterConfig) (*Writer, error) {
 }
 
 // Write inserts rows through q, skipping event ids that already have a
-// row, and reports which ids it inserted. Pass the business transaction (a
+// row, and reports which ids it inserted. A payload larger than
+// [WriterConfig.MaxEventBytes] fails it with an [*EventTooLargeError]
+// before anything is written. Pass the business transaction (a
 // *sql.Tx, or a GORM statement's connection pool) so that the rows commit
 // with it.
 //
@@ -102,6 +133,13 @@ func NewWriter(d Dialect, table string, cfg WriterConfig) (*Writer, error) {
 func (w *Writer) Write(ctx context.Context, q Querier, rows []Row) (inserted map[uuid.UUID]bool, err error) {
 	if len(rows) == 0 {
 		return map[uuid.UUID]bool{}, nil
+	}
+	if w.maxBytes >= 0 {
+		for _, r := range rows {
+			if len(r.Envelope.Payload) > w.maxBytes {
+				return nil, &EventTooLargeError{EventType: r.Envelope.EventType, EventID: r.Envelope.EventID, Size: len(r.Envelope.Payload), Limit: w.maxBytes}
+			}
+		}
 	}
 	inserted, err = w.d.write(ctx, q, w.table, rows, w.orderLocks)
 	if err != nil || len(inserted) == 0 || w.wake == nil {

@@ -3,6 +3,9 @@ package sqlstore_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/gooutbox/outbox/runtime/relay"
@@ -98,6 +101,41 @@ func TestWriterNewAggregateRowsAreInsertedOnce(t *testing.T) {
 			}
 			if st := stats(t, db); st.Pending != 2 {
 				t.Errorf("pending = %d, want 2", st.Pending)
+			}
+		})
+	}
+}
+
+// TestWriterRefusesAnEventTooLarge: a payload above MaxEventBytes (1 MB by
+// default) fails the Write naming the event, and writes none of its rows
+// (a new user's trial wrote a 1.1 MB event, which the relay then parked,
+// holding its aggregate back); negative means no limit.
+func TestWriterRefusesAnEventTooLarge(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			db := migrated(t, d)
+			rows := writeRows("a", "b")
+			rows[1].Envelope.Payload = json.RawMessage(`{"event_version":1,"blob":"` + strings.Repeat("x", sqlstore.DefaultMaxEventBytes) + `"}`)
+			w, err := sqlstore.NewWriter(d, "", sqlstore.WriterConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = w.Write(ctx, db, rows)
+			var tl *sqlstore.EventTooLargeError
+			if !errors.As(err, &tl) || tl.EventID != rows[1].Envelope.EventID || tl.Limit != sqlstore.DefaultMaxEventBytes || tl.Size != len(rows[1].Envelope.Payload) {
+				t.Fatalf("Write of a %d-byte event = %v, want an *EventTooLargeError naming it", len(rows[1].Envelope.Payload), err)
+			}
+			var n int
+			if err := db.QueryRow(`SELECT count(*) FROM outbox_messages`).Scan(&n); err != nil || n != 0 {
+				t.Fatalf("rows after the refused Write: %d, %v; want 0", n, err)
+			}
+			unlimited, err := sqlstore.NewWriter(d, "", sqlstore.WriterConfig{MaxEventBytes: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := unlimited.Write(ctx, db, rows); err != nil {
+				t.Fatalf("Write with MaxEventBytes -1: %v", err)
 			}
 		})
 	}
