@@ -32,6 +32,7 @@
 //	| outbox_stats_up                          | gauge     |                                         | 1 when the last store query succeeded within Timeout; the four gauges above are absent when 0        |
 //	| outbox_inbox_messages                    | gauge     | consumer                                | entries in the consumer's inbox (applied events not pruned yet; counted at scrape time)             |
 //	| outbox_inbox_stats_up                    | gauge     | consumer                                | 1 when the last inbox count succeeded within Timeout                                                  |
+//	| outbox_relay_shards_held                 | gauge     |                                         | shards the relay holds, 0 standing by (Metrics.SetRelay; read at scrape time)                         |
 //	| outbox_relay_published_total             | counter   | topic, event_type                       | messages published (acknowledged by the broker) and handed to the store to mark                      |
 //	| outbox_relay_publish_failures_total      | counter   | topic, event_type, permanent            | messages not published, per attempt; permanent="true": parked                                        |
 //	| outbox_relay_store_errors_total          | counter   |                                         | relay rounds in which the store failed to claim or to mark                                            |

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,6 +165,16 @@ type Metrics struct {
 	inboxMu                                                        sync.Mutex
 	inboxes                                                        []*cached[int64]
 	inboxNames                                                     []string
+	shardsDesc                                                     *prometheus.Desc
+	relay                                                          atomic.Pointer[ShardHolder]
+}
+
+// ShardHolder tells how many of the outbox's shards a relay holds:
+// *relay.Relay implements it ([relay.Relay.ShardsHeld]).
+type ShardHolder interface {
+	// ShardsHeld is the count, or -1 when the relay is not running or its
+	// store does not divide the outbox.
+	ShardsHeld() int
 }
 
 // labelKey is a (topic, event type) pair.
@@ -223,6 +234,7 @@ func New(cfg Config) (*Metrics, error) {
 	m.statsUpDesc = prometheus.NewDesc("outbox_stats_up", "1 when the last store query for the outbox gauges succeeded within the timeout, 0 otherwise.", nil, cl)
 	m.inboxDesc = prometheus.NewDesc("outbox_inbox_messages", "Entries in a consumer's inbox (applied events not pruned yet), at the last count.", []string{"consumer"}, cl)
 	m.inboxUpDesc = prometheus.NewDesc("outbox_inbox_stats_up", "1 when the last count of a consumer's inbox succeeded within the timeout, 0 otherwise.", []string{"consumer"}, cl)
+	m.shardsDesc = prometheus.NewDesc("outbox_relay_shards_held", "Shards of the outbox this relay holds (0: standing by), at its last claim.", nil, cl)
 	if cfg.Store != nil {
 		m.stats = &cached[relay.Stats]{fetch: cfg.Store.Stats}
 	}
@@ -253,6 +265,19 @@ func (m *Metrics) AddInbox(in Inbox) error {
 	return nil
 }
 
+// SetRelay has m export r's shards as outbox_relay_shards_held (0 on a
+// relay standing by, every shard on the one that publishes by default),
+// read at each scrape and absent while r says -1. The relay is created
+// after m when m.ObserveBatch is its OnBatch, hence a setter; a second
+// call replaces the first.
+func (m *Metrics) SetRelay(r ShardHolder) error {
+	if r == nil {
+		return fmt.Errorf("%w: nil relay", ErrInvalidConfig)
+	}
+	m.relay.Store(&r)
+	return nil
+}
+
 // collectors are the metrics m updates as events happen.
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.published, m.failures, m.storeErrors, m.batchSize, m.publishTime, m.batchTime, m.lag, m.outcomes, m.handleDuration}
@@ -270,6 +295,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- m.inboxDesc // described even without inboxes: AddInbox may add some
 	ch <- m.inboxUpDesc
+	ch <- m.shardsDesc // SetRelay may come later
 }
 
 // Collect implements prometheus.Collector. It queries the store and the
@@ -278,6 +304,11 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.collectors() {
 		c.Collect(ch)
+	}
+	if r := m.relay.Load(); r != nil {
+		if n := (*r).ShardsHeld(); n >= 0 {
+			ch <- prometheus.MustNewConstMetric(m.shardsDesc, prometheus.GaugeValue, float64(n))
+		}
 	}
 	var wg sync.WaitGroup
 	if m.stats != nil {

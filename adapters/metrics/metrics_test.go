@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -424,6 +425,43 @@ func TestConfigValidate(t *testing.T) {
 	for _, cfg := range []metrics.Config{{CacheFor: -1}, {Timeout: -1}, {Inboxes: []metrics.Inbox{nil}}} {
 		if _, err := metrics.New(cfg); !errors.Is(err, metrics.ErrInvalidConfig) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+}
+
+// holder is a relay whose shard count the test sets.
+type holder struct{ n atomic.Int64 }
+
+func (h *holder) ShardsHeld() int { return int(h.n.Load()) }
+
+// TestShardsHeld: with SetRelay, a scrape reports the relay's shards as
+// outbox_relay_shards_held (0 standing by), and nothing while the relay
+// says -1 (not running); a nil relay is refused. An operator could not
+// tell which relay publishes (a new user's trial).
+func TestShardsHeld(t *testing.T) {
+	m, err := metrics.New(metrics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	if err := m.SetRelay(nil); !errors.Is(err, metrics.ErrInvalidConfig) {
+		t.Errorf("SetRelay(nil) = %v, want ErrInvalidConfig", err)
+	}
+	var h holder
+	h.n.Store(-1)
+	if err := m.SetRelay(&h); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int { n, _ := testutil.GatherAndCount(reg, "outbox_relay_shards_held"); return n }
+	if n := count(); n != 0 {
+		t.Errorf("%d outbox_relay_shards_held samples while the relay is not running, want 0", n)
+	}
+	for _, want := range []int64{0, 64} {
+		h.n.Store(want)
+		exp := fmt.Sprintf("# HELP outbox_relay_shards_held Shards of the outbox this relay holds (0: standing by), at its last claim.\n# TYPE outbox_relay_shards_held gauge\noutbox_relay_shards_held %d\n", want)
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(exp), "outbox_relay_shards_held"); err != nil {
+			t.Errorf("holding %d: %v", want, err)
 		}
 	}
 }

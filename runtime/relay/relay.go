@@ -70,6 +70,9 @@ type Relay struct {
 	// progress is the end of Run's last round that did not fail as a
 	// whole, in Unix nanoseconds (0: none yet); see LastProgress.
 	progress atomic.Int64
+	// held is how many shards Run's owner held at its last claim, -1 when
+	// not running or the store does not say; see ShardsHeld.
+	held atomic.Int64
 }
 
 // New returns a relay that claims messages from store and publishes them with
@@ -116,6 +119,7 @@ func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 		running:       make(chan struct{}),
 	}
 	r.poll.Store(int64(cfg.PollInterval))
+	r.held.Store(-1)
 	if notifier != nil {
 		r.waker, _ = store.(WakeRequester)
 		r.notifying.Store(true)
@@ -213,11 +217,14 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 	shards, _ := r.store.(shardHolder)
 	held := 0 // shards the store said this Run holds, when it tells
+	defer r.held.Store(-1)
 	for first := true; ctx.Err() == nil; first = false {
 		res, rd := r.batch(ctx, owner, next, marking)
 		next, marking = rd.next, rd.marking
 		if shards != nil {
-			if n := shards.HeldShards(owner); n != held {
+			n := shards.HeldShards(owner)
+			r.held.Store(int64(n))
+			if n != held {
 				r.log.Info("relay: shards held", attrOwner, owner, attrShards, n, attrWas, held)
 				held = n
 			} else if first && n == 0 && res.Err == nil {
@@ -356,6 +363,14 @@ func (r *Relay) Notify() {
 func (r *Relay) Running() <-chan struct{} {
 	return r.running
 }
+
+// ShardsHeld returns how many of the outbox's shards the running relay
+// held at its last claim, when its store divides the outbox among relays
+// (sqlstore.Store: 0 for a relay standing by, all of them for the active
+// one by default), and -1 when the relay is not running or its store does
+// not say. adapters/metrics exports it as outbox_relay_shards_held, so that
+// an operator can tell which relay publishes.
+func (r *Relay) ShardsHeld() int { return int(r.held.Load()) }
 
 // LastProgress returns when [Relay.Run] last ended a round that did not
 // fail as a whole: a claim that found nothing to do, or a batch the store

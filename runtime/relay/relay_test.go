@@ -562,7 +562,7 @@ func (s *shardStore) HeldShards(string) int { return int(s.held.Load()) }
 
 // TestShardChangesAreLogged: a relay logs at INFO each change in the
 // shards it holds (a standby taking over, a lease lost), and nothing while
-// they stay the same.
+// they stay the same; ShardsHeld tells the count (-1 before Run).
 func TestShardChangesAreLogged(t *testing.T) {
 	claims := make(chan int, 1000)
 	store := &shardStore{testStore: &testStore{Store: &runtimetest.MemoryStore{}, claims: claims}}
@@ -570,6 +570,9 @@ func TestShardChangesAreLogged(t *testing.T) {
 	r, err := relay.New(store, &fakePublisher{}, relay.Config{PollInterval: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := r.ShardsHeld(); n != -1 {
+		t.Errorf("ShardsHeld() before Run = %d, want -1", n)
 	}
 	start(t, context.Background(), r)
 	lines := func() int { return strings.Count(logs.String(), `msg="relay: shards held"`) }
@@ -600,6 +603,9 @@ func TestShardChangesAreLogged(t *testing.T) {
 	}
 	store.held.Store(64)
 	waitLines(1, "shards=64 was=0")
+	if n := r.ShardsHeld(); n != 64 {
+		t.Errorf("ShardsHeld() = %d, want 64", n)
+	}
 	for range 3 {
 		receive(t, claims)
 	}

@@ -270,6 +270,11 @@ the relay until TCP gives up.`,
 		if err != nil {
 			return usageError{err.Error()}
 		}
+		if m != nil {
+			if err := m.SetRelay(r); err != nil {
+				return err
+			}
+		}
 		if mon != nil {
 			if err := mon.serve(m, r, db, maxBacklog); err != nil {
 				return err

@@ -75,6 +75,9 @@ func run(ctx context.Context, db *sql.DB, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
+	if err := m.SetRelay(rl); err != nil { // outbox_relay_shards_held
+		return err
+	}
 	// A consumer adds consumer.Config{OnOutcome: m.Consumer("billing")},
 	// then m.AddInbox(c) for outbox_inbox_messages.
 
