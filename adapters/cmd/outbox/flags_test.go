@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -15,6 +16,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // runErr runs the command line args and returns the error its command
@@ -224,6 +228,43 @@ func TestMissingTableHintText(t *testing.T) {
 		}
 		if got := e.flags.missingTableHint(errors.New(tc.err)); got != tc.want {
 			t.Errorf("missingTableHint(%q) with flags %q = %q, want %q", tc.err, tc.args, got, tc.want)
+		}
+	}
+}
+
+// TestJanitorInboxOnly: a consumer's database holding only its inbox is
+// pruned with --inbox-only (a new user's trial had no way: the janitor
+// always wanted the outbox table there too); --inbox-only needs
+// --inbox-retention and takes no --published-age.
+func TestJanitorInboxOnly(t *testing.T) {
+	url := "sqlite:" + filepath.Join(t.TempDir(), "billing.db")
+	driver, dsn, _, err := parseDatabaseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := sqlstore.MigrateInbox(context.Background(), db, sqlstore.SQLite, ""); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-48 * time.Hour).UTC()
+	if _, err := db.Exec(`INSERT INTO outbox_inbox (consumer, event_id, event_type, processed_at) VALUES ('billing', ?, 't', ?), ('billing', ?, 't', ?)`,
+		uuid.NewString(), old, uuid.NewString(), time.Now().UTC()); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCmd(t, nil, "janitor", "--once", "--inbox-only", "--inbox-retention", "1d", "--db", url)
+	if code != 0 || !strings.Contains(stdout, "deleted 0 published rows and 1 inbox markers") {
+		t.Errorf("janitor --inbox-only: exit %d, stdout %q, stderr %q; want 1 inbox marker deleted", code, stdout, stderr)
+	}
+	for _, args := range [][]string{
+		{"janitor", "--once", "--inbox-only", "--db", url},
+		{"janitor", "--once", "--inbox-only", "--inbox-retention", "1d", "--published-age", "7d", "--db", url},
+	} {
+		if code, _, stderr := runCmd(t, nil, args...); code != 2 || !strings.Contains(stderr, "--inbox-only") {
+			t.Errorf("outbox %s: exit %d, stderr %q; want a usage error naming --inbox-only", strings.Join(args, " "), code, stderr)
 		}
 	}
 }

@@ -417,12 +417,14 @@ func stoppedOr(e *env, log *slog.Logger, err error) error {
 
 func janitorCommand() *command {
 	c := &command{
-		name: "janitor", args: "[--published-age 7d] [--inbox-retention 7d] [--once]",
+		name: "janitor", args: "[--published-age 7d] [--inbox-retention 7d] [--inbox-only] [--once]",
 		summary: "delete old published messages (and inbox markers) on a schedule",
 		help: `Deletes published messages older than --published-age (and, with
 --inbox-retention, inbox markers older than that age) every
 --retention-interval, until SIGINT or SIGTERM; with --once, one pass, then it
-prints what it deleted and exits.
+prints what it deleted and exits. A consumer whose inbox lives on a database
+of its own, without the outbox: --inbox-only --inbox-retention 7d, with --db
+naming that database.
 
 Each batch is its own short transaction that waits for no row lock:
 PostgreSQL deletes "WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)" and
@@ -437,6 +439,7 @@ are never deleted.`,
 		var rf retentionFlags
 		rf.register(fs, "published-age", "the default, 7d", "delete published messages older than `age` (default: 7d)")
 		once := fs.Bool("once", false, "run one pass and exit")
+		inboxOnly := fs.Bool("inbox-only", false, "prune only the inbox markers (--inbox-retention), on a consumer's database without the outbox")
 		verbose := fs.Bool("v", false, "debug logs")
 		pos, err := fs.parse(args)
 		if err != nil {
@@ -445,7 +448,14 @@ are never deleted.`,
 		if len(pos) > 0 {
 			return usagef("janitor takes flags, no arguments (got %q)", pos)
 		}
-		rf.published = cmp.Or(rf.published, sqlstore.DefaultRetentionAge)
+		switch {
+		case *inboxOnly && rf.inbox == 0:
+			return usagef("janitor --inbox-only needs --inbox-retention")
+		case *inboxOnly && rf.published > 0:
+			return usagef("janitor --inbox-only deletes no published messages: leave --published-age out")
+		case !*inboxOnly:
+			rf.published = cmp.Or(rf.published, sqlstore.DefaultRetentionAge)
+		}
 		log := logger(e, fs, *verbose)
 		db, err := openDatabase(e.ctx, fs, sqlstore.StoreConfig{})
 		if err != nil {
