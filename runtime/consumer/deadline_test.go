@@ -7,6 +7,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +94,10 @@ func TestHandlerBlockingPastTxTimeoutIsRetriedNotDeadLettered(t *testing.T) {
 					var ie *consumer.InboxError
 					if !errors.As(err, &ie) || !errors.Is(err, consumer.ErrTxTimeout) || r.Reason != consumer.ReasonInbox {
 						t.Errorf("handler = %v (reason %q), want an InboxError wrapping ErrTxTimeout (reason inbox)", err, r.Reason)
+					} else if msg := ie.Error(); strings.Count(msg, "consumer: inbox") != 1 {
+						// It read "consumer: inbox: consumer: inbox transaction
+						// timed out" (a new user's trial).
+						t.Errorf("InboxError %q says consumer: inbox more than once", msg)
 					}
 				} else if err != nil {
 					t.Errorf("handler = %v", err)

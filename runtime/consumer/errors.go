@@ -3,6 +3,7 @@ package consumer
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrInvalidConfig is wrapped by the errors [Config.Validate] and [New]
@@ -91,7 +92,13 @@ type InboxError struct {
 }
 
 // Error returns the database error with the package prefix.
-func (e *InboxError) Error() string { return fmt.Sprintf("consumer: inbox: %v", e.Err) }
+func (e *InboxError) Error() string {
+	msg := e.Err.Error()
+	if strings.HasPrefix(msg, "consumer: inbox") { // ErrTxTimeout says it already
+		return msg
+	}
+	return "consumer: inbox: " + msg
+}
 
 // Unwrap returns Err.
 func (e *InboxError) Unwrap() error { return e.Err }
