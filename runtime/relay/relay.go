@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -723,17 +724,14 @@ func (r *Relay) logFailure(res BatchResult, attempt int, wait time.Duration) {
 			append([]any{errAttr(res.Err), attrClaimed, res.Claimed, attrPublished, res.Published}, attrs...)...)
 		return
 	}
-	type key struct{ err string }
-	seen := map[key]bool{}
+	// One line per distinct error, the message's own id left out: an
+	// adapter that names each message in its error ("publish message <id>
+	// ...: EOF") failing a whole batch is one failure, not five lines.
+	seen := map[string]bool{}
 	for _, f := range res.Failures {
 		if errors.Is(f.Err, errEarlierFailed) {
 			continue
 		}
-		k := key{f.Err.Error()}
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
 		var m runtime.OutboxMessage
 		for _, c := range res.Messages {
 			if c.ID == f.ID {
@@ -741,6 +739,14 @@ func (r *Relay) logFailure(res BatchResult, attempt int, wait time.Duration) {
 				break
 			}
 		}
+		k := f.Err.Error()
+		if m.EventID != (uuid.UUID{}) {
+			k = strings.ReplaceAll(k, m.EventID.String(), "")
+		}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
 		r.log.Warn("relay: publish failed",
 			append([]any{
 				attrOutboxID, f.ID,

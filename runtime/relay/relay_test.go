@@ -1609,3 +1609,39 @@ func TestRunWarnsOfAPublisherThatAcknowledgesPastAFailure(t *testing.T) {
 	batches.untilCount(t, 1)
 	logs.contains(t, `level=WARN msg="relay: the publisher acknowledged a message after an earlier message of its aggregate failed in the same call; that aggregate is out of order on the broker" outbox_id=3 topic=a`)
 }
+
+// TestFailuresNamingTheirMessageLogOnce: a publisher that fails every
+// message of a batch with an error naming the message (as adapters do:
+// "publish message <id> to topic ...: EOF") logs one "publish failed" line
+// per round, not one per message up to five (a new user's trial read five
+// lines of messages=1000 as five thousand failures).
+func TestFailuresNamingTheirMessageLogOnce(t *testing.T) {
+	mem := &runtimetest.MemoryStore{}
+	mem.Add(newMessage(1, "orders"), newMessage(2, "orders"), newMessage(3, "orders"))
+	claims := make(chan int, 100)
+	store := &testStore{Store: mem, claims: claims}
+	pub := &fakePublisher{fn: func(topic string, msgs []*message.Message) error {
+		errs := make(runtime.PublishErrors, len(msgs))
+		for i, m := range msgs {
+			errs[i] = fmt.Errorf("publish message %s to topic %q: EOF", m.UUID, topic)
+		}
+		return errs
+	}}
+	var logs logBuffer
+	r, err := relay.New(store, pub, relay.Config{PollInterval: never, MinBackoff: never, Logger: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	receive(t, claims)
+	deadline := time.Now().Add(waitTimeout)
+	for !strings.Contains(logs.String(), "publish failed") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no publish failed line:\n%s", logs.String())
+		}
+		time.Sleep(time.Millisecond) // polling the log
+	}
+	if n := strings.Count(logs.String(), `msg="relay: publish failed"`); n != 1 {
+		t.Errorf("%d publish failed lines for one round failing 3 messages alike, want 1:\n%s", n, logs.String())
+	}
+}
