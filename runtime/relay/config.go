@@ -22,6 +22,7 @@ const (
 	DefaultPublishConcurrency   = 4
 	DefaultActivePollInterval   = 5 * time.Millisecond
 	DefaultActivePeriod         = 100 * time.Millisecond
+	DefaultHandOverAfter        = 15 * time.Second
 )
 
 // Config tunes a [Relay]. The zero value is valid: every zero field means its
@@ -108,6 +109,23 @@ type Config struct {
 	// the batch is published again later, possibly twice.
 	// Default: 10s ([DefaultShutdownTimeout]).
 	ShutdownTimeout time.Duration
+
+	// HandOverAfter is how long a relay whose store divides the outbox
+	// among relays ([HandOverer]: sqlstore.Store) goes on while nothing it
+	// claims can be published because the broker fails, before it hands
+	// its shards over to the other relays alive and stands aside, claiming
+	// nothing, for HandOverAfter. A relay cut off from the broker alone
+	// then holds its aggregates back for about HandOverAfter, not for as
+	// long as the cut lasts. The time counts from the start of the first
+	// round that failed as a whole, and it restarts once a round publishes
+	// a message. A relay with no other relay alive keeps its shards. Each
+	// hand-over within one streak of failures doubles the wait before the
+	// next (up to 8 times HandOverAfter), so that relays that all fail (the
+	// broker is down) pass the shards around ever more slowly.
+	// Default: 15s ([DefaultHandOverAfter]), as sqlstore's default
+	// LeaseTTL: about as long as relays wait for a crashed one. Negative
+	// turns hand-overs off.
+	HandOverAfter time.Duration
 
 	// Logger receives the relay's logs: Warn for failures the relay
 	// handles itself (a failed claim or publish it retries, a lost
@@ -218,9 +236,12 @@ func (c *Config) setDefaults(notifier bool) {
 	if c.PublishConcurrency == 0 {
 		c.PublishConcurrency = DefaultPublishConcurrency
 	}
+	if c.HandOverAfter == 0 {
+		c.HandOverAfter = DefaultHandOverAfter
+	}
 }
 
-// Validate reports whether c is usable: no field is negative, MinBackoff is
+// Validate reports whether c is usable: no field but HandOverAfter is negative, MinBackoff is
 // not greater than MaxBackoff when both are set, and CloudEvents, when set,
 // passes [runtime.CloudEvents.Validate]. The error wraps
 // [ErrInvalidConfig] and names the field. Zero fields are valid (they mean

@@ -35,6 +35,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative MaxBatchBytes", relay.Config{MaxBatchBytes: -1}, true},
 		{"negative StoreTimeout", relay.Config{StoreTimeout: -time.Second}, true},
 		{"negative PublishTimeout", relay.Config{PublishTimeout: -time.Second}, true},
+		{"negative HandOverAfter turns hand-overs off", relay.Config{HandOverAfter: -time.Second}, false},
 		{"negative PublishConcurrency", relay.Config{PublishConcurrency: -1}, true},
 		{"MinBackoff above MaxBackoff", relay.Config{MinBackoff: 2 * time.Second, MaxBackoff: time.Second}, true},
 	}
@@ -69,6 +70,7 @@ func TestNewDefaults(t *testing.T) {
 		c.PublishConcurrency = 4
 		c.ShutdownTimeout = 10 * time.Second
 		c.ActivePeriod = 100 * time.Millisecond
+		c.HandOverAfter = 15 * time.Second
 		if c.ActivePollInterval == 0 {
 			c.ActivePollInterval = 5 * time.Millisecond
 		}
@@ -77,7 +79,7 @@ func TestNewDefaults(t *testing.T) {
 	allSet := relay.Config{
 		BatchSize: 7, MaxBatchBytes: 1 << 10, StoreTimeout: time.Second, PublishTimeout: 2 * time.Second, PublishConcurrency: 3,
 		PollInterval: time.Minute, MinBackoff: time.Second, MaxBackoff: time.Hour, ShutdownTimeout: time.Minute,
-		ActivePollInterval: time.Millisecond, ActivePeriod: time.Second,
+		ActivePollInterval: time.Millisecond, ActivePeriod: time.Second, HandOverAfter: -1,
 	}
 	tests := []struct {
 		name     string

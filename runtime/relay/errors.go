@@ -13,7 +13,7 @@ var ErrInvalidConfig = errors.New("relay: invalid config")
 
 // errPublishDeadline is the cause of the context a batch is published with
 // when its lease ([Batch.Deadline]) or [Config.PublishTimeout] runs out.
-var errPublishDeadline = errors.New("relay: publish deadline exceeded (lease or PublishTimeout)")
+var errPublishDeadline = errors.New("relay: publish deadline exceeded (lease, PublishTimeout or HandOverAfter)")
 
 // errShutdownTimeout is the cause of the context handed to the store and the
 // publisher when [Config.ShutdownTimeout] expires during shutdown.

@@ -38,6 +38,8 @@ const (
 	attrShutdownTimeout = "shutdown_timeout"
 	attrPermanent       = "permanent"
 	attrOwner           = "owner"
+	attrFor             = "for"
+	attrStandAside      = "stand_aside"
 )
 
 // Relay moves messages from a [Store] to a Watermill message.Publisher:
@@ -218,9 +220,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 	shards, _ := r.store.(shardHolder)
 	held := 0 // shards the store said this Run holds, when it tells
+	var cut brokerOutage
 	defer r.held.Store(-1)
 	for first := true; ctx.Err() == nil; first = false {
-		res, rd := r.batch(ctx, owner, next, marking)
+		res, rd := r.batch(ctx, owner, next, marking, r.handOverAt(cut))
 		next, marking = rd.next, rd.marking
 		if shards != nil {
 			n := shards.HeldShards(owner)
@@ -257,11 +260,27 @@ func (r *Relay) Run(ctx context.Context) error {
 			// database is down. Back off.
 			failures++
 			next = nil // claimed before the backoff: claim afresh after it
+			if res.Err == nil && cut.since.IsZero() {
+				cut.since = time.Now().Add(-res.Duration)
+			}
 			var wait time.Duration
 			if ctx.Err() == nil {
 				wait = r.backoff(failures)
 			}
 			r.logFailure(res, failures, wait)
+			if res.Err == nil && ctx.Err() == nil && cut.due(time.Now(), r.cfg.HandOverAfter) {
+				if err := r.settle(marking); err != nil {
+					r.log.Warn("relay: the last batch's mark failed; its messages will be published again", errAttr(err))
+				}
+				marking = nil
+				if r.handOver(ctx, owner, &cut) {
+					held = 0
+					if !r.standAside(ctx, r.cfg.HandOverAfter) {
+						return nil
+					}
+					continue
+				}
+			}
 			if wait == 0 || !backoff.Sleep(ctx, wait) {
 				return nil
 			}
@@ -279,6 +298,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		if rd.marking == nil {
 			r.progress.Store(time.Now().UnixNano())
+		}
+		if res.Published > 0 {
+			cut = brokerOutage{} // the broker takes this relay's messages
 		}
 		if res.Claimed > 0 {
 			r.log.Debug("relay: batch published",
@@ -314,6 +336,90 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// brokerOutage is a streak of rounds of which nothing could be published because
+// the broker failed (see [failedWhole]), for [Config.HandOverAfter].
+type brokerOutage struct {
+	// since is when the streak's first round, or its first round since the
+	// last hand-over, began; zero when no round failed so.
+	since time.Time
+	// handOvers counts the streak's hand-overs: each doubles the wait
+	// before the next, up to 8 times HandOverAfter.
+	handOvers int
+}
+
+// due reports whether the streak has lasted long enough, at now, for a
+// hand-over after the given HandOverAfter (negative: never).
+func (o *brokerOutage) due(now time.Time, after time.Duration) bool {
+	return after > 0 && !o.since.IsZero() && !now.Before(o.at(after))
+}
+
+// at is when the streak is due for a hand-over after HandOverAfter, zero
+// when no round failed so.
+func (o *brokerOutage) at(after time.Duration) time.Time {
+	if o.since.IsZero() {
+		return time.Time{}
+	}
+	return o.since.Add(after << min(o.handOvers, 3))
+}
+
+// handOverAt is when a round's publish must end for the hand-over of cut
+// to come on time: zero when no hand-over is due (hand-overs are off, the
+// store cannot hand over, or nothing failed).
+func (r *Relay) handOverAt(cut brokerOutage) time.Time {
+	if _, ok := r.store.(HandOverer); !ok || r.cfg.HandOverAfter <= 0 {
+		return time.Time{}
+	}
+	return cut.at(r.cfg.HandOverAfter)
+}
+
+// handOver asks a [HandOverer] store to hand the owner's shards over to
+// the other relays alive, and reports whether it did. Either way the wait
+// before the next attempt starts again: with no other relay alive, it asks
+// again once the streak has gone on as long again.
+func (r *Relay) handOver(ctx context.Context, owner string, cut *brokerOutage) bool {
+	h, ok := r.store.(HandOverer)
+	if !ok {
+		return false
+	}
+	lasted := time.Since(cut.since).Round(time.Millisecond)
+	hctx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
+	done, err := h.HandOver(hctx, owner)
+	cancel()
+	cut.since = time.Time{}
+	switch {
+	case err != nil:
+		r.log.Warn("relay: hand-over failed; keeping the shards", attrOwner, owner, errAttr(err))
+		return false
+	case !done:
+		r.log.Warn("relay: nothing published for a while, and no other relay is alive to take the shards over; keeping them",
+			attrOwner, owner, attrFor, lasted)
+		return false
+	}
+	cut.handOvers++
+	r.held.Store(0)
+	r.log.Warn("relay: handed its shards over to the other relays: nothing it claimed could be published",
+		attrOwner, owner, attrFor, lasted, attrStandAside, r.cfg.HandOverAfter)
+	return true
+}
+
+// standAside waits d without claiming, as a relay that handed its shards
+// over does, and reports whether ctx is still live. The wait counts as
+// progress (see [Relay.LastProgress]): the relay is not stuck, it leaves
+// the outbox to others.
+func (r *Relay) standAside(ctx context.Context, d time.Duration) bool {
+	end := time.Now().Add(d)
+	for {
+		r.progress.Store(time.Now().UnixNano())
+		left := time.Until(end)
+		if left <= 0 {
+			return true
+		}
+		if !backoff.Sleep(ctx, min(left, time.Duration(r.poll.Load()))) {
+			return false
+		}
+	}
 }
 
 // requestWake asks the store to wake the relay's owner, and reports
@@ -447,7 +553,7 @@ func (c *aheadBatch) take(now time.Time) (Batch, bool) {
 // what happened, and the rest of the round in rd; a batch marked in the
 // background is reported to OnBatch by the round after, once its mark has
 // ended.
-func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *pendingMark) (res BatchResult, rd round) {
+func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *pendingMark, handOverAt time.Time) (res BatchResult, rd round) {
 	batchCtx, done := r.batchContext(ctx)
 	defer done()
 	start := time.Now()
@@ -506,6 +612,11 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 	deadline := time.Now().Add(r.cfg.PublishTimeout)
 	if !b.Deadline.IsZero() && b.Deadline.Before(deadline) {
 		deadline = b.Deadline
+	}
+	if !handOverAt.IsZero() && handOverAt.Before(deadline) {
+		// Publishing has failed since the streak began: a publish that
+		// hangs (a connection cut off) must not put the hand-over off.
+		deadline = handOverAt
 	}
 	pubCtx, cancel := context.WithDeadlineCause(batchCtx, deadline, errPublishDeadline)
 	pubStart := time.Now()

@@ -133,6 +133,21 @@ type Releaser interface {
 	Release(ctx context.Context, owner string) error
 }
 
+// HandOverer is implemented by stores that divide the outbox among relays
+// (sqlstore.Store). A relay that publishes nothing for
+// [Config.HandOverAfter] because its broker fails (it is cut off from the
+// broker, say, while other relays are not) calls HandOver, so that relays
+// that can publish take its share over instead of waiting behind it:
+// leases are renewed by every claim, so they never expire while the relay
+// runs and claims.
+type HandOverer interface {
+	// HandOver gives owner's shards back and unregisters it, as
+	// [Releaser.Release] does, when another relay is alive to take them
+	// over, and reports whether it did. With no other relay alive it
+	// changes nothing and reports false: the owner keeps its shards.
+	HandOver(ctx context.Context, owner string) (bool, error)
+}
+
 // shardHolder is implemented by stores that divide the outbox among relays
 // (sqlstore.Store): HeldShards is how many shards owner holds now. Run logs
 // each change at INFO ("relay: shards held"), so that a takeover, a lease

@@ -232,6 +232,8 @@ type leaseOps interface {
 	register(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration) error
 	// alive counts the relays alive.
 	alive(ctx context.Context, tx *sql.Tx, now time.Time) (int, error)
+	// othersAlive counts the relays alive other than owner.
+	othersAlive(ctx context.Context, q Querier, owner string, now time.Time) (int, error)
 	// renew extends owner's leases to now + ttl and returns their shards.
 	renew(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration) ([]int16, error)
 	// release gives back owner's shards: all of them when shards is nil.
@@ -344,11 +346,12 @@ func updateFencedIn(ctx context.Context, db *sql.DB, t storeTables, owner, set s
 
 // returningLeases is the lease bookkeeping of the databases that have
 // UPDATE ... RETURNING: one statement per step. The statements' arguments:
-// register (until..., owner), alive (now...), renew (until..., owner),
+// register (until..., owner), alive (now...), others (now..., owner),
+// renew (until..., owner),
 // release (owner), acquire (until..., owner, now..., count), holders
 // (now..., owner), free (now...), forget (now...).
 type returningLeases struct {
-	registerQ, aliveQ, renewQ, releaseQ, acquireQ, holdersQ, freeQ, forgetQ, unregisterQ string
+	registerQ, aliveQ, othersQ, renewQ, releaseQ, acquireQ, holdersQ, freeQ, forgetQ, unregisterQ string
 	// clock returns the now and now-plus-ttl arguments: none and the ttl
 	// in microseconds on a database that uses its own clock.
 	clock func(now time.Time, ttl time.Duration) (nowArgs, untilArgs []any)
@@ -364,6 +367,13 @@ func (l returningLeases) alive(ctx context.Context, tx *sql.Tx, now time.Time) (
 	n, _ := l.clock(now, 0)
 	var alive int
 	err := tx.QueryRowContext(ctx, l.aliveQ, n...).Scan(&alive)
+	return alive, err
+}
+
+func (l returningLeases) othersAlive(ctx context.Context, q Querier, owner string, now time.Time) (int, error) {
+	n, _ := l.clock(now, 0)
+	var alive int
+	err := q.QueryRowContext(ctx, l.othersQ, append(n, owner)...).Scan(&alive)
 	return alive, err
 }
 

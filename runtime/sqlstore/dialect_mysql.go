@@ -221,6 +221,12 @@ func (l mysqlLeases) alive(ctx context.Context, tx *sql.Tx, _ time.Time) (int, e
 	return n, err
 }
 
+func (l mysqlLeases) othersAlive(ctx context.Context, q Querier, owner string, _ time.Time) (int, error) {
+	var n int
+	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+l.t.relays+` WHERE expires_at > UTC_TIMESTAMP(6) AND owner <> ?`, owner).Scan(&n)
+	return n, err
+}
+
 func (l mysqlLeases) renew(ctx context.Context, tx *sql.Tx, owner string, _ time.Time, ttl time.Duration) ([]int16, error) {
 	if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.leases+` SET expires_at = `+mysqlUntil+` WHERE owner = ?`, ttl.Microseconds(), owner); err != nil {
 		return nil, err

@@ -242,6 +242,7 @@ func (postgresDialect) leases(t storeTables) leaseOps {
 		registerQ: `INSERT INTO ` + t.relays + ` (owner, expires_at) VALUES ($2, ` + until + `)
 			ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at`,
 		aliveQ:   `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now()`,
+		othersQ:  `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now() AND owner <> $1`,
 		renewQ:   `UPDATE ` + t.leases + ` SET expires_at = ` + until + ` WHERE owner = $2 RETURNING shard`,
 		releaseQ: `UPDATE ` + t.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = $1`,
 		acquireQ: `UPDATE ` + t.leases + ` SET owner = $2, expires_at = ` + until + `

@@ -89,6 +89,7 @@ func (sqliteDialect) leases(t storeTables) leaseOps {
 		registerQ: `INSERT INTO ` + t.relays + ` (owner, expires_at) VALUES (?2, ?1)
 			ON CONFLICT (owner) DO UPDATE SET expires_at = excluded.expires_at`,
 		aliveQ:   `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > ?`,
+		othersQ:  `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > ?1 AND owner <> ?2`,
 		renewQ:   `UPDATE ` + t.leases + ` SET expires_at = ?1 WHERE owner = ?2 RETURNING shard`,
 		releaseQ: `UPDATE ` + t.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = ?`,
 		acquireQ: `UPDATE ` + t.leases + ` SET owner = ?2, expires_at = ?1

@@ -468,3 +468,52 @@ func TestStandbyRelayListensOnlyOnceActive(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestHandOverNeedsAnotherRelayAlive: HandOver (a relay cut off from its
+// broker) keeps the shards while no other relay is alive, and otherwise
+// gives them back: the standby takes all of them within a few of its
+// looks, and the relay that handed over, claiming again, stands by.
+func TestHandOverNeedsAnotherRelayAlive(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			db, store, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{MaxActiveRelays: 1})
+			if b := claim("a"); len(b.Messages) != 1 {
+				t.Fatalf("first relay's claim: %d messages, want 1", len(b.Messages))
+			}
+			done, err := store.HandOver(ctx, "a")
+			if err != nil || done {
+				t.Fatalf("HandOver with no other relay alive = %v, %v; want false, nil", done, err)
+			}
+			if got := leaseHolders(t, db, d); len(got) != 1 || got["a"] != sqlstore.Shards {
+				t.Fatalf("leases held after a refused hand-over: %v; want all %d held by a", got, sqlstore.Shards)
+			}
+			if b := claim("b"); len(b.Messages) != 0 {
+				t.Fatalf("standby claimed %d messages", len(b.Messages))
+			}
+			if done, err := store.HandOver(ctx, "a"); err != nil || !done {
+				t.Fatalf("HandOver beside a standby = %v, %v; want true, nil", done, err)
+			}
+			if got := store.HeldShards("a"); got != 0 {
+				t.Fatalf("HeldShards(a) after the hand-over = %d, want 0", got)
+			}
+			for round := 1; ; round++ {
+				b := claim("b")
+				if got := leaseHolders(t, db, d); len(got) == 1 && got["b"] == sqlstore.Shards {
+					break
+				}
+				if round == 5 {
+					t.Fatalf("leases held after %d of the standby's claims since the hand-over: %v; want all %d held by b", round, leaseHolders(t, db, d), sqlstore.Shards)
+				}
+				time.Sleep(max(b.ClaimAgainIn, time.Millisecond)) // the wait the hint asks for
+			}
+			// The relay that handed over joins again as a standby.
+			if b := claim("a"); len(b.Messages) != 0 || b.ClaimAgainIn <= 0 {
+				t.Fatalf("relay a after its hand-over claimed %d messages (claim again in %v); want none, standing by", len(b.Messages), b.ClaimAgainIn)
+			}
+			if got := leaseHolders(t, db, d); len(got) != 1 || got["b"] != sqlstore.Shards {
+				t.Fatalf("leases held once a is back: %v; want all %d held by b", got, sqlstore.Shards)
+			}
+		})
+	}
+}

@@ -289,6 +289,7 @@ var (
 	_ relay.InFlightExcluder = (*Store)(nil)
 	_ relay.Store            = (*Store)(nil)
 	_ relay.Releaser         = (*Store)(nil)
+	_ relay.HandOverer       = (*Store)(nil)
 	_ relay.Notifier         = (*Store)(nil)
 	_ relay.WakeRequester    = (*Store)(nil)
 )
@@ -974,6 +975,27 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 		return fmt.Errorf("sqlstore: release leases: %w", err)
 	}
 	return nil
+}
+
+// HandOver implements [relay.HandOverer]: when another relay is alive (it
+// renewed its registration within LeaseTTL), it gives owner's shards back
+// and unregisters it, as [Store.Release] does, and reports true; the other
+// relays take the shards over at their next renewal (a standby: within
+// 250ms). With no other relay alive it changes nothing and reports false.
+// A later claim by owner registers it again, as a relay that joins: beside
+// an active relay, it then stands by (see StoreConfig.MaxActiveRelays).
+func (s *Store) HandOver(ctx context.Context, owner string) (bool, error) {
+	n, err := s.lease.othersAlive(ctx, s.db, owner, time.Now())
+	if err != nil {
+		return false, fmt.Errorf("sqlstore: hand over: count the relays alive: %w", err)
+	}
+	if n == 0 {
+		return false, nil
+	}
+	if err := s.Release(ctx, owner); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // selectClaimable reads the claimable rows of shards (see [Store]). The

@@ -69,44 +69,50 @@ type testDB struct {
 	store   *sqlstore.Store
 }
 
-// databases returns a fresh, migrated database per dialect (PostgreSQL and
-// MariaDB skip, or fail under OUTBOX_TEST_REQUIRE_INTEGRATION=1, when
-// unreachable).
+// forEachDatabase runs fn in a subtest per dialect, on a fresh, migrated
+// database (PostgreSQL and MariaDB skip, or fail under
+// OUTBOX_TEST_REQUIRE_INTEGRATION=1, when unreachable).
 func forEachDatabase(t *testing.T, fn func(t *testing.T, d testDB)) {
 	for _, dialect := range []sqlstore.Dialect{sqlstore.SQLite, sqlstore.Postgres, sqlstore.MySQL} {
 		t.Run(string(dialect), func(t *testing.T) {
-			var url string
-			switch dialect {
-			case sqlstore.SQLite:
-				url = "sqlite:" + filepath.Join(t.TempDir(), "outbox.db")
-			case sqlstore.Postgres:
-				url = hookstest.PostgresDSN(t)
-			case sqlstore.MySQL:
-				cfg, err := mysql.ParseDSN(hookstest.MySQLDSN(t))
-				if err != nil {
-					t.Fatal(err)
-				}
-				url = "mysql://" + cfg.User + "@" + cfg.Addr + "/" + cfg.DBName
-			}
-			driver, dsn, _, err := parseDatabaseURL(url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			db, err := sql.Open(driver, dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			if code, _, stderr := runCmd(t, nil, "migrate", "--inbox", "--db", url); code != 0 {
-				t.Fatalf("migrate: exit %d: %s", code, stderr)
-			}
-			store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{Dialect: dialect, RetryDelay: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
-			fn(t, testDB{url: url, dialect: dialect, db: db, store: store})
+			fn(t, openTestDB(t, dialect))
 		})
 	}
+}
+
+// openTestDB returns a fresh database of dialect, migrated with the inbox.
+func openTestDB(t *testing.T, dialect sqlstore.Dialect) testDB {
+	t.Helper()
+	var url string
+	switch dialect {
+	case sqlstore.SQLite:
+		url = "sqlite:" + filepath.Join(t.TempDir(), "outbox.db")
+	case sqlstore.Postgres:
+		url = hookstest.PostgresDSN(t)
+	case sqlstore.MySQL:
+		cfg, err := mysql.ParseDSN(hookstest.MySQLDSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		url = "mysql://" + cfg.User + "@" + cfg.Addr + "/" + cfg.DBName
+	}
+	driver, dsn, _, err := parseDatabaseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if code, _, stderr := runCmd(t, nil, "migrate", "--inbox", "--db", url); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	}
+	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{Dialect: dialect, RetryDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testDB{url: url, dialect: dialect, db: db, store: store}
 }
 
 // runCmd runs the command line with the test's recorder as the broker and

@@ -115,6 +115,9 @@ for availability: one publishes and the others stand by, taking over within
 a lease (15s) of its death, or at once when it stops cleanly. With
 --max-active-relays N, up to N relays publish at once, sharing the outbox
 by aggregate: worth it when the broker, not the database, limits one relay.
+A relay of which nothing reaches the broker for --hand-over-after (15s; it
+is cut off from the broker, say) while other relays are alive hands its
+shards over to them and stands aside as long, then joins again as a standby.
 
 Broker URLs (package adapters/broker): kafka://host:9092, amqp://user:pass@host:5672/,
 nats://host:4222, redis://host:6379/0, postgres://..., sqs://host:port,
@@ -167,6 +170,8 @@ the relay until TCP gives up.`,
 		fs.durationVar(&cfg.ShutdownTimeout, "shutdown-timeout", "the default, 20s", "on a signal, finish the batch in flight within this `duration`")
 		fs.countVar(&scfg.MaxActiveRelays, "max-active-relays", 1, sqlstore.Shards, "relays", "the default, 1",
 			fmt.Sprintf("up to `N` relays on this outbox publish at once, the others standing by (default: 1; %d lets every relay take a share)", sqlstore.Shards))
+		fs.durationVar(&cfg.HandOverAfter, "hand-over-after", "the default, 15s",
+			"hand this relay's shards over to the other relays alive once nothing it claimed could be published for this `duration` (default: 15s)")
 		fs.BoolVar(&scfg.DeletePublished, "delete-published", false, "delete a message once published instead of marking it: faster, but no replay and no deduplication of a re-saved published event (the consumers' inbox still applies it once)")
 		migrate := fs.Bool("migrate", false, "create the outbox table if it does not exist")
 		verbose := fs.Bool("v", false, "debug logs")
