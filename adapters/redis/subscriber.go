@@ -36,6 +36,11 @@ type SubscriberConfig struct {
 	ConsumerGroup string
 
 	// Consumer is this subscriber's consumer name within the group.
+	// Redis keeps every consumer a group has had, so the subscriber
+	// deletes its own at Close when it holds no pending entry, and a
+	// subscription that takes the group over (SharedGroup unset) deletes
+	// the consumers that hold none and have been idle for an hour: a
+	// random name per process does not pile up in the group.
 	//
 	// Default: a random name per Subscriber.
 	Consumer string
@@ -172,6 +177,9 @@ type Subscriber struct {
 	wg         sync.WaitGroup
 	innerMu    sync.Mutex // serializes the inner Subscribe and Close
 	closeOnce  sync.Once
+	// topics are the streams subscribed to, whose consumer Close deletes.
+	topicsMu sync.Mutex
+	topics   map[string]bool
 }
 
 var _ message.Subscriber = (*Subscriber)(nil)
@@ -244,6 +252,7 @@ func (s *Subscriber) Close() error {
 		return fmt.Errorf("redis: close subscriber: %w", err)
 	}
 	s.closeOnce.Do(func() {
+		s.forgetSelf()
 		if s.ownClient {
 			if cerr := s.client.Close(); cerr != nil {
 				err = fmt.Errorf("redis: close client: %w", cerr)

@@ -23,6 +23,12 @@ const takeOverBatch = 100
 // acking it) and hands those out, one at a time and in stream order, before
 // it reads any entry not read yet.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.topicsMu.Lock()
+	if s.topics == nil {
+		s.topics = map[string]bool{}
+	}
+	s.topics[topic] = true
+	s.topicsMu.Unlock()
 	if s.cfg.SharedGroup {
 		return s.subscribeInner(ctx, topic)
 	}
@@ -104,6 +110,7 @@ func (s *Subscriber) takeOver(ctx context.Context, topic string, out chan<- *mes
 			if taken > 0 {
 				logger.Info("took over the entries pending in the group", watermill.LogFields{"entries": taken})
 			}
+			s.forgetStale(ctx, topic, logger)
 			return true
 		}
 		ids := make([]string, len(pending))
@@ -202,4 +209,57 @@ func unmarshallerOf(rc redisstream.SubscriberConfig) redisstream.Unmarshaller {
 		return rc.Unmarshaller
 	}
 	return redisstream.DefaultMarshallerUnmarshaller{}
+}
+
+// staleAfter is how long a consumer of the group must have been idle, with
+// no entry pending, before a subscription that took the group over deletes
+// it: a consumer that reads blocks for BlockTime (100ms) at a time.
+var staleAfter = time.Hour
+
+// forgetStale deletes the group's consumers of topic, other than this
+// one, that hold no pending entry and have been idle for staleAfter: those
+// of subscribers that died (one that closes deletes its own). Each
+// subscriber has a consumer name of its own (a random one by default), and
+// Redis keeps every consumer a group has had until it is deleted, so
+// restarts would pile them up. Failures are logged and otherwise ignored.
+func (s *Subscriber) forgetStale(ctx context.Context, topic string, logger watermill.LoggerAdapter) {
+	consumers, err := s.client.XInfoConsumers(ctx, topic, s.cfg.ConsumerGroup).Result()
+	if err != nil {
+		if ctx.Err() == nil {
+			logger.Info("list the group's consumers, to delete the stale ones", watermill.LogFields{"error": err.Error()})
+		}
+		return
+	}
+	for _, c := range consumers {
+		if c.Name == s.cfg.Consumer || c.Pending > 0 || c.Idle < staleAfter {
+			continue
+		}
+		if err := s.client.XGroupDelConsumer(ctx, topic, s.cfg.ConsumerGroup, c.Name).Err(); err != nil {
+			logger.Info("delete a stale consumer", watermill.LogFields{"error": err.Error(), "stale_consumer": c.Name})
+		}
+	}
+}
+
+// forgetSelf deletes this subscriber's consumer from the group of each
+// topic it subscribed to when the consumer holds no pending entry (one it
+// holds is taken over by the group's next subscription, or claimed after
+// MaxIdleTime: deleting the consumer would drop it). Close calls it once
+// every subscription has ended.
+func (s *Subscriber) forgetSelf() {
+	s.topicsMu.Lock()
+	topics := s.topics
+	s.topicsMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for topic := range topics {
+		n, err := s.client.XPendingExt(ctx, &goredis.XPendingExtArgs{
+			Stream: topic, Group: s.cfg.ConsumerGroup, Consumer: s.cfg.Consumer, Start: "-", End: "+", Count: 1,
+		}).Result()
+		if err != nil || len(n) > 0 {
+			continue
+		}
+		if err := s.client.XGroupDelConsumer(ctx, topic, s.cfg.ConsumerGroup, s.cfg.Consumer).Err(); err != nil {
+			s.logger.Info("delete the consumer at close", watermill.LogFields{"error": err.Error(), "topic": topic})
+		}
+	}
 }

@@ -791,15 +791,21 @@ func (c *Consumer) forgetNacks(uuid string) {
 	c.nackMu.Unlock()
 }
 
-// attrs returns the log attributes of a delivery.
+// attrs returns the log attributes of a delivery. Those of the event that
+// a malformed message does not give (no event type, version 0, no or a
+// malformed event id) are left out rather than logged as zeros.
 func (c *Consumer) attrs(res *Result) []any {
-	a := []any{
-		slog.String("message_uuid", res.MessageUUID),
-		slog.String("event_type", res.Meta.EventType),
-		slog.Int("event_version", res.Meta.EventVersion),
-		slog.String("event_id", res.Meta.EventID.String()),
-		slog.String("topic", res.Meta.Topic),
+	a := []any{slog.String("message_uuid", res.MessageUUID)}
+	if res.Meta.EventType != "" {
+		a = append(a, slog.String("event_type", res.Meta.EventType))
 	}
+	if res.Meta.EventVersion != 0 {
+		a = append(a, slog.Int("event_version", res.Meta.EventVersion))
+	}
+	if res.Meta.EventID != (uuid.UUID{}) {
+		a = append(a, slog.String("event_id", res.Meta.EventID.String()))
+	}
+	a = append(a, slog.String("topic", res.Meta.Topic))
 	if res.Meta.Attempt > 0 {
 		a = append(a, slog.Int("attempt", res.Meta.Attempt))
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 func TestRegistryDecodesEveryVersionIntoTheLatest(t *testing.T) {
@@ -641,7 +644,9 @@ func TestPoisonMessages(t *testing.T) {
 			tc.mutate(msg)
 
 			var o outcomes
-			noDLQ := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", OnOutcome: o.record, NackDelay: time.Millisecond})
+			var logs runtimetest.LogBuffer
+			noDLQ := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", OnOutcome: o.record, NackDelay: time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			must(t, consumer.HandleWithoutInbox(noDLQ, func(context.Context, PaidV2, consumer.Meta) error {
 				t.Error("handler ran for a poison message")
 				return nil
@@ -656,6 +661,12 @@ func TestPoisonMessages(t *testing.T) {
 			// type its metadata gives, for the operator who looks for it.
 			if r := o.last(); r.Meta.EventType != msg.Metadata.Get(runtime.MetadataEventType) {
 				t.Errorf("result's event type = %q, want %q from the metadata", r.Meta.EventType, msg.Metadata.Get(runtime.MetadataEventType))
+			}
+			// What the message does not give is left out of the log line,
+			// not logged as a zero version or a nil event id.
+			if l := logs.String(); !strings.Contains(l, "consumer: message nacked") || strings.Contains(l, "event_version=0") ||
+				strings.Contains(l, "event_id="+uuid.Nil.String()) || strings.Contains(l, `event_type=""`) {
+				t.Errorf("log of the nacked message:\n%s", l)
 			}
 
 			dlq := &recordingPublisher{}
