@@ -106,7 +106,9 @@
 //	          amount_cents: {type: int64, min: 1}
 //	          method: {type: PaymentMethod, values: [card, bank_transfer]}
 //	      2:
-//	        breaking: true            # needs func upcastOrderPaidV1ToV2
+//	        breaking: true            # needs func upcastOrderPaidV1ToV2(OrderPaidV1) (OrderPaidV2, error):
+//	                                  # it maps the fields; the decoder sets event_version, and
+//	                                  # occurred_at from v1 when the upcaster leaves it zero
 //	        fields:
 //	          order_id: uuid
 //	          amount: Money

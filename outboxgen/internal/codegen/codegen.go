@@ -298,7 +298,7 @@ func decodeDoc(ev *schema.Event) string {
 		from, to := ev.Versions[i-1], ev.Versions[i]
 		how := "generated"
 		if to.Breaking {
-			how = fmt.Sprintf("hand-written: v%d is breaking, so this package must define func %s(%sV%d) (%sV%d, error)", to.Number, upcastName(ev, from, to), ev.Name, from.Number, ev.Name, to.Number)
+			how = fmt.Sprintf("hand-written: v%d is breaking, so this package must define func %s(%sV%d) (%sV%d, error), which maps the fields; Decode%s sets the result's EventVersion, and its OccurredAt when left zero", to.Number, upcastName(ev, from, to), ev.Name, from.Number, ev.Name, to.Number, ev.Name)
 		}
 		steps = append(steps, fmt.Sprintf("v%d→v%d by %s (%s)", from.Number, to.Number, upcastName(ev, from, to), how))
 	}

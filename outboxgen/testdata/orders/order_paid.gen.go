@@ -370,7 +370,9 @@ func NewOrderPaid(clk runtime.Clock, orderID uuid.UUID, amount Money, paymentMet
 // orders.order_paid, validates it and upcasts it to the latest version.
 // Upcasters: v1→v2 by upcastOrderPaidV1ToV2 (hand-written: v2 is breaking, so
 // this package must define func upcastOrderPaidV1ToV2(OrderPaidV1)
-// (OrderPaidV2, error)); v2→v3 by upcastOrderPaidV2ToV3 (generated).
+// (OrderPaidV2, error), which maps the fields; DecodeOrderPaid sets the
+// result's EventVersion, and its OccurredAt when left zero); v2→v3 by
+// upcastOrderPaidV2ToV3 (generated).
 //
 // It returns a *runtime.DecodeError for a malformed or invalid payload or a
 // failed upcast, and a *runtime.UnknownVersionError for a version this code was
@@ -386,6 +388,12 @@ func DecodeOrderPaid(version int, payload []byte) (OrderPaid, error) {
 		v2, err := upcastOrderPaidV1ToV2(v1)
 		if err != nil {
 			return OrderPaid{}, &runtime.DecodeError{Key: runtime.Key{Type: OrderPaidType, Version: 1}, Err: fmt.Errorf("upcast to v2: %w", err)}
+		}
+		// The version is the decoder's to set, and the time the event
+		// occurred carries over unless the upcaster set one.
+		v2.EventVersion = 2
+		if v2.OccurredAt.IsZero() {
+			v2.OccurredAt = v1.OccurredAt
 		}
 		v3 := upcastOrderPaidV2ToV3(v2)
 		if err := v3.Validate(); err != nil {
