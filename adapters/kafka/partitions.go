@@ -289,6 +289,7 @@ func (ps *partitionSub) fetchPartition(ctx, genCtx context.Context, partition in
 	// Close of a reader outside a group always returns nil.
 	defer func() { _ = reader.Close() }()
 	logger := ps.logger.With(watermill.LogFields{"partition": partition})
+	warn := ps.s.warn.With("topic", rc.Topic, "partition", partition)
 	if err := reader.SetOffset(offset); err != nil {
 		// Only a closed reader refuses an offset.
 		logger.Error("set the partition's offset", err, watermill.LogFields{"offset": offset})
@@ -296,7 +297,7 @@ func (ps *partitionSub) fetchPartition(ctx, genCtx context.Context, partition in
 	}
 	var in chan<- kafka.Message
 	for {
-		record, ok := fetch(fetchCtx, reader, logger, rc.ReadBackoffMax)
+		record, ok := fetch(fetchCtx, reader, warn, rc.ReadBackoffMax)
 		if !ok {
 			return
 		}

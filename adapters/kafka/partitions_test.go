@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -428,5 +429,42 @@ func TestStuckPartitionHoldsBackOnlyItself(t *testing.T) {
 				time.Sleep(20 * time.Millisecond) // polling the group's offsets
 			}
 		})
+	}
+}
+
+// TestFetchFailureIsAWarning: a fetch that fails because the broker cannot
+// be reached is a failure the subscriber handles (it tries again), so it is
+// logged at WARN, not at ERROR (a new user's trial read "ERROR fetch failed
+// ... connection refused" from a partition's reader during a broker
+// outage, against the README's rule).
+func TestFetchFailureIsAWarning(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	reader := kafkago.NewReader(kafkago.ReaderConfig{Brokers: []string{dead}, Topic: "orders", Partition: 0, MaxAttempts: 1})
+	defer reader.Close()
+	var logs runtimetest.LogBuffer
+	warn := slog.New(slog.NewTextHandler(&logs, nil)).With("topic", "orders", "partition", 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		kafka.Fetch(ctx, reader, warn, time.Millisecond)
+	}()
+	deadline := time.Now().Add(waitTimeout)
+	for !strings.Contains(logs.String(), `level=WARN msg="kafka: fetch failed, trying again"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no WARN about the failed fetch within %s; logs:\n%s", waitTimeout, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the log
+	}
+	cancel()
+	<-done
+	if l := logs.String(); !strings.Contains(l, "connection refused") || !strings.Contains(l, "partition=0") || strings.Contains(l, "level=ERROR") {
+		t.Errorf("log of the failed fetch:\n%s", l)
 	}
 }

@@ -395,7 +395,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 // consume delivers the reader's records to out until ctx is done.
 func (s *Subscriber) consume(ctx context.Context, reader *kafka.Reader, out chan<- *message.Message, logger watermill.LoggerAdapter, backoff time.Duration) {
 	for {
-		record, ok := fetch(ctx, reader, logger, backoff)
+		record, ok := fetch(ctx, reader, s.warn.With("topic", reader.Config().Topic), backoff)
 		if !ok || !s.deliver(ctx, reader, record, out, logger) {
 			return
 		}
@@ -403,10 +403,11 @@ func (s *Subscriber) consume(ctx context.Context, reader *kafka.Reader, out chan
 }
 
 // fetch returns the reader's next record, or false when ctx is done first.
-// A failed fetch is logged and tried again after backoff (default 1s):
-// kafka-go retries internally, so what reaches us is an error that outlived
-// its retries (e.g. a rejected session timeout), which someone has to fix.
-func fetch(ctx context.Context, reader *kafka.Reader, logger watermill.LoggerAdapter, backoff time.Duration) (kafka.Message, bool) {
+// A failed fetch is logged at WARN on warn (a failure the subscriber
+// handles: a broker that cannot be reached, a rejected session timeout)
+// and tried again after backoff (default 1s): kafka-go retries
+// internally, so what reaches us is an error that outlived its retries.
+func fetch(ctx context.Context, reader *kafka.Reader, warn *slog.Logger, backoff time.Duration) (kafka.Message, bool) {
 	if backoff <= 0 {
 		backoff = time.Second
 	}
@@ -418,7 +419,7 @@ func fetch(ctx context.Context, reader *kafka.Reader, logger watermill.LoggerAda
 		if ctx.Err() != nil {
 			return kafka.Message{}, false
 		}
-		logger.Error("fetch failed", err, nil)
+		warn.Warn("kafka: fetch failed, trying again", "error", err.Error(), "backoff", backoff)
 		if !wait.Sleep(ctx, backoff) {
 			return kafka.Message{}, false
 		}

@@ -495,8 +495,12 @@ are never deleted.`,
 				"partition_rows_moved": res.PartitionRowsMoved,
 			})
 		}
-		fmt.Fprintf(e.stdout, "deleted %d published rows and %d inbox markers in %d batches (%s)\n",
-			res.Published, res.Inbox, res.Batches, age(res.Duration))
+		if *inboxOnly {
+			fmt.Fprintf(e.stdout, "deleted %d inbox markers in %d batches (%s)\n", res.Inbox, res.Batches, age(res.Duration))
+		} else {
+			fmt.Fprintf(e.stdout, "deleted %d published rows and %d inbox markers in %d batches (%s)\n",
+				res.Published, res.Inbox, res.Batches, age(res.Duration))
+		}
 		if res.PartitionsDropped+res.PartitionsCreated+len(res.PartitionsKept) > 0 {
 			fmt.Fprintf(e.stdout, "partitions: %d dropped (about %d rows), %d created ahead, %d kept for unpublished rows %v\n",
 				res.PartitionsDropped, res.PartitionRows, res.PartitionsCreated, len(res.PartitionsKept), res.PartitionsKept)
