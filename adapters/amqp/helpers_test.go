@@ -12,6 +12,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/gooutbox/outbox/adapters/amqp"
+	"github.com/gooutbox/outbox/adapters/amqp/amqptest"
 )
 
 var verbose = flag.Bool("amqp.log", false, "log the adapters' debug output to stderr")
@@ -30,29 +31,8 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// brokerURL returns the test broker's URL, skipping t (or failing it, when
-// OUTBOX_TEST_REQUIRE_INTEGRATION=1) if the broker does not answer.
-func brokerURL(t testing.TB) string {
-	t.Helper()
-	url := os.Getenv("OUTBOX_TEST_AMQP_URI")
-	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	conn, err := amqp091.DialConfig(url, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
-	if err != nil {
-		redacted := url
-		if u, perr := amqp091.ParseURI(url); perr == nil {
-			u.Password = "xxxxx"
-			redacted = u.String()
-		}
-		if os.Getenv("OUTBOX_TEST_REQUIRE_INTEGRATION") == "1" {
-			t.Fatalf("RabbitMQ at %s is required (OUTBOX_TEST_REQUIRE_INTEGRATION=1) but unreachable: %v", redacted, err)
-		}
-		t.Skipf("RabbitMQ at %s unreachable (set OUTBOX_TEST_AMQP_URI to use another): %v", redacted, err)
-	}
-	_ = conn.Close()
-	return url
-}
+// brokerURL returns the test broker's URL (see amqptest.URL).
+func brokerURL(t testing.TB) string { return amqptest.URL(t) }
 
 // testConfig returns a Config for the test broker whose queues expire.
 func testConfig(t testing.TB) amqp.Config {

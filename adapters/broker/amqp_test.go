@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,28 +15,13 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/gooutbox/outbox/adapters/amqp"
+	"github.com/gooutbox/outbox/adapters/amqp/amqptest"
 	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/runtime"
 )
 
-// amqpURL returns the test RabbitMQ's URL, skipping t (failing it when
-// OUTBOX_TEST_REQUIRE_INTEGRATION=1) if it does not answer.
-func amqpURL(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv("OUTBOX_TEST_AMQP_URI")
-	if u == "" {
-		u = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	conn, err := amqp091.DialConfig(u, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
-	if err != nil {
-		if os.Getenv("OUTBOX_TEST_REQUIRE_INTEGRATION") == "1" {
-			t.Fatalf("RabbitMQ at %s is required (OUTBOX_TEST_REQUIRE_INTEGRATION=1) but unreachable: %v", u, err)
-		}
-		t.Skipf("RabbitMQ at %s unreachable (set OUTBOX_TEST_AMQP_URI to use another): %v", u, err)
-	}
-	_ = conn.Close()
-	return u
-}
+// amqpURL returns the test RabbitMQ's URL (see amqptest.URL).
+func amqpURL(t *testing.T) string { return amqptest.URL(t) }
 
 // amqpTopic returns a unique topic; t's cleanup deletes its queue, its
 // exchange and the queues of groups.

@@ -32,7 +32,8 @@ const (
 	envSeed = "OUTBOX_CORRECTNESS_SEED"
 	// envScenario selects the faults, as -scenario does: "all" (default),
 	// "none", or a comma-separated list (kill,stop,partition,ambiguous,
-	// longtx,poison,consumer,dbfreeze,dbrefuse,terminate,brokerdown).
+	// longtx,poison,consumer,dbfreeze,dbrefuse,terminate,brokerdown,
+	// brokercut).
 	envScenario = "OUTBOX_CORRECTNESS_SCENARIO"
 	// envRelays sets the number of relay processes (default 3).
 	envRelays = "OUTBOX_CORRECTNESS_RELAYS"
@@ -48,7 +49,7 @@ const (
 // PostgreSQL, and fails on any lost event, ghost, order violation on the
 // broker or at the consumer, duplicate effect, log duplicates above the
 // bound (see the package comment), or a measured fault (stop, dbfreeze,
-// dbrefuse, terminate, brokerdown) whose probes reached the broker later
+// dbrefuse, terminate, brokerdown, brokercut) whose probes reached the broker later
 // than its liveness bound.
 func TestCorrectness(t *testing.T) {
 	testCorrectness(t, "postgres")

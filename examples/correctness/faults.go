@@ -32,12 +32,13 @@ const (
 	faultDBRefuse   = "dbrefuse"   // PostgreSQL refuses the relays' connections for 2-3 s; measured
 	faultTerminate  = "terminate"  // pg_terminate_backend of every relay connection; measured
 	faultBrokerDown = "brokerdown" // every partition rejects produce requests for 2-3 s; measured
+	faultBrokerCut  = "brokercut"  // the active relay's network to the broker holds every byte for 5-6 s; measured
 )
 
 // allFaults returns the core tier's fault set, in the table's order.
 func allFaults() []string {
 	return []string{faultKill, faultStop, faultPartition, faultAmbiguous, faultLongTx, faultPoison, faultConsumer,
-		faultDBFreeze, faultDBRefuse, faultTerminate, faultBrokerDown}
+		faultDBFreeze, faultDBRefuse, faultTerminate, faultBrokerDown, faultBrokerCut}
 }
 
 // parseScenario turns -scenario ("all", "none", or a comma-separated list
@@ -74,8 +75,9 @@ const longTxHold = 5 * time.Second
 type faultCounts struct {
 	Kills, Stops, PartitionWindows, AmbiguousArmed, Outages, LongTx, Poison, ConsumerKills int
 	// DBFreezes, DBRefusals and Terminations are the database faults of
-	// the relays, BrokerOutages the full broker outages.
-	DBFreezes, DBRefusals, Terminations, BrokerOutages int
+	// the relays, BrokerOutages the full broker outages, BrokerCuts the
+	// relays cut off from the broker alone.
+	DBFreezes, DBRefusals, Terminations, BrokerOutages, BrokerCuts int
 	// Skipped counts kills and ambiguous writes not injected because a
 	// measured fault was in progress.
 	Skipped int
@@ -91,15 +93,15 @@ type faultCounts struct {
 // delayed produce request once.
 func (f faultCounts) total() int {
 	return f.Kills + f.Stops + f.Outages + f.LongTx + f.Poison + f.ConsumerKills + int(f.Rejected) + int(f.Delayed) +
-		f.DBFreezes + f.DBRefusals + f.Terminations
+		f.DBFreezes + f.DBRefusals + f.Terminations + f.BrokerCuts
 }
 
 // dbFaults counts the database faults of the relays.
 func (f faultCounts) dbFaults() int { return f.DBFreezes + f.DBRefusals + f.Terminations }
 
 func (f faultCounts) String() string {
-	return fmt.Sprintf("kill×%d stop×%d outage×%d partition-errors×%d (%d requests rejected) broker-down×%d (%d requests refused) ambiguous×%d (%d written late) long-tx×%d poison×%d consumer-kill×%d db-freeze×%d db-refuse×%d terminate×%d; %d kills or ambiguous writes skipped during measured faults",
-		f.Kills, f.Stops, f.Outages, f.PartitionWindows, f.Rejected, f.BrokerOutages, f.Refused, f.AmbiguousArmed, f.Delayed, f.LongTx, f.Poison, f.ConsumerKills,
+	return fmt.Sprintf("kill×%d stop×%d outage×%d partition-errors×%d (%d requests rejected) broker-down×%d (%d requests refused) broker-cut×%d ambiguous×%d (%d written late) long-tx×%d poison×%d consumer-kill×%d db-freeze×%d db-refuse×%d terminate×%d; %d kills or ambiguous writes skipped during measured faults",
+		f.Kills, f.Stops, f.Outages, f.PartitionWindows, f.Rejected, f.BrokerOutages, f.Refused, f.BrokerCuts, f.AmbiguousArmed, f.Delayed, f.LongTx, f.Poison, f.ConsumerKills,
 		f.DBFreezes, f.DBRefusals, f.Terminations, f.Skipped)
 }
 
@@ -112,19 +114,21 @@ type action struct {
 
 // faultEnv is what the schedule acts on.
 type faultEnv struct {
-	relays     []*proc
-	consumer   *proc
-	control    string // broker control channel base URL
-	workload   *workload
-	db         *gorm.DB
-	ob         *outbox
-	proxy      *runtimetest.Proxy // the relays' way to PostgreSQL
-	relayApp   string             // the relays' application_name
-	partitions int
-	writeTO    time.Duration
-	maxMsg     int
-	start      time.Time // the load phase's start
-	logf       func(format string, args ...any)
+	relays   []*proc
+	consumer *proc
+	control  string // broker control channel base URL
+	workload *workload
+	db       *gorm.DB
+	ob       *outbox
+	proxy    *runtimetest.Proxy // the relays' way to PostgreSQL
+	// brokerProxies are the relays' ways to the broker, one per relay.
+	brokerProxies []*runtimetest.Proxy
+	relayApp      string // the relays' application_name
+	partitions    int
+	writeTO       time.Duration
+	maxMsg        int
+	start         time.Time // the load phase's start
+	logf          func(format string, args ...any)
 
 	// excl is held by each measured fault and by the long transaction's
 	// relay outage; shared counts the faults running whose effect would
@@ -181,6 +185,11 @@ func (e *faultEnv) plan(rng *rand.Rand, faults map[string]bool, d time.Duration)
 	}
 	if faults[faultDBFreeze] {
 		seq = append(seq, e.measured("every relay connection to PostgreSQL half-open", e.dbFreeze))
+	}
+	if faults[faultBrokerCut] {
+		cut := n - 1
+		hold := uniform(5*time.Second, 6*time.Second).Round(time.Millisecond)
+		seq = append(seq, e.measured(fmt.Sprintf("the active relay's network to the broker holds every byte for %v", hold), e.brokerCut(cut, hold)))
 	}
 	if faults[faultDBRefuse] {
 		hold := uniform(2*time.Second, 3*time.Second).Round(time.Millisecond)
@@ -462,27 +471,68 @@ func (e *faultEnv) stop(r int, hold time.Duration) measuredFault {
 		}
 		var check func() (string, error)
 		if len(e.relays) > 1 {
-			check = func() (string, error) {
-				after, err := e.ob.leaseOwners(ctx, e.db)
-				if err != nil {
-					return "", err
-				}
-				moved := 0
-				for s, o := range before {
-					if after[s] != o {
-						moved++
-					}
-				}
-				note := fmt.Sprintf("(%d of %d shards changed owner)", moved, len(before))
-				if moved == 0 {
-					return note, fmt.Errorf("no shard changed owner while relay-%d was stopped: its takeover was not exercised", r)
-				}
-				return note, nil
-			}
+			check = e.takenOver(ctx, before, "", fmt.Sprintf("relay-%d was stopped: its takeover", r))
 		}
 		err = e.measure(ctx, healthy, faultStop, time.Now(), hold, func() error { return e.relays[r].signal(syscall.SIGCONT) }, check)
 		time.Sleep(settle) // the resumed relay finds its leases lost
 		return err
+	}
+}
+
+// brokerCut holds every byte between relay r (a relay holding shards,
+// when several run) and the broker, on open and new connections, for
+// hold: a network partition that leaves the relay its database, so its
+// leases never expire. It measures the takeover of its shards, which the
+// relay hands over after relay.Config.HandOverAfter, and with several
+// relays checks that some shards changed owner. At the end the held bytes
+// are delivered, as a healed network delivers retransmitted segments: the
+// produce requests the relay gave up on reach the broker late
+// (duplicates, counted in the bound).
+func (e *faultEnv) brokerCut(r int, hold time.Duration) measuredFault {
+	return func(ctx context.Context, healthy time.Duration) error {
+		e.add(func(c *faultCounts) { c.BrokerCuts++ })
+		before, err := e.ob.leaseOwners(ctx, e.db)
+		if err != nil {
+			return err
+		}
+		if len(e.relays) > 1 {
+			if r, err = e.holding(r, before); err != nil {
+				return err
+			}
+		}
+		proxy := e.brokerProxies[r]
+		proxy.Pause()
+		var check func() (string, error)
+		if len(e.relays) > 1 {
+			check = e.takenOver(ctx, before, fmt.Sprintf("relay-%d cut off; ", r), fmt.Sprintf("relay-%d was cut off from the broker: its hand-over", r))
+		}
+		err = e.measure(ctx, healthy, faultBrokerCut, time.Now(), hold, func() error { proxy.Resume(); return nil }, check)
+		time.Sleep(settle)
+		return err
+	}
+}
+
+// takenOver returns a measured fault's check that some shards of before
+// (shard to owner, read when the fault began) changed owner since: the
+// fault's takeover, which what names ("relay-1 was stopped: its
+// takeover"), was exercised. The note starts with prefix.
+func (e *faultEnv) takenOver(ctx context.Context, before map[int]string, prefix, what string) func() (string, error) {
+	return func() (string, error) {
+		after, err := e.ob.leaseOwners(ctx, e.db)
+		if err != nil {
+			return "", err
+		}
+		moved := 0
+		for s, o := range before {
+			if after[s] != o {
+				moved++
+			}
+		}
+		note := fmt.Sprintf("(%s%d of %d shards changed owner)", prefix, moved, len(before))
+		if moved == 0 {
+			return note, fmt.Errorf("no shard changed owner while %s was not exercised", what)
+		}
+		return note, nil
 	}
 }
 

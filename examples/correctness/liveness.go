@@ -23,6 +23,12 @@ const (
 	relayPollInterval = 200 * time.Millisecond
 	relayMaxBackoff   = time.Second
 	relayStoreTimeout = 2 * time.Second // relay.Config.StoreTimeout (default 10s)
+	// relayHandOverAfter is relay.Config.HandOverAfter (default 15s, as
+	// the default LeaseTTL).
+	relayHandOverAfter = relayLeaseTTL
+	// standbyLook is how often a standby looks for shards nobody holds
+	// (sqlstore's standbyEvery).
+	standbyLook = 250 * time.Millisecond
 	// boundSlack covers the suite's own measurement: probes are polled
 	// every 50 ms on a 2-core machine shared by the writers, the broker,
 	// the consumer and the relays.
@@ -79,6 +85,16 @@ func baseBound(fault string, relays int) (time.Duration, string) {
 		// 400 ms from MinBackoff 50ms: less than 2×MaxBackoff) before a
 		// claim on a new connection publishes.
 		return 2*relayMaxBackoff + relayPollInterval + boundSlack, "fault"
+	case fault == faultBrokerCut && relays == 1:
+		// No other relay to hand the shards to: as a broker outage.
+		return relayMaxBackoff + relayRetryDelay + relayPollInterval + writeTimeout + boundSlack, "heal"
+	case fault == faultBrokerCut:
+		// The cut relay's streak of failed rounds begins with the fault
+		// (the round in flight, at the latest); its publishes end by
+		// HandOverAfter after that, and it hands its shards over after
+		// at most one backoff. A standby takes them at its next look
+		// and publishes at its next claim (a poll).
+		return relayHandOverAfter + relayMaxBackoff + standbyLook + relayPollInterval + boundSlack, "fault"
 	case fault == faultBrokerDown:
 		// Nothing is published, so no attempt is counted and no retry
 		// delay grows: after the broker is back, the relay's backoff (at
@@ -258,6 +274,19 @@ func (p *proxyTB) close() {
 
 type proxyFatal struct{ err error }
 
+// startBrokerProxies starts n fault proxies to the broker at target, one
+// per relay (see childConfig.BrokerVia); stop closes them.
+func startBrokerProxies(n int, target string) (proxies []*runtimetest.Proxy, stop func(), err error) {
+	err = withProxyTB(func(tb *proxyTB) error {
+		for range n {
+			proxies = append(proxies, runtimetest.StartProxy(tb, target))
+		}
+		stop = tb.close
+		return nil
+	})
+	return proxies, stop, err
+}
+
 // startDBProxy starts a fault proxy to the database of dsn and returns it,
 // the relays' DSN (through the proxy, named app where the database can),
 // and a function that stops it.
@@ -266,6 +295,22 @@ func startDBProxy(sdb suiteDB, dsn, app string) (proxy *runtimetest.Proxy, relay
 	if err != nil {
 		return nil, "", nil, err
 	}
+	err = withProxyTB(func(tb *proxyTB) error {
+		proxy = runtimetest.StartProxy(tb, target)
+		stop = tb.close
+		relayDSN, err = sdb.relayDSN(dsn, proxy.Addr(), app)
+		return err
+	})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return proxy, relayDSN, stop, nil
+}
+
+// withProxyTB runs start with a proxyTB for runtimetest.StartProxy; a
+// proxy that fails to start (its Fatalf panics) or an error from start
+// closes every proxy started and returns the error.
+func withProxyTB(start func(tb *proxyTB) error) (err error) {
 	tb := &proxyTB{}
 	defer func() {
 		if r := recover(); r != nil {
@@ -273,15 +318,11 @@ func startDBProxy(sdb suiteDB, dsn, app string) (proxy *runtimetest.Proxy, relay
 			if !ok {
 				panic(r)
 			}
+			err = f.err
+		}
+		if err != nil {
 			tb.close()
-			proxy, relayDSN, stop, err = nil, "", nil, f.err
 		}
 	}()
-	proxy = runtimetest.StartProxy(tb, target)
-	relayDSN, err = sdb.relayDSN(dsn, proxy.Addr(), app)
-	if err != nil {
-		tb.close()
-		return nil, "", nil, err
-	}
-	return proxy, relayDSN, tb.close, nil
+	return start(tb)
 }

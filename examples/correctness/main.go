@@ -31,7 +31,7 @@
 //
 // -scenario picks the faults (all, none, or a list of kill, stop,
 // partition, ambiguous, longtx, poison, consumer, dbfreeze, dbrefuse,
-// terminate, brokerdown), -paths the write paths
+// terminate, brokerdown, brokercut), -paths the write paths
 // (all, save, enqueue), -relays the relay processes, so that each ordering
 // problem can be shown on its own:
 //
@@ -88,6 +88,14 @@
 //	            write timeout + 1s = 3.3s. No message committed during the
 //	            outage may count an attempt for it (attempts = 0 on those
 //	            whose last_error is the outage's).
+//	brokercut   every byte between the relay holding the shards and the
+//	            broker is held for 5-6 s (its own proxy; its database
+//	            stays reachable, so its leases never expire); from the
+//	            fault: HandOverAfter + MaxBackoff + a standby's look
+//	            (250ms) + PollInterval + 1s = 4.45s. With several relays,
+//	            some shards must change owner. The held bytes are
+//	            delivered at the end: the produce requests the relay gave
+//	            up on reach the broker late, as duplicates.
 //
 // The summary prints each measured fault's recovery time next to its
 // bound. The measured faults and the long transaction's relay outage run

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -53,12 +54,24 @@ func runRelay(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	defer store.Close()
+	var transport *kafkago.Transport
+	if cfg.BrokerVia != "" {
+		// Every connection through this relay's broker proxy, so that the
+		// driving process can cut this relay alone off from the broker.
+		transport = &kafkago.Transport{Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, cfg.BrokerVia)
+		}}
+	}
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
 		Brokers: cfg.Brokers,
 		OverwriteWriter: func(w *kafkago.Writer) {
 			w.WriteTimeout = cfg.WriteTimeout
 			w.ReadTimeout = cfg.WriteTimeout
 			w.MaxAttempts = 3
+			if transport != nil {
+				w.Transport = transport
+			}
 		},
 	})
 	if err != nil {
@@ -73,7 +86,10 @@ func runRelay(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 		// A call on a frozen (half-open) database connection fails after
 		// StoreTimeout (2s in the suite, 10s by default), and the relay
 		// goes on with a new connection: dbfreeze's bound is a few of them.
-		StoreTimeout:    cfg.StoreTimeout,
+		StoreTimeout: cfg.StoreTimeout,
+		// A relay cut off from the broker alone hands its shards over
+		// after as long as a killed relay's leases take to expire.
+		HandOverAfter:   relayHandOverAfter,
 		ShutdownTimeout: 2 * time.Second,
 		Logger:          log,
 		OnBatch: func(b relay.BatchResult) {

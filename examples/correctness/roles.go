@@ -67,6 +67,10 @@ type childConfig struct {
 	WriteTimeout time.Duration
 	// StoreTimeout is the relays' relay.Config.StoreTimeout.
 	StoreTimeout time.Duration
+	// BrokerVia, when set, is where a relay's Kafka connections go: its
+	// own fault proxy in the driving process, for every connection,
+	// whatever address the broker's metadata names (one broker).
+	BrokerVia string
 }
 
 // roleFromEnv reports the role this process was started in, "" for the

@@ -253,9 +253,18 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// Each relay reaches the broker through a fault proxy of its own, so
+	// that one relay alone can be cut off from it.
+	brokerProxies, stopBrokerProxies, err := startBrokerProxies(opt.Relays, brokers[0])
+	if err != nil {
+		return nil, err
+	}
+	defer stopBrokerProxies()
 	var relays []*proc
 	for i := range opt.Relays {
-		p, err := sup.start(fmt.Sprintf("relay-%d", i), roleRelay, relayCfg)
+		rc := relayCfg
+		rc.BrokerVia = brokerProxies[i].Addr()
+		p, err := sup.start(fmt.Sprintf("relay-%d", i), roleRelay, rc)
 		if err != nil {
 			return nil, err
 		}
@@ -266,7 +275,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	// Load and faults.
 	wl := newWorkload(db, sdb, ob, opt.Seed, opt.Pace, opt.Hot, opt.Paths, opt.maxBacklog())
 	env := &faultEnv{relays: relays, consumer: consumerProc, control: control, workload: wl,
-		db: db, ob: ob, proxy: proxy, relayApp: relayApp, excl: make(chan struct{}, 1),
+		db: db, ob: ob, proxy: proxy, brokerProxies: brokerProxies, relayApp: relayApp, excl: make(chan struct{}, 1),
 		partitions: opt.Partitions, writeTO: writeTimeout, maxMsg: maxMessageBytes, logf: logf}
 	faultRNG := rand.New(rand.NewPCG(uint64(opt.Seed), 0xfa17))
 	plan := env.plan(faultRNG, opt.Faults, opt.Duration)
@@ -395,9 +404,11 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	// published beside it, left unmarked so that both go out again in
 	// order), and each produce request rejected or written late one batch.
 	// A produce request refused in a full outage adds none: nothing was
-	// written.
+	// written. A relay cut off from the broker writes its last two
+	// batches up to three times each (kafka-go's attempts), all delivered
+	// late when the cut heals.
 	res.DupBound = opt.BatchSize * (2*(res.Faults.Kills+res.Faults.Stops) + res.Faults.Outages*opt.Relays +
-		int(res.Faults.Rejected) + int(res.Faults.Delayed) + 2*res.Faults.dbFaults()*opt.Relays)
+		int(res.Faults.Rejected) + int(res.Faults.Delayed) + 2*res.Faults.dbFaults()*opt.Relays + 6*res.Faults.BrokerCuts)
 	res.Failures = append(res.Failures, res.Report.failures(res.DupBound)...)
 	if res.Poison > 0 && res.Parked+res.Discarded < int64(res.Poison) {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d poison events committed but %d messages parked", res.Poison, res.Parked+res.Discarded))

@@ -172,10 +172,11 @@
 // rest of the streak, Info when a request succeeds again), "relay: release
 // failed", "relay: shutdown timeout exceeded, batch released", "relay:
 // handed its shards over to the other relays: nothing it claimed could be
-// published" (owner, for, stand_aside: see [Config.HandOverAfter]), and,
-// when no other relay is alive to take them, "relay: nothing published
-// for a while, and no other relay is alive to take the shards over;
-// keeping them" (owner, for). Info: start
+// published" (owner, for, stand_aside: see [Config.HandOverAfter]),
+// "relay: hand-over failed; keeping the shards". Info:
+// "relay: nothing published for a while, and no other relay is alive to
+// take the shards over; keeping them" (owner, for) when a hand-over finds
+// no relay to take the shards, start
 // and stop (notifier=false for a store that polls), each change in the
 // shards a relay holds ("relay: shards held": shards, was — a standby
 // taking over, a lease lost), "relay: standing by" once when a relay's

@@ -393,7 +393,7 @@ func (r *Relay) handOver(ctx context.Context, owner string, cut *brokerOutage) b
 		r.log.Warn("relay: hand-over failed; keeping the shards", attrOwner, owner, errAttr(err))
 		return false
 	case !done:
-		r.log.Warn("relay: nothing published for a while, and no other relay is alive to take the shards over; keeping them",
+		r.log.Info("relay: nothing published for a while, and no other relay is alive to take the shards over; keeping them",
 			attrOwner, owner, attrFor, lasted)
 		return false
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -13,30 +12,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/gooutbox/outbox/adapters/amqp/amqptest"
 	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
-
-// amqpURL returns the test RabbitMQ's URL, skipping t (failing it under
-// OUTBOX_TEST_REQUIRE_INTEGRATION=1) when it does not answer.
-func amqpURL(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv("OUTBOX_TEST_AMQP_URI")
-	if u == "" {
-		u = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	conn, err := amqp091.DialConfig(u, amqp091.Config{Dial: amqp091.DefaultDial(5 * time.Second)})
-	if err != nil {
-		if os.Getenv("OUTBOX_TEST_REQUIRE_INTEGRATION") == "1" {
-			t.Fatalf("RabbitMQ at %s is required (OUTBOX_TEST_REQUIRE_INTEGRATION=1) but unreachable: %v", u, err)
-		}
-		t.Skipf("RabbitMQ at %s unreachable (set OUTBOX_TEST_AMQP_URI to use another): %v", u, err)
-	}
-	_ = conn.Close()
-	return u
-}
 
 // relayProc is an "outbox relay" run in this process, with its logs.
 type relayProc struct {
@@ -91,7 +72,7 @@ func (p *relayProc) waitLog(t *testing.T, want string, within time.Duration) {
 // aggregate. Before hand-overs, the standby waited for as long as the cut
 // lasted.
 func TestRelayCutOffFromItsBrokerHandsOver(t *testing.T) {
-	base := amqpURL(t)
+	base := amqptest.URL(t)
 	d := openTestDB(t, sqlstore.Postgres)
 	topic := "outbox-handover-" + watermill.NewShortUUID()
 	t.Cleanup(func() {
