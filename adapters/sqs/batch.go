@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/smithy-go"
 
+	"github.com/gooutbox/outbox/adapters/internal/publishing"
 	"github.com/gooutbox/outbox/runtime"
 )
 
@@ -156,7 +157,9 @@ func publishBatches(ctx context.Context, pkg, topic string, msgs []*message.Mess
 			failedGroups[group] = true
 			continue
 		}
-		e := &entry{index: i, msg: msg, group: group, dedup: fifoID(msg.UUID), enc: encode(msg)}
+		// A re-drive of a dead letter is not a duplicate of its event
+		// (publishing.DedupID); the subscriber gives it its UUID back.
+		e := &entry{index: i, msg: msg, group: group, dedup: fifoID(publishing.DedupID(msg)), enc: encode(msg)}
 		if failedGroups[group] {
 			errs[i] = fmt.Errorf("%s: message %s: %w", pkg, msg.UUID, errEarlierFailed)
 			failed = true

@@ -34,7 +34,11 @@
 // whose deduplication id they have seen in the last 5 minutes: a relay's
 // republish after an ambiguous failure within that window is not delivered
 // twice, but one after 5 minutes is, so consumers still deduplicate by
-// event id (package runtime/consumer's inbox does).
+// event id (package runtime/consumer's inbox does). A dead letter published
+// again (its metadata carries runtime/consumer's outbox_dlq_at) is not a
+// duplicate of its event: its deduplication id is its UUID, "/dlq/" and
+// that time, and the subscriber hands it out with its UUID; the same
+// re-drive twice within the window is delivered once.
 //
 // Publish sends SendMessageBatch (PublishBatch) requests of at most 10
 // entries and 256 KiB, one at a time, in order, with at most one message of

@@ -601,3 +601,48 @@ func TestCloseReleasesMessages(t *testing.T) {
 		t.Fatalf("after Close, received %v, want map[a:[0 1 2]]", got)
 	}
 }
+
+// TestRedriveIsNotADuplicate: a dead letter published again to its FIFO
+// queue (a re-drive: the same UUID, with runtime/consumer's outbox_dlq_at
+// metadata) within SQS's 5-minute deduplication window is delivered, with
+// the event's UUID; the same re-drive again is a duplicate. SQS dropped the
+// re-drive as a duplicate of the original (its deduplication id was the
+// UUID), and Publish said nil.
+func TestRedriveIsNotADuplicate(t *testing.T) {
+	endpoint := sqstest.Endpoint(t)
+	topic := newTopic()
+	pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(endpoint), CreateQueue: true})
+	orig := event("a", 1, []byte(`{"seq":1}`))
+	if err := pub.Publish(topic, orig); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	redrive := orig.Copy()
+	redrive.Metadata.Set("outbox_dlq_at", "2026-12-03T10:20:00.123456789Z")
+	for range 2 {
+		if err := pub.Publish(topic, redrive); err != nil {
+			t.Fatalf("Publish the re-drive: %v", err)
+		}
+	}
+	// The aggregate's next event: its group delivers in order, so it
+	// comes right after whatever the queue kept of the re-drives.
+	next := event("a", 2, []byte(`{"seq":2}`))
+	if err := pub.Publish(topic, next); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	sub := newSubscriber(t, sqs.SubscriberConfig{AWS: clientConfig(endpoint)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := sub.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct{ uuid, dlq string }{
+		{orig.UUID, ""}, {orig.UUID, "2026-12-03T10:20:00.123456789Z"}, {next.UUID, ""},
+	} {
+		m := receive(t, ch)
+		if m.UUID != want.uuid || m.Metadata.Get("outbox_dlq_at") != want.dlq {
+			t.Fatalf("message %d: uuid %s, outbox_dlq_at %q; want %s, %q", i, m.UUID, m.Metadata.Get("outbox_dlq_at"), want.uuid, want.dlq)
+		}
+		m.Ack()
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/gooutbox/outbox/adapters/internal/publishing"
 )
 
 // SubscriberConfig configures a [Subscriber]. Every field's zero value means
@@ -347,6 +349,9 @@ func (s *Subscriber) deliver(ctx context.Context, topic, url string, m types.Mes
 		payload, md = []byte(aws.ToString(m.Body)), message.Metadata(attrs)
 	}
 	id := m.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)]
+	// A re-drive's deduplication id is its UUID and when it was
+	// dead-lettered (publishing.DedupID).
+	id = publishing.UUIDOfDedupID(id)
 	if id == "" {
 		if id = md.Get("event_id"); id == "" {
 			id = aws.ToString(m.MessageId)

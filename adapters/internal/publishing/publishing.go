@@ -6,6 +6,7 @@ package publishing
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -84,7 +85,21 @@ const DeadLetteredAt = "outbox_dlq_at"
 // failed, while a retried re-drive of the same dead letter still is.
 func DedupID(msg *message.Message) string {
 	if at := msg.Metadata.Get(DeadLetteredAt); at != "" {
-		return msg.UUID + "/dlq/" + at
+		return msg.UUID + redriveSep + at
 	}
 	return msg.UUID
+}
+
+// redriveSep separates the UUID from the dead-letter time in a re-drive's
+// DedupID.
+const redriveSep = "/dlq/"
+
+// UUIDOfDedupID returns the message UUID of a DedupID: id without its
+// re-drive suffix, for brokers whose subscriber takes the UUID from the
+// deduplication id (SQS FIFO).
+func UUIDOfDedupID(id string) string {
+	if uuid, _, ok := strings.Cut(id, redriveSep); ok && uuid != "" {
+		return uuid
+	}
+	return id
 }

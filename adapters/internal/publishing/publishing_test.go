@@ -97,3 +97,26 @@ func TestDeadLetteredAtIsTheConsumers(t *testing.T) {
 		t.Errorf("DedupID of a dead letter = %q, want %q", got, want)
 	}
 }
+
+// TestDedupIDRoundTrip: a re-drive's deduplication id differs from its
+// event's, the same re-drive's is the same, and UUIDOfDedupID gives both
+// their UUID back; other ids pass through.
+func TestDedupIDRoundTrip(t *testing.T) {
+	msg := message.NewMessage("01a23c30-0f57-78d6-893b-298bc8890b0d", nil)
+	plain := DedupID(msg)
+	redrive := msg.Copy()
+	redrive.Metadata.Set(DeadLetteredAt, "2026-12-03T10:20:00Z")
+	if plain != msg.UUID || DedupID(redrive) == plain || DedupID(redrive) != DedupID(redrive.Copy()) {
+		t.Errorf("DedupID: event %q, re-drive %q", plain, DedupID(redrive))
+	}
+	for _, id := range []string{plain, DedupID(redrive)} {
+		if got := UUIDOfDedupID(id); got != msg.UUID {
+			t.Errorf("UUIDOfDedupID(%q) = %q, want %q", id, got, msg.UUID)
+		}
+	}
+	for _, id := range []string{"", "sha256-00ff", "/dlq/x"} {
+		if got := UUIDOfDedupID(id); got != id {
+			t.Errorf("UUIDOfDedupID(%q) = %q, want it unchanged", id, got)
+		}
+	}
+}
