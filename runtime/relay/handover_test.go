@@ -196,3 +196,32 @@ func TestAPublishedMessageEndsTheStreak(t *testing.T) {
 		t.Errorf("%d hand-overs while every other round published", len(h))
 	}
 }
+
+// TestFailuresFarApartAreNoOutage: two failed rounds further apart than
+// HandOverAfter, with nothing failing in between (the relay had nothing to
+// publish), are two short outages, not one that lasted: no hand-over.
+func TestFailuresFarApartAreNoOutage(t *testing.T) {
+	const after = 100 * time.Millisecond
+	// A failed message is claimed again 3×HandOverAfter later, and the
+	// relay has nothing else to publish meanwhile.
+	store := &handOverStore{MemoryStore: &runtimetest.MemoryStore{RetryDelay: 3 * after}}
+	store.others.Store(true)
+	store.Add(newMessage(1, "orders"))
+	var calls atomic.Int64
+	pub := &fakePublisher{fn: func(string, []*message.Message) error {
+		if calls.Add(1) <= 2 {
+			return errors.New("broker: timeout")
+		}
+		return nil
+	}}
+	r, err := relay.New(store, pub, relay.Config{HandOverAfter: after, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+		PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	until(t, "the message published on its third try", func() bool { return len(store.Pending()) == 0 })
+	if _, h := store.record(); len(h) != 0 {
+		t.Errorf("%d hand-overs after two failures %v apart", len(h), 3*after)
+	}
+}

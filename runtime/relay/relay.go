@@ -223,7 +223,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	var cut brokerOutage
 	defer r.held.Store(-1)
 	for first := true; ctx.Err() == nil; first = false {
-		res, rd := r.batch(ctx, owner, next, marking, r.handOverAt(cut))
+		res, rd := r.batch(ctx, owner, next, marking, r.handOverAt(cut, time.Now()))
 		next, marking = rd.next, rd.marking
 		if shards != nil {
 			n := shards.HeldShards(owner)
@@ -260,8 +260,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			// database is down. Back off.
 			failures++
 			next = nil // claimed before the backoff: claim afresh after it
-			if res.Err == nil && cut.since.IsZero() {
-				cut.since = time.Now().Add(-res.Duration)
+			if res.Err == nil {
+				cut.failed(time.Now(), res.Duration, r.cfg.HandOverAfter)
 			}
 			var wait time.Duration
 			if ctx.Err() == nil {
@@ -278,6 +278,10 @@ func (r *Relay) Run(ctx context.Context) error {
 					if !r.standAside(ctx, r.cfg.HandOverAfter) {
 						return nil
 					}
+					// The stand-aside is no quiet spell between failures:
+					// a failure when it comes back goes on the streak,
+					// whose next hand-over waits twice as long.
+					cut.last = time.Now()
 					continue
 				}
 			}
@@ -344,9 +348,26 @@ type brokerOutage struct {
 	// since is when the streak's first round, or its first round since the
 	// last hand-over, began; zero when no round failed so.
 	since time.Time
+	// last is when the streak's last failed round ended.
+	last time.Time
 	// handOvers counts the streak's hand-overs: each doubles the wait
 	// before the next, up to 8 times HandOverAfter.
 	handOvers int
+}
+
+// failed records a round that failed as a whole, ending at now after
+// took. A failure more than HandOverAfter after the last one starts a new
+// streak: while the broker is down, a relay's rounds fail every few
+// seconds (its backoff, the store's retry delay); one long quiet spell
+// (nothing to publish) between two failures is not an outage that lasted.
+func (o *brokerOutage) failed(now time.Time, took, after time.Duration) {
+	if !o.last.IsZero() && after > 0 && now.Add(-took).Sub(o.last) > after {
+		*o = brokerOutage{}
+	}
+	if o.since.IsZero() {
+		o.since = now.Add(-took)
+	}
+	o.last = now
 }
 
 // due reports whether the streak has lasted long enough, at now, for a
@@ -364,14 +385,20 @@ func (o *brokerOutage) at(after time.Duration) time.Time {
 	return o.since.Add(after << min(o.handOvers, 3))
 }
 
-// handOverAt is when a round's publish must end for the hand-over of cut
-// to come on time: zero when no hand-over is due (hand-overs are off, the
-// store cannot hand over, or nothing failed).
-func (r *Relay) handOverAt(cut brokerOutage) time.Time {
-	if _, ok := r.store.(HandOverer); !ok || r.cfg.HandOverAfter <= 0 {
+// handOverAt is when a round starting at now must end its publish for the
+// hand-over of cut to come on time: zero when none is coming (hand-overs
+// are off, the store cannot hand over, nothing failed, or the last failure
+// is more than HandOverAfter old, so that the next one starts a new
+// streak) or it is due already (the check after the round hands over).
+func (r *Relay) handOverAt(cut brokerOutage, now time.Time) time.Time {
+	after := r.cfg.HandOverAfter
+	if _, ok := r.store.(HandOverer); !ok || after <= 0 || cut.since.IsZero() || now.Sub(cut.last) > after {
 		return time.Time{}
 	}
-	return cut.at(r.cfg.HandOverAfter)
+	if at := cut.at(after); at.After(now) {
+		return at
+	}
+	return time.Time{}
 }
 
 // handOver asks a [HandOverer] store to hand the owner's shards over to
