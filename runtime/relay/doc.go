@@ -176,7 +176,8 @@
 // "relay: hand-over failed; keeping the shards". Info:
 // "relay: nothing published for a while, and no other relay is alive to
 // take the shards over; keeping them" (owner, for) when a hand-over finds
-// no relay to take the shards, start
+// no relay to take the shards, "relay: stood aside; claiming again" after
+// a hand-over's stand-aside, start
 // and stop (notifier=false for a store that polls), each change in the
 // shards a relay holds ("relay: shards held": shards, was — a standby
 // taking over, a lease lost), "relay: standing by" once when a relay's

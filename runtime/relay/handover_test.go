@@ -112,7 +112,8 @@ func TestHandsOverWhenNothingCanBePublished(t *testing.T) {
 	if again := handOvers[1].Sub(back); again < 2*after {
 		t.Errorf("second hand-over %v after the relay came back; want at least twice HandOverAfter (%v)", again, 2*after)
 	}
-	if l := logs.String(); !strings.Contains(l, "relay: handed its shards over") || !strings.Contains(l, "stand_aside=150ms") {
+	if l := logs.String(); !strings.Contains(l, "relay: handed its shards over") || !strings.Contains(l, "stand_aside=150ms") ||
+		!strings.Contains(l, "relay: stood aside; claiming again") {
 		t.Errorf("the hand-over is not logged with its stand-aside:\n%s", l)
 	}
 }

@@ -282,6 +282,7 @@ func (r *Relay) Run(ctx context.Context) error {
 					// a failure when it comes back goes on the streak,
 					// whose next hand-over waits twice as long.
 					cut.last = time.Now()
+					r.log.Info("relay: stood aside; claiming again, as a standby while other relays hold the shards", attrOwner, owner)
 					continue
 				}
 			}
