@@ -431,3 +431,26 @@ func TestActionsLoggedByDefault(t *testing.T) {
 		t.Errorf("default logger got %q, want the retry of row %s", got, sid)
 	}
 }
+
+// TestPublishedEventsEarlierError: a published event keeps the error of
+// its last failed attempt; the lists leave it out of its row, which it
+// does not describe any more, and the event's page labels it as earlier (a
+// new user's trial read "published, last error NO_ROUTE" as a failure).
+func TestPublishedEventsEarlierError(t *testing.T) {
+	f := newFake()
+	id := f.add(sqlstore.StatePublished, "a-1", "amqp: NO_ROUTE", `{"n":1}`)
+	f.add(sqlstore.StateRetrying, "a-2", "broker down", `{"n":2}`)
+	srv, c := serve(t, newHandler(t, f, dashboard.Config{}), "")
+	code, body, _ := get(t, c, srv.URL+"/events?state=published")
+	if code != http.StatusOK || !strings.Contains(body, "row-1") || strings.Contains(body, "NO_ROUTE") {
+		t.Errorf("GET published events: %d; the row shows its earlier error: %v", code, strings.Contains(body, "NO_ROUTE"))
+	}
+	code, body, _ = get(t, c, srv.URL+"/events?state=retrying")
+	if code != http.StatusOK || !strings.Contains(body, "broker down") {
+		t.Errorf("GET retrying events: %d; the row lacks its error", code)
+	}
+	code, body, _ = get(t, c, srv.URL+"/event?id="+strconv.FormatInt(id, 10))
+	if code != http.StatusOK || !strings.Contains(body, "last error before it was published") || !strings.Contains(body, "NO_ROUTE") {
+		t.Errorf("GET the published event: %d; want its error labelled as earlier:\n%s", code, body)
+	}
+}

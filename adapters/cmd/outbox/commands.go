@@ -379,8 +379,12 @@ a parked row (the others are still done).`,
 func listTable(e *env, entries []sqlstore.Entry) error {
 	t := newTable(e.stdout, "ID", "STATE", "TOPIC", "EVENT TYPE", "AGGREGATE", "EVENT ID", "CREATED", "ATTEMPTS", "LAST ERROR")
 	for _, en := range entries {
+		lastErr := en.LastError
+		if en.State == sqlstore.StatePublished {
+			lastErr = "" // an earlier attempt's, not the row's state ("show" has it)
+		}
 		t.row(itoa(en.ID), string(en.State), en.Topic, en.EventType, en.AggregateType+"/"+en.AggregateID, en.EventID.String(),
-			age(time.Since(en.CreatedAt))+" ago", strconv.Itoa(en.Attempts), truncate(en.LastError, 40))
+			age(time.Since(en.CreatedAt))+" ago", strconv.Itoa(en.Attempts), truncate(lastErr, 40))
 	}
 	return t.flush()
 }
@@ -480,11 +484,15 @@ func parkedShow(e *env, fs *flagSet, db *database, id int64) error {
 		return writeJSON(e.stdout, toJSON(en, true))
 	}
 	t := newTable(e.stdout, "FIELD", "VALUE")
+	errLabel := "last error"
+	if en.State == sqlstore.StatePublished {
+		errLabel = "last error before it was published"
+	}
 	for _, kv := range [][2]string{
 		{"id", itoa(en.ID)}, {"state", string(en.State)}, {"event id", en.EventID.String()},
 		{"event type", fmt.Sprintf("%s v%d", en.EventType, en.EventVersion)},
 		{"aggregate", en.AggregateType + "/" + en.AggregateID}, {"topic", en.Topic},
-		{"attempts", strconv.Itoa(en.Attempts)}, {"last error", en.LastError},
+		{"attempts", strconv.Itoa(en.Attempts)}, {errLabel, en.LastError},
 		{"occurred at", stamp(en.OccurredAt)}, {"created at", stamp(en.CreatedAt)},
 		{"next attempt at", stamp(en.NextAttemptAt)}, {"published at", stamp(en.PublishedAt)}, {"parked at", stamp(en.ParkedAt)},
 	} {

@@ -976,3 +976,24 @@ func TestRelayWaitsForItsBrokerAndDatabase(t *testing.T) {
 		}
 	})
 }
+
+// TestPublishedRowsEarlierError: a published row keeps the error of its
+// last failed attempt; "list" leaves it out of the row, which it does not
+// describe any more, and "show" labels it as earlier (a new user's trial
+// read "published ... last error NO_ROUTE" as a failure).
+func TestPublishedRowsEarlierError(t *testing.T) {
+	d := sqliteDB(t)
+	d.write(t, "o1")
+	ids := d.settle(t, []string{"o1"}, nil, nil)
+	if _, err := d.db.Exec(`UPDATE outbox_messages SET last_error = 'amqp: NO_ROUTE' WHERE id = ?`, ids["o1"]); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCmd(t, nil, "list", "--db", d.url)
+	if code != 0 || !strings.Contains(stdout, "published") || strings.Contains(stdout, "NO_ROUTE") {
+		t.Errorf("list: exit %d, stdout:\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCmd(t, nil, "parked", "show", strconv.FormatInt(ids["o1"], 10), "--db", d.url)
+	if code != 0 || !strings.Contains(stdout, "last error before it was published") || !strings.Contains(stdout, "NO_ROUTE") {
+		t.Errorf("parked show: exit %d, stdout:\n%s%s", code, stdout, stderr)
+	}
+}
