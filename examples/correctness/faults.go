@@ -455,16 +455,9 @@ func (e *faultEnv) measure(ctx context.Context, healthy time.Duration, fault str
 func (e *faultEnv) stop(r int, hold time.Duration) measuredFault {
 	return func(ctx context.Context, healthy time.Duration) error {
 		e.add(func(c *faultCounts) { c.Stops++ })
-		before, err := e.ob.leaseOwners(ctx, e.db)
+		r, before, err := e.shardHolder(ctx, r)
 		if err != nil {
 			return err
-		}
-		if len(e.relays) > 1 {
-			// With MaxActiveRelays some relays hold no shard: stop one
-			// that holds some, so that the takeover is exercised.
-			if r, err = e.holding(r, before); err != nil {
-				return err
-			}
 		}
 		if err := e.relays[r].signal(syscall.SIGSTOP); err != nil {
 			return err
@@ -491,14 +484,9 @@ func (e *faultEnv) stop(r int, hold time.Duration) measuredFault {
 func (e *faultEnv) brokerCut(r int, hold time.Duration) measuredFault {
 	return func(ctx context.Context, healthy time.Duration) error {
 		e.add(func(c *faultCounts) { c.BrokerCuts++ })
-		before, err := e.ob.leaseOwners(ctx, e.db)
+		r, before, err := e.shardHolder(ctx, r)
 		if err != nil {
 			return err
-		}
-		if len(e.relays) > 1 {
-			if r, err = e.holding(r, before); err != nil {
-				return err
-			}
 		}
 		proxy := e.brokerProxies[r]
 		proxy.Pause()
@@ -510,6 +498,23 @@ func (e *faultEnv) brokerCut(r int, hold time.Duration) measuredFault {
 		time.Sleep(settle)
 		return err
 	}
+}
+
+// shardHolder reads the lease owners (shard to owner) and returns the
+// relay a fault aimed at relay r should hit: with several relays (of which
+// some, with MaxActiveRelays, hold no shard) one that holds shards, r when
+// it does, so that the takeover is exercised.
+func (e *faultEnv) shardHolder(ctx context.Context, r int) (int, map[int]string, error) {
+	before, err := e.ob.leaseOwners(ctx, e.db)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(e.relays) > 1 {
+		if r, err = e.holding(r, before); err != nil {
+			return 0, nil, err
+		}
+	}
+	return r, before, nil
 }
 
 // takenOver returns a measured fault's check that some shards of before

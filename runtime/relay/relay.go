@@ -52,9 +52,12 @@ type Relay struct {
 	store    Store
 	notifier Notifier      // the store as a Notifier, or nil
 	waker    WakeRequester // the store as a WakeRequester (and a Notifier), or nil
-	pub      message.Publisher
-	cfg      Config
-	log      *slog.Logger
+	// handOverer is the store as a HandOverer, or nil (hand-overs are off
+	// when HandOverAfter is negative too).
+	handOverer HandOverer
+	pub        message.Publisher
+	cfg        Config
+	log        *slog.Logger
 
 	// poll is the poll interval in force, a time.Duration. It starts at
 	// cfg.PollInterval and drops to DefaultPollInterval when the store
@@ -123,6 +126,9 @@ func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 	}
 	r.poll.Store(int64(cfg.PollInterval))
 	r.held.Store(-1)
+	if h, ok := store.(HandOverer); ok && cfg.HandOverAfter > 0 {
+		r.handOverer = h
+	}
 	if notifier != nil {
 		r.waker, _ = store.(WakeRequester)
 		r.notifying.Store(true)
@@ -268,7 +274,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				wait = r.backoff(failures)
 			}
 			r.logFailure(res, failures, wait)
-			if res.Err == nil && ctx.Err() == nil && cut.due(time.Now(), r.cfg.HandOverAfter) {
+			if r.handOverer != nil && res.Err == nil && ctx.Err() == nil && cut.due(time.Now(), r.cfg.HandOverAfter) {
 				if err := r.settle(marking); err != nil {
 					r.log.Warn("relay: the last batch's mark failed; its messages will be published again", errAttr(err))
 				}
@@ -393,7 +399,7 @@ func (o *brokerOutage) at(after time.Duration) time.Time {
 // streak) or it is due already (the check after the round hands over).
 func (r *Relay) handOverAt(cut brokerOutage, now time.Time) time.Time {
 	after := r.cfg.HandOverAfter
-	if _, ok := r.store.(HandOverer); !ok || after <= 0 || cut.since.IsZero() || now.Sub(cut.last) > after {
+	if r.handOverer == nil || cut.since.IsZero() || now.Sub(cut.last) > after {
 		return time.Time{}
 	}
 	if at := cut.at(after); at.After(now) {
@@ -402,18 +408,14 @@ func (r *Relay) handOverAt(cut brokerOutage, now time.Time) time.Time {
 	return time.Time{}
 }
 
-// handOver asks a [HandOverer] store to hand the owner's shards over to
+// handOver asks the [HandOverer] store to hand the owner's shards over to
 // the other relays alive, and reports whether it did. Either way the wait
 // before the next attempt starts again: with no other relay alive, it asks
 // again once the streak has gone on as long again.
 func (r *Relay) handOver(ctx context.Context, owner string, cut *brokerOutage) bool {
-	h, ok := r.store.(HandOverer)
-	if !ok {
-		return false
-	}
 	lasted := time.Since(cut.since).Round(time.Millisecond)
 	hctx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
-	done, err := h.HandOver(hctx, owner)
+	done, err := r.handOverer.HandOver(hctx, owner)
 	cancel()
 	cut.since = time.Time{}
 	switch {
