@@ -22,7 +22,7 @@ func TestNewPublisherWriter(t *testing.T) {
 		t.Fatalf("NewPublisher: %v", err)
 	}
 	defer p.Close()
-	w := p.writers[len(p.writers)-1]
+	w := p.set.Load().writers[len(p.set.Load().writers)-1]
 	if w.RequiredAcks != kafka.RequireAll {
 		t.Errorf("RequiredAcks = %v, want RequireAll", w.RequiredAcks)
 	}
@@ -114,17 +114,17 @@ func TestWriterSizes(t *testing.T) {
 			}
 			defer p.Close()
 			var sizes []int
-			for _, w := range p.writers {
+			for _, w := range p.set.Load().writers {
 				sizes = append(sizes, w.BatchSize)
 			}
 			if diff := cmp.Diff(tt.wantSizes, sizes); diff != "" {
 				t.Errorf("writers' BatchSize (-want +got):\n%s", diff)
 			}
-			if tt.cfg.OverwriteWriter != nil && calls != len(p.writers) {
-				t.Errorf("OverwriteWriter called %d times for %d writers", calls, len(p.writers))
+			if tt.cfg.OverwriteWriter != nil && calls != len(p.set.Load().writers) {
+				t.Errorf("OverwriteWriter called %d times for %d writers", calls, len(p.set.Load().writers))
 			}
 			for n, want := range tt.calls {
-				if got := p.writerFor(n).BatchSize; got != want {
+				if got := p.set.Load().writerFor(n).BatchSize; got != want {
 					t.Errorf("a call of %d records goes to the writer of BatchSize %d, want %d", n, got, want)
 				}
 			}

@@ -2,12 +2,14 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -92,8 +94,13 @@ type PublisherConfig struct {
 	// the Java client's partitioning). It must not set Async or Topic, and
 	// must leave a non-nil Balancer and Addr; NewPublisher rejects those.
 	// NewPublisher calls it once per writer, up to three times (see
-	// BatchSize), all before it returns; a BatchSize it sets is the largest
-	// writer's, and the smaller writers keep their own.
+	// BatchSize), all before it returns, and again for each writer the
+	// Publisher builds after retiring its writers (a Publish abandoned:
+	// see Fencing on [Publisher]); a BatchSize it sets is the largest
+	// writer's, and the smaller writers keep their own. A Transport it sets
+	// must be a *kafka.Transport for fencing; the Publisher uses a copy of
+	// it that dials through the fence and does the TLS of its TLS field
+	// itself.
 	//
 	// Default: nil (no change).
 	OverwriteWriter func(w *kafka.Writer)
@@ -165,17 +172,49 @@ func validateBrokers(brokers []string) error {
 // kafka-go Writers that differ only in BatchSize (see
 // [PublisherConfig.BatchSize]). It is safe for concurrent use; concurrent
 // Publish calls of similar size share a writer's per-partition batches.
+//
+// # Fencing
+//
+// A Publish call's produce requests reach the network only before the
+// deadline of its messages' contexts (the relay gives them the end of its
+// lease), and never after the call has ended: kafka-go goes on writing the
+// batches of a WriteMessages call whose context ended, from goroutines of
+// its own, so the Publisher fences them at the connection. Its writers
+// dial through a gate that refuses, and aborts the connection of, any
+// produce request written after the latest deadline of the calls made
+// through them; and when a call's context ends before its write has
+// (a relay paused mid-publish and woken after its lease, a publish
+// abandoned at a hand-over), the Publisher retires those writers at once
+// (their connections aborted with SO_LINGER 0, so the kernel drops what it
+// still held to send) and builds new ones for the next call. A relay that
+// lost its lease thus never has a write reach the broker after its
+// successor's. What is left: bytes already handed to the kernel before the
+// deadline, which reach the broker within a round trip unless the network
+// holds them (a partition that outlasts the lease, healed while the
+// process is frozen as well), and a write that passed the check in the
+// microseconds before the process froze. Fencing needs the writers'
+// Transport to be a *kafka.Transport (or nil, the default): another
+// RoundTripper set by OverwriteWriter is used as it is, unfenced.
 type Publisher struct {
 	cfg PublisherConfig
-	// writers are by BatchSize, smallest first; the last is the one of
-	// cfg.BatchSize (or OverwriteWriter's).
-	writers []*kafka.Writer
-	logger  watermill.LoggerAdapter
+	// set is the writers in use; replaced when a Publish is abandoned.
+	set    atomic.Pointer[writerSet]
+	logger watermill.LoggerAdapter
 
 	// mu is held for reading by every Publish in flight and for writing by
 	// Close, so Close waits for in-flight publishes before closing the writers.
 	mu     sync.RWMutex
 	closed bool
+	// retiring counts retired writer sets still closing.
+	retiring sync.WaitGroup
+}
+
+// writerSet is the kafka-go Writers of a Publisher, fenced by one gate.
+type writerSet struct {
+	gate *gate
+	// writers are by BatchSize, smallest first; the last is the one of
+	// cfg.BatchSize (or OverwriteWriter's).
+	writers []*kafka.Writer
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -190,24 +229,36 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		return nil, err
 	}
 	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
-	largest, err := newWriter(cfg)
+	set, err := newWriterSet(cfg)
 	if err != nil {
 		return nil, err
 	}
 	p := &Publisher{cfg: cfg, logger: logger.With(watermill.LogFields{"component": "kafka_publisher"})}
+	p.set.Store(set)
+	return p, nil
+}
+
+// newWriterSet builds the writers of cfg behind a new gate.
+func newWriterSet(cfg PublisherConfig) (*writerSet, error) {
+	set := &writerSet{gate: newGate()}
+	fenced := map[*kafka.Transport]*kafka.Transport{}
+	largest, err := newWriter(cfg, set.gate, fenced)
+	if err != nil {
+		return nil, err
+	}
 	for _, size := range smallWriterSizes {
 		if size >= effectiveBatchSize(largest) {
 			break
 		}
-		w, err := newWriter(cfg)
+		w, err := newWriter(cfg, set.gate, fenced)
 		if err != nil {
 			return nil, err
 		}
 		w.BatchSize = size
-		p.writers = append(p.writers, w)
+		set.writers = append(set.writers, w)
 	}
-	p.writers = append(p.writers, largest)
-	return p, nil
+	set.writers = append(set.writers, largest)
+	return set, nil
 }
 
 // smallWriterSizes are the BatchSize of the writers a Publisher keeps
@@ -216,8 +267,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 var smallWriterSizes = [...]int{16, 128}
 
 // newWriter builds one kafka-go Writer of cfg, with cfg.OverwriteWriter
-// applied and checked.
-func newWriter(cfg PublisherConfig) (*kafka.Writer, error) {
+// applied and checked, and its Transport fenced by g: a copy of the
+// *kafka.Transport it has (a new one for none) that dials through g, one
+// per Transport of the set (fenced maps them).
+func newWriter(cfg PublisherConfig, g *gate, fenced map[*kafka.Transport]*kafka.Transport) (*kafka.Writer, error) {
 	w := &kafka.Writer{
 		Addr:                   kafka.TCP(cfg.Brokers...),
 		Balancer:               &kafka.Hash{},
@@ -228,10 +281,9 @@ func newWriter(cfg PublisherConfig) (*kafka.Writer, error) {
 		AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
 		MaxAttempts:            cfg.MaxAttempts,
 	}
-	if cfg.OverwriteWriter == nil {
-		return w, nil
+	if cfg.OverwriteWriter != nil {
+		cfg.OverwriteWriter(w)
 	}
-	cfg.OverwriteWriter(w)
 	switch {
 	case w.Async:
 		return nil, fmt.Errorf("%w: OverwriteWriter set Async, which would hide write errors from Publish", ErrInvalidConfig)
@@ -244,7 +296,43 @@ func newWriter(cfg PublisherConfig) (*kafka.Writer, error) {
 	case w.BatchSize < 0:
 		return nil, fmt.Errorf("%w: OverwriteWriter set a negative BatchSize %d", ErrInvalidConfig, w.BatchSize)
 	}
+	switch t := w.Transport.(type) {
+	case nil:
+		w.Transport = fenceTransport(nil, g, fenced)
+	case *kafka.Transport:
+		w.Transport = fenceTransport(t, g, fenced)
+	}
 	return w, nil
+}
+
+// fenceTransport returns the copy of t (nil: kafka-go's defaults) that
+// dials through g, made once per t (see fenced). The copy does TLS itself,
+// so that g sees the protocol's frames.
+func fenceTransport(t *kafka.Transport, g *gate, fenced map[*kafka.Transport]*kafka.Transport) *kafka.Transport {
+	if f, ok := fenced[t]; ok {
+		return f
+	}
+	f := &kafka.Transport{}
+	if t != nil {
+		f = &kafka.Transport{
+			Dial:           t.Dial,
+			DialTimeout:    t.DialTimeout,
+			IdleTimeout:    t.IdleTimeout,
+			MetadataTTL:    t.MetadataTTL,
+			MetadataTopics: t.MetadataTopics,
+			ClientID:       t.ClientID,
+			SASL:           t.SASL,
+			Resolver:       t.Resolver,
+			Context:        t.Context,
+		}
+	}
+	var tlsConfig *tls.Config
+	if t != nil {
+		tlsConfig = t.TLS
+	}
+	f.Dial = g.dialer(f.Dial, tlsConfig)
+	fenced[t] = f
+	return f
 }
 
 // effectiveBatchSize is w's BatchSize as kafka-go applies it: 100 when zero.
@@ -257,14 +345,14 @@ func effectiveBatchSize(w *kafka.Writer) int {
 
 // writerFor returns the writer for a call of n records: the smallest whose
 // BatchSize holds them all, or else the largest.
-func (p *Publisher) writerFor(n int) *kafka.Writer {
-	last := len(p.writers) - 1
-	for _, w := range p.writers[:last] {
+func (s *writerSet) writerFor(n int) *kafka.Writer {
+	last := len(s.writers) - 1
+	for _, w := range s.writers[:last] {
 		if n <= w.BatchSize {
 			return w
 		}
 	}
-	return p.writers[last]
+	return s.writers[last]
 }
 
 // Publish writes msgs to topic with one synchronous kafka-go WriteMessages
@@ -274,10 +362,11 @@ func (p *Publisher) writerFor(n int) *kafka.Writer {
 // keep their order within a call and across calls that do not overlap.
 //
 // The write runs under the messages' contexts (msg.Context()): it stops
-// when any of them is done. A write stopped that way, or by a timeout, may
-// still reach the broker later (kafka-go gives no guarantee either way), so
-// treat it as ambiguous and publish again: consumers see a duplicate with
-// the same UUID.
+// when any of them is done, and none of its produce requests is written
+// after that, nor after the contexts' deadline (see Fencing on
+// [Publisher]). A request sent before may still have been written to the
+// log, so treat a write stopped that way, or by a timeout, as ambiguous and
+// publish again: consumers see a duplicate with the same UUID.
 //
 // Errors from kafka-go are wrapped with %w. kafka.MessageTooLargeError means
 // one record exceeds [PublisherConfig.BatchBytes] and nothing was written;
@@ -314,7 +403,23 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	ctx, cancel := writeContext(msgs)
 	defer cancel()
 	start := time.Now()
-	if err := p.writerFor(len(records)).WriteMessages(ctx, records...); err != nil {
+	set := p.writers()
+	end := set.gate.begin(ctx)
+	// A call whose context ends before its write does leaves batches that
+	// kafka-go would still send: retire the writers at once (see Fencing).
+	retired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(retired)
+		p.retire(set)
+	})
+	err := set.writerFor(len(records)).WriteMessages(ctx, records...)
+	if !stop() {
+		<-retired // retired within the call, under p.mu (see Close)
+	} else if ctx.Err() != nil {
+		p.retire(set)
+	}
+	end()
+	if err != nil {
 		var werrs kafka.WriteErrors
 		if errors.As(err, &werrs) && len(werrs) == len(msgs) {
 			// Per message: the relay marks exactly what was written.
@@ -385,6 +490,61 @@ func writeContext(msgs []*message.Message) (context.Context, context.CancelFunc)
 	}
 }
 
+// writers returns the writers to publish with: the current set, unless a
+// call in flight on it was abandoned (its context ended, and its caller
+// may have gone on to this call), whose batches must not go out with this
+// call's; that set is retired first.
+func (p *Publisher) writers() *writerSet {
+	for {
+		set := p.set.Load()
+		if !set.gate.abandoned() {
+			return set
+		}
+		p.retire(set)
+	}
+}
+
+// retire replaces set, when it is still in use, by new writers, and
+// closes it: its gate refuses every produce request from now on, and
+// aborts its connections; its writers close in the background (Close waits
+// for them).
+func (p *Publisher) retire(set *writerSet) {
+	if p.set.Load() != set {
+		return // retired already
+	}
+	next, err := newWriterSet(p.cfg)
+	if err != nil {
+		// NewPublisher built the same configuration: only an
+		// OverwriteWriter that changed its mind gets here. The set is
+		// fenced all the same; Publish then fails with ErrFenced.
+		p.logger.Error("kafka: cannot build new writers after an abandoned publish", err, nil)
+		set.gate.close()
+		return
+	}
+	if !p.set.CompareAndSwap(set, next) {
+		next.close() // another call retired set first
+		return
+	}
+	p.logger.Info("kafka: publish abandoned: its writers are retired, with what they had queued", nil)
+	set.gate.close()
+	p.retiring.Add(1)
+	go func() {
+		defer p.retiring.Done()
+		_ = set.close()
+	}()
+}
+
+// close closes the set's writers.
+func (s *writerSet) close() error {
+	var errs []error
+	for _, w := range s.writers {
+		if err := w.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("kafka: close writer: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Close waits for in-flight Publish calls, then flushes and closes the
 // writers. It is safe to call more than once and concurrently; calls after
 // the first return nil at once. Publish calls made after Close return [ErrPublisherClosed].
@@ -396,13 +556,9 @@ func (p *Publisher) Close() error {
 	}
 	p.closed = true
 	p.mu.Unlock()
-	var errs []error
-	for _, w := range p.writers {
-		if err := w.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("kafka: close writer: %w", err))
-		}
-	}
-	return errors.Join(errs...)
+	err := p.set.Load().close()
+	p.retiring.Wait()
+	return err
 }
 
 // permanent reports whether a write error is one that retrying cannot fix:

@@ -12,8 +12,14 @@ var ErrRunning = errors.New("relay: already running")
 var ErrInvalidConfig = errors.New("relay: invalid config")
 
 // errPublishDeadline is the cause of the context a batch is published with
-// when its lease ([Batch.Deadline]) or [Config.PublishTimeout] runs out.
-var errPublishDeadline = errors.New("relay: publish deadline exceeded (lease, PublishTimeout or HandOverAfter)")
+// when [Config.PublishTimeout] or the hand-over time runs out.
+var errPublishDeadline = errors.New("relay: publish deadline exceeded (PublishTimeout or HandOverAfter)")
+
+// errLeaseEnded is the cause of the context a batch is published with when
+// its lease ([Batch.Deadline]) runs out first: the relay stops publishing
+// it, and the adapters stop every write of it (another relay may publish
+// the same messages from then on).
+var errLeaseEnded = errors.New("relay: the lease ended during the publish")
 
 // errShutdownTimeout is the cause of the context handed to the store and the
 // publisher when [Config.ShutdownTimeout] expires during shutdown.

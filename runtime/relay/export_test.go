@@ -15,5 +15,6 @@ func PollIntervalOf(r *Relay) time.Duration { return time.Duration(r.poll.Load()
 var (
 	ErrEarlierFailed   = errEarlierFailed
 	ErrPublishDeadline = errPublishDeadline
+	ErrLeaseEnded      = errLeaseEnded
 	ErrShutdownTimeout = errShutdownTimeout
 )

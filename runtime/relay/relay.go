@@ -264,8 +264,16 @@ func (r *Relay) Run(ctx context.Context) error {
 			// The store failed, or nothing could be published and not only
 			// because messages were rejected for good: the broker or the
 			// database is down. Back off.
-			failures++
 			next = nil // claimed before the backoff: claim afresh after it
+			if rd.leaseEnded && res.Err == nil {
+				// Not an outage: the relay ran out of lease (it was
+				// paused, or the broker slow). Claim again at once: the
+				// claim renews the lease, or finds the shards taken over.
+				r.log.Warn("relay: the lease ended during a publish; its unpublished messages are published again by whichever relay holds their shards",
+					attrOwner, owner, attrClaimed, res.Claimed, attrPublished, res.Published, attrDuration, res.Duration)
+				continue
+			}
+			failures++
 			if res.Err == nil {
 				cut.failed(time.Now(), res.Duration, r.cfg.HandOverAfter)
 			}
@@ -639,19 +647,23 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 		}()
 	}
 
-	deadline := time.Now().Add(r.cfg.PublishTimeout)
+	deadline, cause := time.Now().Add(r.cfg.PublishTimeout), errPublishDeadline
 	if !b.Deadline.IsZero() && b.Deadline.Before(deadline) {
-		deadline = b.Deadline
+		// The messages' context carries the lease's end to the publisher,
+		// whose writes must not reach the broker after it (the adapters
+		// fence them: see adapters/kafka's Publisher).
+		deadline, cause = b.Deadline, errLeaseEnded
 	}
 	if !handOverAt.IsZero() && handOverAt.Before(deadline) {
 		// Publishing has failed since the streak began: a publish that
 		// hangs (a connection cut off) must not put the hand-over off.
-		deadline = handOverAt
+		deadline, cause = handOverAt, errPublishDeadline
 	}
-	pubCtx, cancel := context.WithDeadlineCause(batchCtx, deadline, errPublishDeadline)
+	pubCtx, cancel := context.WithDeadlineCause(batchCtx, deadline, cause)
 	pubStart := time.Now()
 	out := r.publish(pubCtx, b.Messages)
 	res.PublishedAt = time.Now()
+	rd.leaseEnded = errors.Is(context.Cause(pubCtx), errLeaseEnded)
 	cancel()
 	res.Messages, res.PublishDuration = b.Messages, res.PublishedAt.Sub(pubStart)
 	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
@@ -765,6 +777,11 @@ func (r *Relay) markInBackground(ctx context.Context, b Batch, out Outcome, res 
 // when to claim again.
 type round struct {
 	timedOut bool
+	// leaseEnded is set when the batch's lease ended during its publish
+	// (the relay was paused, or slow): what was not published is not the
+	// broker's failure, and the next claim renews the lease or finds the
+	// shards gone.
+	leaseEnded bool
 	next     *aheadBatch
 	marking  *pendingMark // the batch's mark, running in the background
 	settled  bool         // the mark of the batch before, in the background, succeeded

@@ -1252,8 +1252,8 @@ func TestPublishStopsAtLeaseDeadline(t *testing.T) {
 			batches.until(t, func() bool { return len(mem.Pending()) == 0 })
 
 			res := batches.Results()[0]
-			if res.Claimed != 1 || res.Published != 0 || len(res.Failures) != 1 || !errors.Is(res.Failures[0].Err, relay.ErrPublishDeadline) {
-				t.Errorf("first batch = %+v, want message 1 failed by the publish deadline", res)
+			if res.Claimed != 1 || res.Published != 0 || len(res.Failures) != 1 || !errors.Is(res.Failures[0].Err, relay.ErrLeaseEnded) {
+				t.Errorf("first batch = %+v, want message 1 failed by the end of its lease", res)
 			}
 			lease := store.Batches()[0].Deadline
 			if tt.lease < 0 {
