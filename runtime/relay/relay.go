@@ -782,10 +782,10 @@ type round struct {
 	// broker's failure, and the next claim renews the lease or finds the
 	// shards gone.
 	leaseEnded bool
-	next     *aheadBatch
-	marking  *pendingMark // the batch's mark, running in the background
-	settled  bool         // the mark of the batch before, in the background, succeeded
-	again    time.Duration
+	next       *aheadBatch
+	marking    *pendingMark // the batch's mark, running in the background
+	settled    bool         // the mark of the batch before, in the background, succeeded
+	again      time.Duration
 }
 
 // full reports whether a claim of msgs may have left messages behind: it
