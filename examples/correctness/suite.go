@@ -96,6 +96,11 @@ type result struct {
 	Schema    string // the run's schema, or database and consumer's schema
 	// Liveness are the measured faults' recovery times and bounds.
 	Liveness []livenessResult
+	// Fences are the stale-record checks of freeze and netsplit;
+	// Unattributed counts the log's records that no relay's proxy saw
+	// placed (see checkFences).
+	Fences       []fenceResult
+	Unattributed int
 }
 
 // passed reports whether the run found nothing wrong.
@@ -406,7 +411,9 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	// A produce request refused in a full outage adds none: nothing was
 	// written. A relay cut off from the broker writes its last two
 	// batches up to three times each (kafka-go's attempts), all delivered
-	// late when the cut heals.
+	// late when the cut heals. A relay frozen or split mid-publish
+	// may do the same (its kafka-go writer retries its last two batches
+	// after the SIGCONT or the heal), and a crash is a kill.
 	res.DupBound = opt.BatchSize * (2*(res.Faults.Kills+res.Faults.Stops) + res.Faults.Outages*opt.Relays +
 		int(res.Faults.Rejected) + int(res.Faults.Delayed) + 2*res.Faults.dbFaults()*opt.Relays + 6*res.Faults.BrokerCuts)
 	res.Failures = append(res.Failures, res.Report.failures(res.DupBound)...)
@@ -423,6 +430,11 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	for _, l := range res.Liveness {
 		if f := l.failure(); f != "" {
 			res.Failures = append(res.Failures, "liveness: "+f)
+		}
+	}
+	for _, f := range res.Fences {
+		if msg := f.failure(); msg != "" {
+			res.Failures = append(res.Failures, "fencing: "+msg)
 		}
 	}
 	for _, e := range res.Faults.Errors {
