@@ -46,6 +46,8 @@ type fenceResult struct {
 	// of them that went behind a later event of their aggregate (see
 	// checkStale).
 	Late, Stale int
+	// Wrote is every record the fenced relay wrote within the window.
+	Wrote int
 	// Examples describe the first stale (or else late) records.
 	Examples []string
 }
@@ -221,6 +223,9 @@ func checkStale(w fenceWindow, log []delivery, attr map[[2]int64]attribution, in
 		k := key{d.Partition, d.AggregateID}
 		a, ok := attr[[2]int64{int64(d.Partition), d.Offset}]
 		if ok && inWindow(a) {
+			if a.relay == w.Relay {
+				res.Wrote++
+			}
 			if a.relay != w.Relay {
 				succ[k] = true
 			} else if succ[k] {

@@ -82,8 +82,8 @@ func printSummary(w io.Writer, r *result) {
 		if f.failure() != "" {
 			verdict = "FAIL"
 		}
-		fmt.Fprintf(w, "  fencing:  %-10s at %5.1fs, relay-%d: %d stale records, %d records after the successor's first of their aggregate (window %v) %s %s\n",
-			f.Fault, f.At.Seconds(), f.Relay, f.Stale, f.Late, f.To.Sub(f.From).Round(time.Millisecond), verdict, strings.Join(f.Examples, "; "))
+		fmt.Fprintf(w, "  fencing:  %-10s at %5.1fs, relay-%d: %d stale records, %d records after the successor's first of their aggregate, %d written in all (window %v) %s %s\n",
+			f.Fault, f.At.Seconds(), f.Relay, f.Stale, f.Late, f.Wrote, f.To.Sub(f.From).Round(time.Millisecond), verdict, strings.Join(f.Examples, "; "))
 	}
 	if len(r.Fences) > 0 {
 		fmt.Fprintf(w, "  fencing: %d log records not attributed to a relay (no produce response seen by a proxy)\n", r.Unattributed)

@@ -393,7 +393,8 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Report = check(checkInput{Ledger: ledger, Commits: saved, Poison: poison, Log: log, Applied: applied})
+	in := checkInput{Ledger: ledger, Commits: saved, Poison: poison, Log: log, Applied: applied}
+	res.Report = check(in)
 	bstats, err := brokerStatsOf(ctx, control)
 	if err != nil {
 		return nil, err
@@ -401,7 +402,9 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	env.mu.Lock()
 	res.Faults = env.counts
 	res.Liveness = env.liveness
+	fences := env.fences
 	env.mu.Unlock()
+	res.Fences, res.Unattributed = checkFences(fences, log, brokerProxies, in)
 	res.Faults.Rejected, res.Faults.Refused, res.Faults.Delayed = bstats.Rejected, bstats.Refused, bstats.Delayed
 	// Each relay kill or stop may make the two batches in flight go out
 	// twice (a busy relay marks one while it publishes the next), each
@@ -415,7 +418,8 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	// may do the same (its kafka-go writer retries its last two batches
 	// after the SIGCONT or the heal), and a crash is a kill.
 	res.DupBound = opt.BatchSize * (2*(res.Faults.Kills+res.Faults.Stops) + res.Faults.Outages*opt.Relays +
-		int(res.Faults.Rejected) + int(res.Faults.Delayed) + 2*res.Faults.dbFaults()*opt.Relays + 6*res.Faults.BrokerCuts)
+		int(res.Faults.Rejected) + int(res.Faults.Delayed) + 2*res.Faults.dbFaults()*opt.Relays + 6*res.Faults.BrokerCuts +
+		6*(res.Faults.Freezes+res.Faults.Netsplits) + 2*res.Faults.Crashes)
 	res.Failures = append(res.Failures, res.Report.failures(res.DupBound)...)
 	if res.Poison > 0 && res.Parked+res.Discarded < int64(res.Poison) {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d poison events committed but %d messages parked", res.Poison, res.Parked+res.Discarded))
