@@ -315,11 +315,20 @@ func (c *bpConn) writeServer(up <-chan frame) {
 			c.close()
 			return
 		}
-		if tc, ok := srv.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
-		}
+		// Keep the broker's side open until it answered every produce
+		// request forwarded (at most 5 s): a half-close could make the
+		// broker drop an answer, and the answer says where the records
+		// went (attribution).
 		go func() {
-			time.Sleep(5 * time.Second)
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+				c.mu.Lock()
+				n := len(c.produce)
+				c.mu.Unlock()
+				if n == 0 {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 			c.close()
 		}()
 	}()
