@@ -155,13 +155,17 @@ func (e *faultEnv) crash(r int) measuredFault {
 		if err != nil {
 			return err
 		}
+		// Killed right after a lease renewal, the worst case for a
+		// takeover that waits for the leases to expire (LeaseTTL), and no
+		// matter for one that sees the session end.
+		when := e.afterRenewal(ctx, r)
 		at := time.Now()
 		if err := e.relays[r].kill(); err != nil {
 			return err
 		}
 		var check func() (string, error)
 		if len(e.relays) > 1 {
-			check = e.noteTakeover(ctx, before, fmt.Sprintf("relay-%d killed; ", r), fmt.Sprintf("relay-%d was killed: its takeover", r))
+			check = e.noteTakeover(ctx, before, fmt.Sprintf("relay-%d killed %s; ", r, when), fmt.Sprintf("relay-%d was killed: its takeover", r))
 		} else if err := e.relays[r].restart(); err != nil {
 			return err
 		}
@@ -170,6 +174,29 @@ func (e *faultEnv) crash(r int) measuredFault {
 		time.Sleep(settle)
 		return err
 	}
+}
+
+// afterRenewal waits (up to 2 renewal intervals) until relay r renews its
+// leases, polling their expiry every 10 ms, and says how it went.
+func (e *faultEnv) afterRenewal(ctx context.Context, r int) string {
+	owner, err := e.relays[r].owner()
+	if err != nil || owner == "" {
+		return "at once (owner unknown)"
+	}
+	first, ok, err := e.ob.leaseExpiry(ctx, e.db, owner)
+	if err != nil || !ok {
+		return "at once (no lease expiry to watch)"
+	}
+	for deadline := time.Now().Add(2 * relayLeaseTTL / 5); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		exp, ok, err := e.ob.leaseExpiry(ctx, e.db, owner)
+		if err != nil || !ok {
+			return "at once (lost sight of its leases)"
+		}
+		if exp.After(first) {
+			return "right after a lease renewal"
+		}
+	}
+	return "at once (no renewal seen)"
 }
 
 // noteTakeover is takenOver with one relay, where no shard can change

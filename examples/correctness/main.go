@@ -115,11 +115,14 @@
 //	            the heal. Its database stays reachable, so it hands over:
 //	            from the split, as brokercut, 4.45s. Stale records are
 //	            checked.
-//	crash       SIGKILL the relay holding the shards; from the kill:
-//	            crashTakeover (1s: the database ends the dead relay's
-//	            session and a standby takes its shards) + PollInterval +
-//	            1s = 2.2s (one relay: restarted at once, + 500ms to start).
-//	            Issue 33: today a crash waits for the leases to expire.
+//	crash       SIGKILL the relay holding the shards right after it
+//	            renewed its leases (the suite watches their expires_at);
+//	            from the kill: crashTakeover (1s: the database ends the
+//	            dead relay's session and a standby takes its shards) +
+//	            PollInterval + 500ms = 1.7s, on MySQL too (one relay:
+//	            restarted at once, + 500ms to start). The margin is half
+//	            the others' so that a takeover that waits for the leases
+//	            to expire (about 2.4s with LeaseTTL 2s) fails it.
 //
 // # Fencing
 //
