@@ -33,7 +33,7 @@ const (
 	// envScenario selects the faults, as -scenario does: "all" (default),
 	// "none", or a comma-separated list (kill,stop,partition,ambiguous,
 	// longtx,poison,consumer,dbfreeze,dbrefuse,terminate,brokerdown,
-	// brokercut).
+	// brokercut,freeze,netsplit,crash).
 	envScenario = "OUTBOX_CORRECTNESS_SCENARIO"
 	// envRelays sets the number of relay processes (default 3).
 	envRelays = "OUTBOX_CORRECTNESS_RELAYS"
@@ -48,9 +48,10 @@ const (
 // fault, then the drain and the checks; about 50 s) against the local
 // PostgreSQL, and fails on any lost event, ghost, order violation on the
 // broker or at the consumer, duplicate effect, log duplicates above the
-// bound (see the package comment), or a measured fault (stop, dbfreeze,
-// dbrefuse, terminate, brokerdown, brokercut) whose probes reached the broker later
-// than its liveness bound.
+// bound (see the package comment), a stale record of a relay that lost its
+// shards (freeze, netsplit), or a measured fault (stop, dbfreeze, dbrefuse,
+// terminate, brokerdown, brokercut, freeze, netsplit, crash) whose probes
+// reached the broker later than its liveness bound.
 func TestCorrectness(t *testing.T) {
 	testCorrectness(t, "postgres")
 }

@@ -33,12 +33,19 @@ const (
 	faultTerminate  = "terminate"  // pg_terminate_backend of every relay connection; measured
 	faultBrokerDown = "brokerdown" // every partition rejects produce requests for 2-3 s; measured
 	faultBrokerCut  = "brokercut"  // the active relay's network to the broker holds every byte for 5-6 s; measured
+
+	// The faults of issue 33 (fencing and crash takeover; see fence.go).
+	// netsplit is not named partition: that is the Kafka partition fault.
+	faultFreeze   = "freeze"   // SIGSTOP the shard holder mid-publish (broker answering in 100 ms) for 3-4 LeaseTTLs; measured, stale records checked
+	faultNetsplit = "netsplit" // the shard holder's broker link blackholed for 3-4 LeaseTTLs, then healed; measured, stale records checked
+	faultCrash    = "crash"    // SIGKILL the shard holder; measured against crashTakeover
 )
 
 // allFaults returns the core tier's fault set, in the table's order.
 func allFaults() []string {
 	return []string{faultKill, faultStop, faultPartition, faultAmbiguous, faultLongTx, faultPoison, faultConsumer,
-		faultDBFreeze, faultDBRefuse, faultTerminate, faultBrokerDown, faultBrokerCut}
+		faultDBFreeze, faultDBRefuse, faultTerminate, faultBrokerDown, faultBrokerCut,
+		faultFreeze, faultNetsplit, faultCrash}
 }
 
 // parseScenario turns -scenario ("all", "none", or a comma-separated list
@@ -78,6 +85,9 @@ type faultCounts struct {
 	// the relays, BrokerOutages the full broker outages, BrokerCuts the
 	// relays cut off from the broker alone.
 	DBFreezes, DBRefusals, Terminations, BrokerOutages, BrokerCuts int
+	// Freezes, Netsplits and Crashes are issue 33's faults of the relay
+	// holding the shards.
+	Freezes, Netsplits, Crashes int
 	// Skipped counts kills and ambiguous writes not injected because a
 	// measured fault was in progress.
 	Skipped int
@@ -93,16 +103,16 @@ type faultCounts struct {
 // delayed produce request once.
 func (f faultCounts) total() int {
 	return f.Kills + f.Stops + f.Outages + f.LongTx + f.Poison + f.ConsumerKills + int(f.Rejected) + int(f.Delayed) +
-		f.DBFreezes + f.DBRefusals + f.Terminations + f.BrokerCuts
+		f.DBFreezes + f.DBRefusals + f.Terminations + f.BrokerCuts + f.Freezes + f.Netsplits + f.Crashes
 }
 
 // dbFaults counts the database faults of the relays.
 func (f faultCounts) dbFaults() int { return f.DBFreezes + f.DBRefusals + f.Terminations }
 
 func (f faultCounts) String() string {
-	return fmt.Sprintf("kill×%d stop×%d outage×%d partition-errors×%d (%d requests rejected) broker-down×%d (%d requests refused) broker-cut×%d ambiguous×%d (%d written late) long-tx×%d poison×%d consumer-kill×%d db-freeze×%d db-refuse×%d terminate×%d; %d kills or ambiguous writes skipped during measured faults",
+	return fmt.Sprintf("kill×%d stop×%d outage×%d partition-errors×%d (%d requests rejected) broker-down×%d (%d requests refused) broker-cut×%d ambiguous×%d (%d written late) long-tx×%d poison×%d consumer-kill×%d db-freeze×%d db-refuse×%d terminate×%d freeze×%d netsplit×%d crash×%d; %d kills or ambiguous writes skipped during measured faults",
 		f.Kills, f.Stops, f.Outages, f.PartitionWindows, f.Rejected, f.BrokerOutages, f.Refused, f.BrokerCuts, f.AmbiguousArmed, f.Delayed, f.LongTx, f.Poison, f.ConsumerKills,
-		f.DBFreezes, f.DBRefusals, f.Terminations, f.Skipped)
+		f.DBFreezes, f.DBRefusals, f.Terminations, f.Freezes, f.Netsplits, f.Crashes, f.Skipped)
 }
 
 // action is one step of the fault schedule.
@@ -122,7 +132,7 @@ type faultEnv struct {
 	ob       *outbox
 	proxy    *runtimetest.Proxy // the relays' way to PostgreSQL
 	// brokerProxies are the relays' ways to the broker, one per relay.
-	brokerProxies []*runtimetest.Proxy
+	brokerProxies []*brokerProxy
 	relayApp      string // the relays' application_name
 	partitions    int
 	writeTO       time.Duration
@@ -142,6 +152,7 @@ type faultEnv struct {
 	mu       sync.Mutex
 	counts   faultCounts
 	liveness []livenessResult
+	fences   []fenceWindow
 }
 
 // settle is how long a killed relay's shards take to be taken over: its
@@ -197,6 +208,17 @@ func (e *faultEnv) plan(rng *rand.Rand, faults map[string]bool, d time.Duration)
 	}
 	if faults[faultTerminate] {
 		seq = append(seq, e.measured("pg_terminate_backend of every relay connection", e.terminate))
+	}
+	if faults[faultFreeze] {
+		hold := uniform(3*relayLeaseTTL, 4*relayLeaseTTL).Round(time.Millisecond)
+		seq = append(seq, e.measured(fmt.Sprintf("SIGSTOP the shard holder mid-publish for %v (broker answering in %v)", hold, slowProduce), e.freeze(n-1, hold)))
+	}
+	if faults[faultNetsplit] {
+		hold := uniform(3*relayLeaseTTL, 4*relayLeaseTTL).Round(time.Millisecond)
+		seq = append(seq, e.measured(fmt.Sprintf("the shard holder's broker link blackholed mid-publish for %v", hold), e.netsplit(n-1, hold)))
+	}
+	if faults[faultCrash] {
+		seq = append(seq, e.measured("SIGKILL the shard holder", e.crash(n-1)))
 	}
 	rng.Shuffle(len(seq), func(i, j int) { seq[i], seq[j] = seq[j], seq[i] })
 	if len(seq) > 0 {

@@ -41,6 +41,16 @@ const (
 	// load average 12 – 18) recovered up to 1.7 s past the bounds above;
 	// nothing was ever lost, ghosted or reordered.
 	mysqlSlack = 2 * time.Second
+	// relayStartup is how long a relay process takes to start and connect
+	// (crash with one relay restarts it).
+	relayStartup = 500 * time.Millisecond
+	// crashSlack is crash's margin instead of boundSlack: with the suite's
+	// short LeaseTTL, a takeover that waits for the leases to expire
+	// (LeaseTTL after the renewal right before the kill, plus a look and a
+	// poll: about 2.4 s) must fail crashTakeover + PollInterval + margin,
+	// so the margin is below LeaseTTL - crashTakeover - look. The control
+	// probe's time is added as to every bound.
+	crashSlack = 500 * time.Millisecond
 )
 
 // livenessBound returns the bound of a measured fault with relays relay
@@ -48,7 +58,7 @@ const (
 // measured: "fault" (the fault's start) or "heal" (its end).
 func livenessBound(fault string, relays int, db string) (time.Duration, string) {
 	bound, from := baseBound(fault, relays)
-	if db == "mysql" && bound > 0 {
+	if db == "mysql" && bound > 0 && fault != faultCrash { // issue 33's crash bound holds on both
 		bound += mysqlSlack
 	}
 	return bound, from
@@ -95,6 +105,36 @@ func baseBound(fault string, relays int) (time.Duration, string) {
 		// at most one backoff. A standby takes them at its next look
 		// and publishes at its next claim (a poll).
 		return relayHandOverAfter + relayMaxBackoff + standbyLook + relayPollInterval + boundSlack, "fault"
+	case fault == faultFreeze && relays == 1:
+		// As stop with one relay: it resumes and takes its shards again.
+		return relayMaxBackoff + relayStoreTimeout + relayPollInterval + boundSlack, "heal"
+	case fault == faultFreeze:
+		// As stop: the frozen relay's leases expire LeaseTTL after its last
+		// renewal (at most a renewal interval before the SIGSTOP); a
+		// standby finds them at its next look and publishes at its next
+		// claim (a poll).
+		return relayLeaseTTL + renewal + standbyLook + relayPollInterval + boundSlack, "fault"
+	case fault == faultNetsplit && relays == 1:
+		// As brokercut with one relay: no one to hand over to.
+		return relayMaxBackoff + relayRetryDelay + relayPollInterval + writeTimeout + boundSlack, "heal"
+	case fault == faultNetsplit:
+		// As brokercut: the split relay keeps its database, so its leases
+		// do not expire; it hands its shards over HandOverAfter into its
+		// streak of failed rounds (plus a backoff), a standby takes them at
+		// its next look and publishes at its next claim. (Were the relay cut
+		// off from the database too, its leases would expire after LeaseTTL
+		// plus a renewal interval, which is shorter than this.)
+		return relayHandOverAfter + relayMaxBackoff + standbyLook + relayPollInterval + boundSlack, "fault"
+	case fault == faultCrash && relays == 1:
+		// The relay restarts at once (a process start, relayStartup) and
+		// takes its predecessor's shards once the database ended the dead
+		// session.
+		return crashTakeover + relayStartup + relayPollInterval + crashSlack, "fault"
+	case fault == faultCrash:
+		// The database ends the dead relay's session, and a standby takes
+		// its shards within crashTakeover, then publishes at its next
+		// claim (a poll).
+		return crashTakeover + relayPollInterval + crashSlack, "fault"
 	case fault == faultBrokerDown:
 		// Nothing is published, so no attempt is counted and no retry
 		// delay grows: after the broker is back, the relay's backoff (at
@@ -273,19 +313,6 @@ func (p *proxyTB) close() {
 }
 
 type proxyFatal struct{ err error }
-
-// startBrokerProxies starts n fault proxies to the broker at target, one
-// per relay (see childConfig.BrokerVia); stop closes them.
-func startBrokerProxies(n int, target string) (proxies []*runtimetest.Proxy, stop func(), err error) {
-	err = withProxyTB(func(tb *proxyTB) error {
-		for range n {
-			proxies = append(proxies, runtimetest.StartProxy(tb, target))
-		}
-		stop = tb.close
-		return nil
-	})
-	return proxies, stop, err
-}
 
 // startDBProxy starts a fault proxy to the database of dsn and returns it,
 // the relays' DSN (through the proxy, named app where the database can),

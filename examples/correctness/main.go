@@ -31,7 +31,7 @@
 //
 // -scenario picks the faults (all, none, or a list of kill, stop,
 // partition, ambiguous, longtx, poison, consumer, dbfreeze, dbrefuse,
-// terminate, brokerdown, brokercut), -paths the write paths
+// terminate, brokerdown, brokercut, freeze, netsplit, crash), -paths the write paths
 // (all, save, enqueue), -relays the relay processes, so that each ordering
 // problem can be shown on its own:
 //
@@ -50,7 +50,7 @@
 //
 // # Liveness
 //
-// Five faults are measured: each commits, right after the fault began, one
+// Nine faults are measured: each commits, right after the fault began, one
 // probe event on a fresh aggregate of every shard of the outbox (64, so
 // whichever relay owns a shard, a probe waits on it), and the run fails
 // unless every probe is marked published (which the relay does only after
@@ -96,6 +96,50 @@
 //	            some shards must change owner. The held bytes are
 //	            delivered at the end: the produce requests the relay gave
 //	            up on reach the broker late, as duplicates.
+//	freeze      SIGSTOP the relay holding the shards right after its
+//	            proxy forwarded one of its produce requests, with that
+//	            proxy holding each produce answer 100 ms (a slow broker),
+//	            so that it stops inside a publish; SIGCONT after 3-4
+//	            LeaseTTLs (6-8 s). From the SIGSTOP: LeaseTTL +
+//	            LeaseTTL/5 + a standby's look + PollInterval + 1s = 3.85s.
+//	            Stale records are checked (see Fencing).
+//	netsplit    the broker link of the relay holding the shards is
+//	            blackholed right after it forwarded a produce request, for
+//	            3-4 LeaseTTLs, then healed (a network partition; named so
+//	            because partition is the Kafka-partition fault). Nothing
+//	            goes either way while split; what the relay wrote on an
+//	            open connection is delivered at the heal (retransmitted),
+//	            also after a graceful close, but not after a reset
+//	            (SO_LINGER 0 discards the send queue); a connection opened
+//	            during the split reaches the broker only if still open at
+//	            the heal. Its database stays reachable, so it hands over:
+//	            from the split, as brokercut, 4.45s. Stale records are
+//	            checked.
+//	crash       SIGKILL the relay holding the shards right after it
+//	            renewed its leases (the suite watches their expires_at);
+//	            from the kill: crashTakeover (1s: the database ends the
+//	            dead relay's session and a standby takes its shards) +
+//	            PollInterval + 500ms = 1.7s, on MySQL too (one relay:
+//	            restarted at once, + 500ms to start). The margin is half
+//	            the others' so that a takeover that waits for the leases
+//	            to expire (about 2.4s with LeaseTTL 2s) fails it.
+//
+// # Fencing
+//
+// A relay that lost its shards (frozen, split) must never have a write
+// reach the broker after its successor's first write of the same
+// aggregate (invariant 10). Each relay reaches the broker through a
+// Kafka-aware proxy of its own, which reads every produce response's base
+// offset and so knows which relay wrote each record of the log (the
+// records are not touched: consumers cannot tell relays apart). For the
+// window from the fault to its settle after the heal, a record of
+// aggregate K that the fenced relay wrote after the first record of K
+// another relay wrote in the window is late; it is stale when an earlier
+// record of K is of an event that committed after it (ledger order, as
+// the order check's): a reader of the log sees K's older event after a
+// newer one. The run fails on any stale record; the summary also prints
+// the late ones (a late duplicate of the successor's last event is not
+// stale) and how many log records no proxy attributed.
 //
 // The summary prints each measured fault's recovery time next to its
 // bound. The measured faults and the long transaction's relay outage run

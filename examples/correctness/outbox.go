@@ -5,7 +5,8 @@ package main
 // Store.Stats and Store.Unpark, Shards and ShardOf, the outbox table's id,
 // event_id, parked_at and published_at columns to find parked messages,
 // its created_at, last_error and attempts columns for the broker outage,
-// and its leases table's shard and owner columns for the stopped relay)
+// and its leases table's shard, owner and expires_at columns for the stopped
+// and crashed relays)
 // and runtime/consumer (Migrate).
 
 import (
@@ -195,6 +196,20 @@ func (o *outbox) leaseOwners(ctx context.Context, db *gorm.DB) (map[int]string, 
 		}
 	}
 	return out, nil
+}
+
+// leaseExpiry reads the latest expiry of owner's leases (the leases
+// table's expires_at column); ok is false when owner holds none.
+func (o *outbox) leaseExpiry(ctx context.Context, db *gorm.DB, owner string) (at time.Time, ok bool, err error) {
+	var exp *time.Time
+	err = db.WithContext(ctx).Raw(`SELECT max(expires_at) FROM `+sqlstore.DefaultTable+`_leases WHERE owner = ?`, owner).Scan(&exp).Error
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read lease expiry: %w", err)
+	}
+	if exp == nil {
+		return time.Time{}, false, nil
+	}
+	return *exp, true, nil
 }
 
 // close releases the store's connection.

@@ -12,17 +12,25 @@ import (
 // printTable prints the runs' results, one row each.
 func printTable(w io.Writer, results []*result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\tseed\tscenario\tpaths\trelays\tevents\tfaults injected\tlost\tghosts\torder violations\tduplicate effects\tlog duplicates (bound)\tconsumer order violations\tpoison (parked)\twall time\tresult\t")
+	fmt.Fprintln(tw, "run\tseed\tscenario\tpaths\trelays\tevents\tfaults injected\tlost\tghosts\torder violations\tduplicate effects\tlog duplicates (bound)\tconsumer order violations\tstale records\tpoison (parked)\twall time\tresult\t")
 	for _, r := range results {
 		verdict := "PASS"
 		if !r.passed() {
 			verdict = "FAIL"
 		}
 		rep := r.Report
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t%d (%d)\t%s\t%s\t\n",
+		stale := "-"
+		if len(r.Fences) > 0 {
+			n := 0
+			for _, f := range r.Fences {
+				n += f.Stale
+			}
+			stale = fmt.Sprint(n)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t%s\t%d (%d)\t%s\t%s\t\n",
 			r.Opts.Name, r.Seed, scenarioName(r.Opts.Faults), pathsName(r.Opts.Paths), r.Opts.Relays, rep.Committed, r.Faults.total(),
 			len(rep.Lost), len(rep.Ghosts), rep.Order.Pairs, rep.DupEffects,
-			rep.LogDuplicates, r.DupBound, rep.ConsumerOrder.Pairs, r.Poison, r.Parked+r.Discarded,
+			rep.LogDuplicates, r.DupBound, rep.ConsumerOrder.Pairs, stale, r.Poison, r.Parked+r.Discarded,
 			r.Wall.Round(100*time.Millisecond), verdict)
 	}
 	tw.Flush()
@@ -68,6 +76,17 @@ func printSummary(w io.Writer, r *result) {
 		fmt.Fprintf(w, "  liveness: %-10s at %5.1fs, held %-6v recovered %-8s after the %-5s (bound %v = %v + control probe %v; %v after the fault began) %s %s\n",
 			l.Fault, l.At.Seconds(), l.Held.Round(time.Millisecond), recovered, l.From, l.Bound.Round(time.Millisecond),
 			l.Bound-l.Healthy, l.Healthy.Round(time.Millisecond), total.Round(time.Millisecond), verdict, l.Note)
+	}
+	for _, f := range r.Fences {
+		verdict := "ok"
+		if f.failure() != "" {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(w, "  fencing:  %-10s at %5.1fs, relay-%d: %d stale records, %d records after the successor's first of their aggregate, %d written in all (window %v) %s %s\n",
+			f.Fault, f.At.Seconds(), f.Relay, f.Stale, f.Late, f.Wrote, f.To.Sub(f.From).Round(time.Millisecond), verdict, strings.Join(f.Examples, "; "))
+	}
+	if len(r.Fences) > 0 {
+		fmt.Fprintf(w, "  fencing: %d log records not attributed to a relay (no produce response seen by a proxy)\n", r.Unattributed)
 	}
 }
 

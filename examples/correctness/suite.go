@@ -96,6 +96,11 @@ type result struct {
 	Schema    string // the run's schema, or database and consumer's schema
 	// Liveness are the measured faults' recovery times and bounds.
 	Liveness []livenessResult
+	// Fences are the stale-record checks of freeze and netsplit;
+	// Unattributed counts the log's records that no relay's proxy saw
+	// placed (see checkFences).
+	Fences       []fenceResult
+	Unattributed int
 }
 
 // passed reports whether the run found nothing wrong.
@@ -388,7 +393,8 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Report = check(checkInput{Ledger: ledger, Commits: saved, Poison: poison, Log: log, Applied: applied})
+	in := checkInput{Ledger: ledger, Commits: saved, Poison: poison, Log: log, Applied: applied}
+	res.Report = check(in)
 	bstats, err := brokerStatsOf(ctx, control)
 	if err != nil {
 		return nil, err
@@ -396,7 +402,9 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	env.mu.Lock()
 	res.Faults = env.counts
 	res.Liveness = env.liveness
+	fences := env.fences
 	env.mu.Unlock()
+	res.Fences, res.Unattributed = checkFences(fences, log, brokerProxies, in)
 	res.Faults.Rejected, res.Faults.Refused, res.Faults.Delayed = bstats.Rejected, bstats.Refused, bstats.Delayed
 	// Each relay kill or stop may make the two batches in flight go out
 	// twice (a busy relay marks one while it publishes the next), each
@@ -406,9 +414,12 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	// A produce request refused in a full outage adds none: nothing was
 	// written. A relay cut off from the broker writes its last two
 	// batches up to three times each (kafka-go's attempts), all delivered
-	// late when the cut heals.
+	// late when the cut heals. A relay frozen or split mid-publish
+	// may do the same (its kafka-go writer retries its last two batches
+	// after the SIGCONT or the heal), and a crash is a kill.
 	res.DupBound = opt.BatchSize * (2*(res.Faults.Kills+res.Faults.Stops) + res.Faults.Outages*opt.Relays +
-		int(res.Faults.Rejected) + int(res.Faults.Delayed) + 2*res.Faults.dbFaults()*opt.Relays + 6*res.Faults.BrokerCuts)
+		int(res.Faults.Rejected) + int(res.Faults.Delayed) + 2*res.Faults.dbFaults()*opt.Relays + 6*res.Faults.BrokerCuts +
+		6*(res.Faults.Freezes+res.Faults.Netsplits) + 2*res.Faults.Crashes)
 	res.Failures = append(res.Failures, res.Report.failures(res.DupBound)...)
 	if res.Poison > 0 && res.Parked+res.Discarded < int64(res.Poison) {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d poison events committed but %d messages parked", res.Poison, res.Parked+res.Discarded))
@@ -423,6 +434,11 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	for _, l := range res.Liveness {
 		if f := l.failure(); f != "" {
 			res.Failures = append(res.Failures, "liveness: "+f)
+		}
+	}
+	for _, f := range res.Fences {
+		if msg := f.failure(); msg != "" {
+			res.Failures = append(res.Failures, "fencing: "+msg)
 		}
 	}
 	for _, e := range res.Faults.Errors {
