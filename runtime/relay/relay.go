@@ -79,6 +79,8 @@ type Relay struct {
 	// held is how many shards Run's owner held at its last claim, -1 when
 	// not running or the store does not say; see ShardsHeld.
 	held atomic.Int64
+
+	since func(time.Time) time.Duration // tests only: time.Since
 }
 
 // New returns a relay that claims messages from store and publishes them with
@@ -265,11 +267,11 @@ func (r *Relay) Run(ctx context.Context) error {
 			// because messages were rejected for good: the broker or the
 			// database is down. Back off.
 			next = nil // claimed before the backoff: claim afresh after it
-			if rd.leaseEnded && res.Err == nil {
-				// Not an outage: the relay ran out of lease (it was
-				// paused, or the broker slow). Claim again at once: the
-				// claim renews the lease, or finds the shards taken over.
-				r.log.Warn("relay: the lease ended during a publish; its unpublished messages are published again by whichever relay holds their shards",
+			if rd.leaseLost && res.Err == nil {
+				// Not an outage: the relay was paused past its lease.
+				// Claim again at once: the claim finds the shards taken
+				// over, or renews the lease.
+				r.log.Warn("relay: the lease ended during a publish while the relay was paused; its unpublished messages are published again by whichever relay holds their shards",
 					attrOwner, owner, attrClaimed, res.Claimed, attrPublished, res.Published, attrDuration, res.Duration)
 				continue
 			}
@@ -355,6 +357,20 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// pausedAfter is how late a batch's publish may end after its lease's end
+// before the relay takes it for paused (see round.leaseLost): a timer
+// fires that late on a busy machine only when the process did not run.
+const pausedAfter = 500 * time.Millisecond
+
+// late returns how long ago t was: [Relay.Run]'s clock, which tests
+// replace.
+func (r *Relay) late(t time.Time) time.Duration {
+	if r.since != nil {
+		return r.since(t)
+	}
+	return time.Since(t)
 }
 
 // brokerOutage is a streak of rounds of which nothing could be published because
@@ -663,7 +679,11 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 	pubStart := time.Now()
 	out := r.publish(pubCtx, b.Messages)
 	res.PublishedAt = time.Now()
-	rd.leaseEnded = errors.Is(context.Cause(pubCtx), errLeaseEnded)
+	// A lease that ended long before the publish did means the process
+	// was paused (its timers fire late): it lost its shards, which is no
+	// failure of the broker's. One that ended on time means the broker
+	// was too slow for it, as when it is cut off: that counts.
+	rd.leaseLost = errors.Is(context.Cause(pubCtx), errLeaseEnded) && r.late(deadline) > pausedAfter
 	cancel()
 	res.Messages, res.PublishDuration = b.Messages, res.PublishedAt.Sub(pubStart)
 	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
@@ -777,11 +797,11 @@ func (r *Relay) markInBackground(ctx context.Context, b Batch, out Outcome, res 
 // when to claim again.
 type round struct {
 	timedOut bool
-	// leaseEnded is set when the batch's lease ended during its publish
-	// (the relay was paused, or slow): what was not published is not the
-	// broker's failure, and the next claim renews the lease or finds the
-	// shards gone.
-	leaseEnded bool
+	// leaseLost is set when the batch's lease ended during its publish
+	// while the relay was paused: what was not published is not the
+	// broker's failure, and the next claim finds the shards gone (or
+	// renews the lease, when no other relay took them).
+	leaseLost bool
 	next       *aheadBatch
 	marking    *pendingMark // the batch's mark, running in the background
 	settled    bool         // the mark of the batch before, in the background, succeeded
