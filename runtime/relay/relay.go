@@ -802,10 +802,10 @@ type round struct {
 	// broker's failure, and the next claim finds the shards gone (or
 	// renews the lease, when no other relay took them).
 	leaseLost bool
-	next       *aheadBatch
-	marking    *pendingMark // the batch's mark, running in the background
-	settled    bool         // the mark of the batch before, in the background, succeeded
-	again      time.Duration
+	next      *aheadBatch
+	marking   *pendingMark // the batch's mark, running in the background
+	settled   bool         // the mark of the batch before, in the background, succeeded
+	again     time.Duration
 }
 
 // full reports whether a claim of msgs may have left messages behind: it
