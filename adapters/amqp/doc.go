@@ -107,6 +107,23 @@
 // back after later messages, so with quorum queues retry in the handler
 // (Watermill's Retry middleware) instead of nacking when order matters.
 //
+// # Fencing
+//
+// A publish's frames reach the network only before the deadline of its
+// messages' contexts (the relay gives them the end of its lease): the
+// [Publisher]'s connection is fenced (package adapters/internal/fence), so
+// a basic.publish, content header or body frame written after that
+// deadline is refused and the connection aborted, and the broker never
+// receives the message. A relay paused mid-publish that wakes after its
+// lease ended thus never has a message reach the queue after its
+// successor's messages of the same aggregate. When a call's context ends
+// before the call does, its connection is aborted (SO_LINGER 0, dropping
+// what the kernel still held to send) and the next Publish dials again.
+// This holds on amqp:// URLs; on amqps:// amqp091 does the TLS above the
+// connection, where the fence would see no frames, and the publisher
+// relies on its context checks between messages only (use the inbox of
+// package runtime/consumer, which applies each event once and in order).
+//
 // # Queues that already exist
 //
 // RabbitMQ refuses to redeclare a queue with other arguments, and declaring

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/gooutbox/outbox/adapters/internal/fence"
 	"github.com/gooutbox/outbox/adapters/internal/publishing"
 	"github.com/gooutbox/outbox/runtime"
 )
@@ -39,8 +41,12 @@ type Publisher struct {
 	cfg    Config
 	logger watermill.LoggerAdapter
 
-	mu       sync.Mutex
-	conn     *amqp091.Connection
+	mu   sync.Mutex
+	conn *amqp091.Connection
+	// gate fences conn's publishing frames (see Fencing in the package
+	// doc); nil when conn is not fenced (amqps://, or a Config.AMQPConfig
+	// Dial that returns no TCP connection).
+	gate     *fence.Gate
 	declared map[string]bool // topics whose topology is declared on conn
 	idle     []*pubChannel   // confirm-mode channels of conn, unused
 	closed   bool
@@ -52,6 +58,7 @@ var _ message.Publisher = (*Publisher)(nil)
 // pubChannel is a confirm-mode channel with its return and close listeners.
 type pubChannel struct {
 	conn     *amqp091.Connection
+	gate     *fence.Gate // conn's, or nil
 	ch       *amqp091.Channel
 	returns  chan amqp091.Return
 	closes   chan *amqp091.Error
@@ -153,14 +160,21 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	ctx, cancel := publishing.Context(msgs, p.cfg.ConfirmTimeout, errConfirmTimeout)
 	defer cancel()
 	start := time.Now()
-	pc, declared, err := p.channel(ctx, topic)
+	pc, declared, end, err := p.channel(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("amqp: publish %d messages to topic %q: %w", len(msgs), topic, err)
 	}
 	errs, timedOut := p.publish(ctx, pc, topic, pubs, declared)
-	if timedOut && errors.Is(context.Cause(ctx), errConfirmTimeout) {
+	switch {
+	case ctx.Err() != nil && !errors.Is(context.Cause(ctx), errConfirmTimeout) && pc.gate != nil:
+		// The call's context ended (the relay's lease, say) before it
+		// did: fence the connection off, so that nothing this call
+		// still had to send reaches the broker after it.
+		p.fenceOff(pc)
+	case timedOut && errors.Is(context.Cause(ctx), errConfirmTimeout):
 		p.abandon(pc.conn)
 	}
+	end()
 	p.release(pc, !timedOut)
 	failed := 0
 	for _, e := range errs {
@@ -203,14 +217,36 @@ func (p *Publisher) validateTopic(topic string) error {
 // connection that is dialled if needed, with topic's topology declared, and
 // whether this call declared it (rather than an earlier one on the same
 // connection).
-func (p *Publisher) channel(ctx context.Context, topic string) (*pubChannel, bool, error) {
+func (p *Publisher) channel(ctx context.Context, topic string) (pc *pubChannel, declared bool, end func(), err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.gate != nil && p.gate.Abandoned() {
+		// A call on the connection was abandoned while it still had
+		// frames to send (its caller went on to this call): those must
+		// not go out with this call's.
+		p.fenceOffLocked()
+	}
 	if p.conn == nil || p.conn.IsClosed() {
 		if err := p.dial(ctx); err != nil {
-			return nil, false, err
+			return nil, false, nil, err
 		}
 	}
+	end = func() {}
+	if p.gate != nil {
+		end = p.gate.Begin(ctx)
+	}
+	defer func() {
+		if err != nil {
+			end()
+		}
+	}()
+	pc, declared, err = p.openOrReuse(ctx, topic)
+	return pc, declared, end, err
+}
+
+// openOrReuse returns an idle channel of p.conn, or a new one, with
+// topic's topology declared (see channel). p.mu is held.
+func (p *Publisher) openOrReuse(ctx context.Context, topic string) (*pubChannel, bool, error) {
 	// Opening a channel and declaring are RPCs without a deadline of their
 	// own: if ctx ends first, close the connection under them, which ends
 	// them with an error (and the next Publish dials again).
@@ -276,6 +312,12 @@ func (p *Publisher) dial(ctx context.Context) error {
 		_ = p.conn.Close()
 	}
 	p.conn = nil
+	if p.gate != nil {
+		p.gate.Close()
+	}
+	p.gate = nil
+	g := fence.NewGate(classifyFrame)
+	fenced := false // the connection dialled is g's
 	cfg := amqp091.Config{}
 	if p.cfg.AMQPConfig != nil {
 		cfg = *p.cfg.AMQPConfig
@@ -309,6 +351,22 @@ func (p *Publisher) dial(ctx context.Context) error {
 	if cfg.Locale == "" {
 		cfg.Locale = "en_US"
 	}
+	if dial := cfg.Dial; !strings.HasPrefix(strings.ToLower(p.cfg.URL), "amqps:") {
+		// Fenced, below amqp091's framing: the TLS of amqps:// is
+		// amqp091's own, on top of what Dial returns, where the gate
+		// would see no frames.
+		cfg.Dial = func(network, addr string) (net.Conn, error) {
+			conn, err := dial(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			if _, ok := conn.(*net.TCPConn); !ok {
+				return conn, nil
+			}
+			fenced = true
+			return g.Wrap(conn, nil)
+		}
+	}
 	conn, err := amqp091.DialConfig(p.cfg.URL, cfg)
 	if stopAbort != nil && !stopAbort() && err == nil {
 		// ctx ended as the handshake completed: the deadline set then
@@ -326,6 +384,9 @@ func (p *Publisher) dial(ctx context.Context) error {
 		return fmt.Errorf("amqp: dial: %w", err)
 	}
 	p.conn = conn
+	if fenced {
+		p.gate = g
+	}
 	p.declared = map[string]bool{}
 	p.logger.Info("connected", nil)
 	return nil
@@ -351,6 +412,7 @@ func (p *Publisher) openChannel() (*pubChannel, error) {
 	}
 	return &pubChannel{
 		conn:    p.conn,
+		gate:    p.gate,
 		ch:      ch,
 		returns: ch.NotifyReturn(make(chan amqp091.Return, returnBuffer)),
 		closes:  ch.NotifyClose(make(chan *amqp091.Error, 1)),
@@ -388,6 +450,63 @@ func (p *Publisher) abandon(conn *amqp091.Connection) {
 	p.conn = nil
 	p.logger.Info("abandoning connection: no confirmation within ConfirmTimeout", nil)
 	go func() { _ = conn.CloseDeadline(time.Now().Add(p.cfg.ConfirmTimeout)) }()
+}
+
+// fenceOff stops using pc's connection at once: its gate aborts it and
+// refuses every publishing frame from now on, so that nothing a call on it
+// still had to send reaches the broker; the next Publish dials again.
+// Publish calls still on it fail with [ErrUnconfirmed] (retryable).
+func (p *Publisher) fenceOff(pc *pubChannel) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate != pc.gate {
+		pc.gate.Close() // the connection was dropped already
+		return
+	}
+	p.fenceOffLocked()
+}
+
+// fenceOffLocked fences p.conn off (see fenceOff). p.mu is held.
+func (p *Publisher) fenceOffLocked() {
+	p.gate.Close()
+	for _, pc := range p.idle {
+		p.closeChannel(pc)
+	}
+	p.idle = nil
+	p.logger.Info("publish abandoned: its connection is aborted, with what it had to send", nil)
+	conn := p.conn
+	p.conn, p.gate = nil, nil
+	go func() { _ = conn.Close() }()
+}
+
+// classifyFrame reads the header of an AMQP 0-9-1 frame a client sends: a
+// type, a channel, a payload size, the payload and a frame-end octet; or
+// the protocol header ("AMQP" and four octets) that opens a connection.
+// basic.publish methods and the content header and body frames that follow
+// them publish.
+func classifyFrame(b []byte) (length int, publishes bool, ok bool) {
+	if len(b) < 7 {
+		return 0, false, false
+	}
+	if string(b[:4]) == "AMQP" {
+		return 8, false, true
+	}
+	size := binary.BigEndian.Uint32(b[3:7])
+	length = 7 + int(size) + 1
+	switch b[0] {
+	case 1: // method: class and method ids open the payload
+		if size < 4 {
+			return length, false, true
+		}
+		if len(b) < 11 {
+			return 0, false, false
+		}
+		class, method := binary.BigEndian.Uint16(b[7:]), binary.BigEndian.Uint16(b[9:])
+		return length, class == 60 && method == 40, true // basic.publish
+	case 2, 3: // content header, content body
+		return length, true, true
+	}
+	return length, false, true
 }
 
 // declare declares topic's topology on ch, the same that [NewSubscriber]'s

@@ -8,6 +8,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/gooutbox/outbox/adapters/internal/fence"
 )
 
 // frame is a request frame of the Kafka protocol: a 4-byte size, then the
@@ -21,14 +23,14 @@ func frame(apiKey uint16, body int) []byte {
 
 // fencedPair returns a connection dialed through g and the peer's end,
 // which a goroutine reads into got until it ends.
-func fencedPair(t *testing.T, g *gate) (net.Conn, <-chan []byte) {
+func fencedPair(t *testing.T, g *fence.Gate) (net.Conn, <-chan []byte) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	conn, err := g.dialer(nil, nil)(context.Background(), "tcp", ln.Addr().String())
+	conn, err := fencedDialer(g, nil, nil)(context.Background(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,12 +72,10 @@ func TestFencedConnLetsOnlyProduceThroughBeforeTheDeadline(t *testing.T) {
 			g := newGate()
 			ctx, cancel := context.WithDeadline(context.Background(), now.Add(time.Minute))
 			defer cancel()
-			g.begin(ctx)
+			g.Begin(ctx)
 			conn, got := fencedPair(t, g)
 			for i, w := range tt.writes {
-				g.mu.Lock()
-				g.now = func() time.Time { return tt.at[i] }
-				g.mu.Unlock()
+				g.SetClock(func() time.Time { return tt.at[i] })
 				_, err := conn.Write(w)
 				if ok := err == nil; ok != tt.wantOK[i] {
 					t.Fatalf("write %d: err = %v, want ok=%v", i, err, tt.wantOK[i])
@@ -94,14 +94,14 @@ func TestFencedConnLetsOnlyProduceThroughBeforeTheDeadline(t *testing.T) {
 
 func TestClosedGateRefusesDialsAndAbortsConnections(t *testing.T) {
 	g := newGate()
-	defer g.begin(context.Background())() // no deadline: only closing fences
+	defer g.Begin(context.Background())() // no deadline: only closing fences
 	conn, got := fencedPair(t, g)
-	g.close()
+	g.Close()
 	if _, err := conn.Write(frame(3, 1)); !errors.Is(err, ErrFenced) {
 		t.Errorf("write on a retired gate's connection: %v, want ErrFenced", err)
 	}
 	<-got
-	if _, err := g.dialer(nil, nil)(context.Background(), "tcp", "127.0.0.1:1"); !errors.Is(err, ErrFenced) {
+	if _, err := fencedDialer(g, nil, nil)(context.Background(), "tcp", "127.0.0.1:1"); !errors.Is(err, ErrFenced) {
 		t.Errorf("dial through a retired gate: %v, want ErrFenced", err)
 	}
 }

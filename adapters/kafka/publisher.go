@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/gooutbox/outbox/adapters/internal/fence"
 	"github.com/gooutbox/outbox/runtime"
 )
 
@@ -211,7 +212,7 @@ type Publisher struct {
 
 // writerSet is the kafka-go Writers of a Publisher, fenced by one gate.
 type writerSet struct {
-	gate *gate
+	gate *fence.Gate
 	// writers are by BatchSize, smallest first; the last is the one of
 	// cfg.BatchSize (or OverwriteWriter's).
 	writers []*kafka.Writer
@@ -270,7 +271,7 @@ var smallWriterSizes = [...]int{16, 128}
 // applied and checked, and its Transport fenced by g: a copy of the
 // *kafka.Transport it has (a new one for none) that dials through g, one
 // per Transport of the set (fenced maps them).
-func newWriter(cfg PublisherConfig, g *gate, fenced map[*kafka.Transport]*kafka.Transport) (*kafka.Writer, error) {
+func newWriter(cfg PublisherConfig, g *fence.Gate, fenced map[*kafka.Transport]*kafka.Transport) (*kafka.Writer, error) {
 	w := &kafka.Writer{
 		Addr:                   kafka.TCP(cfg.Brokers...),
 		Balancer:               &kafka.Hash{},
@@ -308,7 +309,7 @@ func newWriter(cfg PublisherConfig, g *gate, fenced map[*kafka.Transport]*kafka.
 // fenceTransport returns the copy of t (nil: kafka-go's defaults) that
 // dials through g, made once per t (see fenced). The copy does TLS itself,
 // so that g sees the protocol's frames.
-func fenceTransport(t *kafka.Transport, g *gate, fenced map[*kafka.Transport]*kafka.Transport) *kafka.Transport {
+func fenceTransport(t *kafka.Transport, g *fence.Gate, fenced map[*kafka.Transport]*kafka.Transport) *kafka.Transport {
 	if f, ok := fenced[t]; ok {
 		return f
 	}
@@ -330,7 +331,7 @@ func fenceTransport(t *kafka.Transport, g *gate, fenced map[*kafka.Transport]*ka
 	if t != nil {
 		tlsConfig = t.TLS
 	}
-	f.Dial = g.dialer(f.Dial, tlsConfig)
+	f.Dial = fencedDialer(g, f.Dial, tlsConfig)
 	fenced[t] = f
 	return f
 }
@@ -402,9 +403,12 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 
 	ctx, cancel := writeContext(msgs)
 	defer cancel()
+	if ctx.Err() != nil {
+		return fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, context.Cause(ctx))
+	}
 	start := time.Now()
 	set := p.writers()
-	end := set.gate.begin(ctx)
+	end := set.gate.Begin(ctx)
 	// A call whose context ends before its write does leaves batches that
 	// kafka-go would still send: retire the writers at once (see Fencing).
 	retired := make(chan struct{})
@@ -419,6 +423,10 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		p.retire(set)
 	}
 	end()
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		// Fenced, or failed otherwise, because the call's context ended.
+		err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
+	}
 	if err != nil {
 		var werrs kafka.WriteErrors
 		if errors.As(err, &werrs) && len(werrs) == len(msgs) {
@@ -497,7 +505,7 @@ func writeContext(msgs []*message.Message) (context.Context, context.CancelFunc)
 func (p *Publisher) writers() *writerSet {
 	for {
 		set := p.set.Load()
-		if !set.gate.abandoned() {
+		if !set.gate.Abandoned() {
 			return set
 		}
 		p.retire(set)
@@ -518,7 +526,7 @@ func (p *Publisher) retire(set *writerSet) {
 		// OverwriteWriter that changed its mind gets here. The set is
 		// fenced all the same; Publish then fails with ErrFenced.
 		p.logger.Error("kafka: cannot build new writers after an abandoned publish", err, nil)
-		set.gate.close()
+		set.gate.Close()
 		return
 	}
 	if !p.set.CompareAndSwap(set, next) {
@@ -526,7 +534,7 @@ func (p *Publisher) retire(set *writerSet) {
 		return
 	}
 	p.logger.Info("kafka: publish abandoned: its writers are retired, with what they had queued", nil)
-	set.gate.close()
+	set.gate.Close()
 	p.retiring.Add(1)
 	go func() {
 		defer p.retiring.Done()
