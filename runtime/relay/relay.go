@@ -234,6 +234,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if shards != nil {
 			n := shards.HeldShards(owner)
 			r.held.Store(int64(n))
+			r.logLeaseLost(owner)
 			if n != held {
 				r.log.Info("relay: shards held", attrOwner, owner, attrShards, n, attrWas, held)
 				held = n
@@ -649,9 +650,11 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 		deadline = handOverAt
 	}
 	pubCtx, cancel := context.WithDeadlineCause(batchCtx, deadline, errPublishDeadline)
+	pubCtx, stopLost := untilLost(pubCtx, b.Lost)
 	pubStart := time.Now()
 	out := r.publish(pubCtx, b.Messages)
 	res.PublishedAt = time.Now()
+	stopLost()
 	cancel()
 	res.Messages, res.PublishDuration = b.Messages, res.PublishedAt.Sub(pubStart)
 	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
