@@ -443,11 +443,26 @@ func mysqlLockName(t storeTables, expr string) string {
 	return `CONCAT('outbox:', MD5(CONCAT_WS(CHAR(0), DATABASE(), '` + t.table + `', ` + expr + `)))`
 }
 
-// lockSession takes the owner's named lock, without waiting.
-func (mysqlDialect) lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, error) {
+// lockSession takes the owner's named lock, without waiting; the session
+// is the connection's id.
+func (mysqlDialect) lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, int64, error) {
 	var got sql.NullInt64
-	err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(`+mysqlLockName(t, "?")+`, 0)`, owner).Scan(&got)
-	return got.Valid && got.Int64 == 1, err
+	var id int64
+	err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(`+mysqlLockName(t, "?")+`, 0), CONNECTION_ID()`, owner).Scan(&got, &id)
+	return got.Valid && got.Int64 == 1, id, err
+}
+
+// endSession kills connection id if it holds owner's lock.
+func (mysqlDialect) endSession(ctx context.Context, q Querier, t storeTables, owner string, id int64) error {
+	var holder sql.NullInt64
+	if err := q.QueryRowContext(ctx, `SELECT IS_USED_LOCK(`+mysqlLockName(t, "?")+`)`, owner).Scan(&holder); err != nil {
+		return err
+	}
+	if !holder.Valid || holder.Int64 != id {
+		return nil
+	}
+	_, err := q.ExecContext(ctx, `KILL CONNECTION `+strconv.FormatInt(id, 10))
+	return err
 }
 
 // lockStates asks IS_USED_LOCK, which takes no lock.

@@ -430,11 +430,23 @@ func postgresLockKey(t storeTables, expr string) string {
 	return `('x' || substr(md5(concat_ws(chr(31), current_schema(), '` + t.table + `'::text, ` + expr + `)), 1, 16))::bit(64)::bigint`
 }
 
-// lockSession takes the owner's session-level advisory lock.
-func (postgresDialect) lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, error) {
+// lockSession takes the owner's session-level advisory lock; the session
+// is the backend's pid.
+func (postgresDialect) lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, int64, error) {
 	var got bool
-	err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+postgresLockKey(t, "$1::text")+`)`, owner).Scan(&got)
-	return got, err
+	var pid int64
+	err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+postgresLockKey(t, "$1::text")+`), pg_backend_pid()`, owner).Scan(&got, &pid)
+	return got, pid, err
+}
+
+// endSession terminates backend pid if it holds owner's lock.
+func (postgresDialect) endSession(ctx context.Context, q Querier, t storeTables, owner string, pid int64) error {
+	_, err := q.ExecContext(ctx, `SELECT pg_terminate_backend(l.pid) FROM pg_locks l
+		CROSS JOIN (SELECT `+postgresLockKey(t, "$1::text")+` AS k) u
+		WHERE l.pid = $2 AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND l.classid = ((u.k >> 32) & 4294967295)::oid AND l.objid = (u.k & 4294967295)::oid`, owner, pid)
+	return err
 }
 
 // lockStates reads the advisory locks in pg_locks (a bigint key shows as

@@ -50,9 +50,14 @@ const (
 // sessionLocker is implemented by the dialects whose databases hold locks
 // for as long as a session lives.
 type sessionLocker interface {
-	// lockSession takes owner's session lock on conn without waiting;
-	// false when another session holds it.
-	lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, error)
+	// lockSession takes owner's session lock on conn without waiting
+	// (false when another session holds it), and returns conn's session
+	// id.
+	lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, int64, error)
+	// endSession ends session id (a session of this store's that held
+	// owner's lock, and that the store lost track of: its connection
+	// turned half-open, say), if it still holds owner's lock.
+	endSession(ctx context.Context, q Querier, t storeTables, owner string, id int64) error
 	// lockStates reports, for each owner other than owner registered
 	// alive or holding an unexpired lease, whether some session holds its
 	// lock. It takes no lock.
@@ -62,7 +67,8 @@ type sessionLocker interface {
 // ownerLock is an owner's session lock: the connection that holds it, and
 // the check that watches it.
 type ownerLock struct {
-	conn *sql.Conn
+	conn    *sql.Conn
+	session int64 // the database's id of the session
 	stop chan struct{} // closed to end the check
 	done chan struct{} // closed when the check has ended
 }
@@ -85,7 +91,26 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: lease: session lock: connect: %w", err)
 	}
-	got, err := sl.lockSession(ctx, conn, s.tables, owner)
+	got, session, err := sl.lockSession(ctx, conn, s.tables, owner)
+	o.mu.Lock()
+	ghost := o.ghost
+	o.mu.Unlock()
+	for try := 0; err == nil && !got && ghost != 0 && try < 20; try++ {
+		// The session of the owner's last lock, which its check gave up
+		// on (its connection turned half-open, say), may live on in the
+		// server, and hold the lock: end it, and take the lock again.
+		if try == 0 {
+			if err = sl.endSession(ctx, conn, s.tables, owner, ghost); err != nil {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(50 * time.Millisecond): // the session ends
+			got, session, err = sl.lockSession(ctx, conn, s.tables, owner)
+		}
+	}
 	if err != nil || !got {
 		discard(conn)
 		if err == nil {
@@ -93,8 +118,9 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 		}
 		return nil, fmt.Errorf("sqlstore: lease: session lock: %w", err)
 	}
-	l = &ownerLock{conn: conn, stop: make(chan struct{}), done: make(chan struct{})}
+	l = &ownerLock{conn: conn, session: session, stop: make(chan struct{}), done: make(chan struct{})}
 	o.mu.Lock()
+	o.ghost = 0
 	if o.released {
 		o.mu.Unlock()
 		discard(conn)
@@ -145,6 +171,7 @@ func (s *Store) lockLost(o *ownerLease, l *ownerLock) {
 		return
 	}
 	o.lock = nil
+	o.ghost = l.session
 	if len(o.shards) > 0 {
 		o.loss = &leaseLoss{reason: LossSessionEnded, shards: len(o.shards)}
 	}

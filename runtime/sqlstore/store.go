@@ -309,6 +309,9 @@ type ownerLease struct {
 	released bool
 	// lock is the owner's session lock (see session.go), or nil.
 	lock *ownerLock
+	// ghost is the session id of the owner's last lock, which ended on
+	// the owner's side: the next lock ends it if it still holds the lock.
+	ghost int64
 	// relock is set when the session lock ended: the next renewal takes a
 	// lock again and gives the owner's rows back first, as a relay that
 	// starts.

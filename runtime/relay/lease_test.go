@@ -1,0 +1,108 @@
+package relay_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
+)
+
+// TestLostBatchStopsItsPublish: a store that learns that the relay's right
+// to publish a batch ended before the batch's deadline (sqlstore: the
+// database session holding the relay's lock ended) closes Batch.Lost; the
+// relay then ends the batch's publish at once, with a cause that says so,
+// rather than at its deadline (an hour away here).
+func TestLostBatchStopsItsPublish(t *testing.T) {
+	mem := &runtimetest.MemoryStore{}
+	mem.Add(newMessage(1, "orders"))
+	lost := make(chan struct{})
+	var once sync.Once
+	store := &testStore{Store: mem, claim: func(ctx context.Context, req relay.ClaimRequest) (relay.Batch, error) {
+		b, err := mem.Claim(ctx, req)
+		b.Lost, b.Deadline = lost, time.Now().Add(time.Hour)
+		return b, err
+	}}
+	publishing := make(chan struct{})
+	pub := &fakePublisher{fn: func(_ string, msgs []*message.Message) error {
+		once.Do(func() { close(publishing) })
+		ctx := msgs[0].Context()
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(time.Hour):
+			return nil
+		}
+	}}
+	rec := newBatchRecorder()
+	r, err := relay.New(store, pub, relay.Config{PublishTimeout: time.Hour, PollInterval: time.Millisecond, OnBatch: rec.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	receive(t, publishing)
+	close(lost)
+	res := rec.untilCount(t, 1)[0]
+	if res.Published != 0 || len(res.Failures) != 1 || !strings.Contains(res.Failures[0].Err.Error(), "lease lost") {
+		t.Fatalf("batch after Lost closed: published %d, failures %v; want the message failed with the lease lost", res.Published, res.Failures)
+	}
+}
+
+// lossStore reports one lease loss, as sqlstore.Store.LeaseLost does.
+type lossStore struct {
+	*shardStore
+	mu       sync.Mutex
+	reported bool
+}
+
+func (s *lossStore) LeaseLost(string) (string, time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reported {
+		return "", 0, false
+	}
+	s.reported = true
+	return "lease expired before its renewal", 3 * time.Second, true
+}
+
+// TestLeaseLossIsLoggedAtWarn: a loss of shards the store reports (a lease
+// that expired while the relay was paused, a session that ended) is logged
+// once at WARN, with why and how late the renewal came; shards given back
+// stay at INFO ("relay: shards held").
+func TestLeaseLossIsLoggedAtWarn(t *testing.T) {
+	claims := make(chan int, 1000)
+	store := &lossStore{shardStore: &shardStore{testStore: &testStore{Store: &runtimetest.MemoryStore{}, claims: claims}}}
+	h := &recordHandler{}
+	r, err := relay.New(store, &fakePublisher{}, relay.Config{PollInterval: time.Millisecond, Logger: slog.New(h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	for range 3 {
+		receive(t, claims)
+	}
+	rec, ok := h.find("relay: lease lost")
+	if !ok {
+		t.Fatal(`no "relay: lease lost" record`)
+	}
+	if rec.Level != slog.LevelWarn || rec.Attrs["reason"] != "lease expired before its renewal" || rec.Attrs["late"] != "3s" || rec.Attrs["owner"] == "" {
+		t.Errorf(`"relay: lease lost" = %+v; want WARN with reason, late=3s and owner`, rec)
+	}
+	h.mu.Lock()
+	n := 0
+	for _, r := range h.records {
+		if r.Msg == "relay: lease lost" {
+			n++
+		}
+	}
+	h.mu.Unlock()
+	if n != 1 {
+		t.Errorf(`"relay: lease lost" logged %d times, want once`, n)
+	}
+}
