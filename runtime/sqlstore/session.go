@@ -68,9 +68,9 @@ type sessionLocker interface {
 // the check that watches it.
 type ownerLock struct {
 	conn    *sql.Conn
-	session int64 // the database's id of the session
-	stop chan struct{} // closed to end the check
-	done chan struct{} // closed when the check has ended
+	session int64         // the database's id of the session
+	stop    chan struct{} // closed to end the check
+	done    chan struct{} // closed when the check has ended
 }
 
 // lockOwner takes owner's session lock on a connection of its own, when
