@@ -177,6 +177,9 @@ func (s *Store) lockLost(o *ownerLease, l *ownerLock) {
 	}
 	o.dropShards()
 	o.relock = true
+	if o.cancelRenew != nil {
+		o.cancelRenew() // its outcome is dropped anyway (see renew)
+	}
 }
 
 // dropShards forgets o's shards and ends its batches (relay.Batch.Lost).

@@ -204,3 +204,148 @@ func killLockSession(t *testing.T, db *sql.DB, d sqlstore.Dialect, owner string)
 		t.Fatalf("kill the session of %s's lock: %d killed, %v", owner, n, err)
 	}
 }
+
+// TestHalfOpenConnectionsCostOneStoreTimeout: when every connection of a
+// relay's pool turns half-open at once (a NAT entry gone), the claim on
+// one of them times out after the relay's StoreTimeout, and the relay
+// claims again within StoreTimeout plus 2 s: the timed-out connection is
+// discarded, the idle ones are pinged with a deadline of their own (not
+// the claim's) and dropped, and the lock's connection, cut off too, is
+// replaced (its session, which the server still holds, ended). Before,
+// each idle frozen connection cost another StoreTimeout.
+func TestHalfOpenConnectionsCostOneStoreTimeout(t *testing.T) {
+	for _, d := range lockDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			direct, proxied, p := viaProxy(t, d)
+			proxied.SetMaxIdleConns(8)
+			ctx := context.Background()
+			s := mustStore(t, proxied, sqlstore.StoreConfig{})
+			t.Cleanup(func() { s.Close() })
+			if _, err := s.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: 10}); err != nil {
+				t.Fatal(err)
+			}
+			// Four idle connections in the pool, as a busy relay leaves.
+			var conns []*sql.Conn
+			for range 4 {
+				c, err := proxied.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.PingContext(ctx); err != nil {
+					t.Fatal(err)
+				}
+				conns = append(conns, c)
+			}
+			for _, c := range conns {
+				c.Close()
+			}
+			time.Sleep(1100 * time.Millisecond) // idle long enough to be checked (pgx's and the store's 1s)
+			writeEvents(t, direct, d, "1", "2", "3")
+			const storeTimeout = 2 * time.Second // the relay's StoreTimeout
+			froze := time.Now()
+			if n := p.Blackhole(); n < 5 {
+				t.Fatalf("blackholed %d connections, want the lock's and 4 more", n)
+			}
+			deadline := froze.Add(30 * time.Second)
+			for {
+				cctx, cancel := context.WithTimeout(ctx, storeTimeout)
+				b, err := s.Claim(cctx, relay.ClaimRequest{Owner: "r", Limit: 10})
+				cancel()
+				if err == nil && len(b.Messages) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no claim returned messages within 30s of the connections freezing; last: %v", err)
+				}
+				time.Sleep(100 * time.Millisecond) // the relay's backoff
+			}
+			took := time.Since(froze)
+			t.Logf("%s: claims again %v after every connection froze (StoreTimeout %v)", d, took.Round(time.Millisecond), storeTimeout)
+			if took > storeTimeout+2*time.Second {
+				t.Errorf("resumed %v after the connections froze; want within StoreTimeout + 2s (%v)", took, storeTimeout+2*time.Second)
+			}
+		})
+	}
+}
+
+// TestStandbyTakesOverWithoutTheWakeRegister: the wake-up register
+// (<table>_wake, PostgreSQL) only saves polls. With it dropped, the
+// releasing relay's Release still releases its leases (it failed at the
+// wake-up cancel before), and a standby that asked to be woken still takes
+// the shards over (its renewal's extension of the request failed and rolled
+// the lease transaction back, every time).
+func TestStandbyTakesOverWithoutTheWakeRegister(t *testing.T) {
+	db := migrated(t, sqlstore.Postgres)
+	ctx := context.Background()
+	active := mustStore(t, db, sqlstore.StoreConfig{})
+	standby := mustStore(t, db, sqlstore.StoreConfig{})
+	t.Cleanup(func() { standby.Close() })
+	if _, err := active.Claim(ctx, relay.ClaimRequest{Owner: "active", Limit: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := active.RequestWake(ctx, "active"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := standby.Claim(ctx, relay.ClaimRequest{Owner: "standby", Limit: 10}); err != nil || len(b.Messages) != 0 {
+		t.Fatalf("standby's Claim = %d messages, %v; want none", len(b.Messages), err)
+	}
+	if err := standby.RequestWake(ctx, "standby"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `DROP SEQUENCE outbox_messages_wake`); err != nil {
+		t.Fatal(err)
+	}
+	writeEvents(t, db, sqlstore.Postgres, "1", "2", "3")
+	if err := active.Release(ctx, "active"); err != nil {
+		t.Errorf("Release without the wake register: %v", err)
+	}
+	claimUntil(t, standby, "standby", 10*time.Second)
+}
+
+// TestLeaseLostSaysWhy: a relay paused past its lease finds, at its next
+// renewal, that another took its shards over: LeaseLost reports that the
+// lease expired and how late the renewal came, once, and the batch it had
+// claimed reports itself lost (Batch.Lost). A relay that gives shards back
+// (a hand-over) has lost nothing.
+func TestLeaseLostSaysWhy(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			db := migrated(t, d)
+			ctx := context.Background()
+			const ttl = time.Second
+			paused := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
+			other := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
+			t.Cleanup(func() { paused.Close(); other.Close() })
+			writeEvents(t, db, d, "1", "2", "3")
+			b, err := paused.Claim(ctx, relay.ClaimRequest{Owner: "paused", Limit: 10})
+			if err != nil || len(b.Messages) != 3 {
+				t.Fatalf("Claim = %d messages, %v; want 3", len(b.Messages), err)
+			}
+			// Paused: it claims nothing while the other takes over.
+			claimUntil(t, other, "other", 10*ttl)
+			if _, err := paused.Claim(ctx, relay.ClaimRequest{Owner: "paused", Limit: 10}); err != nil {
+				t.Fatal(err)
+			}
+			reason, late, ok := paused.LeaseLost("paused")
+			if !ok || reason != sqlstore.LossExpired || late <= 0 {
+				t.Errorf("LeaseLost(paused) = %q, %v, %v; want %q, a positive lateness", reason, late, ok, sqlstore.LossExpired)
+			}
+			if _, _, ok := paused.LeaseLost("paused"); ok {
+				t.Error("LeaseLost reported the same loss twice")
+			}
+			select {
+			case <-b.Lost:
+			default:
+				t.Error("the paused relay's batch does not report itself lost")
+			}
+			if _, err := other.HandOver(ctx, "other"); err != nil {
+				t.Fatal(err)
+			}
+			if reason, _, ok := other.LeaseLost("other"); ok {
+				t.Errorf("LeaseLost after a hand-over = %q; want none", reason)
+			}
+		})
+	}
+}

@@ -297,8 +297,10 @@ type ownerLease struct {
 	// first guess of its size.
 	lastClaimed int
 	// renewing is closed when the renewal running in the background ends;
-	// nil when none runs.
-	renewing chan struct{}
+	// nil when none runs. cancelRenew ends it (the session lock ended: it
+	// may hang on a connection cut off with the lock's).
+	renewing    chan struct{}
+	cancelRenew context.CancelFunc
 	// giveBack is set by a background renewal that found the owner holding
 	// more than its share, or by a claim that saw more active relays than
 	// the last renewal: the next claim renews in line, and gives the
@@ -537,7 +539,10 @@ func (s *Store) renewWhenDue(ctx context.Context, owner string, o *ownerLease, i
 		if !time.Now().Before(o.nextRenew) && o.renewing == nil && !o.released {
 			done := make(chan struct{})
 			o.renewing = done
-			go s.renewInBackground(owner, o, done)
+			// The transaction carries server-side timeouts of LeaseTTL/2 too.
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/2)
+			o.cancelRenew = cancel
+			go s.renewInBackground(ctx, cancel, owner, o, done)
 		}
 		o.mu.Unlock()
 		return nil
@@ -637,15 +642,13 @@ func (s *Store) renewInLine(o *ownerLease, now time.Time) bool {
 // renewInBackground renews the owner's leases beside its claims, then
 // closes done. A failure is retried at a claim a little later, and
 // reported by the claim that renews in line once the lease runs short.
-func (s *Store) renewInBackground(owner string, o *ownerLease, done chan struct{}) {
+func (s *Store) renewInBackground(ctx context.Context, cancel context.CancelFunc, owner string, o *ownerLease, done chan struct{}) {
 	defer close(done)
-	// The transaction carries server-side timeouts of LeaseTTL/2 too.
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/2)
 	defer cancel()
 	err := s.renew(ctx, owner, o, nil)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.renewing = nil
+	o.renewing, o.cancelRenew = nil, nil
 	if err != nil {
 		o.nextRenew = time.Now().Add(min(s.cfg.LeaseTTL/20, 250*time.Millisecond))
 	}
