@@ -24,3 +24,8 @@ var errLeaseEnded = errors.New("relay: the lease ended during the publish")
 // errShutdownTimeout is the cause of the context handed to the store and the
 // publisher when [Config.ShutdownTimeout] expires during shutdown.
 var errShutdownTimeout = errors.New("relay: shutdown timeout exceeded")
+
+// errLeaseLost is the cause of the context a batch is published with when
+// the store reports, through [Batch.Lost], that the relay's right to
+// publish it ended before its deadline.
+var errLeaseLost = errors.New("relay: lease lost (the store reported the batch's lease ended early)")

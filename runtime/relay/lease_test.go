@@ -2,9 +2,9 @@ package relay_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,82 +14,95 @@ import (
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
-// leaseEndingStore gives every batch it claims a lease of ttl.
-type leaseEndingStore struct {
-	*handOverStore
-	ttl time.Duration
-}
-
-func (s *leaseEndingStore) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch, error) {
-	b, err := s.handOverStore.Claim(ctx, req)
-	if len(b.Messages) > 0 {
-		b.Deadline = time.Now().Add(s.ttl)
+// TestLostBatchStopsItsPublish: a store that learns that the relay's right
+// to publish a batch ended before the batch's deadline (sqlstore: the
+// database session holding the relay's lock ended) closes Batch.Lost; the
+// relay then ends the batch's publish at once, with a cause that says so,
+// rather than at its deadline (an hour away here).
+func TestLostBatchStopsItsPublish(t *testing.T) {
+	mem := &runtimetest.MemoryStore{}
+	mem.Add(newMessage(1, "orders"))
+	lost := make(chan struct{})
+	var once sync.Once
+	store := &testStore{Store: mem, claim: func(ctx context.Context, req relay.ClaimRequest) (relay.Batch, error) {
+		b, err := mem.Claim(ctx, req)
+		b.Lost, b.Deadline = lost, time.Now().Add(time.Hour)
+		return b, err
+	}}
+	publishing := make(chan struct{})
+	pub := &fakePublisher{fn: func(_ string, msgs []*message.Message) error {
+		once.Do(func() { close(publishing) })
+		ctx := msgs[0].Context()
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(time.Hour):
+			return nil
+		}
+	}}
+	rec := newBatchRecorder()
+	r, err := relay.New(store, pub, relay.Config{PublishTimeout: time.Hour, PollInterval: time.Millisecond, OnBatch: rec.OnBatch})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return b, err
+	start(t, context.Background(), r)
+	receive(t, publishing)
+	close(lost)
+	res := rec.untilCount(t, 1)[0]
+	if res.Published != 0 || len(res.Failures) != 1 || !strings.Contains(res.Failures[0].Err.Error(), "lease lost") {
+		t.Fatalf("batch after Lost closed: published %d, failures %v; want the message failed with the lease lost", res.Published, res.Failures)
+	}
 }
 
-// TestLeaseLostWhilePausedIsNoBrokerOutage: a publish cut short by the
-// end of the batch's lease is no broker outage when the relay was paused
-// (the publish ended long after the lease did): it is logged as a lease
-// lost while paused, the relay claims again at once, and however long it
-// goes on it never hands its shards over for it (it would log that nothing
-// could be published, which is untrue). A lease that ends on time (the
-// broker too slow, or cut off) is an outage as before: the relay hands
-// over.
-func TestLeaseLostWhilePausedIsNoBrokerOutage(t *testing.T) {
-	for _, paused := range []bool{true, false} {
-		t.Run(map[bool]string{true: "paused", false: "broker too slow"}[paused], func(t *testing.T) {
-			const after = 50 * time.Millisecond
-			inner := &handOverStore{MemoryStore: &runtimetest.MemoryStore{RetryDelay: time.Millisecond}}
-			inner.others.Store(true)
-			inner.Add(newMessage(1, "orders"))
-			store := &leaseEndingStore{handOverStore: inner, ttl: 10 * time.Millisecond}
-			causes := make(chan error, 1)
-			pub := &fakePublisher{fn: func(_ string, msgs []*message.Message) error {
-				ctx := msgs[0].Context()
-				<-ctx.Done()
-				select {
-				case causes <- context.Cause(ctx):
-				default:
-				}
-				return ctx.Err()
-			}}
-			logs := &runtimetest.LogBuffer{}
-			r, err := relay.New(store, pub, relay.Config{
-				HandOverAfter: after,
-				MinBackoff:    time.Millisecond, MaxBackoff: 5 * time.Millisecond,
-				PollInterval: 5 * time.Millisecond,
-				Logger:       slog.New(slog.NewTextHandler(logs, nil)),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if paused {
-				// Every publish ends as if the process had been stopped
-				// for a second past the lease's end.
-				relay.SetSince(r, func(t time.Time) time.Duration { return time.Since(t) + time.Second })
-			}
-			start(t, context.Background(), r)
-			if cause := receive(t, causes); !errors.Is(cause, relay.ErrLeaseEnded) {
-				t.Errorf("the publish context's cause = %v, want the lease's end", cause)
-			}
-			if !paused {
-				until(t, "a hand-over", func() bool {
-					_, handOvers := inner.record()
-					return len(handOvers) > 0
-				})
-				return
-			}
-			until(t, "rounds for 6 x HandOverAfter", func() bool {
-				claims, _ := inner.record()
-				return len(claims) > 1 && claims[len(claims)-1].Sub(claims[0]) > 6*after
-			})
-			if _, handOvers := inner.record(); len(handOvers) > 0 {
-				t.Errorf("the relay handed over %d times for publishes its lost lease cut short; want none", len(handOvers))
-			}
-			if !strings.Contains(logs.String(), `level=WARN msg="relay: the lease ended during a publish while the relay was paused`) {
-				t.Errorf("no WARN about the lease lost while paused in the logs:\n%s", logs.String())
-			}
-		})
+// lossStore reports one lease loss, as sqlstore.Store.LeaseLost does.
+type lossStore struct {
+	*shardStore
+	mu       sync.Mutex
+	reported bool
+}
+
+func (s *lossStore) LeaseLost(string) (string, time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reported {
+		return "", 0, false
+	}
+	s.reported = true
+	return "lease expired before its renewal", 3 * time.Second, true
+}
+
+// TestLeaseLossIsLoggedAtWarn: a loss of shards the store reports (a lease
+// that expired while the relay was paused, a session that ended) is logged
+// once at WARN, with why and how late the renewal came; shards given back
+// stay at INFO ("relay: shards held").
+func TestLeaseLossIsLoggedAtWarn(t *testing.T) {
+	claims := make(chan int, 1000)
+	store := &lossStore{shardStore: &shardStore{testStore: &testStore{Store: &runtimetest.MemoryStore{}, claims: claims}}}
+	h := &recordHandler{}
+	r, err := relay.New(store, &fakePublisher{}, relay.Config{PollInterval: time.Millisecond, Logger: slog.New(h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	for range 3 {
+		receive(t, claims)
+	}
+	rec, ok := h.find("relay: lease lost")
+	if !ok {
+		t.Fatal(`no "relay: lease lost" record`)
+	}
+	if rec.Level != slog.LevelWarn || rec.Attrs["reason"] != "lease expired before its renewal" || rec.Attrs["late"] != "3s" || rec.Attrs["owner"] == "" {
+		t.Errorf(`"relay: lease lost" = %+v; want WARN with reason, late=3s and owner`, rec)
+	}
+	h.mu.Lock()
+	n := 0
+	for _, r := range h.records {
+		if r.Msg == "relay: lease lost" {
+			n++
+		}
+	}
+	h.mu.Unlock()
+	if n != 1 {
+		t.Errorf(`"relay: lease lost" logged %d times, want once`, n)
 	}
 }

@@ -236,6 +236,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if shards != nil {
 			n := shards.HeldShards(owner)
 			r.held.Store(int64(n))
+			r.logLeaseLost(owner)
 			if n != held {
 				r.log.Info("relay: shards held", attrOwner, owner, attrShards, n, attrWas, held)
 				held = n
@@ -267,12 +268,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			// because messages were rejected for good: the broker or the
 			// database is down. Back off.
 			next = nil // claimed before the backoff: claim afresh after it
-			if rd.leaseLost && res.Err == nil {
-				// Not an outage: the relay was paused past its lease.
-				// Claim again at once: the claim finds the shards taken
-				// over, or renews the lease.
-				r.log.Warn("relay: the lease ended during a publish while the relay was paused; its unpublished messages are published again by whichever relay holds their shards",
-					attrOwner, owner, attrClaimed, res.Claimed, attrPublished, res.Published, attrDuration, res.Duration)
+			if rd.leaseLost != "" && res.Err == nil {
+				// Not an outage: the relay was paused past its lease,
+				// or lost it. Claim again at once: the claim finds the
+				// shards taken over, or renews the lease.
+				r.log.Warn("relay: the lease ended during a publish; its unpublished messages are published again by whichever relay holds their shards",
+					attrOwner, owner, attrReason, rd.leaseLost, attrClaimed, res.Claimed, attrPublished, res.Published, attrDuration, res.Duration)
 				continue
 			}
 			failures++
@@ -676,14 +677,22 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 		deadline, cause = handOverAt, errPublishDeadline
 	}
 	pubCtx, cancel := context.WithDeadlineCause(batchCtx, deadline, cause)
+	pubCtx, stopLost := untilLost(pubCtx, b.Lost)
 	pubStart := time.Now()
 	out := r.publish(pubCtx, b.Messages)
 	res.PublishedAt = time.Now()
 	// A lease that ended long before the publish did means the process
 	// was paused (its timers fire late): it lost its shards, which is no
-	// failure of the broker's. One that ended on time means the broker
+	// failure of the broker's; so is a lease the store reports lost (its
+	// database session ended). One that ended on time means the broker
 	// was too slow for it, as when it is cut off: that counts.
-	rd.leaseLost = errors.Is(context.Cause(pubCtx), errLeaseEnded) && r.late(deadline) > pausedAfter
+	switch cause := context.Cause(pubCtx); {
+	case errors.Is(cause, errLeaseLost):
+		rd.leaseLost = "the store reported the lease lost"
+	case errors.Is(cause, errLeaseEnded) && r.late(deadline) > pausedAfter:
+		rd.leaseLost = "the relay was paused past the lease's end"
+	}
+	stopLost()
 	cancel()
 	res.Messages, res.PublishDuration = b.Messages, res.PublishedAt.Sub(pubStart)
 	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
@@ -797,11 +806,12 @@ func (r *Relay) markInBackground(ctx context.Context, b Batch, out Outcome, res 
 // when to claim again.
 type round struct {
 	timedOut bool
-	// leaseLost is set when the batch's lease ended during its publish
-	// while the relay was paused: what was not published is not the
-	// broker's failure, and the next claim finds the shards gone (or
-	// renews the lease, when no other relay took them).
-	leaseLost bool
+	// leaseLost says why, when the batch's lease ended during its
+	// publish while the relay was paused, or the store reported it lost:
+	// what was not published is not the broker's failure, and the next
+	// claim finds the shards gone (or renews the lease, when no other
+	// relay took them).
+	leaseLost string
 	next      *aheadBatch
 	marking   *pendingMark // the batch's mark, running in the background
 	settled   bool         // the mark of the batch before, in the background, succeeded

@@ -41,6 +41,14 @@ type Batch struct {
 	// after it another relay may publish the same messages.
 	Deadline time.Time
 
+	// Lost, when not nil, is closed when the store knows that the
+	// caller's right to publish Messages ended before Deadline (another
+	// relay may take them over: sqlstore.Store closes it when the
+	// database session holding the relay's lock ended, or a renewal found
+	// shards taken). The relay then stops publishing the batch at once,
+	// as at Deadline. Nil: never.
+	Lost <-chan struct{}
+
 	// Token is the store's own data about the claim (a fencing token, say),
 	// handed back to [Store.Mark] untouched.
 	Token any

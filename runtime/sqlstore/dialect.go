@@ -150,7 +150,7 @@ type dialect interface {
 	// non-nil events bounds the rows' event ids too (the event ids of the
 	// ids' rows lie within it), so that on a partitioned table the update
 	// reads only the partitions that can hold them.
-	updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64, events *eventRange) error
+	updateFenced(ctx context.Context, db Execer, t storeTables, owner, set string, setArgs []any, ids []int64, events *eventRange) error
 	// failureSet returns the SET clause (and its arguments, numbered from
 	// 1) that records a failure of kind with the error text.
 	failureSet(kind failureKind, text string, cfg StoreConfig) (string, []any)
@@ -322,7 +322,7 @@ type eventRange struct{ lo, hi string }
 
 // updateFencedIn is updateFenced with "?" placeholders and IN lists of at
 // most 500 ids, for the dialects that have no array parameters.
-func updateFencedIn(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64) error {
+func updateFencedIn(ctx context.Context, db Execer, t storeTables, owner, set string, setArgs []any, ids []int64) error {
 	const chunk = 500
 	for start := 0; start < len(ids); start += chunk {
 		part := ids[start:min(start+chunk, len(ids))]

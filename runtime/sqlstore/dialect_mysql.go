@@ -323,7 +323,7 @@ func (mysqlDialect) excludeIDs(ids []int64, _ int) (string, []any) {
 
 func (mysqlDialect) publishedSet() (string, []any) { return "published_at = UTC_TIMESTAMP(6)", nil }
 
-func (mysqlDialect) updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64, _ *eventRange) error {
+func (mysqlDialect) updateFenced(ctx context.Context, db Execer, t storeTables, owner, set string, setArgs []any, ids []int64, _ *eventRange) error {
 	return updateFencedIn(ctx, db, t, owner, set, setArgs, ids)
 }
 
@@ -434,4 +434,41 @@ func scanIDs(rows *sql.Rows, err error) ([]int64, error) {
 		ids = append(ids, id)
 	}
 	return ids, rows.Err()
+}
+
+// mysqlLockName is the SQL of the name of the session lock of the owner in
+// expr (see session.go). Names are the server's, so the database's name
+// is part of it.
+func mysqlLockName(t storeTables, expr string) string {
+	return `CONCAT('outbox:', MD5(CONCAT_WS(CHAR(0), DATABASE(), '` + t.table + `', ` + expr + `)))`
+}
+
+// lockSession takes the owner's named lock, without waiting; the session
+// is the connection's id.
+func (mysqlDialect) lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, int64, error) {
+	var got sql.NullInt64
+	var id int64
+	err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(`+mysqlLockName(t, "?")+`, 0), CONNECTION_ID()`, owner).Scan(&got, &id)
+	return got.Valid && got.Int64 == 1, id, err
+}
+
+// endSession kills connection id if it holds owner's lock.
+func (mysqlDialect) endSession(ctx context.Context, q Querier, t storeTables, owner string, id int64) error {
+	var holder sql.NullInt64
+	if err := q.QueryRowContext(ctx, `SELECT IS_USED_LOCK(`+mysqlLockName(t, "?")+`)`, owner).Scan(&holder); err != nil {
+		return err
+	}
+	if !holder.Valid || holder.Int64 != id {
+		return nil
+	}
+	_, err := q.ExecContext(ctx, `KILL CONNECTION `+strconv.FormatInt(id, 10))
+	return err
+}
+
+// lockStates asks IS_USED_LOCK, which takes no lock.
+func (mysqlDialect) lockStates(ctx context.Context, q Querier, t storeTables, owner string) (map[string]bool, error) {
+	rows, err := q.QueryContext(ctx, `SELECT u.owner, IS_USED_LOCK(`+mysqlLockName(t, "u.owner")+`) IS NOT NULL FROM (
+			SELECT owner FROM `+t.relays+` WHERE expires_at > UTC_TIMESTAMP(6) AND owner <> ?
+			UNION SELECT owner FROM `+t.leases+` WHERE owner IS NOT NULL AND owner <> ? AND expires_at > UTC_TIMESTAMP(6)) u`, owner, owner)
+	return scanLockStates(rows, err)
 }

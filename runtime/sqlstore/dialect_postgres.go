@@ -321,7 +321,7 @@ func (postgresDialect) publishedSet() (string, []any) { return "published_at = n
 // updateFenced commits without waiting for the WAL flush
 // (synchronous_commit off): a mark lost in a database crash only publishes
 // the message again.
-func (d postgresDialect) updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64, events *eventRange) error {
+func (d postgresDialect) updateFenced(ctx context.Context, db Execer, t storeTables, owner, set string, setArgs []any, ids []int64, events *eventRange) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -423,3 +423,42 @@ func (postgresDialect) secondsSince(expr string) string {
 
 func (postgresDialect) timeCompare(col, op string) string { return col + " " + op + " ?" }
 func (postgresDialect) timeArg(t time.Time) any           { return t.UTC() }
+
+// postgresLockKey is the SQL of the bigint key of the session lock of the
+// owner in expr (see session.go), for the store's table in $T.
+func postgresLockKey(t storeTables, expr string) string {
+	return `('x' || substr(md5(concat_ws(chr(31), current_schema(), '` + t.table + `'::text, ` + expr + `)), 1, 16))::bit(64)::bigint`
+}
+
+// lockSession takes the owner's session-level advisory lock; the session
+// is the backend's pid.
+func (postgresDialect) lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, int64, error) {
+	var got bool
+	var pid int64
+	err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+postgresLockKey(t, "$1::text")+`), pg_backend_pid()`, owner).Scan(&got, &pid)
+	return got, pid, err
+}
+
+// endSession terminates backend pid if it holds owner's lock.
+func (postgresDialect) endSession(ctx context.Context, q Querier, t storeTables, owner string, pid int64) error {
+	_, err := q.ExecContext(ctx, `SELECT pg_terminate_backend(l.pid) FROM pg_locks l
+		CROSS JOIN (SELECT `+postgresLockKey(t, "$1::text")+` AS k) u
+		WHERE l.pid = $2 AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND l.classid = ((u.k >> 32) & 4294967295)::oid AND l.objid = (u.k & 4294967295)::oid`, owner, pid)
+	return err
+}
+
+// lockStates reads the advisory locks in pg_locks (a bigint key shows as
+// classid, its high half, objid, its low half, and objsubid 1), which
+// takes no lock.
+func (postgresDialect) lockStates(ctx context.Context, q Querier, t storeTables, owner string) (map[string]bool, error) {
+	rows, err := q.QueryContext(ctx, `SELECT u.owner, EXISTS (SELECT 1 FROM pg_locks l
+			WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND l.classid = ((u.k >> 32) & 4294967295)::oid AND l.objid = (u.k & 4294967295)::oid)
+		FROM (SELECT o.owner, `+postgresLockKey(t, "o.owner")+` AS k FROM (
+			SELECT owner FROM `+t.relays+` WHERE expires_at > now() AND owner <> $1
+			UNION SELECT owner FROM `+t.leases+` WHERE owner IS NOT NULL AND owner <> $1 AND expires_at > now()) o) u`, owner)
+	return scanLockStates(rows, err)
+}

@@ -128,7 +128,7 @@ func (sqliteDialect) publishedSet() (string, []any) {
 	return "published_at = ?", []any{time.Now().UTC()}
 }
 
-func (sqliteDialect) updateFenced(ctx context.Context, db *sql.DB, t storeTables, owner, set string, setArgs []any, ids []int64, _ *eventRange) error {
+func (sqliteDialect) updateFenced(ctx context.Context, db Execer, t storeTables, owner, set string, setArgs []any, ids []int64, _ *eventRange) error {
 	return updateFencedIn(ctx, db, t, owner, set, setArgs, ids)
 }
 

@@ -91,9 +91,15 @@
 // event, and pay only when the broker limits one relay). An aggregate is published by
 // one relay at a time, and no transaction stays open while a relay
 // publishes. A relay that stops cleanly hands its shards over at once; one
-// that is killed, paused or cut off loses them when its lease runs out
+// that is paused or cut off loses them when its lease runs out
 // ([StoreConfig.LeaseTTL], 15s by default) and can no longer mark their
-// rows. The lease transaction is bounded on the server (PostgreSQL's
+// rows. On PostgreSQL and MySQL/MariaDB each relay also holds a session
+// lock on a connection of its own (an advisory lock; GET_LOCK), so one
+// whose process dies is taken over within about a second plus a poll,
+// once the others have found its lock free twice 750ms apart; a relay
+// whose session ended while it lives stops publishing before that
+// ([relay.Batch.Lost], [Store.LeaseLost]). See StoreConfig.LeaseTTL and
+// StoreConfig.LeaseExpiryOnly. The lease transaction is bounded on the server (PostgreSQL's
 // transaction-local statement and idle-in-transaction timeouts; MySQL's
 // session wait_timeout and innodb_lock_wait_timeout, restored before the
 // commit), so a relay stalled inside it does not hold the lease rows.

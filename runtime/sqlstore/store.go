@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
@@ -66,7 +65,32 @@ type StoreConfig struct {
 	// over by the others within LeaseTTL plus a renewal interval (a
 	// standby's look, 250ms) and a poll; a relay that stops cleanly hands it
 	// over at once. A relay never publishes past its lease. Default: 15s.
+	//
+	// On PostgreSQL and MySQL/MariaDB a relay whose process dies (killed,
+	// crashed, its host gone: its database session ends) is replaced
+	// sooner: each relay holds a session lock on a connection of its own
+	// (see LeaseExpiryOnly), and another relay that finds it free twice,
+	// 750ms apart, takes the shards over: within about 1s (a look, 250ms,
+	// and the 750ms grace) plus a poll of the process's death. The relay
+	// whose session ended while its process lives (the server killed the
+	// session, its connection broke) checks its session every 200ms with a
+	// deadline of 500ms and stops publishing when the check fails
+	// (relay.Batch.Lost), within 700ms, before the grace has passed. A
+	// relay that is paused or cut off from the database keeps its session
+	// and is taken over only when its lease expires, as above. On SQLite,
+	// whose locks are the file's, leases only expire.
 	LeaseTTL time.Duration
+
+	// LeaseExpiryOnly turns the session lock off (see LeaseTTL): a relay
+	// whose process dies is then taken over once its leases expire. Each
+	// running relay's lock holds one connection of the pool for as long as
+	// it runs (so a pool of one connection, SetMaxOpenConns(1), has none
+	// left for its statements), and a connection pooler that hands a
+	// client's statements to different server sessions (PgBouncer in
+	// transaction mode) cannot keep a session lock: set it there. Relays of
+	// an outbox may differ in it. Default: false, hold the lock (PostgreSQL
+	// and MySQL/MariaDB).
+	LeaseExpiryOnly bool
 
 	// DeletePublished deletes each row once its message is published,
 	// instead of keeping it with published_at set until retention deletes
@@ -88,8 +112,11 @@ type StoreConfig struct {
 	// ask writers for no wake-up, look every 250ms for shards nobody
 	// holds (one read; their renewal, a durable transaction, runs every
 	// LeaseTTL/5 but at least every second), and take the shards over
-	// when an active relay stops (within 250ms when it releases them, once
-	// its leases expire when it dies). The active
+	// when an active relay stops (within 250ms when it releases them; when
+	// its process dies, within about 1s on PostgreSQL and MySQL/MariaDB,
+	// once they have found its session lock free twice 750ms apart, see
+	// LeaseTTL, and once its leases expire on SQLite, with LeaseExpiryOnly,
+	// or when it is paused or cut off from the database). The active
 	// relays keep an even share each. The relays that hold the most
 	// shards stay active, so a relay that starts beside running ones
 	// stands by. Run every relay of an outbox with the same setting: a
@@ -203,6 +230,17 @@ type Store struct {
 	// (see selectClaimable).
 	largeRows atomic.Bool
 
+	// seenLocked holds, for each other owner whose session lock this
+	// store has seen held, zero while it is, or since when it has been
+	// seen free (see lookAtLocks). Guarded by locksMu.
+	locksMu    sync.Mutex
+	seenLocked map[string]time.Time
+
+	// connUsed records when the store last used each pooled connection
+	// (by driver connection; see conn). Guarded by connsMu.
+	connsMu  sync.Mutex
+	connUsed map[any]time.Time
+
 	inRenew func() // tests only: called inside the lease transaction, before it commits
 }
 
@@ -259,8 +297,10 @@ type ownerLease struct {
 	// first guess of its size.
 	lastClaimed int
 	// renewing is closed when the renewal running in the background ends;
-	// nil when none runs.
-	renewing chan struct{}
+	// nil when none runs. cancelRenew ends it (the session lock ended: it
+	// may hang on a connection cut off with the lock's).
+	renewing    chan struct{}
+	cancelRenew context.CancelFunc
 	// giveBack is set by a background renewal that found the owner holding
 	// more than its share, or by a claim that saw more active relays than
 	// the last renewal: the next claim renews in line, and gives the
@@ -269,6 +309,23 @@ type ownerLease struct {
 	giveBack bool
 	// released is set by Release: no background renewal starts after it.
 	released bool
+	// lock is the owner's session lock (see session.go), or nil.
+	lock *ownerLock
+	// ghost is the session id of the owner's last lock, which ended on
+	// the owner's side: the next lock ends it if it still holds the lock.
+	ghost int64
+	// relock is set when the session lock ended: the next renewal takes a
+	// lock again and gives the owner's rows back first, as a relay that
+	// starts.
+	relock bool
+	// lost is closed when the owner's batches claimed so far may no
+	// longer be published (relay.Batch.Lost), and replaced.
+	lost chan struct{}
+	// loss is the last loss of shards, until LeaseLost reports it.
+	loss *leaseLoss
+	// leaseEnd is when the leases written by the last renewal expire, on
+	// the local clock (about: the database's clock writes them).
+	leaseEnd time.Time
 	// last is the last batch the owner claimed: when the next claim
 	// lists it as in flight (the relay claims ahead while it publishes and
 	// marks it), its shards are not given back, since the batch's mark is fenced by the
@@ -319,7 +376,7 @@ func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
 	t := tablesOf(cfg.Table)
 	s := &Store{
 		db: db, dialect: d, table: cfg.Table, tables: t, lease: d.leases(t), cfg: cfg,
-		owners: map[string]*ownerLease{},
+		owners: map[string]*ownerLease{}, seenLocked: map[string]time.Time{},
 	}
 	s.wake.request, s.wake.cancel = d.wakeSQL(t)
 	return s, nil
@@ -349,7 +406,7 @@ func (s *Store) owner(name string) *ownerLease {
 	defer s.mu.Unlock()
 	o := s.owners[name]
 	if o == nil {
-		o = &ownerLease{}
+		o = &ownerLease{lost: make(chan struct{})}
 		s.owners[name] = o
 	}
 	return o
@@ -374,12 +431,12 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	o := s.owner(req.Owner)
 	o.claimMu.Lock()
 	defer o.claimMu.Unlock()
-	s.lookForFreeShards(ctx, o)
+	s.lookForFreeShards(ctx, req.Owner, o)
 	if err := s.renewWhenDue(ctx, req.Owner, o, req.InFlight); err != nil {
 		return relay.Batch{}, err
 	}
 	o.mu.Lock()
-	shards, validUntil, sizeHint := o.claimable, o.validUntil, o.lastClaimed
+	shards, validUntil, sizeHint, lost := o.claimable, o.validUntil, o.lastClaimed, o.lost
 	if len(shards) == 0 {
 		again := s.claimAgainIn(o)
 		o.mu.Unlock()
@@ -425,15 +482,16 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 			o.mu.Unlock()
 		}
 	}
-	return relay.Batch{Messages: msgs, Deadline: validUntil, Token: claimToken{req.Owner}}, nil
+	return relay.Batch{Messages: msgs, Deadline: validUntil, Lost: lost, Token: claimToken{req.Owner}}, nil
 }
 
 // lookForFreeShards has a standby owner whose look is due count the shards
-// nobody holds, and renew at once when there are some: a renewal is a
+// nobody holds, or relays whose session lock it finds free (see
+// lookAtLocks), and renew at once when there are some: a renewal is a
 // durable transaction of half a dozen statements, too much to run four
 // times a second on every standby, while this is one read. The caller
 // holds o.claimMu.
-func (s *Store) lookForFreeShards(ctx context.Context, o *ownerLease) {
+func (s *Store) lookForFreeShards(ctx context.Context, owner string, o *ownerLease) {
 	now := time.Now()
 	o.mu.Lock()
 	due := o.standby && !now.Before(o.nextLook)
@@ -448,8 +506,14 @@ func (s *Store) lookForFreeShards(ctx context.Context, o *ownerLease) {
 	if err != nil {
 		return // the renewal, on its schedule, looks too
 	}
+	dead, graceEnds, err := s.lookAtLocks(ctx, s.db, owner, now)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if err == nil && len(dead) > 0 {
+		o.nextRenew = now // the renewal takes a dead relay's shards over
+	} else if !graceEnds.IsZero() && graceEnds.Before(o.nextLook) {
+		o.nextLook = graceEnds // look again once the grace has passed
+	}
 	if free == 0 {
 		o.freeSince = time.Time{}
 		return
@@ -475,7 +539,10 @@ func (s *Store) renewWhenDue(ctx context.Context, owner string, o *ownerLease, i
 		if !time.Now().Before(o.nextRenew) && o.renewing == nil && !o.released {
 			done := make(chan struct{})
 			o.renewing = done
-			go s.renewInBackground(owner, o, done)
+			// The transaction carries server-side timeouts of LeaseTTL/2 too.
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/2)
+			o.cancelRenew = cancel
+			go s.renewInBackground(ctx, cancel, owner, o, done)
 		}
 		o.mu.Unlock()
 		return nil
@@ -528,7 +595,9 @@ func (o *ownerLease) busyShards(inFlight []int64) *[Shards]bool {
 // harmless.
 func (s *Store) updateFenced(ctx context.Context, owner, set string, setArgs []any, ids []int64, events *eventRange) error {
 	return retryTransient(ctx, func() error {
-		return s.dialect.updateFenced(ctx, s.db, s.tables, owner, set, slices.Clone(setArgs), ids, events)
+		return s.onConn(ctx, func(q Querier) error {
+			return s.dialect.updateFenced(ctx, q, s.tables, owner, set, slices.Clone(setArgs), ids, events)
+		})
 	})
 }
 
@@ -573,15 +642,13 @@ func (s *Store) renewInLine(o *ownerLease, now time.Time) bool {
 // renewInBackground renews the owner's leases beside its claims, then
 // closes done. A failure is retried at a claim a little later, and
 // reported by the claim that renews in line once the lease runs short.
-func (s *Store) renewInBackground(owner string, o *ownerLease, done chan struct{}) {
+func (s *Store) renewInBackground(ctx context.Context, cancel context.CancelFunc, owner string, o *ownerLease, done chan struct{}) {
 	defer close(done)
-	// The transaction carries server-side timeouts of LeaseTTL/2 too.
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL/2)
 	defer cancel()
 	err := s.renew(ctx, owner, o, nil)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.renewing = nil
+	o.renewing, o.cancelRenew = nil, nil
 	if err != nil {
 		o.nextRenew = time.Now().Add(min(s.cfg.LeaseTTL/20, 250*time.Millisecond))
 	}
@@ -655,20 +722,27 @@ func (s *Store) RequestWake(ctx context.Context, owner string) error {
 // when busy is nil, as in the background), and leaves o.giveBack set when
 // that keeps it above its share. In line, the caller holds o.claimMu; in
 // the background, no other renewal of the owner runs.
-func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[Shards]bool) error {
+func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[Shards]bool) (err error) {
+	// The session lock comes first: others take an owner for dead only
+	// once they have seen its lock held.
+	lock, err := s.lockOwner(ctx, owner, o)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	ttl := s.cfg.LeaseTTL
 	// One connection for the transaction and the guard's restore after it.
-	conn, err := s.db.Conn(ctx)
+	conn, err := s.conn(ctx)
 	if err != nil {
 		return fmt.Errorf("sqlstore: lease: connect: %w", err)
 	}
 	guarded := false // the session carries the guard's timeouts
 	defer func() {
 		if guarded { // the pool must not hand this session out again
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			discard(conn)
+			return
 		}
-		_ = conn.Close()
+		s.release(ctx, conn, err)
 	}()
 	tx, err := conn.BeginTx(ctx, s.dialect.leaseTx())
 	if err != nil {
@@ -682,9 +756,33 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	guarded = restore != nil
 	l := s.lease
 	o.mu.Lock()
-	heldNone, rescued, freeSince := len(o.shards) == 0, o.rescued, o.freeSince
+	heldNone, rescued, freeSince, relock := len(o.shards) == 0, o.rescued, o.freeSince, o.relock
+	held, leaseEnd := o.shards, o.leaseEnd
 	o.mu.Unlock()
-	if err := l.register(ctx, tx, owner, start, ttl); err != nil {
+	if relock {
+		// The owner's session ended and it dropped its shards: it gives
+		// its rows back, as a relay that starts, and takes its share
+		// again, beside relays that may be taking its rows over.
+		if err = l.release(ctx, tx, owner, nil); err != nil {
+			return fmt.Errorf("sqlstore: lease: give back the shards of an ended session: %w", err)
+		}
+		held = nil
+	}
+	// Relays whose session lock has been free for the grace are dead:
+	// their shards are free from now on.
+	dead, due, err := s.lookAtLocks(ctx, tx, owner, start)
+	if err != nil {
+		return fmt.Errorf("sqlstore: lease: look at the relays' session locks: %w", err)
+	}
+	for _, d := range dead {
+		if err = l.release(ctx, tx, d, nil); err != nil {
+			return fmt.Errorf("sqlstore: lease: take over relay %q, whose session ended: %w", d, err)
+		}
+		if err = l.unregister(ctx, tx, d); err != nil {
+			return fmt.Errorf("sqlstore: lease: take over relay %q, whose session ended: %w", d, err)
+		}
+	}
+	if err = l.register(ctx, tx, owner, start, ttl); err != nil {
 		return fmt.Errorf("sqlstore: lease: register relay: %w", err)
 	}
 	alive, err := l.alive(ctx, tx, start)
@@ -694,6 +792,15 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	owned, err := l.renew(ctx, tx, owner, start, ttl)
 	if err != nil {
 		return fmt.Errorf("sqlstore: lease: renew: %w", err)
+	}
+	// Shards held at the last renewal and not now were taken: the lease
+	// had expired, or others found the owner's session lock free.
+	var loss *leaseLoss
+	if n := len(held) - countHeld(held, owned); n > 0 {
+		loss = &leaseLoss{reason: LossTakenOver, shards: n}
+		if late := start.Sub(leaseEnd); late >= 0 {
+			loss.reason, loss.late = LossExpired, late
+		}
 	}
 	m := s.cfg.MaxActiveRelays // at least 1 (setDefaults)
 	active, standby, rescue, free := min(max(alive, 1), m), false, false, 0
@@ -745,10 +852,6 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	if err := l.forget(ctx, tx, start); err != nil {
 		return fmt.Errorf("sqlstore: lease: forget stopped relays: %w", err)
 	}
-	requested, err := s.extendWake(ctx, tx, o, len(owned) > 0)
-	if err != nil {
-		return err
-	}
 	if s.inRenew != nil {
 		s.inRenew()
 	}
@@ -758,8 +861,26 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	// The leases are renewed whether or not the restore succeeds: a
 	// connection it fails on is closed, not pooled (see above).
 	guarded = guarded && restore(ctx, conn) != nil
+	// The wake-up request is extended outside the lease transaction: a
+	// register that is missing or not writable leaves the relay to poll
+	// (its RequestWake reports that), and must not undo its leases.
+	requested := s.extendWake(ctx, o, len(owned) > 0)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.lock != lock {
+		// The session lock ended during the renewal: the owner holds
+		// nothing (see lockLost); its next renewal starts afresh.
+		return errors.New("sqlstore: lease: the session lock ended during the renewal")
+	}
+	o.relock = false
+	if loss != nil {
+		o.loss = loss
+		o.endBatches()
+	}
+	o.leaseEnd = start.Add(ttl)
+	if !due.IsZero() && due.Before(o.nextLook) {
+		o.nextLook = due
+	}
 	o.shards, o.alive, o.short, o.giveBack = owned, alive, len(owned) < target, giveBack
 	o.standby, o.rescued = standby, rescue && len(owned) > 0
 	if !standby {
@@ -801,7 +922,23 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 		o.nextLook = start.Add(standbyEvery)
 	}
 	o.nextRenew = start.Add(every)
+	if !due.IsZero() && due.Before(o.nextRenew) {
+		// A relay's session lock was free: renew once the grace has
+		// passed, to take it over if it still is.
+		o.nextRenew = due
+	}
 	return nil
+}
+
+// countHeld counts the shards of held (sorted) that are in owned (sorted).
+func countHeld(held, owned []int16) int {
+	n := 0
+	for _, sh := range held {
+		if _, ok := slices.BinarySearch(owned, sh); ok {
+			n++
+		}
+	}
+	return n
 }
 
 // minTakeEvery, minTakeTries and maxTakeEvery set how soon an owner short
@@ -870,19 +1007,21 @@ func givingBack(owned []int16, target int, busy *[Shards]bool) (kept, surplus, l
 // transactional: a claim that finds messages clears o.waiting before it
 // clears the register, so a renewal beside it cannot set the register
 // again after the claim cleared it.
-func (s *Store) extendWake(ctx context.Context, tx *sql.Tx, o *ownerLease, holds bool) (bool, error) {
+//
+// It reports whether it extended the request. A failure (the register is
+// missing, or not writable) only lets the request lapse: writers stop
+// notifying, and the relay polls; its next RequestWake reports the error.
+func (s *Store) extendWake(ctx context.Context, o *ownerLease, holds bool) bool {
 	if s.wake.request == "" || !holds {
-		return false, nil // an owner without a shard has nothing to be woken for
+		return false // an owner without a shard has nothing to be woken for
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.waiting {
-		return false, nil
+		return false
 	}
-	if _, err := tx.ExecContext(ctx, s.wake.request, s.cfg.LeaseTTL.Milliseconds()); err != nil {
-		return false, fmt.Errorf("sqlstore: lease: extend the wake-up request: %w", err)
-	}
-	return true, nil
+	_, err := s.db.ExecContext(ctx, s.wake.request, s.cfg.LeaseTTL.Milliseconds())
+	return err == nil
 }
 
 // scanShards reads a column of shard numbers, sorted.
@@ -948,7 +1087,12 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 		o.mu.Lock()
 		o.released = true
 		done := o.renewing
+		lock := o.lock
+		o.lock = nil
 		o.mu.Unlock()
+		// The session lock ends after the leases: others that see it
+		// free find nothing left to take over.
+		defer unlock(lock)
 		if done != nil {
 			select {
 			case <-done:
@@ -959,14 +1103,15 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 		o.mu.Lock()
 		o.shards, o.claimable, o.validUntil, o.last = nil, nil, time.Time{}, nil
 		waiting = o.waiting
+		o.endBatches()
 		o.mu.Unlock()
 	}
 	// The request ends before the leases do: a standby that takes them
-	// over and waits makes its own, which this must not cancel.
+	// over and waits makes its own, which this must not cancel. A failure
+	// (the register is missing, or not writable) does not keep the
+	// leases: the request lapses by itself within LeaseTTL.
 	if cancel := s.wake.cancel; cancel != "" && waiting {
-		if _, err := s.db.ExecContext(ctx, cancel); err != nil {
-			return fmt.Errorf("sqlstore: release leases: cancel wake-up: %w", err)
-		}
+		_, _ = s.db.ExecContext(ctx, cancel)
 	}
 	if err := s.lease.release(ctx, s.db, owner, nil); err != nil {
 		return fmt.Errorf("sqlstore: release leases: %w", err)
@@ -1059,7 +1204,16 @@ const claimArgs = 2
 // claimSmallQuery left out (the column is NOT NULL): readClaim stops at
 // the first, with large 1 and the rows before it.
 func (s *Store) readClaim(ctx context.Context, q string, args []any, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, large int, err error) {
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	err = s.onConn(ctx, func(c Querier) error {
+		msgs, alive, large, err = s.scanClaim(ctx, c, q, args, limit, small, sizeHint)
+		return err
+	})
+	return msgs, alive, large, err
+}
+
+// scanClaim is readClaim on c.
+func (s *Store) scanClaim(ctx context.Context, c Querier, q string, args []any, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, large int, err error) {
+	rows, err := c.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("sqlstore: claim: select pending: %w", err)
 	}

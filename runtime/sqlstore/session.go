@@ -1,0 +1,329 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The session lock (PostgreSQL, MySQL/MariaDB): while a relay owner runs,
+// its store holds a session-level lock named after the owner on a
+// connection of its own, taken before the owner first registers. The
+// database releases it when the session ends, so the other relays see a
+// relay whose process died (killed, crashed, its host gone) without
+// waiting for its leases to expire:
+//
+//   - PostgreSQL: pg_try_advisory_lock(k), k the bigint
+//     ('x' || substr(md5(concat_ws(chr(31), current_schema(), table, owner)), 1, 16))::bit(64)::bigint,
+//     seen by others in pg_locks (advisory, objsubid 1).
+//   - MySQL/MariaDB: GET_LOCK(n, 0), n
+//     CONCAT('outbox:', MD5(CONCAT_WS(CHAR(0), DATABASE(), table, owner))),
+//     seen by others with IS_USED_LOCK(n).
+//
+// Each store looks at the locks of the other owners registered alive or
+// holding leases (a standby at each look, every 250 ms; every relay in its
+// renewals). An owner whose lock it has seen held, and then finds free
+// twice, lockGrace apart, is dead to it: in its lease transaction it gives
+// that owner's shards back and unregisters it, and takes its share as from
+// a relay that released its leases. An owner whose lock it never saw held
+// (a relay of an earlier version, which takes none) is taken over only
+// when its leases expire, as is a relay that is paused or cut off from the
+// database: its session, and its lock, live on.
+//
+// The owner checks its lock's connection every lockCheckEvery, with a
+// deadline of lockPingTimeout: when a check fails (the server ended the
+// session, the connection broke) it considers its leases lost at once
+// (the batches it claimed report it, relay.Batch.Lost), gives its rows back
+// at its next renewal and takes a lock again. lockCheckEvery plus
+// lockPingTimeout is shorter than lockGrace, so a relay whose session ended
+// while its process lives has stopped publishing before another takes its
+// shards.
+const (
+	lockCheckEvery  = 200 * time.Millisecond
+	lockPingTimeout = 500 * time.Millisecond
+	lockGrace       = 750 * time.Millisecond
+)
+
+// sessionLocker is implemented by the dialects whose databases hold locks
+// for as long as a session lives.
+type sessionLocker interface {
+	// lockSession takes owner's session lock on conn without waiting
+	// (false when another session holds it), and returns conn's session
+	// id.
+	lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, int64, error)
+	// endSession ends session id (a session of this store's that held
+	// owner's lock, and that the store lost track of: its connection
+	// turned half-open, say), if it still holds owner's lock.
+	endSession(ctx context.Context, q Querier, t storeTables, owner string, id int64) error
+	// lockStates reports, for each owner other than owner registered
+	// alive or holding an unexpired lease, whether some session holds its
+	// lock. It takes no lock.
+	lockStates(ctx context.Context, q Querier, t storeTables, owner string) (map[string]bool, error)
+}
+
+// ownerLock is an owner's session lock: the connection that holds it, and
+// the check that watches it.
+type ownerLock struct {
+	conn    *sql.Conn
+	session int64         // the database's id of the session
+	stop    chan struct{} // closed to end the check
+	done    chan struct{} // closed when the check has ended
+}
+
+// lockOwner takes owner's session lock on a connection of its own, when
+// the dialect has one and it is on, unless o holds it already, and starts
+// its check. The caller holds o.claimMu or runs the owner's only renewal.
+func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ownerLock, error) {
+	sl, ok := s.dialect.(sessionLocker)
+	if !ok || s.cfg.LeaseExpiryOnly {
+		return nil, nil
+	}
+	o.mu.Lock()
+	l := o.lock
+	o.mu.Unlock()
+	if l != nil {
+		return l, nil
+	}
+	conn, err := s.conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: lease: session lock: connect: %w", err)
+	}
+	got, session, err := sl.lockSession(ctx, conn, s.tables, owner)
+	o.mu.Lock()
+	ghost := o.ghost
+	o.mu.Unlock()
+	for try := 0; err == nil && !got && ghost != 0 && try < 20; try++ {
+		// The session of the owner's last lock, which its check gave up
+		// on (its connection turned half-open, say), may live on in the
+		// server, and hold the lock: end it, and take the lock again.
+		if try == 0 {
+			if err = sl.endSession(ctx, conn, s.tables, owner, ghost); err != nil {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(50 * time.Millisecond): // the session ends
+			got, session, err = sl.lockSession(ctx, conn, s.tables, owner)
+		}
+	}
+	if err != nil || !got {
+		discard(conn)
+		if err == nil {
+			err = fmt.Errorf("another session holds relay %q's lock (an earlier session of this process, not yet ended by the server?)", owner)
+		}
+		return nil, fmt.Errorf("sqlstore: lease: session lock: %w", err)
+	}
+	l = &ownerLock{conn: conn, session: session, stop: make(chan struct{}), done: make(chan struct{})}
+	o.mu.Lock()
+	o.ghost = 0
+	if o.released {
+		o.mu.Unlock()
+		discard(conn)
+		return nil, errors.New("sqlstore: lease: released")
+	}
+	o.lock = l
+	o.mu.Unlock()
+	go s.watchLock(o, l)
+	return l, nil
+}
+
+// watchLock pings l's connection every lockCheckEvery, with a deadline of
+// lockPingTimeout, until l.stop is closed; when a ping fails, the owner
+// has lost its leases (see lockLost).
+func (s *Store) watchLock(o *ownerLease, l *ownerLock) {
+	defer close(l.done)
+	t := time.NewTicker(lockCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), lockPingTimeout)
+		err := l.conn.PingContext(ctx)
+		cancel()
+		if err != nil {
+			select {
+			case <-l.stop:
+				return // closed while it pinged
+			default:
+			}
+			s.lockLost(o, l)
+			discard(l.conn)
+			return
+		}
+	}
+}
+
+// lockLost records that o's session lock l ended: o holds no shard from
+// now on, the batches it claimed are lost, and its next renewal gives its
+// rows back and takes a lock again.
+func (s *Store) lockLost(o *ownerLease, l *ownerLock) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.lock != l {
+		return
+	}
+	o.lock = nil
+	o.ghost = l.session
+	if len(o.shards) > 0 {
+		o.loss = &leaseLoss{reason: LossSessionEnded, shards: len(o.shards)}
+	}
+	o.dropShards()
+	o.relock = true
+	if o.cancelRenew != nil {
+		o.cancelRenew() // its outcome is dropped anyway (see renew)
+	}
+}
+
+// dropShards forgets o's shards and ends its batches (relay.Batch.Lost).
+// The caller holds o.mu.
+func (o *ownerLease) dropShards() {
+	o.shards, o.claimable, o.validUntil, o.last = nil, nil, time.Time{}, nil
+	o.nextRenew = time.Time{}
+	o.endBatches()
+}
+
+// endBatches closes the channel of o's batches claimed so far
+// (relay.Batch.Lost); later batches get a new one. The caller holds o.mu.
+func (o *ownerLease) endBatches() {
+	if o.lost != nil {
+		close(o.lost)
+	}
+	o.lost = make(chan struct{})
+}
+
+// unlock stops l's check and ends its session, which releases the lock.
+func unlock(l *ownerLock) {
+	if l == nil {
+		return
+	}
+	close(l.stop)
+	<-l.done
+	discard(l.conn)
+}
+
+// discard closes conn and keeps the pool from handing its session out
+// again: its call timed out (it may be half-open), or it holds a session
+// lock or session settings.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
+}
+
+// Reasons a relay lost shards it held without giving them back, as
+// [Store.LeaseLost] reports them.
+const (
+	// LossExpired: the owner's lease expired before it renewed it (the
+	// relay was paused, or cut off from the database, for longer than
+	// LeaseTTL), and other relays took the shards over.
+	LossExpired = "lease expired before its renewal (the relay was paused or cut off from the database)"
+	// LossSessionEnded: the database session that held the owner's
+	// session lock ended (the server killed it, or the connection broke);
+	// the other relays take the owner for dead.
+	LossSessionEnded = "database session holding the relay's lock ended"
+	// LossTakenOver: other relays took the shards while the lease had not
+	// expired: they found the owner's session lock free.
+	LossTakenOver = "taken over by another relay, which found this relay's session lock free"
+)
+
+// leaseLoss is a loss of shards not yet reported by LeaseLost.
+type leaseLoss struct {
+	reason string
+	late   time.Duration
+	shards int
+}
+
+// lookAtLocks reads the lock states of the other owners and updates the
+// store's view of them (see sessionLocker): it returns the owners dead to
+// it (seen held, then free since at least lockGrace ago), and the time at
+// which an owner seen free now will be, if it stays so (zero when none).
+func (s *Store) lookAtLocks(ctx context.Context, q Querier, owner string, now time.Time) (dead []string, due time.Time, err error) {
+	sl, ok := s.dialect.(sessionLocker)
+	if !ok || s.cfg.LeaseExpiryOnly {
+		return nil, time.Time{}, nil
+	}
+	states, err := sl.lockStates(ctx, q, s.tables, owner)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	s.locksMu.Lock()
+	defer s.locksMu.Unlock()
+	for o, held := range states {
+		switch {
+		case held:
+			s.seenLocked[o] = time.Time{}
+		default:
+			since, seen := s.seenLocked[o]
+			if !seen {
+				continue // never seen held: lease expiry only
+			}
+			if since.IsZero() {
+				s.seenLocked[o] = now
+				if d := now.Add(lockGrace); due.IsZero() || d.Before(due) {
+					due = d
+				}
+				continue
+			}
+			if now.Sub(since) >= lockGrace {
+				dead = append(dead, o)
+			} else if d := since.Add(lockGrace); due.IsZero() || d.Before(due) {
+				due = d
+			}
+		}
+	}
+	for o := range s.seenLocked {
+		if _, ok := states[o]; !ok {
+			delete(s.seenLocked, o) // gone: released, or taken over
+		}
+	}
+	return dead, due, nil
+}
+
+// LeaseLost reports, once, why owner (a relay's [relay.ClaimRequest.Owner])
+// last lost shards it held without giving them back: the reason (one of
+// LossExpired, LossSessionEnded, LossTakenOver), how long after its
+// lease's end its renewal came (zero unless the lease expired), and how
+// many shards it held. ok is false when it lost none since the last call.
+// A rebalance, a hand-over or a release gives shards back, and is no loss.
+// The relay logs a loss at WARN ("relay: lease lost").
+func (s *Store) LeaseLost(owner string) (reason string, late time.Duration, ok bool) {
+	s.mu.Lock()
+	o := s.owners[owner]
+	s.mu.Unlock()
+	if o == nil {
+		return "", 0, false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	l := o.loss
+	if l == nil {
+		return "", 0, false
+	}
+	o.loss = nil
+	return l.reason, l.late, true
+}
+
+// scanLockStates reads rows of an owner and whether its lock is held.
+func scanLockStates(rows *sql.Rows, err error) (map[string]bool, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var owner string
+		var held bool
+		if err := rows.Scan(&owner, &held); err != nil {
+			return nil, err
+		}
+		out[owner] = held
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,351 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/gooutbox/outbox/hooks/hookstest"
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+// lockDialects are the databases with a session lock.
+var lockDialects = []sqlstore.Dialect{sqlstore.Postgres, sqlstore.MySQL}
+
+// viaProxy opens one fresh, migrated database of dialect d twice: directly,
+// and through a proxy (for faults). Both close when t ends.
+func viaProxy(t *testing.T, d sqlstore.Dialect) (direct, proxied *sql.DB, p *runtimetest.Proxy) {
+	t.Helper()
+	var driver, dsn, pdsn string
+	switch d {
+	case sqlstore.MySQL:
+		driver, dsn = "mysql", hookstest.MySQLDSN(t)
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = runtimetest.StartProxy(t, cfg.Addr)
+		cfg.Addr = p.Addr()
+		pdsn = cfg.FormatDSN()
+	default:
+		driver, dsn = "pgx", hookstest.PostgresDSN(t)
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = runtimetest.StartProxy(t, u.Host)
+		u.Host = p.Addr()
+		pdsn = u.String()
+	}
+	var err error
+	if direct, err = sql.Open(driver, dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Close() })
+	if proxied, err = sql.Open(driver, pdsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxied.Close() })
+	if err := sqlstore.MigrateOutbox(context.Background(), direct, d, ""); err != nil {
+		t.Fatal(err)
+	}
+	return direct, proxied, p
+}
+
+// claimUntil claims as owner on s every 20 ms (a relay's poll) until a
+// claim returns messages, and returns when that was; it fails t after
+// limit.
+func claimUntil(t *testing.T, s *sqlstore.Store, owner string, limit time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		b, err := s.Claim(context.Background(), relay.ClaimRequest{Owner: owner, Limit: 10})
+		var my *mysql.MySQLError
+		if err != nil && !(errors.As(err, &my) && my.Number == 1205) {
+			t.Fatalf("Claim(%s): %v", owner, err)
+		}
+		if len(b.Messages) > 0 {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s claimed nothing within %v", owner, limit)
+		}
+		time.Sleep(20 * time.Millisecond) // a relay's poll
+	}
+}
+
+// TestDeadRelayIsTakenOverInASecond: on PostgreSQL and MySQL/MariaDB a
+// relay holds a session lock while it runs, so a standby takes the shards
+// of one whose process died (its database connections closed, no Release)
+// within about a second (a look, 250 ms, the 750 ms grace) plus a poll,
+// not once its 15 s leases expire. A relay that is merely paused keeps
+// its session: it is taken over only once its lease has expired.
+func TestDeadRelayIsTakenOverInASecond(t *testing.T) {
+	for _, d := range lockDialects {
+		t.Run(string(d)+"/crash", func(t *testing.T) {
+			t.Parallel()
+			direct, proxied, p := viaProxy(t, d)
+			ctx := context.Background()
+			dead := mustStore(t, proxied, sqlstore.StoreConfig{}) // LeaseTTL 15s
+			if _, err := dead.Claim(ctx, relay.ClaimRequest{Owner: "dead", Limit: 10}); err != nil {
+				t.Fatal(err)
+			}
+			standby := mustStore(t, direct, sqlstore.StoreConfig{})
+			t.Cleanup(func() { standby.Close() })
+			if b, err := standby.Claim(ctx, relay.ClaimRequest{Owner: "standby", Limit: 10}); err != nil || len(b.Messages) != 0 {
+				t.Fatalf("standby's first Claim = %d messages, %v; want none", len(b.Messages), err)
+			}
+			writeEvents(t, direct, d, "1", "2", "3")
+			// The process dies: the kernel closes its connections.
+			died := time.Now()
+			p.Refuse()
+			took := claimUntil(t, standby, "standby", 10*time.Second).Sub(died)
+			t.Logf("%s: dead relay taken over %v after its connections closed (LeaseTTL 15s)", d, took.Round(time.Millisecond))
+			if took > 3*time.Second {
+				t.Errorf("dead relay taken over after %v; want about 1s plus a poll (at most 3s here)", took)
+			}
+		})
+		t.Run(string(d)+"/paused", func(t *testing.T) {
+			t.Parallel()
+			db := migrated(t, d)
+			ctx := context.Background()
+			const ttl = 3 * time.Second
+			paused := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
+			t.Cleanup(func() { paused.Close() })
+			renewed := time.Now()
+			if _, err := paused.Claim(ctx, relay.ClaimRequest{Owner: "paused", Limit: 10}); err != nil {
+				t.Fatal(err)
+			}
+			standby := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
+			t.Cleanup(func() { standby.Close() })
+			writeEvents(t, db, d, "1", "2", "3")
+			// The paused relay claims no more, and renews nothing; its
+			// session, and its lock, live on.
+			took := claimUntil(t, standby, "standby", 5*ttl).Sub(renewed)
+			t.Logf("%s: paused relay taken over %v after its last renewal (LeaseTTL %v)", d, took.Round(time.Millisecond), ttl)
+			if took < ttl-100*time.Millisecond {
+				t.Errorf("paused relay taken over %v after its last renewal, before its lease (%v) expired", took, ttl)
+			}
+		})
+	}
+}
+
+// TestEndedSessionFencesTheRelay: when the database session holding a
+// relay's lock ends while the relay lives (the server killed it), the
+// relay's store closes Batch.Lost of the batches it claimed within its
+// check (200 ms, plus a ping of at most 500 ms), before the 750 ms grace
+// after which others take it over; LeaseLost says why; and the relay's
+// next claim takes a lock again and goes on.
+func TestEndedSessionFencesTheRelay(t *testing.T) {
+	for _, d := range lockDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			db := migrated(t, d)
+			ctx := context.Background()
+			s := mustStore(t, db, sqlstore.StoreConfig{})
+			t.Cleanup(func() { s.Close() })
+			writeEvents(t, db, d, "1", "2", "3")
+			b, err := s.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: 10})
+			if err != nil || len(b.Messages) != 3 || b.Lost == nil {
+				t.Fatalf("Claim = %d messages, Lost %v, %v; want 3, a channel", len(b.Messages), b.Lost, err)
+			}
+			select {
+			case <-b.Lost:
+				t.Fatal("Batch.Lost closed while the session lives")
+			default:
+			}
+			killed := time.Now()
+			killLockSession(t, db, d, "r")
+			select {
+			case <-b.Lost:
+				t.Logf("%s: Batch.Lost closed %v after the session was killed", d, time.Since(killed).Round(time.Millisecond))
+			case <-time.After(5 * time.Second):
+				t.Fatal("Batch.Lost still open 5s after the relay's lock session was killed")
+			}
+			if reason, _, ok := s.LeaseLost("r"); !ok || reason != sqlstore.LossSessionEnded {
+				t.Errorf("LeaseLost = %q, %v; want %q", reason, ok, sqlstore.LossSessionEnded)
+			}
+			// Its rows are given back and taken again: none was marked.
+			claimUntil(t, s, "r", 10*time.Second)
+		})
+	}
+}
+
+// killLockSession ends, from another session, the session holding owner's
+// lock.
+func killLockSession(t *testing.T, db *sql.DB, d sqlstore.Dialect, owner string) {
+	t.Helper()
+	ctx := context.Background()
+	var n int64
+	var err error
+	switch d {
+	case sqlstore.MySQL:
+		var id sql.NullInt64
+		err = db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(CONCAT('outbox:', MD5(CONCAT_WS(CHAR(0), DATABASE(), 'outbox_messages', ?))))`, owner).Scan(&id)
+		if err == nil && id.Valid {
+			_, err = db.ExecContext(ctx, "KILL CONNECTION ?", id.Int64)
+			n = 1
+		}
+	default:
+		err = db.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
+			CROSS JOIN (SELECT ('x' || substr(md5(concat_ws(chr(31), current_schema(), 'outbox_messages', $1::text)), 1, 16))::bit(64)::bigint AS k) u
+			WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND l.classid = ((u.k >> 32) & 4294967295)::oid AND l.objid = (u.k & 4294967295)::oid`, owner).Scan(&n)
+	}
+	if err != nil || n != 1 {
+		t.Fatalf("kill the session of %s's lock: %d killed, %v", owner, n, err)
+	}
+}
+
+// TestHalfOpenConnectionsCostOneStoreTimeout: when every connection of a
+// relay's pool turns half-open at once (a NAT entry gone), the claim on
+// one of them times out after the relay's StoreTimeout, and the relay
+// claims again within StoreTimeout plus 2 s: the timed-out connection is
+// discarded, the idle ones are pinged with a deadline of their own (not
+// the claim's) and dropped, and the lock's connection, cut off too, is
+// replaced (its session, which the server still holds, ended). Before,
+// each idle frozen connection cost another StoreTimeout.
+func TestHalfOpenConnectionsCostOneStoreTimeout(t *testing.T) {
+	for _, d := range lockDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			direct, proxied, p := viaProxy(t, d)
+			proxied.SetMaxIdleConns(8)
+			ctx := context.Background()
+			s := mustStore(t, proxied, sqlstore.StoreConfig{})
+			t.Cleanup(func() { s.Close() })
+			if _, err := s.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: 10}); err != nil {
+				t.Fatal(err)
+			}
+			// Four idle connections in the pool, as a busy relay leaves.
+			var conns []*sql.Conn
+			for range 4 {
+				c, err := proxied.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.PingContext(ctx); err != nil {
+					t.Fatal(err)
+				}
+				conns = append(conns, c)
+			}
+			for _, c := range conns {
+				c.Close()
+			}
+			time.Sleep(1100 * time.Millisecond) // idle long enough to be checked (pgx's and the store's 1s)
+			writeEvents(t, direct, d, "1", "2", "3")
+			const storeTimeout = 2 * time.Second // the relay's StoreTimeout
+			froze := time.Now()
+			if n := p.Blackhole(); n < 5 {
+				t.Fatalf("blackholed %d connections, want the lock's and 4 more", n)
+			}
+			deadline := froze.Add(30 * time.Second)
+			for {
+				cctx, cancel := context.WithTimeout(ctx, storeTimeout)
+				b, err := s.Claim(cctx, relay.ClaimRequest{Owner: "r", Limit: 10})
+				cancel()
+				if err == nil && len(b.Messages) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no claim returned messages within 30s of the connections freezing; last: %v", err)
+				}
+				time.Sleep(100 * time.Millisecond) // the relay's backoff
+			}
+			took := time.Since(froze)
+			t.Logf("%s: claims again %v after every connection froze (StoreTimeout %v)", d, took.Round(time.Millisecond), storeTimeout)
+			if took > storeTimeout+2*time.Second {
+				t.Errorf("resumed %v after the connections froze; want within StoreTimeout + 2s (%v)", took, storeTimeout+2*time.Second)
+			}
+		})
+	}
+}
+
+// TestStandbyTakesOverWithoutTheWakeRegister: the wake-up register
+// (<table>_wake, PostgreSQL) only saves polls. With it dropped, the
+// releasing relay's Release still releases its leases (it failed at the
+// wake-up cancel before), and a standby that asked to be woken still takes
+// the shards over (its renewal's extension of the request failed and rolled
+// the lease transaction back, every time).
+func TestStandbyTakesOverWithoutTheWakeRegister(t *testing.T) {
+	db := migrated(t, sqlstore.Postgres)
+	ctx := context.Background()
+	active := mustStore(t, db, sqlstore.StoreConfig{})
+	standby := mustStore(t, db, sqlstore.StoreConfig{})
+	t.Cleanup(func() { standby.Close() })
+	if _, err := active.Claim(ctx, relay.ClaimRequest{Owner: "active", Limit: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := active.RequestWake(ctx, "active"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := standby.Claim(ctx, relay.ClaimRequest{Owner: "standby", Limit: 10}); err != nil || len(b.Messages) != 0 {
+		t.Fatalf("standby's Claim = %d messages, %v; want none", len(b.Messages), err)
+	}
+	if err := standby.RequestWake(ctx, "standby"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `DROP SEQUENCE outbox_messages_wake`); err != nil {
+		t.Fatal(err)
+	}
+	writeEvents(t, db, sqlstore.Postgres, "1", "2", "3")
+	if err := active.Release(ctx, "active"); err != nil {
+		t.Errorf("Release without the wake register: %v", err)
+	}
+	claimUntil(t, standby, "standby", 10*time.Second)
+}
+
+// TestLeaseLostSaysWhy: a relay paused past its lease finds, at its next
+// renewal, that another took its shards over: LeaseLost reports that the
+// lease expired and how late the renewal came, once, and the batch it had
+// claimed reports itself lost (Batch.Lost). A relay that gives shards back
+// (a hand-over) has lost nothing.
+func TestLeaseLostSaysWhy(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			db := migrated(t, d)
+			ctx := context.Background()
+			const ttl = time.Second
+			paused := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
+			other := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
+			t.Cleanup(func() { paused.Close(); other.Close() })
+			writeEvents(t, db, d, "1", "2", "3")
+			b, err := paused.Claim(ctx, relay.ClaimRequest{Owner: "paused", Limit: 10})
+			if err != nil || len(b.Messages) != 3 {
+				t.Fatalf("Claim = %d messages, %v; want 3", len(b.Messages), err)
+			}
+			// Paused: it claims nothing while the other takes over.
+			claimUntil(t, other, "other", 10*ttl)
+			if _, err := paused.Claim(ctx, relay.ClaimRequest{Owner: "paused", Limit: 10}); err != nil {
+				t.Fatal(err)
+			}
+			reason, late, ok := paused.LeaseLost("paused")
+			if !ok || reason != sqlstore.LossExpired || late <= 0 {
+				t.Errorf("LeaseLost(paused) = %q, %v, %v; want %q, a positive lateness", reason, late, ok, sqlstore.LossExpired)
+			}
+			if _, _, ok := paused.LeaseLost("paused"); ok {
+				t.Error("LeaseLost reported the same loss twice")
+			}
+			select {
+			case <-b.Lost:
+			default:
+				t.Error("the paused relay's batch does not report itself lost")
+			}
+			if _, err := other.HandOver(ctx, "other"); err != nil {
+				t.Fatal(err)
+			}
+			if reason, _, ok := other.LeaseLost("other"); ok {
+				t.Errorf("LeaseLost after a hand-over = %q; want none", reason)
+			}
+		})
+	}
+}
