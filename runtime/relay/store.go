@@ -80,6 +80,13 @@ type Failure struct {
 	// Permanent reports that retrying cannot help (the publisher said so
 	// with a [runtime.PermanentError]): the store parks the message.
 	Permanent bool
+	// Transient reports that the broker, not the message, failed (the
+	// publisher said so with a [runtime.TransientError]: a partition
+	// without a leader, a lost connection): the store delays the
+	// message's retry but counts no attempt toward parking it, as for a
+	// batch of which nothing could be published. Never set with
+	// Permanent.
+	Transient bool
 }
 
 // Store is the outbox as the relay sees it. Package runtime/sqlstore provides the SQL
@@ -100,6 +107,9 @@ type Store interface {
 	// Mark records o: it marks the published messages as such and records
 	// a failed attempt on each aggregate's first failed message, delaying
 	// its retry (and its aggregate's later messages with it) or parking it.
+	// An attempt counts toward parking the message only when the failure
+	// is the message's: not when nothing of o was published (the broker is
+	// down) and not when the [Failure] is Transient.
 	// A message whose claim the caller no longer holds (its lease passed to
 	// another relay) is left as it is. When Mark fails, nothing need be
 	// marked: the messages are published again later (at-least-once).

@@ -46,7 +46,14 @@ type StoreConfig struct {
 	MaxRetryDelay time.Duration
 
 	// MaxAttempts parks a message after this many failed attempts counted
-	// as above. A message whose failure the publisher marks permanent
+	// as above. A failure the publisher classes as the broker's
+	// ([runtime.TransientError], see relay.Failure.Transient: a Kafka
+	// partition without a leader, a lost connection; each adapter's
+	// package doc lists its classes) counts no attempt either, however
+	// long it lasts: it delays the retry by RetryDelay, like an outage,
+	// and never parks the message. A failure nobody classified counts, so
+	// a message that keeps failing for an unknown reason is still set
+	// aside at MaxAttempts. A message whose failure the publisher marks permanent
 	// ([runtime.PermanentError]: too large for the broker, say) is parked
 	// at its first failure whatever MaxAttempts says. A parked message is
 	// set aside for an operator with its last_error and parked_at, and it
@@ -1104,7 +1111,7 @@ func (s *Store) readClaim(ctx context.Context, q string, args []any, limit int, 
 type failureKind int
 
 const (
-	failOutage  failureKind = iota // nothing was published: delay, no attempt
+	failOutage  failureKind = iota // nothing was published, or the failure is transient: delay, no attempt
 	failAttempt                    // others were published: count, delay, maybe park
 	failPark                       // permanent: park now
 )
@@ -1156,6 +1163,9 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 		switch {
 		case f.Permanent:
 			g.kind = failPark
+		case f.Transient:
+			// The broker's failure, not the message's (see
+			// runtime.TransientError): as in an outage, no attempt.
 		case len(o.Published) > 0:
 			g.kind = failAttempt
 		}
