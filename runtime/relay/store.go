@@ -158,6 +158,21 @@ type HandOverer interface {
 	HandOver(ctx context.Context, owner string) (bool, error)
 }
 
+// PeerCounter is implemented by [HandOverer] stores that can tell whether
+// a hand-over could happen (sqlstore.Store). While publishing fails, a relay
+// cuts each publish short at the time it is due to hand its shards over,
+// so that a publish hanging on a cut-off connection cannot put the
+// hand-over off; before it does, it asks OthersAlive, once per hand-over,
+// and with no other relay alive it lets the publish run its course
+// ([Config.PublishTimeout]): a retry the broker would have confirmed is
+// not abandoned, and sent again, for a hand-over that cannot happen. A
+// HandOverer that is no PeerCounter is taken to have peers.
+type PeerCounter interface {
+	// OthersAlive returns how many relays other than owner are alive (they
+	// could take owner's shards over).
+	OthersAlive(ctx context.Context, owner string) (int, error)
+}
+
 // shardHolder is implemented by stores that divide the outbox among relays
 // (sqlstore.Store): HeldShards is how many shards owner holds now. Run logs
 // each change at INFO ("relay: shards held"), so that a takeover, a lease

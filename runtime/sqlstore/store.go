@@ -1005,6 +1005,17 @@ func (s *Store) HandOver(ctx context.Context, owner string) (bool, error) {
 	return true, nil
 }
 
+// OthersAlive implements [relay.PeerCounter]: it returns how many relays
+// other than owner renewed their registration within LeaseTTL, the relays
+// [Store.HandOver] would hand owner's shards to.
+func (s *Store) OthersAlive(ctx context.Context, owner string) (int, error) {
+	n, err := s.lease.othersAlive(ctx, s.db, owner, time.Now())
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: count the relays alive: %w", err)
+	}
+	return n, nil
+}
+
 // selectClaimable reads the claimable rows of shards (see [Store]). The
 // batch's slice is sized for about as many rows as the last claim found
 // (sizeHint), not for limit: a relay that claims a few rows at a time, as
