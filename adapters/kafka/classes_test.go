@@ -204,3 +204,23 @@ func outboxMessage(topic string, a, n int) runtime.OutboxMessage {
 		},
 	}
 }
+
+// TestPing: Ping fails for a port no broker listens on, and succeeds
+// against a cluster.
+func TestPing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := newPublisher(t, kafka.PublisherConfig{Brokers: []string{closed}}).Ping(ctx); err == nil {
+		t.Errorf("Ping of %s, where no broker listens = nil, want an error", closed)
+	}
+	brokers := kafkatest.NewCluster(t)
+	if err := newPublisher(t, kafka.PublisherConfig{Brokers: append([]string{closed}, brokers...)}).Ping(ctx); err != nil {
+		t.Errorf("Ping of a cluster = %v, want nil (one of the bootstrap brokers answers)", err)
+	}
+}

@@ -345,6 +345,30 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
+// Ping checks that the cluster answers: it asks the bootstrap brokers
+// ([PublisherConfig.Brokers]), one after the other, for their API versions
+// through the writers' transport (TLS and SASL as configured), and returns
+// nil at the first answer, or the errors of all of them. It is cheap (one
+// round trip) and safe for concurrent use; the readiness check of
+// runtime/health calls it (health.Config.Broker), so that a relay that
+// cannot reach its broker is not ready.
+func (p *Publisher) Ping(ctx context.Context) error {
+	w := p.writers[len(p.writers)-1]
+	client := &kafka.Client{Transport: w.Transport}
+	var errs []error
+	for _, b := range p.cfg.Brokers {
+		_, err := client.ApiVersions(ctx, &kafka.ApiVersionsRequest{Addr: kafka.TCP(b)})
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", b, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("kafka: ping: %w", errors.Join(errs...))
+}
+
 // missingTopic adds what to do to err when it says that the topic does not
 // exist and the writer may not have the broker create it: the relay logs
 // it at every attempt, and the events wait in the outbox until the topic
