@@ -49,6 +49,10 @@ func IsPermanent(err error) bool {
 // failed, as the adapters in adapters/ do not: the relay cannot take back
 // a message the broker holds, so the aggregate would be out of order on
 // the broker (the relay logs it at Warn when it sees one).
+//
+// An element may also be a [*TransientError]: the broker, not the message,
+// failed (a partition without a leader, say), and the store retries the
+// message without counting the attempt toward parking it.
 type PublishErrors []error
 
 // Error summarises the failures: how many messages failed and the first error.

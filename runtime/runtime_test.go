@@ -225,6 +225,34 @@ func TestIsPermanent(t *testing.T) {
 	}
 }
 
+func TestIsTransient(t *testing.T) {
+	base := errors.New("NOT_LEADER_FOR_PARTITION")
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"wrapped", fmt.Errorf("publish: %w", runtime.Transient(base)), true},
+		{"plain", base, false},
+		{"nil", nil, false},
+		{"permanent wins", runtime.Permanent(runtime.Transient(base)), false},
+		{"permanent wins inside", runtime.Transient(runtime.Permanent(base)), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := runtime.IsTransient(tt.err); got != tt.want {
+				t.Errorf("IsTransient(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+	if runtime.Transient(nil) != nil {
+		t.Error("Transient(nil) != nil")
+	}
+	if err := runtime.Transient(base); !errors.Is(err, base) {
+		t.Errorf("errors.Is(%v, base) = false", err)
+	}
+}
+
 func TestFieldErrors(t *testing.T) {
 	var err error = &runtime.DecodeError{Key: runtime.Key{Type: "t", Version: 1}, Err: &runtime.FieldError{Field: "amount.currency", Problem: "must match ^[A-Z]{3}$"}}
 	if got, want := err.Error(), "outbox: decode event t v1: field amount.currency: must match ^[A-Z]{3}$"; got != want {

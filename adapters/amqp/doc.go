@@ -139,4 +139,20 @@
 // The tests run against the RabbitMQ at OUTBOX_TEST_AMQP_URI (default
 // amqp://guest:guest@127.0.0.1:5672/) and skip when it does not answer,
 // unless OUTBOX_TEST_REQUIRE_INTEGRATION=1.
+//
+// # Error classes
+//
+// [Publisher.Publish] classes each failure for the outbox store
+// (sqlstore.StoreConfig.MaxAttempts): permanent ([runtime.PermanentError],
+// parked at once) for a message returned unroutable after this call
+// declared the topology, larger than the broker's max_message_size, or an
+// invalid topic; transient ([runtime.TransientError], retried without
+// counting an attempt) for a message not confirmed ([ErrUnconfirmed]: the
+// channel or connection closed, [Config.ConfirmTimeout], the message's
+// context ended), nacked ([ErrNacked]), a closed connection, a connection
+// closed by the broker with connection-forced (320), resource-error (506)
+// or internal-error (541), and network errors (refused, reset, timed out).
+// Anything else, a returned message whose queue went away since an
+// earlier declaration included, counts toward MaxAttempts: an unknown
+// failure that repeats is treated as the message's.
 package amqp

@@ -120,10 +120,15 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 //     timed out ([Config.ConfirmTimeout]) or a message's context ended:
 //     [ErrUnconfirmed], retryable and ambiguous (the broker may hold it).
 //
+// Failures of the broker or the connection, not of the message, are
+// [*runtime.TransientError]s (the package doc's Error classes): the outbox
+// store retries them without counting an attempt toward parking.
+//
 // An invalid topic is a permanent error for the whole call. A closed
 // connection is dialled again by the next Publish. After [Publisher.Close],
 // Publish returns [ErrPublisherClosed].
-func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) (err error) {
+	defer func() { err = publishing.Classify(err, transient) }()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -299,6 +304,19 @@ func (p *Publisher) Connect(ctx context.Context) error {
 		return nil
 	}
 	return p.dial(ctx)
+}
+
+// Ping checks that the broker can be reached: it returns nil while the
+// publisher's connection is open, and dials it otherwise ([Publisher.Connect]).
+// The readiness check of runtime/health calls it (health.Config.Broker), so
+// that a relay that cannot reach RabbitMQ is not ready. A connection that
+// hangs without closing is noticed by its heartbeats (amqp091's default:
+// 10 s). It is safe for concurrent use.
+func (p *Publisher) Ping(ctx context.Context) error {
+	if err := p.Connect(ctx); err != nil {
+		return fmt.Errorf("amqp: ping: %w", err)
+	}
+	return nil
 }
 
 // dial connects to the broker, giving up when ctx ends (unless
@@ -759,4 +777,18 @@ func (p *Publisher) Close() error {
 		return fmt.Errorf("amqp: close connection: %w", err)
 	}
 	return nil
+}
+
+// transient reports whether a publish error is the broker's or the
+// connection's rather than the message's: a message not confirmed
+// (ErrUnconfirmed: the channel or connection closed, a timeout) or nacked
+// (ErrNacked), a closed connection, a network error, or a connection
+// closed by the broker with connection-forced (320), resource-error (506)
+// or internal-error (541).
+func transient(err error) bool {
+	if errors.Is(err, ErrUnconfirmed) || errors.Is(err, ErrNacked) || errors.Is(err, amqp091.ErrClosed) || publishing.ConnectionLost(err) {
+		return true
+	}
+	var aerr *amqp091.Error
+	return errors.As(err, &aerr) && (aerr.Code == amqp091.ConnectionForced || aerr.Code == amqp091.ResourceError || aerr.Code == amqp091.InternalError)
 }

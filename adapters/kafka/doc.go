@@ -40,6 +40,28 @@
 // (a value type, not a pointer: a message exceeds
 // [PublisherConfig.BatchBytes] and nothing was written).
 //
+// # Error classes
+//
+// [Publisher.Publish] classes each failure, per message when kafka-go
+// reports per partition, so that the outbox store knows whether to count it
+// toward parking the message (sqlstore.StoreConfig.MaxAttempts):
+//
+//   - Permanent ([runtime.PermanentError]; parked at once): a record larger
+//     than BatchBytes or the broker's limit (MESSAGE_TOO_LARGE,
+//     RECORD_LIST_TOO_LARGE), an invalid topic name.
+//   - Transient ([runtime.TransientError]; retried, never counted): every
+//     Kafka error code kafka-go classes as retriable (kafka.Error's
+//     Temporary: NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE,
+//     REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
+//     NETWORK_EXCEPTION, KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION (a
+//     topic not created yet), THROTTLING_QUOTA_EXCEEDED, ...) except
+//     CORRUPT_MESSAGE; a lost or refused connection, a network timeout, an
+//     EOF; a write stopped by its context (the relay's publish deadline).
+//   - Anything else (INVALID_RECORD, CORRUPT_MESSAGE, an error kafka-go
+//     does not name) is counted: a message that keeps failing for a reason
+//     nobody classified is parked at MaxAttempts, the safe default for a
+//     poison message.
+//
 // # Subscribing
 //
 // [NewSubscriber] joins a consumer group ([SubscriberConfig.ConsumerGroup]).

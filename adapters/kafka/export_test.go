@@ -26,3 +26,6 @@ func NewUnfencedPublisher(cfg PublisherConfig) (*Publisher, error) {
 	}
 	return p, nil
 }
+
+// Classify is classify, the publisher's error classes.
+var Classify = classify

@@ -5,11 +5,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -380,6 +383,11 @@ func (s *writerSet) writerFor(n int) *kafka.Writer {
 // When the broker will never take a message (too large, an invalid topic),
 // the error is a [*runtime.PermanentError], for the whole call: one such
 // message makes the relay look for it aggregate by aggregate, and park it.
+// When the broker or the connection failed, not the message (an error code
+// Kafka classes as retriable, a lost connection, a timeout: see the
+// package doc's Error classes), the error, or the message's entry in the
+// PublishErrors, is a [*runtime.TransientError]: the outbox store retries
+// the message without counting the attempt toward parking it.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -436,19 +444,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 				if e == nil {
 					continue
 				}
-				e = p.missingTopic(fmt.Errorf("kafka: publish to topic %q: %w", topic, e))
-				if permanent(e) {
-					e = runtime.Permanent(e)
-				}
-				perMessage[i] = e
+				perMessage[i] = classify(p.missingTopic(fmt.Errorf("kafka: publish to topic %q: %w", topic, e)))
 			}
 			return fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, perMessage)
 		}
-		err = p.missingTopic(fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, err))
-		if permanent(err) {
-			return &runtime.PermanentError{Err: err}
-		}
-		return err
+		return classify(p.missingTopic(fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, err)))
 	}
 	p.logger.Debug("published messages", watermill.LogFields{
 		"topic":    topic,
@@ -456,6 +456,31 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		"duration": time.Since(start),
 	})
 	return nil
+}
+
+// Ping checks that the cluster answers: it asks the bootstrap brokers
+// ([PublisherConfig.Brokers]), one after the other, for their API versions
+// through the writers' transport (TLS and SASL as configured), and returns
+// nil at the first answer, or the errors of all of them. It is cheap (one
+// round trip) and safe for concurrent use; the readiness check of
+// runtime/health calls it (health.Config.Broker), so that a relay that
+// cannot reach its broker is not ready.
+func (p *Publisher) Ping(ctx context.Context) error {
+	set := p.set.Load()
+	w := set.writers[len(set.writers)-1]
+	client := &kafka.Client{Transport: w.Transport}
+	var errs []error
+	for _, b := range p.cfg.Brokers {
+		_, err := client.ApiVersions(ctx, &kafka.ApiVersionsRequest{Addr: kafka.TCP(b)})
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", b, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("kafka: ping: %w", errors.Join(errs...))
 }
 
 // missingTopic adds what to do to err when it says that the topic does not
@@ -567,6 +592,55 @@ func (p *Publisher) Close() error {
 	err := p.set.Load().close()
 	p.retiring.Wait()
 	return err
+}
+
+// classify wraps err in a [*runtime.PermanentError] when retrying cannot fix
+// it (permanent), in a [*runtime.TransientError] when the broker or the
+// connection failed rather than the message (transient), and returns it as
+// it is otherwise: an error nobody classified counts toward parking.
+func classify(err error) error {
+	switch {
+	case permanent(err):
+		return runtime.Permanent(err)
+	case transient(err):
+		return runtime.Transient(err)
+	}
+	return err
+}
+
+// transient reports whether a write error is the broker's or the
+// connection's rather than the message's: a Kafka error code kafka-go
+// classes as retriable (kafka.Error.Temporary: NOT_LEADER_FOR_PARTITION,
+// LEADER_NOT_AVAILABLE, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS,
+// NETWORK_EXCEPTION, KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, ...)
+// but CORRUPT_MESSAGE, which a record can earn every time; a network
+// error (a refused or reset connection, a dial or I/O timeout); an EOF
+// (the broker closed the connection); a context that ended (the relay's
+// publish deadline). A WriteErrors is transient when every error in it is.
+func transient(err error) bool {
+	var werrs kafka.WriteErrors
+	if errors.As(err, &werrs) {
+		n := 0
+		for _, e := range werrs {
+			if e == nil {
+				continue
+			}
+			if !transient(e) {
+				return false
+			}
+			n++
+		}
+		return n > 0
+	}
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		return kerr.Temporary() && kerr != kafka.InvalidMessage
+	}
+	var nerr net.Error
+	return errors.As(err, &nerr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // permanent reports whether a write error is one that retrying cannot fix:

@@ -83,4 +83,17 @@
 // group (MaxAckPending 1) until AckWait had passed. So after the server is
 // back, publishing and consuming resume within about ReconnectWait, plus
 // the relay's backoff for publishing.
+//
+// # Error classes
+//
+// [Publisher.Publish] classes each failure for the outbox store
+// (sqlstore.StoreConfig.MaxAttempts): permanent ([runtime.PermanentError],
+// parked at once) for a message larger than max_payload or the stream's
+// max_msg_size and an invalid subject; transient
+// ([runtime.TransientError], retried without counting an attempt) while
+// the connection is not connected (reconnecting, disconnected, draining,
+// closed, no servers), for no responders (no stream, or JetStream without
+// a leader), a PubAck that timed out, a JetStream 503 API error, and
+// network errors. Anything else counts toward MaxAttempts: an unknown
+// failure that repeats is treated as the message's.
 package nats

@@ -197,7 +197,9 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // JetStream error 10054 (larger than the stream's max_msg_size), or an
 // invalid subject. A topic that is not a valid subject fails the whole call
 // with a permanent error wrapping [ErrInvalidTopic]. No responders (no
-// stream, JetStream down), timeouts and connection errors are retryable.
+// stream, JetStream down), timeouts and connection errors are retryable,
+// and transient ([*runtime.TransientError]): the outbox store retries them
+// without counting an attempt toward parking.
 // After [Publisher.Close], Publish returns [ErrPublisherClosed].
 //
 // Publish fails at once, without sending anything, while the connection is
@@ -212,7 +214,8 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // connection is back ([PublisherConfig.ReconnectWait]). A message that
 // fails this way may still be stored (it was sent and its PubAck is
 // missing); its republish is then acknowledged as a duplicate.
-func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) (err error) {
+	defer func() { err = publishing.Classify(err, transient) }()
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
@@ -344,6 +347,18 @@ func (p *Publisher) send(subject, stream string, msg *message.Message) (jetstrea
 	return p.js.PublishMsgAsync(nm, opts...)
 }
 
+// Ping checks that the server answers: a PING round trip on the
+// publisher's connection (nats.Conn.FlushWithContext), which fails at once
+// while the connection is not connected. The readiness check of
+// runtime/health calls it (health.Config.Broker). It is safe for concurrent
+// use.
+func (p *Publisher) Ping(ctx context.Context) error {
+	if err := p.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("nats: ping: %w", err)
+	}
+	return nil
+}
+
 // Close waits for in-flight Publish calls, then closes the connection if
 // the Publisher opened it. It is safe to call more than once.
 func (p *Publisher) Close() error {
@@ -357,4 +372,25 @@ func (p *Publisher) Close() error {
 		p.nc.Close()
 	}
 	return nil
+}
+
+// transient reports whether a publish error is the server's or the
+// connection's rather than the message's: a connection not connected
+// (reconnecting, disconnected, draining, closed), no servers, no
+// responders (JetStream or the stream has no leader), a timeout waiting
+// for a PubAck, JetStream unavailable (a 503 API error), or a network
+// error.
+func transient(err error) bool {
+	for _, e := range []error{natsgo.ErrConnectionClosed, natsgo.ErrConnectionReconnecting, natsgo.ErrDisconnected,
+		natsgo.ErrConnectionDraining, natsgo.ErrNoServers, natsgo.ErrNoResponders, natsgo.ErrTimeout,
+		jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true
+	}
+	return publishing.ConnectionLost(err)
 }

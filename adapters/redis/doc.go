@@ -55,4 +55,16 @@
 // only (or nothing, as on the test server here) everything since the last
 // snapshot is. The adapter cannot check or change that; configure the
 // server.
+//
+// # Error classes
+//
+// [Publisher.Publish] classes each failure for the outbox store
+// (sqlstore.StoreConfig.MaxAttempts): permanent ([runtime.PermanentError],
+// parked at once) for WRONGTYPE and an empty topic; transient
+// ([runtime.TransientError], retried without counting an attempt) for
+// network errors and timeouts, a pool timeout, and replies that say the
+// server cannot serve now: LOADING, BUSY, TRYAGAIN, CLUSTERDOWN,
+// MASTERDOWN, READONLY (a former primary after a failover). Anything else
+// counts toward MaxAttempts: an unknown failure that repeats is treated as
+// the message's.
 package redis

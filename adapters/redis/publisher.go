@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -263,7 +264,8 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // deduplication key is not kept, so its retry is added. When a message fails
 // before it is sent, the later messages of its aggregate are not sent
 // either. After [Publisher.Close], Publish returns [ErrPublisherClosed].
-func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) (err error) {
+	defer func() { err = publishing.Classify(err, transient) }()
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
@@ -462,6 +464,16 @@ func (p *Publisher) xaddArgs(stream string, msg *message.Message) (*goredis.XAdd
 	return args, nil
 }
 
+// Ping checks that the server answers a PING on the publisher's client.
+// The readiness check of runtime/health calls it (health.Config.Broker). It
+// is safe for concurrent use.
+func (p *Publisher) Ping(ctx context.Context) error {
+	if err := p.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: ping: %w", err)
+	}
+	return nil
+}
+
 // Close waits for in-flight Publish calls, then closes the client if the
 // Publisher created it. It is safe to call more than once.
 func (p *Publisher) Close() error {
@@ -477,4 +489,25 @@ func (p *Publisher) Close() error {
 		}
 	}
 	return nil
+}
+
+// transient reports whether a publish error is the server's or the
+// connection's rather than the message's: a network error or timeout, a
+// pool exhausted, or a reply that says the server cannot serve now
+// (LOADING, BUSY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY: a replica
+// that was a primary before a failover).
+func transient(err error) bool {
+	if errors.Is(err, goredis.ErrPoolTimeout) || errors.Is(err, goredis.ErrPoolExhausted) || publishing.ConnectionLost(err) {
+		return true
+	}
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	for _, prefix := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY"} {
+		if strings.HasPrefix(rerr.Error(), prefix) {
+			return true
+		}
+	}
+	return false
 }

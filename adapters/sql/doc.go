@@ -77,4 +77,18 @@
 // MySQL and MariaDB are not supported: watermill-sql's MySQL schema reads
 // rows by AUTO_INCREMENT offset, so a row whose transaction commits after a
 // row with a higher offset has been read is skipped for good.
+//
+// # Error classes
+//
+// [Publisher.Publish] classes each failure for the outbox store
+// (sqlstore.StoreConfig.MaxAttempts): permanent ([runtime.PermanentError],
+// parked at once) for an invalid topic and data the database refuses;
+// transient ([runtime.TransientError], retried without counting an
+// attempt) for a bad or closed connection (driver.ErrBadConn,
+// sql.ErrConnDone), network errors, and, for drivers whose errors have a
+// SQLState method (pgx, lib/pq), SQLSTATE class 08 (connection exception),
+// class 53 (insufficient resources), 57P01 to 57P03 (shutdown, crash,
+// cannot connect now), 40001 and 40P01 (serialization failure, deadlock).
+// Anything else counts toward MaxAttempts; MySQL errors are not classed
+// (they count).
 package sql

@@ -2,15 +2,18 @@ package sql
 
 import (
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
 	watermillsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/gooutbox/outbox/adapters/internal/publishing"
 	"github.com/gooutbox/outbox/runtime"
 )
 
@@ -85,7 +88,8 @@ func NewPublisher(db *sql.DB, cfg PublisherConfig) (*Publisher, error) {
 // An invalid topic ([ErrInvalidTopic]) and data PostgreSQL refuses are
 // permanent errors ([runtime.Permanent]); every other error may succeed when
 // retried. After [Publisher.Close] it returns [ErrPublisherClosed].
-func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) (err error) {
+	defer func() { err = publishing.Classify(err, transient) }()
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
@@ -134,4 +138,31 @@ func (p *Publisher) Close() error {
 	}
 	p.closed = true
 	return p.pub.Close()
+}
+
+// transient reports whether a publish error is the database's or the
+// connection's rather than the message's: a bad or closed connection
+// (driver.ErrBadConn, sql.ErrConnDone), a network error, or an SQLSTATE of
+// a connection exception (class 08), an operator intervention (57P01 to
+// 57P03: shutdown, crash, cannot connect now), a serialization failure or
+// deadlock (40001, 40P01) or insufficient resources (class 53), for
+// drivers whose errors report one (pgx's pgconn.PgError, lib/pq).
+func transient(err error) bool {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) || publishing.ConnectionLost(err) {
+		return true
+	}
+	var st interface{ SQLState() string }
+	if !errors.As(err, &st) {
+		return false
+	}
+	code := st.SQLState()
+	switch {
+	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"):
+		return true
+	}
+	switch code {
+	case "57P01", "57P02", "57P03", "40001", "40P01":
+		return true
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go"
 
 	"github.com/gooutbox/outbox/adapters/internal/publishing"
@@ -38,6 +39,9 @@ type entry struct {
 type entryResult struct {
 	err         error
 	senderFault bool
+	// serverFault is set for an entry the service failed, not the
+	// sender (SenderFault=false).
+	serverFault bool
 }
 
 // entryFailure is one failed entry of a batch response.
@@ -64,6 +68,7 @@ func entryResults(what string, n int, successful []*string, failed []entryFailur
 			results[i] = entryResult{
 				err:         fmt.Errorf("%s: %s: %s", what, aws.ToString(f.code), aws.ToString(f.message)),
 				senderFault: f.senderFault,
+				serverFault: !f.senderFault,
 			}
 		}
 	}
@@ -137,8 +142,11 @@ func publishBatches(ctx context.Context, pkg, topic string, msgs []*message.Mess
 				continue
 			}
 			err := fmt.Errorf("%s: publish to %q: %w", pkg, topic, r.err)
-			if r.senderFault {
+			switch {
+			case r.senderFault:
 				err = runtime.Permanent(err)
+			case r.serverFault:
+				err = runtime.Transient(err) // the service's own fault
 			}
 			fail(e, err)
 		}
@@ -206,3 +214,12 @@ func permanentRequestError(err error) bool {
 
 // batchID is the Id of the i-th entry of a batch request.
 func batchID(i int) string { return strconv.Itoa(i) }
+
+// transient reports whether a publish error is the service's or the
+// connection's rather than the message's: what the AWS SDK's default retry
+// policy retries (throttling, a 5xx, a connection reset or timeout), or a
+// network error.
+func transient(err error) bool {
+	return retry.IsErrorRetryables(retry.DefaultRetryables).IsErrorRetryable(err) == aws.TrueTernary ||
+		publishing.ConnectionLost(err)
+}

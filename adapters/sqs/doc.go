@@ -108,4 +108,15 @@
 // Package [github.com/gooutbox/outbox/adapters/sqs/sqstest] runs an
 // in-process fake of the SQS and SNS APIs, or returns the endpoint named by
 // OUTBOX_TEST_SQS_ENDPOINT.
+//
+// # Error classes
+//
+// Beside the permanent failures above, [Publisher.Publish] and
+// [SNSPublisher.Publish] mark as transient ([runtime.TransientError]:
+// retried without counting an attempt toward
+// sqlstore.StoreConfig.MaxAttempts) a batch entry the service failed
+// (SenderFault=false), a request error the AWS SDK's default retry policy
+// retries (throttling, a 5xx, a connection reset or timeout), and network
+// errors. Anything else counts toward MaxAttempts: an unknown failure that
+// repeats is treated as the message's.
 package sqs

@@ -158,7 +158,8 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // (when CreateQueue is off) fails it with a retryable error. The requests run
 // under the messages' contexts (msg.Context()): Publish stops when any of
 // them is done. After Close, Publish returns [ErrPublisherClosed].
-func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) (err error) {
+	defer func() { err = publishing.Classify(err, transient) }()
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {

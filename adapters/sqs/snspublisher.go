@@ -177,7 +177,8 @@ func NewSNSPublisher(cfg SNSPublisherConfig) (*SNSPublisher, error) {
 // minutes), message format and error classification are those of
 // [Publisher.Publish]. A topic whose name is invalid fails the whole call
 // permanently; one whose ARN cannot be had fails it retryably.
-func (p *SNSPublisher) Publish(topic string, msgs ...*message.Message) error {
+func (p *SNSPublisher) Publish(topic string, msgs ...*message.Message) (err error) {
+	defer func() { err = publishing.Classify(err, transient) }()
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {

@@ -1,6 +1,6 @@
 // Package health provides HTTP liveness and readiness checks for an outbox
-// relay: the relay is running and making progress, its database answers,
-// and the oldest pending message has not waited too long.
+// relay: the relay is running and making progress, its database and its
+// broker answer, and the oldest pending message has not waited too long.
 //
 // A [Checker] serves a JSON report with status 200 when every check passes
 // and 503 otherwise:
@@ -20,9 +20,12 @@
 // [Config.MaxStall] (it stopped, or its store does not answer, or every
 // message it claims fails to publish) is worth restarting. Readiness checks
 // everything; a database that is down or a backlog that is too old is worth
-// an alert, not a restart. A broker outage shows in the backlog check: the
-// store holds failed messages back until their retry time, and the relay's
-// claims in between, which find nothing else to do, count as progress. Each check runs under [Config.Timeout], concurrently, so
+// an alert, not a restart. A broker the relay cannot reach fails readiness
+// at once through the "broker" check when [Config.Broker] is set (the
+// publisher's Ping: adapters/kafka, amqp, nats and redis have one); without
+// it, a broker outage shows only in the backlog check: the store holds
+// failed messages back until their retry time, and the relay's claims in
+// between, which find nothing else to do, count as progress. Each check runs under [Config.Timeout], concurrently, so
 // a slow database cannot hang a probe.
 //
 // The report, for a relay that stalled:

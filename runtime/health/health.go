@@ -37,6 +37,14 @@ type Pinger interface {
 	PingContext(ctx context.Context) error
 }
 
+// BrokerPinger checks that the relay's broker answers: the publishers of
+// adapters/kafka, adapters/amqp, adapters/nats and adapters/redis implement
+// it (their Ping methods), and so does any publisher with such a method.
+type BrokerPinger interface {
+	// Ping returns nil when the broker answered within ctx.
+	Ping(ctx context.Context) error
+}
+
 // Config says what a [Checker] checks. Each check is on when its source is
 // set; the zero value checks nothing and always reports healthy. Negative
 // durations are rejected by [New].
@@ -53,6 +61,12 @@ type Config struct {
 	// [New] counts instead, so a relay that is starting is not failed at
 	// once. Default: 1m ([DefaultMaxStall]).
 	MaxStall time.Duration
+
+	// Broker is the relay's publisher, pinged by the "broker" check of
+	// readiness (not of liveness: a restart cannot cure a broker outage),
+	// so that a relay that cannot reach its broker is not ready. Pass the
+	// publisher when it is a BrokerPinger. Default: nil, no broker check.
+	Broker BrokerPinger
 
 	// DB is the database pinged by the "database" check.
 	// Default: nil, no database check.
@@ -114,7 +128,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name  string
 		value any
-	}{{"Relay", c.Relay}, {"DB", c.DB}} {
+	}{{"Relay", c.Relay}, {"DB", c.DB}, {"Broker", c.Broker}} {
 		if v := reflect.ValueOf(f.value); f.value != nil && v.Kind() == reflect.Pointer && v.IsNil() {
 			return fmt.Errorf("%w: %s is a nil %T; leave the field nil for no %s check", ErrInvalidConfig, f.name, f.value, strings.ToLower(f.name))
 		}
@@ -136,6 +150,7 @@ const (
 	CheckRelay    = "relay"
 	CheckDatabase = "database"
 	CheckBacklog  = "backlog"
+	CheckBroker   = "broker"
 )
 
 // Report is the result of all the checks of one request, and the JSON body
@@ -144,13 +159,14 @@ type Report struct {
 	// Status is [StatusOK] when every check passed.
 	Status Status `json:"status"`
 	// Checks are the checks that ran, in the order relay, database,
-	// backlog.
+	// backlog, broker.
 	Checks []Result `json:"checks"`
 }
 
 // Result is the outcome of one check.
 type Result struct {
-	// Name is [CheckRelay], [CheckDatabase] or [CheckBacklog].
+	// Name is [CheckRelay], [CheckDatabase], [CheckBacklog] or
+	// [CheckBroker].
 	Name string `json:"name"`
 	// Status is [StatusOK] when the check passed.
 	Status Status `json:"status"`
@@ -243,6 +259,9 @@ func (c *Checker) report(ctx context.Context, all bool) Report {
 	if all && c.cfg.OldestPending != nil {
 		checks = append(checks, c.checkBacklog)
 	}
+	if all && c.cfg.Broker != nil {
+		checks = append(checks, c.checkBroker)
+	}
 	rep := Report{Status: StatusOK, Checks: make([]Result, len(checks))}
 	var wg sync.WaitGroup
 	for i, check := range checks {
@@ -287,6 +306,19 @@ func (c *Checker) checkDB(ctx context.Context) Result {
 	res.Seconds = max(c.cfg.Clock.Now().Sub(start), 0).Seconds()
 	if err != nil {
 		res.Status, res.Error = StatusFail, "ping: "+err.Error()
+	}
+	return res
+}
+
+func (c *Checker) checkBroker(ctx context.Context) Result {
+	res := Result{Name: CheckBroker, Status: StatusOK}
+	start := c.cfg.Clock.Now()
+	_, err := bounded(ctx, c.cfg.Timeout, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, c.cfg.Broker.Ping(ctx)
+	})
+	res.Seconds = max(c.cfg.Clock.Now().Sub(start), 0).Seconds()
+	if err != nil {
+		res.Status, res.Error = StatusFail, "broker ping: "+err.Error()
 	}
 	return res
 }

@@ -324,3 +324,40 @@ func message1(created time.Time) runtime.OutboxMessage {
 		},
 	}
 }
+
+// brokerPing is a health.BrokerPinger whose answer the test sets.
+type brokerPing struct{ err atomic.Pointer[error] }
+
+func (b *brokerPing) Ping(context.Context) error {
+	if p := b.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// TestBrokerUnreachable: readiness fails while the broker's ping fails,
+// and passes once it answers; liveness ignores the broker.
+func TestBrokerUnreachable(t *testing.T) {
+	store := &runtimetest.MemoryStore{}
+	r, _ := runRelay(t, store)
+	untilProgress(t, r)
+	b := &brokerPing{}
+	down := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	b.err.Store(&down)
+	c, err := health.New(health.Config{Relay: r, Broker: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, rep := get(t, c.Readiness())
+	if got := statuses(rep); code != http.StatusServiceUnavailable || got["relay"] != "ok" ||
+		!strings.HasPrefix(got["broker"], "fail: broker ping: ") || !strings.Contains(got["broker"], "connection refused") {
+		t.Errorf("readiness = %d %v, want 503 with the broker failing", code, got)
+	}
+	if code, rep := get(t, c.Liveness()); code != http.StatusOK {
+		t.Errorf("liveness = %d %+v, want 200: a restart does not cure a broker outage", code, rep)
+	}
+	b.err.Store(nil)
+	if code, rep := get(t, c.Readiness()); code != http.StatusOK || len(rep.Checks) != 2 || rep.Checks[1].Name != health.CheckBroker {
+		t.Errorf("readiness = %d %+v, want 200 with the relay and broker checks", code, rep)
+	}
+}

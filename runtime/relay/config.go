@@ -121,7 +121,11 @@ type Config struct {
 	// a message. A relay with no other relay alive keeps its shards. Each
 	// hand-over within one streak of failures doubles the wait before the
 	// next (up to 8 times HandOverAfter), so that relays that all fail (the
-	// broker is down) pass the shards around ever more slowly.
+	// broker is down) pass the shards around ever more slowly. While a
+	// hand-over is coming, a publish is cut short at its time (a publish
+	// hanging on a cut-off connection must not put it off), unless the
+	// store ([PeerCounter]: sqlstore.Store) says no other relay is alive
+	// to take the shards: then the publish runs its course.
 	// Default: 15s ([DefaultHandOverAfter]), as sqlstore's default
 	// LeaseTTL: about as long as relays wait for a crashed one. Negative
 	// turns hand-overs off.

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -224,5 +225,65 @@ func TestFailuresFarApartAreNoOutage(t *testing.T) {
 	until(t, "the message published on its third try", func() bool { return len(store.Pending()) == 0 })
 	if _, h := store.record(); len(h) != 0 {
 		t.Errorf("%d hand-overs after two failures %v apart", len(h), 3*after)
+	}
+}
+
+// peerStore is a handOverStore that also says how many other relays are
+// alive (relay.PeerCounter), as sqlstore.Store does.
+type peerStore struct {
+	*handOverStore
+	asked atomic.Int64
+}
+
+func (s *peerStore) OthersAlive(ctx context.Context, owner string) (int, error) {
+	s.asked.Add(1)
+	if s.others.Load() {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// TestNoPeerKeepsPublishingPastHandOverAfter: after a failed round, a
+// relay whose next publish hangs past HandOverAfter (a broker frozen, then
+// confirming) lets it run its course when no other relay is alive: the
+// broker's confirmation counts, and nothing is sent again. With another
+// relay alive, the publish is cut short at the hand-over time, as before.
+func TestNoPeerKeepsPublishingPastHandOverAfter(t *testing.T) {
+	for _, others := range []bool{false, true} {
+		t.Run(fmt.Sprintf("others=%v", others), func(t *testing.T) {
+			const after = 100 * time.Millisecond
+			store := &peerStore{handOverStore: &handOverStore{MemoryStore: &runtimetest.MemoryStore{RetryDelay: time.Millisecond}}}
+			store.others.Store(others)
+			store.Add(newMessage(1, "orders"))
+			var calls atomic.Int64
+			pub := &fakePublisher{fn: func(string, []*message.Message) error {
+				if calls.Add(1) == 1 {
+					return errors.New("broker: connection reset") // the streak begins
+				}
+				if calls.Load() == 2 {
+					time.Sleep(4 * after) // the broker, frozen, confirms late
+				}
+				return nil
+			}}
+			logs := &runtimetest.LogBuffer{}
+			r, err := relay.New(store, pub, relay.Config{HandOverAfter: after, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+				PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start(t, context.Background(), r)
+			until(t, "the message published", func() bool { return len(store.Pending()) == 0 })
+			abandoned := strings.Contains(logs.String(), "publish abandoned")
+			if !others {
+				if abandoned || calls.Load() != 2 {
+					t.Errorf("with no other relay alive: %d publish calls, abandoned=%v; want 2 and the late confirmation kept:\n%s", calls.Load(), abandoned, logs)
+				}
+				if store.asked.Load() == 0 {
+					t.Error("the store was never asked whether another relay is alive")
+				}
+			} else if !abandoned {
+				t.Errorf("with another relay alive the hanging publish was not cut short at the hand-over time:\n%s", logs)
+			}
+		})
 	}
 }

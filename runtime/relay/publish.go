@@ -220,7 +220,7 @@ func (r *Relay) publishGroups(ctx context.Context, topic string, groups []*topic
 		n, err := r.publishGroup(ctx, topic, g)
 		res.published = append(res.published, g.ids[:n]...)
 		if err != nil {
-			res.failed = append(res.failed, Failure{ID: g.ids[n], Err: err, Permanent: runtime.IsPermanent(err)})
+			res.failed = append(res.failed, failure(g.ids[n], err))
 			res.failed = append(res.failed, failAll(g.ids[n+1:], errEarlierFailed)...)
 		}
 	}
@@ -236,7 +236,7 @@ func (b *topicBatch) perMessage(errs runtime.PublishErrors) topicResult {
 	var res topicResult
 	for i, id := range b.ids {
 		if errs[i] != nil {
-			res.failed = append(res.failed, Failure{ID: id, Err: errs[i], Permanent: runtime.IsPermanent(errs[i])})
+			res.failed = append(res.failed, failure(id, errs[i]))
 		} else {
 			res.published = append(res.published, id)
 		}
@@ -292,12 +292,20 @@ func (r *Relay) verifyPermanent(ctx context.Context, b *topicBatch, res topicRes
 	return out
 }
 
+// failure is the Failure of message id with err, classed as the
+// publisher classed err ([runtime.PermanentError],
+// [runtime.TransientError]).
+func failure(id int64, err error) Failure {
+	return Failure{ID: id, Err: err, Permanent: runtime.IsPermanent(err), Transient: runtime.IsTransient(err)}
+}
+
 // failAll returns a Failure for each of ids with err.
 func failAll(ids []int64, err error) []Failure {
 	out := make([]Failure, len(ids))
-	permanent := runtime.IsPermanent(err)
+	f := failure(0, err)
 	for i, id := range ids {
-		out[i] = Failure{ID: id, Err: err, Permanent: permanent}
+		f.ID = id
+		out[i] = f
 	}
 	return out
 }

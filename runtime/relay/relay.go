@@ -231,7 +231,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	var cut brokerOutage
 	defer r.held.Store(-1)
 	for first := true; ctx.Err() == nil; first = false {
-		res, rd := r.batch(ctx, owner, next, marking, r.handOverAt(cut, time.Now()))
+		res, rd := r.batch(ctx, owner, next, marking, r.handOverAt(ctx, owner, &cut, time.Now()))
 		next, marking = rd.next, rd.marking
 		if shards != nil {
 			n := shards.HeldShards(owner)
@@ -385,6 +385,9 @@ type brokerOutage struct {
 	// handOvers counts the streak's hand-overs: each doubles the wait
 	// before the next, up to 8 times HandOverAfter.
 	handOvers int
+	// asked is set once the store said, for the hand-over coming, whether
+	// another relay is alive (see [PeerCounter]); alone is its answer.
+	asked, alone bool
 }
 
 // failed records a round that failed as a whole, ending at now after
@@ -421,16 +424,35 @@ func (o *brokerOutage) at(after time.Duration) time.Time {
 // hand-over of cut to come on time: zero when none is coming (hand-overs
 // are off, the store cannot hand over, nothing failed, or the last failure
 // is more than HandOverAfter old, so that the next one starts a new
-// streak) or it is due already (the check after the round hands over).
-func (r *Relay) handOverAt(cut brokerOutage, now time.Time) time.Time {
+// streak), when it is due already (the check after the round hands over),
+// or when it cannot happen: a [PeerCounter] store says no other relay is
+// alive to take the shards, so cutting the publish short would only
+// abandon a publish the broker may yet confirm, and send it again. The
+// store is asked once per hand-over, when the publish could run past it,
+// and its answer kept in cut; a store that cannot be asked, or fails to
+// answer, counts as having peers.
+func (r *Relay) handOverAt(ctx context.Context, owner string, cut *brokerOutage, now time.Time) time.Time {
 	after := r.cfg.HandOverAfter
 	if r.handOverer == nil || cut.since.IsZero() || now.Sub(cut.last) > after {
 		return time.Time{}
 	}
-	if at := cut.at(after); at.After(now) {
-		return at
+	at := cut.at(after)
+	if !at.After(now) {
+		return time.Time{}
 	}
-	return time.Time{}
+	if pc, ok := r.handOverer.(PeerCounter); ok && !cut.asked && at.Before(now.Add(r.cfg.PublishTimeout)) {
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
+		n, err := pc.OthersAlive(pctx, owner)
+		cancel()
+		cut.asked, cut.alone = true, err == nil && n == 0
+		if err != nil {
+			r.log.Debug("relay: counting the other relays alive failed", errAttr(err))
+		}
+	}
+	if cut.alone {
+		return time.Time{}
+	}
+	return at
 }
 
 // handOver asks the [HandOverer] store to hand the owner's shards over to
@@ -443,6 +465,7 @@ func (r *Relay) handOver(ctx context.Context, owner string, cut *brokerOutage) b
 	done, err := r.handOverer.HandOver(hctx, owner)
 	cancel()
 	cut.since = time.Time{}
+	cut.asked, cut.alone = false, false // ask again before the next one
 	switch {
 	case err != nil:
 		r.log.Warn("relay: hand-over failed; keeping the shards", attrOwner, owner, errAttr(err))

@@ -88,6 +88,13 @@ type Failure struct {
 	// Permanent reports that retrying cannot help (the publisher said so
 	// with a [runtime.PermanentError]): the store parks the message.
 	Permanent bool
+	// Transient reports that the broker, not the message, failed (the
+	// publisher said so with a [runtime.TransientError]: a partition
+	// without a leader, a lost connection): the store delays the
+	// message's retry but counts no attempt toward parking it, as for a
+	// batch of which nothing could be published. Never set with
+	// Permanent.
+	Transient bool
 }
 
 // Store is the outbox as the relay sees it. Package runtime/sqlstore provides the SQL
@@ -108,6 +115,9 @@ type Store interface {
 	// Mark records o: it marks the published messages as such and records
 	// a failed attempt on each aggregate's first failed message, delaying
 	// its retry (and its aggregate's later messages with it) or parking it.
+	// An attempt counts toward parking the message only when the failure
+	// is the message's: not when nothing of o was published (the broker is
+	// down) and not when the [Failure] is Transient.
 	// A message whose claim the caller no longer holds (its lease passed to
 	// another relay) is left as it is. When Mark fails, nothing need be
 	// marked: the messages are published again later (at-least-once).
@@ -154,6 +164,21 @@ type HandOverer interface {
 	// over, and reports whether it did. With no other relay alive it
 	// changes nothing and reports false: the owner keeps its shards.
 	HandOver(ctx context.Context, owner string) (bool, error)
+}
+
+// PeerCounter is implemented by [HandOverer] stores that can tell whether
+// a hand-over could happen (sqlstore.Store). While publishing fails, a relay
+// cuts each publish short at the time it is due to hand its shards over,
+// so that a publish hanging on a cut-off connection cannot put the
+// hand-over off; before it does, it asks OthersAlive, once per hand-over,
+// and with no other relay alive it lets the publish run its course
+// ([Config.PublishTimeout]): a retry the broker would have confirmed is
+// not abandoned, and sent again, for a hand-over that cannot happen. A
+// HandOverer that is no PeerCounter is taken to have peers.
+type PeerCounter interface {
+	// OthersAlive returns how many relays other than owner are alive (they
+	// could take owner's shards over).
+	OthersAlive(ctx context.Context, owner string) (int, error)
 }
 
 // shardHolder is implemented by stores that divide the outbox among relays

@@ -38,8 +38,10 @@ var (
 //     failure parks it; a failure while other messages of the batch were
 //     published delays its retry (RetryDelay doubling per attempt up to
 //     MaxRetryDelay) and parks it after MaxAttempts; a batch in which
-//     nothing was published (the broker is down for everyone) delays the
-//     retry by RetryDelay without counting an attempt.
+//     nothing was published (the broker is down for everyone), or a
+//     [relay.Failure] marked Transient (the broker's failure, not the
+//     message's), delays the retry by RetryDelay without counting an
+//     attempt.
 //
 // For operators, like sqlstore.Store, it has [MemoryStore.Unpark],
 // [MemoryStore.Discard], [MemoryStore.Stats] and
@@ -56,7 +58,8 @@ type MemoryStore struct {
 	// MaxRetryDelay caps the doubling retry delay. Default: 30s.
 	MaxRetryDelay time.Duration
 	// MaxAttempts parks a message after that many failed attempts counted
-	// while other messages were published. Default: 0, never.
+	// while other messages were published, transient failures not
+	// counted. Default: 0, never.
 	MaxAttempts int
 	// LeaseTTL is how long a claim stays exclusive. Default: 15s.
 	LeaseTTL time.Duration
@@ -247,6 +250,8 @@ func (s *MemoryStore) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) 
 		case f.Permanent:
 			r.Attempts++
 			r.ParkedAt = now
+		case f.Transient:
+			r.NextAttemptAt = now.Add(s.retryDelay(1)) // the broker's failure: no attempt
 		case len(o.Published) > 0:
 			r.Attempts++
 			r.NextAttemptAt = now.Add(s.retryDelay(r.Attempts))

@@ -79,7 +79,8 @@ type Retainer interface {
 // pending; exactly the published IDs marked; a failed message delaying its
 // aggregate (and only it) until its retry, not claimed before its retry
 // delay (doubling per counted attempt) and claimed after it, with attempts
-// counted only while others were published; permanent failures and too
+// counted only while others were published and never for a failure marked
+// [relay.Failure.Transient]; permanent failures and too
 // many attempts parking the message and holding its aggregate back while
 // other aggregates flow; claims exclusive between owners; a claim's lease
 // passing to another owner after it expires, with the first owner's marks
@@ -183,6 +184,54 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 			if m.Attempts != 0 {
 				t.Errorf("message %d: Attempts = %d after a batch in which nothing was published, want 0 (an outage is not the message's fault)", m.ID, m.Attempts)
 			}
+		}
+	})
+
+	t.Run("TransientFailureCountsNoAttempt", func(t *testing.T) {
+		// A failure the publisher classed as the broker's (a partition
+		// without a leader) while other messages were published, more
+		// times than MaxAttempts: delayed each time, never parked, no
+		// attempt counted.
+		store, add := newStore(t)
+		id := add(testMessages(1, "a")...)[0]
+		errLeader := runtime.Transient(errors.New("NOT_LEADER_FOR_PARTITION"))
+		deadline := time.Now().Add(waitLimit)
+		for failures := 0; failures < StoreTimings.MaxAttempts+2; {
+			add(testMessages(1, "a")...) // something else, published beside it
+			b := claim(t, store, req("a", 10))
+			if !slices.ContainsFunc(b.Messages, func(m runtime.OutboxMessage) bool { return m.ID == id }) {
+				mark(t, store, b, nil) // it waits for its retry time, or is parked
+				if time.Now().After(deadline) {
+					t.Fatalf("message %d not claimed again within %v after %d transient failures: parked?", id, waitLimit, failures)
+				}
+				time.Sleep(20 * time.Millisecond) // polling for a retry time to pass
+				continue
+			}
+			if a := b.Messages[0].Attempts; a != 0 {
+				t.Fatalf("after %d transient failures: Attempts = %d, want 0", failures, a)
+			}
+			out := relay.Outcome{Failed: []relay.Failure{{ID: id, Err: errLeader, Transient: true}}, Published: idsOf(b.Messages[1:])}
+			markOutcome(t, store, b, out)
+			failures++
+			// Delayed: a claim right after leaves it out.
+			if b := claim(t, store, req("a", 10)); slices.Contains(idsOf(b.Messages), id) {
+				t.Fatalf("message %d claimed again right after a transient failure; want its retry delayed", id)
+			} else {
+				mark(t, store, b, nil)
+			}
+		}
+		if sr, ok := store.(StatsReader); ok {
+			st, err := sr.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Parked != 0 || st.Retrying != 0 {
+				t.Errorf("Stats() = %+v after transient failures only; want nothing parked or retrying", st)
+			}
+		}
+		got := pollClaim(t, store, "a", 10)
+		if !slices.Contains(idsOf(got), id) {
+			t.Fatalf("claim after the transient failures = %v, want message %d", idsOf(got), id)
 		}
 	})
 

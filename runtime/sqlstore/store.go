@@ -45,7 +45,14 @@ type StoreConfig struct {
 	MaxRetryDelay time.Duration
 
 	// MaxAttempts parks a message after this many failed attempts counted
-	// as above. A message whose failure the publisher marks permanent
+	// as above. A failure the publisher classes as the broker's
+	// ([runtime.TransientError], see relay.Failure.Transient: a Kafka
+	// partition without a leader, a lost connection; each adapter's
+	// package doc lists its classes) counts no attempt either, however
+	// long it lasts: it delays the retry by RetryDelay, like an outage,
+	// and never parks the message. A failure nobody classified counts, so
+	// a message that keeps failing for an unknown reason is still set
+	// aside at MaxAttempts. A message whose failure the publisher marks permanent
 	// ([runtime.PermanentError]: too large for the broker, say) is parked
 	// at its first failure whatever MaxAttempts says. A parked message is
 	// set aside for an operator with its last_error and parked_at, and it
@@ -1143,6 +1150,17 @@ func (s *Store) HandOver(ctx context.Context, owner string) (bool, error) {
 	return true, nil
 }
 
+// OthersAlive implements [relay.PeerCounter]: it returns how many relays
+// other than owner renewed their registration within LeaseTTL, the relays
+// [Store.HandOver] would hand owner's shards to.
+func (s *Store) OthersAlive(ctx context.Context, owner string) (int, error) {
+	n, err := s.lease.othersAlive(ctx, s.db, owner, time.Now())
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: count the relays alive: %w", err)
+	}
+	return n, nil
+}
+
 // selectClaimable reads the claimable rows of shards (see [Store]). The
 // batch's slice is sized for about as many rows as the last claim found
 // (sizeHint), not for limit: a relay that claims a few rows at a time, as
@@ -1258,7 +1276,7 @@ func (s *Store) scanClaim(ctx context.Context, c Querier, q string, args []any, 
 type failureKind int
 
 const (
-	failOutage  failureKind = iota // nothing was published: delay, no attempt
+	failOutage  failureKind = iota // nothing was published, or the failure is transient: delay, no attempt
 	failAttempt                    // others were published: count, delay, maybe park
 	failPark                       // permanent: park now
 )
@@ -1310,6 +1328,9 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 		switch {
 		case f.Permanent:
 			g.kind = failPark
+		case f.Transient:
+			// The broker's failure, not the message's (see
+			// runtime.TransientError): as in an outage, no attempt.
 		case len(o.Published) > 0:
 			g.kind = failAttempt
 		}

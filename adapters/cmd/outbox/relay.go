@@ -131,8 +131,9 @@ published again (see the README, "No retention at all"). Otherwise, with
 that age, in small batches that never block writers or the relay (see
 "outbox help janitor"). With --listen, it serves Prometheus metrics at
 /metrics (package adapters/metrics) and health checks at /livez (the relay
-is making progress) and /readyz (also: the database answers, the oldest
-pending message is younger than --max-backlog-age). Logs go to stderr (JSON
+is making progress) and /readyz (also: the database answers, the broker
+answers a ping on kafka, amqp, nats and redis, the oldest pending message
+is younger than --max-backlog-age). Logs go to stderr (JSON
 with --json).
 
 A relay started while its database or broker does not answer (a
@@ -281,7 +282,7 @@ the relay until TCP gives up.`,
 			}
 		}
 		if mon != nil {
-			if err := mon.serve(m, r, db, maxBacklog); err != nil {
+			if err := mon.serve(m, r, db, pub, maxBacklog); err != nil {
 				return err
 			}
 		}
@@ -551,8 +552,11 @@ func listenMonitoring(ctx context.Context, addr string, log *slog.Logger) (*moni
 func (m *monitor) stop() { _ = m.srv.Close() }
 
 // serve switches to the relay's metrics and health checks.
-func (m *monitor) serve(metricsCol *metrics.Metrics, r *relay.Relay, db *database, maxBacklog time.Duration) error {
-	checker, err := health.New(health.Config{
+// /readyz also pings the broker when the publisher can (a
+// health.BrokerPinger: kafka, amqp, nats, redis), so that a relay that
+// cannot reach its broker is not ready.
+func (m *monitor) serve(metricsCol *metrics.Metrics, r *relay.Relay, db *database, pub message.Publisher, maxBacklog time.Duration) error {
+	cfg := health.Config{
 		Relay: r,
 		DB:    db.db,
 		OldestPending: func(ctx context.Context) (time.Duration, error) {
@@ -560,7 +564,11 @@ func (m *monitor) serve(metricsCol *metrics.Metrics, r *relay.Relay, db *databas
 			return st.OldestPending, err
 		},
 		MaxOldestPending: maxBacklog,
-	})
+	}
+	if p, ok := pub.(health.BrokerPinger); ok {
+		cfg.Broker = p
+	}
+	checker, err := health.New(cfg)
 	if err != nil {
 		return usageError{err.Error()}
 	}

@@ -3,6 +3,10 @@ package publishing
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,5 +122,27 @@ func TestDedupIDRoundTrip(t *testing.T) {
 		if got := UUIDOfDedupID(id); got != id {
 			t.Errorf("UUIDOfDedupID(%q) = %q, want it unchanged", id, got)
 		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	isEOF := func(err error) bool { return errors.Is(err, io.EOF) }
+	if err := Classify(fmt.Errorf("publish: %w", io.EOF), isEOF); !runtime.IsTransient(err) {
+		t.Errorf("Classify(EOF) = %v, want transient", err)
+	}
+	if err := Classify(errors.New("boom"), isEOF); runtime.IsTransient(err) {
+		t.Errorf("Classify(boom) = %v, want not transient", err)
+	}
+	if err := Classify(runtime.Permanent(io.EOF), isEOF); runtime.IsTransient(err) || !runtime.IsPermanent(err) {
+		t.Errorf("Classify(permanent EOF) = %v, want permanent", err)
+	}
+	per := runtime.PublishErrors{nil, io.EOF, errors.New("boom")}
+	err := Classify(fmt.Errorf("publish: %w", per), isEOF)
+	var got runtime.PublishErrors
+	if !errors.As(err, &got) || got[0] != nil || !runtime.IsTransient(got[1]) || runtime.IsTransient(got[2]) {
+		t.Errorf("Classify(PublishErrors) = %#v, want only the EOF transient", got)
+	}
+	if !ConnectionLost(&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}) || ConnectionLost(errors.New("boom")) {
+		t.Error("ConnectionLost misclassifies")
 	}
 }
