@@ -71,7 +71,12 @@ type StoreConfig struct {
 	// stops (killed, paused, cut off from the database) has its share taken
 	// over by the others within LeaseTTL plus a renewal interval (a
 	// standby's look, 250ms) and a poll; a relay that stops cleanly hands it
-	// over at once. A relay never publishes past its lease. Default: 15s.
+	// over at once. A relay stops publishing at the end of its lease: the
+	// batch's Deadline, a tenth of LeaseTTL before the database lets
+	// another relay take the shards, is the publish's deadline, and the
+	// adapters that fence (see the README's broker table: Kafka,
+	// RabbitMQ over amqp://) let no write of it reach the broker after
+	// that. Default: 15s.
 	//
 	// On PostgreSQL and MySQL/MariaDB a relay whose process dies (killed,
 	// crashed, its host gone: its database session ends) is replaced
