@@ -12,7 +12,6 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/gooutbox/outbox/adapters/kafka"
-	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
 )
 
 // TestAbandonedPublishNeverLands reproduces the hole of a relay paused in
@@ -23,13 +22,7 @@ import (
 // abandoned call may reach the log, and the next call publishes normally.
 func TestAbandonedPublishNeverLands(t *testing.T) {
 	t.Parallel()
-	cluster, err := kafkatest.Start(kafkatest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.Addrs()
-	topic := newTopic(t, brokers, 1)
+	cluster, brokers, topic := startCluster(t)
 	counter := countProduces(cluster, topic)
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
 		Brokers: brokers,
@@ -90,13 +83,7 @@ func TestAbandonedPublishNeverLands(t *testing.T) {
 // nothing of the abandoned one does, though both go to the same partition.
 func TestPublishAfterAnAbandonedOne(t *testing.T) {
 	t.Parallel()
-	cluster, err := kafkatest.Start(kafkatest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.Addrs()
-	topic := newTopic(t, brokers, 1)
+	_, brokers, topic := startCluster(t)
 	// The first writers (three: see BatchSize) linger; those built after
 	// the abandoned publish do not, so the next call's batch goes at once.
 	var built atomic.Int32

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/gooutbox/outbox/adapters/kafka"
+	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
 )
 
 // waitTimeout bounds every wait for a message in these tests.
@@ -107,4 +108,18 @@ func receiveN(t *testing.T, ch <-chan *message.Message, n int) []*message.Messag
 		msgs = append(msgs, msg)
 	}
 	return msgs
+}
+
+// startCluster starts an in-process broker (kfake), closed by t.Cleanup,
+// with a one-partition topic, and returns it, its addresses and the
+// topic.
+func startCluster(t testing.TB) (*kafkatest.Cluster, []string, string) {
+	t.Helper()
+	cluster, err := kafkatest.Start(kafkatest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	brokers := cluster.Addrs()
+	return cluster, brokers, newTopic(t, brokers, 1)
 }

@@ -225,13 +225,7 @@ func (pc *produceCounter) counts() (requests, records int, err error) {
 // serves them.
 func TestPublishIsOneWrite(t *testing.T) {
 	t.Parallel()
-	cluster, err := kafkatest.Start(kafkatest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.Addrs()
-	topic := newTopic(t, brokers, 1)
+	cluster, brokers, topic := startCluster(t)
 	counter := countProduces(cluster, topic)
 	pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers})
 
@@ -311,19 +305,13 @@ func TestPublishAfterClose(t *testing.T) {
 // whole Publish with an error callers can inspect, and nothing is written.
 func TestPublishMessageTooLarge(t *testing.T) {
 	t.Parallel()
-	cluster, err := kafkatest.Start(kafkatest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.Addrs()
-	topic := newTopic(t, brokers, 1)
+	cluster, brokers, topic := startCluster(t)
 	counter := countProduces(cluster, topic)
 	pub := newPublisher(t, kafka.PublisherConfig{Brokers: brokers, BatchBytes: 1024})
 
 	small := newEvent("order-1", "small")
 	large := newEvent("order-2", strings.Repeat("x", 2048))
-	err = pub.Publish(topic, small, large)
+	err := pub.Publish(topic, small, large)
 
 	var tooLarge kafkago.MessageTooLargeError
 	if !errors.As(err, &tooLarge) {
