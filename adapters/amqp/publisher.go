@@ -225,10 +225,11 @@ func (p *Publisher) validateTopic(topic string) error {
 func (p *Publisher) channel(ctx context.Context, topic string) (pc *pubChannel, declared bool, end func(), err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.gate != nil && p.gate.Abandoned() {
+	if p.gate != nil && (p.gate.Abandoned() || p.gate.Closed()) {
 		// A call on the connection was abandoned while it still had
 		// frames to send (its caller went on to this call): those must
-		// not go out with this call's.
+		// not go out with this call's. Or the gate refused a late frame
+		// and closed: the connection is being aborted.
 		p.fenceOffLocked()
 	}
 	if p.conn == nil || p.conn.IsClosed() {

@@ -526,24 +526,27 @@ func writeContext(msgs []*message.Message) (context.Context, context.CancelFunc)
 // writers returns the writers to publish with: the current set, unless a
 // call in flight on it was abandoned (its context ended, and its caller
 // may have gone on to this call), whose batches must not go out with this
-// call's; that set is retired first.
+// call's, or its gate closed (it refused a late produce request); that set
+// is retired first.
 func (p *Publisher) writers() *writerSet {
 	for {
 		set := p.set.Load()
-		if !set.gate.Abandoned() {
+		if !set.gate.Abandoned() && !set.gate.Closed() {
 			return set
 		}
-		p.retire(set)
+		if !p.retire(set) {
+			return set // fenced: Publish fails with ErrFenced
+		}
 	}
 }
 
 // retire replaces set, when it is still in use, by new writers, and
 // closes it: its gate refuses every produce request from now on, and
 // aborts its connections; its writers close in the background (Close waits
-// for them).
-func (p *Publisher) retire(set *writerSet) {
+// for them). It reports whether set is no longer the current one.
+func (p *Publisher) retire(set *writerSet) bool {
 	if p.set.Load() != set {
-		return // retired already
+		return true // retired already
 	}
 	next, err := newWriterSet(p.cfg)
 	if err != nil {
@@ -552,11 +555,11 @@ func (p *Publisher) retire(set *writerSet) {
 		// fenced all the same; Publish then fails with ErrFenced.
 		p.logger.Error("kafka: cannot build new writers after an abandoned publish", err, nil)
 		set.gate.Close()
-		return
+		return false
 	}
 	if !p.set.CompareAndSwap(set, next) {
 		next.close() // another call retired set first
-		return
+		return true
 	}
 	p.logger.Info("kafka: publish abandoned: its writers are retired, with what they had queued", nil)
 	set.gate.Close()
@@ -565,6 +568,7 @@ func (p *Publisher) retire(set *writerSet) {
 		defer p.retiring.Done()
 		_ = set.close()
 	}()
+	return true
 }
 
 // close closes the set's writers.

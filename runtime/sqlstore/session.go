@@ -45,6 +45,13 @@ const (
 	lockCheckEvery  = 200 * time.Millisecond
 	lockPingTimeout = 500 * time.Millisecond
 	lockGrace       = 750 * time.Millisecond
+
+	// minLockPool is the smallest bound on the pool's open connections
+	// (sql.DB.SetMaxOpenConns) with which a store holds the session lock:
+	// the lock's connection, the relay's wake-up listener (PostgreSQL) and
+	// one for its statements. With a tighter bound the lock would starve
+	// the claims, so the store falls back to lease expiry.
+	minLockPool = 3
 )
 
 // sessionLocker is implemented by the dialects whose databases hold locks
@@ -79,6 +86,9 @@ type ownerLock struct {
 func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ownerLock, error) {
 	sl, ok := s.dialect.(sessionLocker)
 	if !ok || s.cfg.LeaseExpiryOnly {
+		return nil, nil
+	}
+	if max := s.db.Stats().MaxOpenConnections; max > 0 && max < minLockPool {
 		return nil, nil
 	}
 	o.mu.Lock()

@@ -349,3 +349,37 @@ func TestLeaseLostSaysWhy(t *testing.T) {
 		})
 	}
 }
+
+// TestSmallPoolTakesNoSessionLock: a store whose pool allows one
+// connection (SetMaxOpenConns(1)) takes no session lock, which would hold
+// that connection for good and leave its claims waiting for StoreTimeout:
+// it claims and marks as a store with LeaseExpiryOnly does.
+func TestSmallPoolTakesNoSessionLock(t *testing.T) {
+	for _, d := range lockDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			db := migrated(t, d)
+			db.SetMaxOpenConns(1)
+			s := mustStore(t, db, sqlstore.StoreConfig{})
+			t.Cleanup(func() { s.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for i := 0; i < 3; i++ { // a renewal, a claim and a mark each time
+				writeEvents(t, db, d, "1", "2")
+				b, err := s.Claim(ctx, relay.ClaimRequest{Owner: "small", Limit: 10})
+				if err != nil {
+					t.Fatalf("Claim %d on a pool of one connection: %v", i, err)
+				}
+				if len(b.Messages) == 0 {
+					continue
+				}
+				if err := s.Mark(ctx, b, relay.Outcome{Published: ids(b)}); err != nil {
+					t.Fatalf("Mark %d: %v", i, err)
+				}
+			}
+			if inUse := db.Stats().InUse; inUse != 0 {
+				t.Errorf("%d connections held between batches, want 0 (no session lock)", inUse)
+			}
+		})
+	}
+}

@@ -96,12 +96,13 @@ type StoreConfig struct {
 	// LeaseExpiryOnly turns the session lock off (see LeaseTTL): a relay
 	// whose process dies is then taken over once its leases expire. Each
 	// running relay's lock holds one connection of the pool for as long as
-	// it runs (so a pool of one connection, SetMaxOpenConns(1), has none
-	// left for its statements), and a connection pooler that hands a
-	// client's statements to different server sessions (PgBouncer in
-	// transaction mode) cannot keep a session lock: set it there. Relays of
-	// an outbox may differ in it. Default: false, hold the lock (PostgreSQL
-	// and MySQL/MariaDB).
+	// it runs, so a store whose pool is bounded below 3 connections
+	// (SetMaxOpenConns(1) or (2): the lock's, the wake-up listener's and
+	// one for the statements) takes no lock, as with LeaseExpiryOnly. A
+	// connection pooler that hands a client's statements to different
+	// server sessions (PgBouncer in transaction mode) cannot keep a session
+	// lock: set it there. Relays of an outbox may differ in it. Default:
+	// false, hold the lock (PostgreSQL and MySQL/MariaDB).
 	LeaseExpiryOnly bool
 
 	// DeletePublished deletes each row once its message is published,

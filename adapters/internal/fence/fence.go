@@ -235,8 +235,9 @@ func (f *frames) feed(b []byte, classify Classifier) (publishes bool) {
 	return publishes
 }
 
-// Write writes b, refusing with [ErrFenced] (and aborting the connection)
-// when b holds bytes of a publishing frame the gate does not let through.
+// Write writes b, refusing with [ErrFenced] (and aborting the connection,
+// and closing the gate) when b holds bytes of a publishing frame the gate
+// does not let through.
 func (c *conn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -248,7 +249,12 @@ func (c *conn) Write(b []byte) (int, error) {
 	if probe.feed(b, c.gate.classify) {
 		by, err := c.gate.writeDeadline()
 		if err != nil {
+			// The client fell behind the calls it writes for: what it
+			// holds for the gate's other connections is as late. Close
+			// the gate, so that its owner sees it (Closed) and publishes
+			// on new connections.
 			c.abort()
+			c.gate.Close()
 			return 0, err
 		}
 		// The deadline goes on the socket too, so that a write blocked
