@@ -67,6 +67,8 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/hooks/hookstest"
@@ -825,5 +827,46 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// RoundTrip publishes 5 messages for each of 2 aggregates through
+// b, interleaved, then reads them back through b.Subscriber("g1") and checks
+// each aggregate's order: a quick check of an opener's publisher and
+// subscriber, short of [Run].
+func RoundTrip(t *testing.T, b *broker.Broker, topic string) {
+	t.Helper()
+	var msgs []*message.Message
+	for i := range 10 {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(i/2)))
+		msg.Metadata.Set(runtime.MetadataAggregateID, fmt.Sprintf("agg-%d", i%2))
+		msgs = append(msgs, msg)
+	}
+	if err := b.Publisher().Publish(topic, msgs...); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	sub, err := b.Subscriber("g1")
+	if err != nil {
+		t.Fatalf("Subscriber: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ch, err := sub.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	next := map[string]int{}
+	for i := range msgs {
+		select {
+		case msg := <-ch:
+			agg := msg.Metadata.Get(runtime.MetadataAggregateID)
+			if got, want := string(msg.Payload), fmt.Sprint(next[agg]); got != want {
+				t.Fatalf("message %d of %s: payload %s, want %s", i, agg, got, want)
+			}
+			next[agg]++
+			msg.Ack()
+		case <-ctx.Done():
+			t.Fatalf("received %d of %d messages: %v", i, len(msgs), ctx.Err())
+		}
 	}
 }

@@ -1,22 +1,29 @@
 // Package broker opens a broker adapter from a URL, so that choosing a
-// broker is configuration: the examples and the relay command take a
-// -broker-url flag and call [Open].
+// broker is configuration: the relay command and the quickstart take a
+// broker URL and call [Open].
 //
-//	kafka://host:9092[,host2:9092]        adapters/kafka
-//	amqp://user:pass@host:5672/vhost      adapters/amqp (RabbitMQ; amqps:// too)
-//	nats://host:4222                      adapters/nats (JetStream)
-//	redis://host:6379/0                   adapters/redis (Redis Streams)
-//	postgres://user@host:5432/db          adapters/sql (watermill-sql on PostgreSQL)
-//	memory://                             adapters/memory (in-process)
-//	sqs://host:port                       adapters/sqs (SQS FIFO)
-//	sns://host:port                       adapters/sqs (SNS FIFO fan-out to SQS FIFO)
+// Like database/sql's drivers, each adapter registers its schemes with
+// [Register] when it is imported, so a program compiles only the brokers it
+// imports (a blank import is enough):
 //
-// Each scheme's query parameters are documented on its open function and in
-// the README's broker table. Unknown query parameters are an error, so a typo
-// never silently falls back to a default.
+//	kafka://host:9092[,host2:9092]        github.com/gooutbox/outbox/adapters/kafka
+//	memory://                             github.com/gooutbox/outbox/adapters/memory (in-process)
+//	amqp://user:pass@host:5672/vhost      github.com/gooutbox/outbox/adapters/amqp (RabbitMQ; amqps:// too)
+//	nats://host:4222                      github.com/gooutbox/outbox/adapters/nats (JetStream)
+//	redis://host:6379/0                   github.com/gooutbox/outbox/adapters/redis (Redis Streams)
+//	postgres://user@host:5432/db          github.com/gooutbox/outbox/adapters/sql (watermill-sql on PostgreSQL)
+//	sqs://host:port                       github.com/gooutbox/outbox/adapters/sqs (SQS FIFO)
+//	sns://host:port                       github.com/gooutbox/outbox/adapters/sqs (SNS FIFO fan-out to SQS FIFO)
 //
-// Importing this package compiles every adapter. A program that uses one
-// broker imports that adapter's package instead and pays for nothing else.
+// Kafka and memory are in this module; the others are modules of their own
+// (go get github.com/gooutbox/outbox/adapters/nats, say), so that a program
+// that does not use a broker does not require its client either. [Open]
+// with a scheme nobody registered names the import that provides it. The
+// outbox command (adapters/cmd/outbox) imports every adapter.
+//
+// Each scheme's query parameters are documented in its adapter's package
+// and in the README's broker table. Unknown query parameters are an error,
+// so a typo never silently falls back to a default.
 package broker
 
 import (
@@ -25,6 +32,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -94,26 +102,54 @@ type Broker struct {
 	closed bool
 }
 
-// opener builds a Broker for one scheme from its parsed URL.
-type opener func(ctx context.Context, u *url.URL, logger *slog.Logger) (*Broker, error)
+// Opener opens a Broker from a URL whose scheme it was registered for (see
+// [Register]). cfg.Logger is never nil. An opener rejects a parameter it
+// does not know with an error wrapping [ErrInvalidURL] (see [Query]).
+type Opener func(ctx context.Context, u *url.URL, cfg Config) (*Broker, error)
 
-// openers maps every scheme [Open] accepts to its opener. It is never
-// written after package initialisation.
-var openers = map[string]opener{
-	"amqp":       openAMQP,
-	"amqps":      openAMQP,
-	"kafka":      openKafka,
-	"memory":     openMemory,
-	"nats":       openNATS,
-	"postgres":   openPostgres,
-	"postgresql": openPostgres,
-	"redis":      openRedis,
-	"sns":        openSNS,
-	"sqs":        openSQS,
+// The registry of openers by scheme: written by Register, from the init
+// functions of the adapters, and read by Open, like database/sql's drivers.
+var (
+	openersMu sync.RWMutex
+	openers   = map[string]Opener{}
+)
+
+// providers names, for each scheme an adapter of this project registers,
+// the package to import for it, so that Open's error can say so.
+var providers = map[string]string{
+	"amqp":       "github.com/gooutbox/outbox/adapters/amqp",
+	"amqps":      "github.com/gooutbox/outbox/adapters/amqp",
+	"kafka":      "github.com/gooutbox/outbox/adapters/kafka",
+	"memory":     "github.com/gooutbox/outbox/adapters/memory",
+	"nats":       "github.com/gooutbox/outbox/adapters/nats",
+	"postgres":   "github.com/gooutbox/outbox/adapters/sql",
+	"postgresql": "github.com/gooutbox/outbox/adapters/sql",
+	"redis":      "github.com/gooutbox/outbox/adapters/redis",
+	"sns":        "github.com/gooutbox/outbox/adapters/sqs",
+	"sqs":        "github.com/gooutbox/outbox/adapters/sqs",
 }
 
-// Schemes returns the URL schemes [Open] accepts, sorted.
+// Register makes [Open] open URLs of scheme (case-insensitive) with open.
+// Adapters call it from an init function, so that importing one registers
+// its schemes. It panics if scheme is empty, open is nil, or scheme was
+// registered already, as database/sql.Register does.
+func Register(scheme string, open Opener) {
+	scheme = strings.ToLower(scheme)
+	if scheme == "" || open == nil {
+		panic("broker: Register with an empty scheme or a nil opener")
+	}
+	openersMu.Lock()
+	defer openersMu.Unlock()
+	if _, dup := openers[scheme]; dup {
+		panic("broker: Register called twice for scheme " + scheme)
+	}
+	openers[scheme] = open
+}
+
+// Schemes returns the URL schemes [Open] accepts (those registered), sorted.
 func Schemes() []string {
+	openersMu.RLock()
+	defer openersMu.RUnlock()
 	s := make([]string, 0, len(openers))
 	for k := range openers {
 		s = append(s, k)
@@ -122,30 +158,65 @@ func Schemes() []string {
 	return s
 }
 
-// Open parses rawURL and opens the adapter its scheme names. The publisher is
-// created at once (most adapters do not contact the broker until the first
-// publish); subscribers are created by [Broker.Subscriber]. Close the Broker
-// when done.
+// Open parses rawURL and opens the adapter registered for its scheme. The
+// publisher is created at once (most adapters do not contact the broker
+// until the first publish); subscribers are created by [Broker.Subscriber].
+// Close the Broker when done. A scheme nobody registered is an error
+// wrapping [ErrUnknownScheme] that names the package to import.
 func Open(ctx context.Context, rawURL string, cfg Config) (*Broker, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
 	}
 	scheme := strings.ToLower(u.Scheme)
+	openersMu.RLock()
 	open, ok := openers[scheme]
+	openersMu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w %q in %s (want one of %s)", ErrUnknownScheme, u.Scheme, redact(u), strings.Join(Schemes(), ", "))
+		return nil, unknownScheme(u, scheme)
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
-	b, err := open(ctx, u, logger)
+	b, err := open(ctx, u, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("broker: open %s: %w", redact(u), err)
 	}
 	b.scheme = scheme
 	return b, nil
+}
+
+// unknownScheme is Open's error for a scheme with no opener.
+func unknownScheme(u *url.URL, scheme string) error {
+	registered := "none"
+	if s := Schemes(); len(s) > 0 {
+		registered = strings.Join(s, ", ")
+	}
+	if pkg, ok := providers[scheme]; ok {
+		return fmt.Errorf("%w %q in %s: import _ %q to register it (registered: %s)", ErrUnknownScheme, u.Scheme, redact(u), pkg, registered)
+	}
+	return fmt.Errorf("%w %q in %s (registered: %s)", ErrUnknownScheme, u.Scheme, redact(u), registered)
+}
+
+// Parts are what an [Opener] builds a Broker from (see [New]).
+type Parts struct {
+	// Guarantees says what the broker promises as the opener configured
+	// it.
+	Guarantees Guarantees
+	// Publisher is the Broker's publisher. Required. Broker.Close closes
+	// it.
+	Publisher message.Publisher
+	// Subscriber returns a new subscriber in a consumer group (see
+	// [Broker.Subscriber]). Required.
+	Subscriber func(group string) (message.Subscriber, error)
+	// Closers close what else the opener opened (a connection pool, say),
+	// after the subscribers and the publisher.
+	Closers []func() error
+}
+
+// New returns a Broker made of p, for an [Opener].
+func New(p Parts) *Broker {
+	return &Broker{guarantees: p.Guarantees, publisher: p.Publisher, subscriber: p.Subscriber, closers: p.Closers}
 }
 
 // Scheme returns the URL scheme the Broker was opened with, in lower case.
@@ -205,19 +276,18 @@ func (b *Broker) Close() error {
 	return errors.Join(errs...)
 }
 
-// query reads u's query parameters, rejecting any not in allowed.
-func query(u *url.URL, allowed ...string) (url.Values, error) {
+// Query returns u's query parameters, or an error wrapping [ErrInvalidURL]
+// naming the first one not in allowed: for openers, so that a typo is never
+// silently ignored.
+func Query(u *url.URL, allowed ...string) (url.Values, error) {
 	q := u.Query()
 	for k := range q {
-		known := false
-		for _, a := range allowed {
-			if k == a {
-				known = true
-				break
+		if !slices.Contains(allowed, k) {
+			known := strings.Join(allowed, ", ")
+			if known == "" {
+				known = "none"
 			}
-		}
-		if !known {
-			return nil, fmt.Errorf("%w: unknown parameter %q for %s:// (known: %s)", ErrInvalidURL, k, u.Scheme, strings.Join(allowed, ", "))
+			return nil, fmt.Errorf("%w: unknown parameter %q for %s:// (known: %s)", ErrInvalidURL, k, u.Scheme, known)
 		}
 	}
 	return q, nil

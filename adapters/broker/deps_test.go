@@ -26,7 +26,7 @@ func TestAdaptersCompileOnlyTheirBroker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
 	}
-	pkgs := []string{"./runtime", "./runtime/relay", "./runtime/consumer", "./hooks"}
+	pkgs := []string{"./runtime", "./runtime/relay", "./runtime/consumer", "./hooks", "./adapters/broker"}
 	for p := range clients {
 		pkgs = append(pkgs, p)
 	}

@@ -46,7 +46,9 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/gooutbox/outbox/adapters/broker"
+	_ "github.com/gooutbox/outbox/adapters/kafka" // kafka:// for broker.Open
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
+	_ "github.com/gooutbox/outbox/adapters/memory" // memory:// for broker.Open
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
@@ -87,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var opt options
 	fs.StringVar(&opt.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable (default: $DATABASE_URL, else SQLite in a temporary directory)")
 	fs.StringVar(&opt.kafkaBrokers, "kafka-brokers", os.Getenv("KAFKA_BROKERS"), "comma-separated Kafka brokers (default: $KAFKA_BROKERS, else an in-process broker)")
-	fs.StringVar(&opt.brokerURL, "broker-url", os.Getenv("BROKER_URL"), "any broker by URL: kafka://, amqp://, nats://, redis://, postgres://, memory://, sqs:// (see adapters/broker; default: $BROKER_URL, else Kafka per -kafka-brokers)")
+	fs.StringVar(&opt.brokerURL, "broker-url", os.Getenv("BROKER_URL"), "the broker by URL: kafka:// or memory:// (the adapters this program imports; import another's package for its scheme, see adapters/broker; default: $BROKER_URL, else Kafka per -kafka-brokers)")
 	fs.IntVar(&opt.orders, "orders", 10, "number of orders to place")
 	fs.BoolVar(&opt.verbose, "v", false, "log debug output to stderr (default: warnings only)")
 	fs.StringVar(&opt.dashboard, "dashboard", "", "serve the outbox dashboard under /outbox/ at this address (e.g. :8080) and keep placing orders until interrupted")
@@ -133,7 +135,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	// 2. The broker, chosen by URL: Kafka (a real cluster, or an in-process
-	// one) unless -broker-url names another.
+	// one) unless -broker-url names another. broker.Open opens the schemes
+	// of the adapters imported above (kafka://, memory://); a program that
+	// imports adapters/nats, say, opens nats:// too.
 	brokerURL, brokerName := opt.brokerURL, opt.brokerURL
 	if brokerURL == "" {
 		brokers := splitBrokers(opt.kafkaBrokers)

@@ -8,8 +8,9 @@ import (
 
 // TestDependencies guards the storage layer's promise: it needs no GORM
 // (the relay and the consumer's database/sql users open a plain *sql.DB),
-// no SQLite driver (DialectOf knows the drivers by their type's package
-// path), no broker client and nothing of the packages built on it.
+// no SQLite or MySQL driver (DialectOf knows the drivers, and
+// mysqlErrorNumber MySQL's errors, by their type's package path: a
+// PostgreSQL program links no MySQL driver), no broker client and nothing of the packages built on it.
 func TestDependencies(t *testing.T) {
 	depstest.Check(t, []string{
 		"gorm.io",
@@ -22,5 +23,6 @@ func TestDependencies(t *testing.T) {
 		"github.com/segmentio/kafka-go",
 		"github.com/twmb/franz-go",
 		"github.com/lib/pq",
+		"github.com/go-sql-driver/mysql",
 	}, []string{"github.com/gooutbox/outbox/runtime", "github.com/google/uuid"})
 }

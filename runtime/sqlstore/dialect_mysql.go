@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 )
 
@@ -192,8 +192,52 @@ func lockSlotsSQL(table string, rows []Row) string {
 
 // isDuplicateKey reports whether err is MySQL's ER_DUP_ENTRY.
 func isDuplicateKey(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1062
+	n, ok := mysqlErrorNumber(err)
+	return ok && n == 1062
+}
+
+// mysqlErrorNumber returns the error number of the first
+// *github.com/go-sql-driver/mysql.MySQLError in err's tree. It knows the
+// type by its package path and name, as DialectOf knows the drivers, so
+// that a program that uses PostgreSQL or SQLite links no MySQL driver.
+func mysqlErrorNumber(err error) (uint16, bool) {
+	for _, e := range errorTree(err) {
+		v := reflect.ValueOf(e)
+		if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+			continue
+		}
+		typ := v.Elem().Type()
+		if typ.Name() != "MySQLError" || typ.PkgPath() != "github.com/go-sql-driver/mysql" {
+			continue
+		}
+		if f := v.Elem().FieldByName("Number"); f.IsValid() && f.Kind() == reflect.Uint16 {
+			return uint16(f.Uint()), true
+		}
+	}
+	return 0, false
+}
+
+// errorTree returns err and the errors it wraps, depth first, as errors.As
+// visits them.
+func errorTree(err error) []error {
+	var out []error
+	var walk func(error)
+	walk = func(e error) {
+		if e == nil {
+			return
+		}
+		out = append(out, e)
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		case interface{ Unwrap() []error }:
+			for _, w := range u.Unwrap() {
+				walk(w)
+			}
+		}
+	}
+	walk(err)
+	return out
 }
 
 // leaseTx is READ COMMITTED, so that the scans of the lease table lock only

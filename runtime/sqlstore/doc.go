@@ -16,8 +16,9 @@
 // or any connection with ExecContext, QueryContext and QueryRowContext, as
 // GORM's connection pools have), so a relay process opens a *sql.DB and
 // nothing else, and a consumer that uses pgx or sqlc directly gets the same
-// inbox. It does not import GORM or any SQLite driver; it imports pgx (for
-// LISTEN/NOTIFY) and go-sql-driver/mysql (for its error numbers).
+// inbox. It does not import GORM, any SQLite driver or the MySQL driver (it
+// knows go-sql-driver/mysql's errors by their type's name); it imports pgx
+// (for LISTEN/NOTIFY).
 //
 // # Use
 //

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
@@ -631,9 +630,8 @@ func retryTransient(ctx context.Context, fn func() error) error {
 // transient reports whether err is a deadlock or serialization failure for
 // which the database aborted the transaction: running it again may succeed.
 func transient(err error) bool {
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1213 // ER_LOCK_DEADLOCK
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == 1213 // ER_LOCK_DEADLOCK
 	}
 	var pg interface{ SQLState() string }
 	if errors.As(err, &pg) {

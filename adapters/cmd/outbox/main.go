@@ -16,9 +16,10 @@
 // program reads, and exits 0 when it succeeded, 1 on an error, 2 on a usage
 // error, and 3 when "status" found what one of its --fail-if flags names.
 //
-// It lives under adapters (not beside the runtime) because "relay" opens any
-// broker by URL through package adapters/broker, which compiles every
-// broker client; the other commands need only the database drivers.
+// It lives under adapters (not beside the runtime), in a module of its own,
+// because "relay" opens any broker by URL through package adapters/broker,
+// so it imports every adapter (brokers.go), and with them every broker
+// client; the other commands need only the database drivers.
 package main
 
 import (

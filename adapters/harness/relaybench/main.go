@@ -1,0 +1,327 @@
+// Command relaybench compares, in one process, the outbox relay and the rest
+// of the framework with the usual alternatives: the classic one-row relay loop
+// ("naive"), Watermill's forwarder (watermill-sql as the outbox, kafka-go as
+// the destination) and a hand-tuned batched relay written here. It runs
+// against the local PostgreSQL (it creates and drops its own schema; nothing
+// else in the database is touched) and an in-process Kafka-protocol broker
+// (kfake), repeats every measurement -reps times interleaved (repetition 1
+// of every path, then repetition 2, ...; in the relay and latency sections
+// each repetition starts one path further on, so no path always runs
+// first), and prints Markdown tables with the
+// median, the spread (min – max) and each repetition, and the ratios between
+// paths computed per repetition (their median and spread). kfake keeps
+// every record in memory, so the broker acknowledges the relays' records
+// without storing them, and counts them: a path that did not put every event
+// on the broker fails the run.
+//
+//	go run ./adapters/harness/relaybench                               # every section, defaults
+//	go run ./adapters/harness/relaybench -only relay,latency -reps 5
+//	go run ./adapters/harness/relaybench -events 200000 -payload 1000 -relays 1,2,4,8
+//
+// The sections (-only, comma-separated; default all):
+//
+//   - relay: drain a pre-filled outbox (-events of -payload bytes over
+//     -aggregates aggregates) with our relay as 1, 2, 4 instances (-relays;
+//     each its own connection pool, store, publisher and relay, as separate
+//     processes would have), with their defaults (one publishes, the others
+//     stand by) and all sharing the outbox (StoreConfig.MaxActiveRelays
+//     64), with the CPU time per 1,000 events of the PostgreSQL server (when
+//     it runs on this machine) and of this process, the naive loop, Watermill's forwarder (its
+//     defaults, and a 10 ms poll), and the batched relay (claim -batch rows
+//     FOR UPDATE SKIP LOCKED, one Kafka write, one UPDATE ... WHERE id =
+//     ANY($1); two instances of it, which keep no per-aggregate order, as a
+//     yardstick of what a second instance gives on the machine; and a
+//     DELETE variant). Every path must put every event on the
+//     broker: the topic's high watermarks are compared before and after.
+//   - latency: commit → broker acknowledgement at -rate events/s offered by
+//     -producers GORM writers for -duration: our relay with its defaults, the
+//     batched relay with a 10 ms poll, and the forwarder with a 10 ms poll and
+//     with its default (1 s). Commit time is taken in the writer when Commit
+//     returns; ack time when the relay's Publish call returns (the publisher
+//     is synchronous: it returns on the broker's acknowledgement).
+//   - save: GORM transactions per second of -producers writers for
+//     -duration, each creating a business row and one event: through the hooks
+//     plugin, with the outbox row written by hand (a plain INSERT, no plugin),
+//     and through the plugin with the wake-up register dropped (writers never
+//     notify); the plugin again with our relay running, and the NOTIFYs sent.
+//     The variants a ratio compares run one after the other.
+//
+// Before each latency and save run both outboxes hold -history published
+// rows, analyzed (a production outbox keeps its published rows for
+// retention, and autovacuum analyzes it): see bench.history.
+//   - consumer: events/s of runtime/consumer reading -consumer-events events
+//     from kfake, the handler writing one row, with the inbox and without it
+//     (HandleWithoutInbox), in a Watermill router (one message at a time)
+//     and with Consumer.Run (partitions in parallel, batches of 100 per
+//     transaction with the inbox); timed from the first event handled to
+//     the last.
+//   - idle: CPU of the process (getrusage) over -idle with our relay running
+//     and nothing to do, minus the same measured with the broker alone.
+//
+// Other modes, which skip the sections:
+//
+// With -broker-urls it drains the same pre-filled outbox through each broker
+// adapter named by URL (package adapters/broker), -reps times interleaved,
+// and prints events/s per broker:
+//
+//	go run ./adapters/harness/relaybench -events 20000 -broker-urls kafka://kfake,amqp://guest:guest@127.0.0.1:5672/,memory://
+//
+// With -retention-compare N it compares retention on a plain outbox table
+// (delete-based) and on one partitioned by day (partitions dropped): N
+// events over 10 days, all published but the newest -retention-pending,
+// which one relay drains; one retention pass (age 7 days); the relay
+// again; VACUUM. It prints relay events/s, the pass's time, and the
+// table's size and dead tuples:
+//
+//	go run ./adapters/harness/relaybench -retention-compare 2000000
+//
+// With -big-events it measures the memory of a backlog of large events: it
+// pre-fills that many events of -big-bytes (default 900,000) bytes each,
+// drains them with the relay's defaults (or -max-batch-bytes) to a kfake
+// broker that accepts 1 MB messages and acknowledges without storing them
+// (kfake keeps records in memory), and prints events/s and the peak resident
+// set size (VmRSS) of the process during the drain. -rss-limit (default
+// 8 GiB) stops the run when the process grows past it:
+//
+//	go run ./adapters/harness/relaybench -big-events 2000                                # MaxBatchBytes 8 MiB
+//	go run ./adapters/harness/relaybench -big-events 2000 -max-batch-bytes 1000000000000  # 1,000 rows a claim
+package main
+
+//go:generate go tool outboxgen events.yaml
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+func main() {
+	// An interrupt cancels the run, which then drops its schema on the way
+	// out.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		stop()
+		fmt.Fprintln(os.Stderr, "relaybench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	dsn            string
+	events         int
+	naive          int
+	payload        int
+	aggregates     int
+	relays         []int
+	batch          int
+	reps           int
+	rate           int
+	producers      int
+	duration       time.Duration
+	consumerEvents int
+	idle           time.Duration
+	only           map[string]bool
+	verbose        bool
+	cpuprofile     string
+
+	bigEvents     int
+	bigBytes      int
+	maxBatchBytes int64
+	rssLimit      int64
+
+	brokerURLs string
+	soakEvents int
+
+	history int
+
+	retentionEvents  int
+	retentionPending int
+}
+
+// sections are the parts of the comparison, in the order they run.
+var sections = []string{"relay", "latency", "save", "consumer", "idle"}
+
+// Account is the benchmark's aggregate.
+type Account struct {
+	ID      int64 `gorm:"primaryKey"`
+	Balance int64
+	runtime.Recorder
+}
+
+const topic = "bench.account"
+
+// relayStore is what the program needs of the outbox store.
+type relayStore interface {
+	relay.Store
+	Close() error
+}
+
+// newStore returns the outbox store the relay reads, with its defaults, on
+// db's connection pool. It is the program's only place that builds one.
+func newStore(db *gorm.DB) (relayStore, error) {
+	return newStoreWith(db, sqlstore.StoreConfig{})
+}
+
+// newStoreWith is newStore with cfg instead of the defaults.
+func newStoreWith(db *gorm.DB, cfg sqlstore.StoreConfig) (relayStore, error) {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	return sqlstore.NewStore(sqlDB, cfg)
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("relaybench", flag.ContinueOnError)
+	var o options
+	var relays, only string
+	var latencyOnly bool
+	fs.StringVar(&o.dsn, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL")
+	fs.IntVar(&o.events, "events", 50_000, "events pre-filled for each drain of the relay section (and the broker mode)")
+	fs.IntVar(&o.naive, "naive-events", 0, "events for the naive relay's and the forwarder's drains, the slow ones (default: -events)")
+	fs.IntVar(&o.payload, "payload", 236, "size of each event's JSON payload, in bytes (at least 120)")
+	fs.IntVar(&o.aggregates, "aggregates", 1000, "distinct aggregates the events belong to")
+	fs.StringVar(&relays, "relays", "1,2,4", "relay section: the instance counts of our relay to drain with; broker mode: the counts of relays sharing the outbox (StoreConfig.MaxActiveRelays 64) to drain through each broker with (default 1)")
+	fs.IntVar(&o.batch, "batch", 0, "BatchSize of our relay and the batched relay's claim (default: the relay's default, 1000)")
+	fs.IntVar(&o.reps, "reps", 3, "repetitions of every measurement, interleaved")
+	fs.IntVar(&o.rate, "rate", 1000, "latency section: offered events/s")
+	fs.IntVar(&o.producers, "producers", 8, "latency and save sections: writer goroutines")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency and save sections: length of each run")
+	fs.IntVar(&o.history, "history", 50_000, "latency and save sections: published rows each outbox holds, analyzed, before each run (retention)")
+	fs.IntVar(&o.consumerEvents, "consumer-events", 20_000, "consumer section: events consumed per run")
+	fs.DurationVar(&o.idle, "idle", 5*time.Second, "idle section: length of each CPU measurement")
+	fs.StringVar(&only, "only", strings.Join(sections, ","), "comma-separated sections to run: "+strings.Join(sections, ", "))
+	fs.BoolVar(&latencyOnly, "latency-only", false, "the same as -only latency")
+	fs.BoolVar(&o.verbose, "v", false, "print progress to stderr")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of our relay's first 1-instance drain to this file")
+	fs.IntVar(&o.bigEvents, "big-events", 0, "large-event mode: drain this many events of -big-bytes and report peak RSS (skips the sections)")
+	fs.IntVar(&o.bigBytes, "big-bytes", 900_000, "payload size of each large event")
+	fs.Int64Var(&o.maxBatchBytes, "max-batch-bytes", 0, "relay MaxBatchBytes in the large-event mode (default: the relay's default, 8 MiB)")
+	fs.Int64Var(&o.rssLimit, "rss-limit", 8<<30, "large-event mode: exit with status 3 when the RSS exceeds this many bytes (0: no limit)")
+	fs.IntVar(&o.soakEvents, "soak-events", 0, "soak mode: publish this many events through one relay while the outbox is fed and retention runs, and print RSS and heap at each tenth (skips the sections)")
+	fs.IntVar(&o.retentionEvents, "retention-compare", 0, "retention mode: fill a plain and a day-partitioned outbox with this many events over 10 days, drain, run retention (7 days), and print relay speed, retention time and table size (skips the sections)")
+	fs.IntVar(&o.retentionPending, "retention-pending", 200_000, "retention mode: the newest events left pending for the relay to drain, before and after the retention")
+	fs.StringVar(&o.brokerURLs, "broker-urls", "", "broker mode: comma-separated broker URLs (adapters/broker; kafka://kfake starts one in-process) to drain the same pre-filled outbox through, and nothing else")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h printed the usage: not a failure
+			return nil
+		}
+		return err
+	}
+	if o.naive == 0 {
+		o.naive = o.events
+	}
+	if latencyOnly {
+		only = "latency"
+	}
+	o.only = map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(sections, s) {
+			return fmt.Errorf("-only: unknown section %q (want some of %s)", s, strings.Join(sections, ","))
+		}
+		o.only[s] = true
+	}
+	for _, s := range strings.Split(relays, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n < 1 {
+			return fmt.Errorf("-relays: %q is not a positive count", s)
+		}
+		o.relays = append(o.relays, n)
+	}
+	switch {
+	case o.events < 1 || o.naive < 1 || o.aggregates < 1 || o.reps < 1 || o.rate < 1 || o.producers < 1 || o.consumerEvents < 1:
+		return errors.New("-events, -naive-events, -aggregates, -reps, -rate, -producers and -consumer-events must be positive")
+	case o.batch < 0:
+		return errors.New("-batch must not be negative")
+	}
+	if o.bigEvents > 0 {
+		return bigRun(ctx, o, out)
+	}
+	if o.soakEvents > 0 {
+		return soakRun(ctx, o, out)
+	}
+	if o.retentionEvents > 0 {
+		if o.retentionPending < 1 || o.retentionPending > o.retentionEvents {
+			return errors.New("-retention-pending must be between 1 and -retention-compare")
+		}
+		return retentionRun(ctx, o, out)
+	}
+	if o.brokerURLs != "" {
+		relaysSet := false
+		fs.Visit(func(f *flag.Flag) { relaysSet = relaysSet || f.Name == "relays" })
+		if !relaysSet {
+			o.relays = []int{1} // the broker mode's default
+		}
+		return brokerRun(ctx, o, out)
+	}
+	return compare(ctx, o, args, out)
+}
+
+// openSchema creates a schema of its own in dsn's database and returns a
+// GORM database on it, the URL whose search_path is that schema, and the
+// function that closes the database and drops the schema.
+func openSchema(dsn string) (*gorm.DB, string, func(), error) {
+	admin, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	schema := fmt.Sprintf("relaybench_%d", time.Now().UnixNano())
+	if err := admin.Exec(`CREATE SCHEMA ` + schema).Error; err != nil {
+		return nil, "", nil, fmt.Errorf("create schema: %w", err)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	db, err := gorm.Open(postgres.Open(u.String()), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return db, u.String(), func() {
+		if s, err := db.DB(); err == nil {
+			s.Close()
+		}
+		admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
+		if s, err := admin.DB(); err == nil {
+			s.Close()
+		}
+	}, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.RawQuery = ""
+	return u.Redacted()
+}

@@ -1,0 +1,106 @@
+package sqs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/gooutbox/outbox/adapters/broker"
+	"github.com/gooutbox/outbox/adapters/sqs/sqstest"
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// TestOpenSQSAndSNS opens sqs:// and sns:// against the test endpoint,
+// publishes messages of two aggregates and reads them back in order through
+// Subscriber("g1").
+func TestOpenSQSAndSNS(t *testing.T) {
+	endpoint := sqstest.Endpoint(t)
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, scheme := range []string{"sqs", "sns"} {
+		t.Run(scheme, func(t *testing.T) {
+			b, err := broker.Open(context.Background(), scheme+"://"+u.Host+"?create=1&region=us-east-1", broker.Config{})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer b.Close()
+			if g := b.Guarantees(); !g.OrderPerAggregate || !g.Dedup || !g.Durable || !g.SharedAcrossProcesses {
+				t.Errorf("Guarantees() = %+v, want all true", g)
+			}
+			topic := "broker-" + watermill.NewShortUUID()
+			sub, err := b.Subscriber("g1")
+			if err != nil {
+				t.Fatalf("Subscriber: %v", err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			// Subscribe before publishing: an SNS group's queue gets only
+			// what is published after its subscription exists.
+			ch, err := sub.Subscribe(ctx, topic)
+			if err != nil {
+				t.Fatalf("Subscribe: %v", err)
+			}
+			var msgs []*message.Message
+			for seq := range 5 {
+				for _, agg := range []string{"a", "b"} {
+					m := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"seq":%d}`, seq)))
+					m.Metadata.Set(runtime.MetadataAggregateID, agg)
+					m.Metadata.Set("seq", fmt.Sprint(seq))
+					msgs = append(msgs, m)
+				}
+			}
+			if err := b.Publisher().Publish(topic, msgs...); err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+			next := map[string]int{}
+			for range msgs {
+				select {
+				case m := <-ch:
+					agg := m.Metadata.Get(runtime.MetadataAggregateID)
+					if m.Metadata.Get("seq") != fmt.Sprint(next[agg]) {
+						t.Fatalf("aggregate %s: seq %s, want %d", agg, m.Metadata.Get("seq"), next[agg])
+					}
+					next[agg]++
+					m.Ack()
+				case <-time.After(15 * time.Second):
+					t.Fatalf("received %v, want 5 of each aggregate", next)
+				}
+			}
+		})
+	}
+}
+
+// TestOpenSQSDefaultChain: sqs:// without a host is AWS itself, through
+// the default credential chain; opening it contacts nothing.
+func TestOpenSQSDefaultChain(t *testing.T) {
+	b, err := broker.Open(context.Background(), "sqs://?region=eu-west-1", broker.Config{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenSQSInvalidURL(t *testing.T) {
+	for _, raw := range []string{
+		"sqs://127.0.0.1:1?bogus=1",
+		"sqs://127.0.0.1:1?create=maybe",
+		"sqs://127.0.0.1:1/path",
+		"sns://127.0.0.1:1?queue=x",
+		"sqs://key:secret@?region=eu-west-1",
+	} {
+		_, err := broker.Open(context.Background(), raw, broker.Config{})
+		if !errors.Is(err, broker.ErrInvalidURL) {
+			t.Errorf("Open(%q) = %v, want ErrInvalidURL", raw, err)
+		}
+	}
+}
