@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 )
