@@ -111,7 +111,8 @@ type Config struct {
 
 	// Events is how many events the writers commit, fences not counted.
 	//
-	// Default: 5000.
+	// Default: 5000 in the long test tier (runtimetest.EnvLong, which CI
+	// sets), 1000 otherwise.
 	Events int
 
 	// Aggregates is how many aggregates the events are spread over.
@@ -154,7 +155,11 @@ func (c *Config) setDefaults() {
 	if c.Topic == "" {
 		c.Topic = "conformance." + strconv.FormatUint(rand.Uint64(), 16)
 	}
-	c.Events = cmp.Or(c.Events, 5000)
+	events := 1000
+	if runtimetest.Long() {
+		events = 5000
+	}
+	c.Events = cmp.Or(c.Events, events)
 	c.Aggregates = cmp.Or(c.Aggregates, 200)
 	c.Writers = cmp.Or(c.Writers, 4)
 	c.RollbackEvery = cmp.Or(c.RollbackEvery, 7)

@@ -1,6 +1,7 @@
 package amqp_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -10,11 +11,13 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/gooutbox/outbox/adapters/amqp"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 // features are the adapter's honest Watermill features, in both modes.
 func features(consumerGroups bool) tests.Features {
 	return tests.Features{
+		ForceShort: !runtimetest.Long(), // full sizes in the long tier (runtimetest.EnvLong)
 		// ModePubSub: one queue per (topic, group), each group gets every
 		// message. ModeQueue: one queue per topic, so no groups.
 		ConsumerGroups: consumerGroups,
@@ -117,8 +120,9 @@ func TestPubSubGroups(t *testing.T) {
 // TestPubSubStress runs the conformance suite (ModeQueue) many times in
 // parallel: STRESS_TEST_COUNT copies, 10 by default. Skipped with -short.
 func TestPubSubStress(t *testing.T) {
-	if testing.Short() {
-		t.Skip("stress test")
+	runtimetest.SkipUnlessLong(t, "Watermill's stress suite")
+	if os.Getenv("STRESS_TEST_COUNT") == "" {
+		t.Setenv("STRESS_TEST_COUNT", "2")
 	}
 	cfg := testConfig(t)
 	tests.TestPubSubStressTest(t, features(false),

@@ -24,6 +24,7 @@ import (
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 var verbose = flag.Bool("kafka.log", false, "log the adapters' debug output to stderr")
@@ -148,6 +149,7 @@ func newSuitePubSub(t *testing.T, brokers []string, group string, tune ...func(*
 // suiteFeatures are the honest Features of the adapter as newSuitePubSub
 // configures it.
 var suiteFeatures = tests.Features{
+	ForceShort: !runtimetest.Long(), // full sizes in the long tier (runtimetest.EnvLong)
 	// Subscribers in one consumer group share the topic's partitions, and
 	// each group gets every message (TestConsumerGroups).
 	ConsumerGroups: true,
@@ -219,9 +221,7 @@ func TestPubSubParallelPartitions(t *testing.T) {
 // STRESS_TEST_COUNT times, 2 unless set (Watermill's default, 10, takes
 // minutes here). It is skipped with -short.
 func TestPubSubStress(t *testing.T) {
-	if testing.Short() {
-		t.Skip("stress test skipped with -short")
-	}
+	runtimetest.SkipUnlessLong(t, "Watermill's stress suite")
 	if os.Getenv("STRESS_TEST_COUNT") == "" {
 		t.Setenv("STRESS_TEST_COUNT", "2")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/gooutbox/outbox/adapters/memory"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 // waitTimeout bounds every wait for a message in these tests.
@@ -21,6 +23,7 @@ const waitTimeout = 15 * time.Second
 
 // features are the honest Features of a memory.PubSub for Watermill's suite.
 var features = tests.Features{
+	ForceShort: !runtimetest.Long(), // full sizes in the long tier (runtimetest.EnvLong)
 	// No consumer groups: every subscription receives every message.
 	ConsumerGroups: false,
 	// Within one subscription a message is delivered once, unless it is
@@ -75,8 +78,9 @@ func TestPubSub(t *testing.T) {
 // TestPubSubStress runs the suite several times in parallel
 // (STRESS_TEST_COUNT, default 10). It is skipped with -short.
 func TestPubSubStress(t *testing.T) {
-	if testing.Short() {
-		t.Skip("stress test skipped with -short")
+	runtimetest.SkipUnlessLong(t, "Watermill's stress suite")
+	if os.Getenv("STRESS_TEST_COUNT") == "" {
+		t.Setenv("STRESS_TEST_COUNT", "2")
 	}
 	tests.TestPubSubStressTest(t, features, constructor, nil)
 }

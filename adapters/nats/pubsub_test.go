@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 
 	"github.com/gooutbox/outbox/adapters/nats"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 // TestPubSub runs Watermill's conformance suite against the adapter.
@@ -20,8 +21,9 @@ func TestPubSub(t *testing.T) {
 // TestPubSubStress runs the suite STRESS_TEST_COUNT times (default 10) in
 // parallel. It takes minutes, so it runs only with OUTBOX_TEST_STRESS=1.
 func TestPubSubStress(t *testing.T) {
-	if os.Getenv("OUTBOX_TEST_STRESS") != "1" {
-		t.Skip("set OUTBOX_TEST_STRESS=1 to run the stress variant of the suite")
+	runtimetest.SkipUnlessLong(t, "Watermill's stress suite")
+	if os.Getenv("STRESS_TEST_COUNT") == "" {
+		t.Setenv("STRESS_TEST_COUNT", "2")
 	}
 	runSuite(t, tests.TestPubSubStressTest)
 }
@@ -32,6 +34,7 @@ func runSuite(t *testing.T, suite func(*testing.T, tests.Features, tests.PubSubC
 	run := watermill.NewShortUUID()
 
 	features := tests.Features{
+		ForceShort: !runtimetest.Long(), // full sizes in the long tier (runtimetest.EnvLong)
 		// One durable consumer per group: the group's subscribers share its
 		// messages, and every group gets every message.
 		ConsumerGroups: true,

@@ -9,10 +9,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 // features are the honest Features of this adapter for Watermill's suite.
 var features = tests.Features{
+	ForceShort: !runtimetest.Long(), // full sizes in the long tier (runtimetest.EnvLong)
 	// Every group reads every message; a group's subscribers take turns on
 	// the group's offset row (SELECT ... FOR UPDATE).
 	ConsumerGroups: true,
@@ -81,9 +83,7 @@ func TestPubSubNewGroups(t *testing.T) {
 // about 100, PostgreSQL's default max_connections). It is skipped with
 // -short.
 func TestPubSubStress(t *testing.T) {
-	if testing.Short() {
-		t.Skip("stress test skipped with -short")
-	}
+	runtimetest.SkipUnlessLong(t, "Watermill's stress suite")
 	if os.Getenv("STRESS_TEST_COUNT") == "" {
 		t.Setenv("STRESS_TEST_COUNT", "2")
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gooutbox/outbox/adapters/sqs"
 	"github.com/gooutbox/outbox/adapters/sqs/sqstest"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 // suiteGroupID groups a message like the default, by its aggregate_id, and
@@ -36,6 +37,7 @@ func suiteGroupID(topic string, msg *message.Message) (string, error) {
 func TestPubSub(t *testing.T) {
 	endpoint := sqstest.Endpoint(t)
 	features := tests.Features{
+		ForceShort: !runtimetest.Long(), // full sizes in the long tier (runtimetest.EnvLong)
 		// A queue has no consumer groups: all its subscribers share it.
 		// Groups need the SNS fan-out (TestPubSubSNS).
 		ConsumerGroups: false,
@@ -68,6 +70,7 @@ func TestPubSub(t *testing.T) {
 func TestPubSubSNS(t *testing.T) {
 	endpoint := sqstest.Endpoint(t)
 	features := tests.Features{
+		ForceShort: !runtimetest.Long(), // full sizes in the long tier (runtimetest.EnvLong)
 		// Every group has its own queue subscribed to the topic.
 		ConsumerGroups:                      true,
 		ExactlyOnceDelivery:                 false,

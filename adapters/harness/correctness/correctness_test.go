@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gooutbox/outbox/hooks/hookstest"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
@@ -40,13 +41,16 @@ const (
 	// envPaths selects the write paths, as -paths does: "all" (default),
 	// "save" or "enqueue".
 	envPaths = "OUTBOX_CORRECTNESS_PATHS"
-	// envLong runs the long tier: 3 minutes of load, 4 relays, 8 writers.
+	// envLong runs the soak tier: 3 minutes of load, 4 relays, 8 writers
+	// (beyond CI's long tier, runtimetest.EnvLong, which runs the core
+	// tier).
 	envLong = "OUTBOX_CORRECTNESS_LONG"
 )
 
 // TestCorrectness runs the suite's core tier (45 s of load with every
 // fault, then the drain and the checks; about 50 s) against the local
-// PostgreSQL, and fails on any lost event, ghost, order violation on the
+// PostgreSQL in the long test tier (runtimetest.EnvLong, which CI sets);
+// otherwise a smoke tier of 15 s with relay kills and crashes, and fails on any lost event, ghost, order violation on the
 // broker or at the consumer, duplicate effect, log duplicates above the
 // bound (see the package comment), a stale record of a relay that lost its
 // shards (freeze, netsplit), or a measured fault (stop, dbfreeze, dbrefuse,
@@ -61,6 +65,7 @@ func TestCorrectness(t *testing.T) {
 // MariaDB (OUTBOX_TEST_MYSQL_DSN, default hookstest.DefaultMySQLDSN); the
 // consumer's inbox and apply log stay on PostgreSQL.
 func TestCorrectnessMySQL(t *testing.T) {
+	runtimetest.SkipUnlessLong(t, "the correctness suite's core tier on MySQL")
 	testCorrectness(t, "mysql")
 }
 
@@ -70,6 +75,7 @@ func TestCorrectnessMySQL(t *testing.T) {
 // others stand by: kills, stops and restarts then move shards between
 // relays that all publish.
 func TestCorrectnessSharing(t *testing.T) {
+	runtimetest.SkipUnlessLong(t, "the correctness suite's core tier with relays sharing")
 	testCorrectness(t, "postgres", func(o *options) { o.Name, o.MaxActiveRelays = "sharing", sqlstore.Shards })
 }
 
@@ -79,6 +85,10 @@ func testCorrectness(t *testing.T, db string, with ...func(*options)) {
 	}
 	opt := defaultOptions()
 	opt.Name = "core"
+	if !runtimetest.Long() {
+		opt.Name, opt.Duration, opt.Drain = "smoke", 15*time.Second, 30*time.Second
+		opt.Faults, _ = parseScenario("kill,crash")
+	}
 	if os.Getenv(envLong) == "1" {
 		opt.Name, opt.Duration, opt.Drain, opt.Relays, opt.Writers = "long", 3*time.Minute, 60*time.Second, 4, 8
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gooutbox/outbox/hooks/hookstest"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 // TestRelaybenchRuns runs every section of the comparison with tiny numbers
@@ -14,6 +15,7 @@ import (
 // working end to end (including its checks that every path published every
 // event). The figures themselves are not checked.
 func TestRelaybenchRuns(t *testing.T) {
+	runtimetest.SkipUnlessLong(t, "a smoke run of the benchmark program")
 	var out bytes.Buffer
 	args := []string{"-database-url", hookstest.PostgresDSN(t), "-events", "300", "-naive-events", "100",
 		"-aggregates", "20", "-relays", "1,2", "-reps", "2", "-rate", "200", "-duration", "250ms",
@@ -86,6 +88,7 @@ func TestRelaybenchRejectsFlags(t *testing.T) {
 
 // TestRelaybenchBrokerMode drains through a broker URL, the memory broker.
 func TestRelaybenchBrokerMode(t *testing.T) {
+	runtimetest.SkipUnlessLong(t, "a smoke run of the benchmark program")
 	var out bytes.Buffer
 	args := []string{"-database-url", hookstest.PostgresDSN(t), "-broker-urls", "memory://", "-events", "200", "-reps", "1", "-aggregates", "10"}
 	if err := run(context.Background(), args, &out); err != nil {
@@ -99,6 +102,7 @@ func TestRelaybenchBrokerMode(t *testing.T) {
 // TestRelaybenchLargeEvents runs the large-event mode with tiny numbers: 30
 // events of 100 kB, with a MaxBatchBytes that makes several claims.
 func TestRelaybenchLargeEvents(t *testing.T) {
+	runtimetest.SkipUnlessLong(t, "a smoke run of the benchmark program")
 	var out bytes.Buffer
 	args := []string{"-database-url", hookstest.PostgresDSN(t), "-big-events", "30", "-big-bytes", "100000",
 		"-max-batch-bytes", "400000", "-aggregates", "7"}
@@ -116,6 +120,7 @@ func TestRelaybenchLargeEvents(t *testing.T) {
 // numbers: both layouts' rows are printed, and the partitioned table's pass
 // dropped the 3 oldest days' partitions.
 func TestRelaybenchRetentionMode(t *testing.T) {
+	runtimetest.SkipUnlessLong(t, "a smoke run of the benchmark program")
 	var out bytes.Buffer
 	args := []string{"-database-url", hookstest.PostgresDSN(t), "-retention-compare", "3000", "-retention-pending", "300", "-aggregates", "10"}
 	if err := run(context.Background(), args, &out); err != nil {
