@@ -110,7 +110,8 @@ func TestSnippetsAreTheExamples(t *testing.T) {
 
 // TestSetupCommands: the README's quickstart is exactly two commands, one that
 // runs the quickstart on its embedded defaults and a test command that needs
-// only Go (no -race, which needs cgo and a C compiler).
+// only Go (no -race, which needs cgo and a C compiler) and tests every
+// module of go.work (./... stops at a module's edge).
 func TestSetupCommands(t *testing.T) {
 	var blocks []string
 	for _, s := range snippets(t, readme(t)) {
@@ -118,7 +119,7 @@ func TestSetupCommands(t *testing.T) {
 			blocks = append(blocks, s.text)
 		}
 	}
-	want := []string{"go run ./examples/quickstart\ngo test ./...\n"}
+	want := []string{"go run ./examples/quickstart\ngo test $(go list -m -f '{{.Dir}}/...')\n"}
 	if diff := cmp.Diff(want, blocks); diff != "" {
 		t.Errorf("set-up command blocks (-want +got):\n%s", diff)
 	}
