@@ -155,4 +155,14 @@
 // Anything else, a returned message whose queue went away since an
 // earlier declaration included, counts toward MaxAttempts: an unknown
 // failure that repeats is treated as the message's.
+//
+// # Broker URL
+//
+// Importing the package registers amqp:// and amqps:// with package adapters/broker,
+// so that broker.Open (and the outbox command's relay) opens them; the
+// parameters are documented on openAMQP (go doc -u).
+//
+// The package is a module of its own (go get
+// github.com/gooutbox/outbox/adapters/amqp), so that a program that does
+// not use it does not require its client.
 package amqp

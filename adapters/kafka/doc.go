@@ -89,4 +89,10 @@
 // Package [github.com/gooutbox/outbox/adapters/kafka/kafkatest] starts an
 // in-process Kafka-protocol cluster (franz-go's kfake), or returns the brokers
 // named by OUTBOX_TEST_KAFKA_BROKERS.
+//
+// # Broker URL
+//
+// Importing the package registers kafka:// with package adapters/broker,
+// so that broker.Open (and the outbox command's relay) opens them; the
+// parameters are documented on openKafka (go doc -u).
 package kafka

@@ -46,4 +46,10 @@
 // the process exits, and bounded only by [Config.MaxMessagesPerTopic].
 // Publisher and subscriber are one value: subscribe on the same [PubSub] you
 // publish to.
+//
+// # Broker URL
+//
+// Importing the package registers memory:// with package adapters/broker,
+// so that broker.Open (and the outbox command's relay) opens them; the
+// parameters are documented on openMemory (go doc -u).
 package memory

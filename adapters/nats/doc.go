@@ -96,4 +96,14 @@
 // a leader), a PubAck that timed out, a JetStream 503 API error, and
 // network errors. Anything else counts toward MaxAttempts: an unknown
 // failure that repeats is treated as the message's.
+//
+// # Broker URL
+//
+// Importing the package registers nats:// with package adapters/broker,
+// so that broker.Open (and the outbox command's relay) opens them; the
+// parameters are documented on openNATS (go doc -u).
+//
+// The package is a module of its own (go get
+// github.com/gooutbox/outbox/adapters/nats), so that a program that does
+// not use it does not require its client.
 package nats

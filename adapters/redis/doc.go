@@ -67,4 +67,14 @@
 // MASTERDOWN, READONLY (a former primary after a failover). Anything else
 // counts toward MaxAttempts: an unknown failure that repeats is treated as
 // the message's.
+//
+// # Broker URL
+//
+// Importing the package registers redis:// with package adapters/broker,
+// so that broker.Open (and the outbox command's relay) opens them; the
+// parameters are documented on openRedis (go doc -u).
+//
+// The package is a module of its own (go get
+// github.com/gooutbox/outbox/adapters/redis), so that a program that does
+// not use it does not require its client.
 package redis

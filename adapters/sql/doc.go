@@ -91,4 +91,14 @@
 // cannot connect now), 40001 and 40P01 (serialization failure, deadlock).
 // Anything else counts toward MaxAttempts; MySQL errors are not classed
 // (they count).
+//
+// # Broker URL
+//
+// Importing the package registers postgres:// and postgresql:// with package adapters/broker,
+// so that broker.Open (and the outbox command's relay) opens them; the
+// parameters are documented on openPostgres (go doc -u).
+//
+// The package is a module of its own (go get
+// github.com/gooutbox/outbox/adapters/sql), so that a program that does
+// not use it does not require its client.
 package sql

@@ -119,4 +119,14 @@
 // retries (throttling, a 5xx, a connection reset or timeout), and network
 // errors. Anything else counts toward MaxAttempts: an unknown failure that
 // repeats is treated as the message's.
+//
+// # Broker URL
+//
+// Importing the package registers sqs:// and sns:// with package adapters/broker,
+// so that broker.Open (and the outbox command's relay) opens them; the
+// parameters are documented on openSQS and openSNS (go doc -u).
+//
+// The package is a module of its own (go get
+// github.com/gooutbox/outbox/adapters/sqs), so that a program that does
+// not use it does not require its client.
 package sqs
