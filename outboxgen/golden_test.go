@@ -191,7 +191,8 @@ func writeCase(t *testing.T, caseDir string, got map[string]string) {
 }
 
 // TestGoldenCompiles builds, vets and tests the golden packages in the
-// testdata module (replace github.com/gooutbox/outbox => ../..): the
+// testdata module (replace github.com/gooutbox/outbox => ../..), as a user's
+// module outside the repository's go.work (GOWORK=off): the
 // committed generated code compiles against this runtime, is vet-clean, and
 // the round-trip tests next to it decode stored payloads of every version.
 func TestGoldenCompiles(t *testing.T) {
@@ -205,6 +206,7 @@ func TestGoldenCompiles(t *testing.T) {
 	for _, args := range [][]string{{"vet", "./..."}, {"test", "-count=1", "./..."}} {
 		cmd := exec.Command(goBin, args...)
 		cmd.Dir = "testdata"
+		cmd.Env = append(os.Environ(), "GOWORK=off")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Errorf("go %s in testdata: %v\n%s", strings.Join(args, " "), err, out)
