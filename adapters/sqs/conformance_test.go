@@ -16,9 +16,11 @@ import (
 // through the URLs a user passes to the relay command.
 func TestConformance(t *testing.T) {
 	t.Run("sqs", func(t *testing.T) {
+		t.Parallel()
 		adaptertest.Run(t, adaptertest.Config{BrokerURL: sqstest.BrokerURL(t, "sqs")})
 	})
 	t.Run("sns", func(t *testing.T) {
+		t.Parallel()
 		// SNS delivers a message only to the queues subscribed when it is
 		// published: a group's queue is set up (as an operator or the
 		// group's first deployment would) before anything is written.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -62,7 +63,10 @@ func ExampleSNSPublisher() {
 
 	var chans []<-chan *message.Message
 	for _, group := range []string{"billing", "shipping"} {
-		sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client, ConsumerGroup: group, CreateQueue: true})
+		// WaitTime: Close waits for a receive in flight, up to the long
+		// poll (20s by default), so that SQS does not hide what it hands
+		// out to nobody.
+		sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{AWS: client, ConsumerGroup: group, CreateQueue: true, WaitTime: time.Second})
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -229,7 +229,11 @@ func tablesOf(table string) storeTables {
 // (tx), and of [Store.Release] (q, a pool or a transaction).
 type leaseOps interface {
 	// register marks owner alive until now + ttl.
-	register(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration) error
+	// register records owner alive until now+ttl, and whether it holds its
+	// session lock (see sessionLocker), which lets the other relays take
+	// its shards over once they find the lock free, without having seen it
+	// held.
+	register(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration, locked bool) error
 	// alive counts the relays alive.
 	alive(ctx context.Context, tx *sql.Tx, now time.Time) (int, error)
 	// othersAlive counts the relays alive other than owner.
@@ -352,14 +356,21 @@ func updateFencedIn(ctx context.Context, db Execer, t storeTables, owner, set st
 // (now..., owner), free (now...), forget (now...).
 type returningLeases struct {
 	registerQ, aliveQ, othersQ, renewQ, releaseQ, acquireQ, holdersQ, freeQ, forgetQ, unregisterQ string
+	// lockColumn: registerQ takes a third parameter, the session_lock
+	// column of the relays table (dialects with a session lock).
+	lockColumn bool
 	// clock returns the now and now-plus-ttl arguments: none and the ttl
 	// in microseconds on a database that uses its own clock.
 	clock func(now time.Time, ttl time.Duration) (nowArgs, untilArgs []any)
 }
 
-func (l returningLeases) register(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration) error {
+func (l returningLeases) register(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration, locked bool) error {
 	_, until := l.clock(now, ttl)
-	_, err := tx.ExecContext(ctx, l.registerQ, append(until, owner)...)
+	args := append(until, owner)
+	if l.lockColumn {
+		args = append(args, locked)
+	}
+	_, err := tx.ExecContext(ctx, l.registerQ, args...)
 	return err
 }
 

@@ -92,9 +92,20 @@ func (mysqlDialect) ddl(table string) []string {
 )` + opts,
 		seedLeases(table, "ON DUPLICATE KEY UPDATE shard = shard"),
 		`CREATE TABLE IF NOT EXISTS ` + relaysTable(table) + ` (
-	owner      VARCHAR(255) NOT NULL PRIMARY KEY,
-	expires_at DATETIME(6)  NOT NULL
+	owner        VARCHAR(255) NOT NULL PRIMARY KEY,
+	expires_at   DATETIME(6)  NOT NULL,
+	session_lock BOOLEAN      NOT NULL DEFAULT FALSE
 )` + opts,
+		// Tables of earlier versions: session_lock says that the relay
+		// holds its session lock (see sessionLocker). MySQL has no ADD
+		// COLUMN IF NOT EXISTS: the statement is prepared from
+		// information_schema.
+		`SET @outbox_ddl = (SELECT IF(COUNT(*) = 0, 'ALTER TABLE ` + relaysTable(table) + ` ADD COLUMN session_lock BOOLEAN NOT NULL DEFAULT FALSE', 'DO 0')
+	FROM information_schema.columns WHERE table_schema = ` + mysqlSchemaOf(table) + `
+	AND table_name = '` + baseName(relaysTable(table)) + `' AND column_name = 'session_lock')`,
+		`PREPARE outbox_ddl FROM @outbox_ddl`,
+		`EXECUTE outbox_ddl`,
+		`DEALLOCATE PREPARE outbox_ddl`,
 		`CREATE TABLE IF NOT EXISTS ` + locksTable(table) + ` (
 	slot INT NOT NULL PRIMARY KEY
 )` + opts,
@@ -102,6 +113,15 @@ func (mysqlDialect) ddl(table string) []string {
 }
 
 func (mysqlDialect) migrateLock(string) string { return "" }
+
+// mysqlSchemaOf returns, as an SQL expression, the database of table: its
+// qualifier, or the connection's database.
+func mysqlSchemaOf(table string) string {
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		return "'" + table[:i] + "'"
+	}
+	return "DATABASE()"
+}
 
 // write inserts rows; see mysqlDialect for how. Outside a transaction (q
 // has no Commit method) it begins one on q's pool, so that the
@@ -253,9 +273,9 @@ type mysqlLeases struct{ t storeTables }
 
 const mysqlUntil = "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)"
 
-func (l mysqlLeases) register(ctx context.Context, tx *sql.Tx, owner string, _ time.Time, ttl time.Duration) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO `+l.t.relays+` (owner, expires_at) VALUES (?, `+mysqlUntil+`)
-		ON DUPLICATE KEY UPDATE expires_at = `+mysqlUntil, owner, ttl.Microseconds(), ttl.Microseconds())
+func (l mysqlLeases) register(ctx context.Context, tx *sql.Tx, owner string, _ time.Time, ttl time.Duration, locked bool) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO `+l.t.relays+` (owner, expires_at, session_lock) VALUES (?, `+mysqlUntil+`, ?)
+		ON DUPLICATE KEY UPDATE expires_at = `+mysqlUntil+`, session_lock = VALUES(session_lock)`, owner, ttl.Microseconds(), locked, ttl.Microseconds())
 	return err
 }
 
@@ -510,8 +530,9 @@ func (mysqlDialect) endSession(ctx context.Context, q Querier, t storeTables, ow
 }
 
 // lockStates asks IS_USED_LOCK, which takes no lock.
-func (mysqlDialect) lockStates(ctx context.Context, q Querier, t storeTables, owner string) (map[string]bool, error) {
-	rows, err := q.QueryContext(ctx, `SELECT u.owner, IS_USED_LOCK(`+mysqlLockName(t, "u.owner")+`) IS NOT NULL FROM (
+func (mysqlDialect) lockStates(ctx context.Context, q Querier, t storeTables, owner string) (map[string]lockState, error) {
+	rows, err := q.QueryContext(ctx, `SELECT u.owner, IS_USED_LOCK(`+mysqlLockName(t, "u.owner")+`) IS NOT NULL,
+			COALESCE((SELECT r.session_lock FROM `+t.relays+` r WHERE r.owner = u.owner), FALSE) FROM (
 			SELECT owner FROM `+t.relays+` WHERE expires_at > UTC_TIMESTAMP(6) AND owner <> ?
 			UNION SELECT owner FROM `+t.leases+` WHERE owner IS NOT NULL AND owner <> ? AND expires_at > UTC_TIMESTAMP(6)) u`, owner, owner)
 	return scanLockStates(rows, err)

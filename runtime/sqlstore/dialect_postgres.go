@@ -56,9 +56,13 @@ func (postgresDialect) ddl(table string) []string {
 )`,
 		seedLeases(table, "ON CONFLICT DO NOTHING"),
 		`CREATE TABLE IF NOT EXISTS ` + relaysTable(table) + ` (
-	owner      TEXT PRIMARY KEY,
-	expires_at TIMESTAMPTZ NOT NULL
+	owner        TEXT PRIMARY KEY,
+	expires_at   TIMESTAMPTZ NOT NULL,
+	session_lock BOOLEAN NOT NULL DEFAULT FALSE
 )`,
+		// Tables of earlier versions: session_lock says that the relay
+		// holds its session lock (see sessionLocker).
+		`ALTER TABLE ` + relaysTable(table) + ` ADD COLUMN IF NOT EXISTS session_lock BOOLEAN NOT NULL DEFAULT FALSE`,
 		// The wake-up register (Store.RequestWake): a sequence whose value
 		// is the time, in Unix milliseconds on the database's clock, until
 		// which some relay waits for a notification. setval is not
@@ -239,8 +243,9 @@ func (postgresDialect) guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.
 func (postgresDialect) leases(t storeTables) leaseOps {
 	until := "now() + $1 * interval '1 microsecond'"
 	return returningLeases{
-		registerQ: `INSERT INTO ` + t.relays + ` (owner, expires_at) VALUES ($2, ` + until + `)
-			ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at`,
+		registerQ: `INSERT INTO ` + t.relays + ` (owner, expires_at, session_lock) VALUES ($2, ` + until + `, $3)
+			ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at, session_lock = EXCLUDED.session_lock`,
+		lockColumn: true,
 		aliveQ:   `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now()`,
 		othersQ:  `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now() AND owner <> $1`,
 		renewQ:   `UPDATE ` + t.leases + ` SET expires_at = ` + until + ` WHERE owner = $2 RETURNING shard`,
@@ -452,11 +457,12 @@ func (postgresDialect) endSession(ctx context.Context, q Querier, t storeTables,
 // lockStates reads the advisory locks in pg_locks (a bigint key shows as
 // classid, its high half, objid, its low half, and objsubid 1), which
 // takes no lock.
-func (postgresDialect) lockStates(ctx context.Context, q Querier, t storeTables, owner string) (map[string]bool, error) {
+func (postgresDialect) lockStates(ctx context.Context, q Querier, t storeTables, owner string) (map[string]lockState, error) {
 	rows, err := q.QueryContext(ctx, `SELECT u.owner, EXISTS (SELECT 1 FROM pg_locks l
 			WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-			AND l.classid = ((u.k >> 32) & 4294967295)::oid AND l.objid = (u.k & 4294967295)::oid)
+			AND l.classid = ((u.k >> 32) & 4294967295)::oid AND l.objid = (u.k & 4294967295)::oid),
+			COALESCE((SELECT r.session_lock FROM `+t.relays+` r WHERE r.owner = u.owner), FALSE)
 		FROM (SELECT o.owner, `+postgresLockKey(t, "o.owner")+` AS k FROM (
 			SELECT owner FROM `+t.relays+` WHERE expires_at > now() AND owner <> $1
 			UNION SELECT owner FROM `+t.leases+` WHERE owner IS NOT NULL AND owner <> $1 AND expires_at > now()) o) u`, owner)

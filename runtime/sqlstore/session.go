@@ -25,13 +25,17 @@ import (
 //
 // Each store looks at the locks of the other owners registered alive or
 // holding leases (a standby at each look, every 250 ms; every relay in its
-// renewals). An owner whose lock it has seen held, and then finds free
-// twice, lockGrace apart, is dead to it: in its lease transaction it gives
-// that owner's shards back and unregisters it, and takes its share as from
-// a relay that released its leases. An owner whose lock it never saw held
-// (a relay of an earlier version, which takes none) is taken over only
-// when its leases expire, as is a relay that is paused or cut off from the
-// database: its session, and its lock, live on.
+// renewals). An owner whose lock it has seen held, or that registered as
+// holding one (the relays table's session_lock, set at each registration
+// of an owner that holds its lock: so a relay started after another died,
+// a restart, knows it), and whose lock it then finds free twice, lockGrace
+// apart, is dead to it: in its lease transaction it gives that owner's
+// shards back and unregisters it, and takes its share as from a relay that
+// released its leases. An owner that holds no lock (a relay of an earlier
+// version, LeaseExpiryOnly, a pool too small) registers session_lock
+// false and is taken over only when its leases expire, as is a relay that
+// is paused or cut off from the database: its session, and its lock, live
+// on.
 //
 // The owner checks its lock's connection every lockCheckEvery, with a
 // deadline of lockPingTimeout: when a check fails (the server ended the
@@ -67,8 +71,18 @@ type sessionLocker interface {
 	endSession(ctx context.Context, q Querier, t storeTables, owner string, id int64) error
 	// lockStates reports, for each owner other than owner registered
 	// alive or holding an unexpired lease, whether some session holds its
-	// lock. It takes no lock.
-	lockStates(ctx context.Context, q Querier, t storeTables, owner string) (map[string]bool, error)
+	// lock, and whether it registered as holding one. It takes no lock.
+	lockStates(ctx context.Context, q Querier, t storeTables, owner string) (map[string]lockState, error)
+}
+
+// lockState is what lockStates reports of an owner.
+type lockState struct {
+	// held: some session holds the owner's lock.
+	held bool
+	// registered: the owner registered as holding its lock (the relays
+	// table's session_lock), so that a relay that never saw the lock held
+	// (it started after the owner died) may take it over too.
+	registered bool
 }
 
 // ownerLock is an owner's session lock: the connection that holds it, and
@@ -265,12 +279,18 @@ func (s *Store) lookAtLocks(ctx context.Context, q Querier, owner string, now ti
 	}
 	s.locksMu.Lock()
 	defer s.locksMu.Unlock()
-	for o, held := range states {
+	for o, st := range states {
 		switch {
-		case held:
+		case st.held:
 			s.seenLocked[o] = time.Time{}
 		default:
 			since, seen := s.seenLocked[o]
+			if !seen && st.registered {
+				// Registered as holding its lock, which is free: it
+				// died before this store looked (a relay restarted after
+				// a crash). As if seen held.
+				since, seen = time.Time{}, true
+			}
 			if !seen {
 				continue // never seen held: lease expiry only
 			}
@@ -320,20 +340,21 @@ func (s *Store) LeaseLost(owner string) (reason string, late time.Duration, ok b
 	return l.reason, l.late, true
 }
 
-// scanLockStates reads rows of an owner and whether its lock is held.
-func scanLockStates(rows *sql.Rows, err error) (map[string]bool, error) {
+// scanLockStates reads rows of an owner, whether its lock is held and
+// whether it registered as holding it.
+func scanLockStates(rows *sql.Rows, err error) (map[string]lockState, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]bool{}
+	out := map[string]lockState{}
 	for rows.Next() {
 		var owner string
-		var held bool
-		if err := rows.Scan(&owner, &held); err != nil {
+		var st lockState
+		if err := rows.Scan(&owner, &st.held, &st.registered); err != nil {
 			return nil, err
 		}
-		out[owner] = held
+		out[owner] = st
 	}
 	return out, rows.Err()
 }

@@ -112,6 +112,51 @@ func TestDeadRelayIsTakenOverInASecond(t *testing.T) {
 				t.Errorf("dead relay taken over after %v; want about 1s plus a poll (at most 3s here)", took)
 			}
 		})
+		t.Run(string(d)+"/restart", func(t *testing.T) {
+			// The only relay dies; its replacement starts afterwards (a
+			// restart), so it never saw the lock held: the relays table
+			// says the dead one held it.
+			t.Parallel()
+			direct, proxied, p := viaProxy(t, d)
+			ctx := context.Background()
+			dead := mustStore(t, proxied, sqlstore.StoreConfig{}) // LeaseTTL 15s
+			if _, err := dead.Claim(ctx, relay.ClaimRequest{Owner: "dead", Limit: 10}); err != nil {
+				t.Fatal(err)
+			}
+			writeEvents(t, direct, d, "1", "2", "3")
+			died := time.Now()
+			p.Refuse()
+			restarted := mustStore(t, direct, sqlstore.StoreConfig{})
+			t.Cleanup(func() { restarted.Close() })
+			took := claimUntil(t, restarted, "restarted", 10*time.Second).Sub(died)
+			t.Logf("%s: dead relay's shards taken by a relay started after it died, %v after (LeaseTTL 15s)", d, took.Round(time.Millisecond))
+			if took > 3*time.Second {
+				t.Errorf("restarted relay claimed %v after the dead one died; want about 1s plus a poll (at most 3s here)", took)
+			}
+		})
+		t.Run(string(d)+"/lockless", func(t *testing.T) {
+			// A relay that holds no lock (LeaseExpiryOnly, an earlier
+			// version) and stopped renewing is taken over only when its
+			// lease expires, by a relay that never saw it: its lock being
+			// free says nothing.
+			t.Parallel()
+			db := migrated(t, d)
+			ctx := context.Background()
+			const ttl = 3 * time.Second
+			lockless := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl, LeaseExpiryOnly: true})
+			t.Cleanup(func() { lockless.Close() })
+			renewed := time.Now()
+			if _, err := lockless.Claim(ctx, relay.ClaimRequest{Owner: "lockless", Limit: 10}); err != nil {
+				t.Fatal(err)
+			}
+			writeEvents(t, db, d, "1", "2", "3")
+			other := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: ttl})
+			t.Cleanup(func() { other.Close() })
+			took := claimUntil(t, other, "other", 5*ttl).Sub(renewed)
+			if took < ttl-100*time.Millisecond {
+				t.Errorf("a relay without a lock taken over %v after its last renewal, before its lease (%v) expired", took, ttl)
+			}
+		})
 		t.Run(string(d)+"/paused", func(t *testing.T) {
 			t.Parallel()
 			db := migrated(t, d)
@@ -380,6 +425,31 @@ func TestSmallPoolTakesNoSessionLock(t *testing.T) {
 			if inUse := db.Stats().InUse; inUse != 0 {
 				t.Errorf("%d connections held between batches, want 0 (no session lock)", inUse)
 			}
+		})
+	}
+}
+
+// TestMigrateAddsTheSessionLockColumn: a relays table of an earlier
+// version, without session_lock, gets it from MigrateOutbox (run twice:
+// idempotent), and a relay then registers and claims.
+func TestMigrateAddsTheSessionLockColumn(t *testing.T) {
+	for _, d := range lockDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			db := migrated(t, d)
+			ctx := context.Background()
+			if _, err := db.ExecContext(ctx, `ALTER TABLE outbox_messages_relays DROP COLUMN session_lock`); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 2; i++ {
+				if err := sqlstore.MigrateOutbox(ctx, db, d, ""); err != nil {
+					t.Fatalf("MigrateOutbox %d over an earlier relays table: %v", i+1, err)
+				}
+			}
+			s := mustStore(t, db, sqlstore.StoreConfig{})
+			t.Cleanup(func() { s.Close() })
+			writeEvents(t, db, d, "1")
+			claimUntil(t, s, "r", 10*time.Second)
 		})
 	}
 }

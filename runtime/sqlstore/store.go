@@ -734,7 +734,8 @@ func (s *Store) RequestWake(ctx context.Context, owner string) error {
 // the background, no other renewal of the owner runs.
 func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[Shards]bool) (err error) {
 	// The session lock comes first: others take an owner for dead only
-	// once they have seen its lock held.
+	// once they have seen its lock held, or found it registered as holding
+	// it (session_lock), and then found the lock free.
 	lock, err := s.lockOwner(ctx, owner, o)
 	if err != nil {
 		return err
@@ -792,7 +793,7 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 			return fmt.Errorf("sqlstore: lease: take over relay %q, whose session ended: %w", d, err)
 		}
 	}
-	if err = l.register(ctx, tx, owner, start, ttl); err != nil {
+	if err = l.register(ctx, tx, owner, start, ttl, lock != nil); err != nil {
 		return fmt.Errorf("sqlstore: lease: register relay: %w", err)
 	}
 	alive, err := l.alive(ctx, tx, start)
