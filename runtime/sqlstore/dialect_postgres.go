@@ -246,10 +246,10 @@ func (postgresDialect) leases(t storeTables) leaseOps {
 		registerQ: `INSERT INTO ` + t.relays + ` (owner, expires_at, session_lock) VALUES ($2, ` + until + `, $3)
 			ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at, session_lock = EXCLUDED.session_lock`,
 		lockColumn: true,
-		aliveQ:   `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now()`,
-		othersQ:  `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now() AND owner <> $1`,
-		renewQ:   `UPDATE ` + t.leases + ` SET expires_at = ` + until + ` WHERE owner = $2 RETURNING shard`,
-		releaseQ: `UPDATE ` + t.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = $1`,
+		aliveQ:     `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now()`,
+		othersQ:    `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now() AND owner <> $1`,
+		renewQ:     `UPDATE ` + t.leases + ` SET expires_at = ` + until + ` WHERE owner = $2 RETURNING shard`,
+		releaseQ:   `UPDATE ` + t.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = $1`,
 		acquireQ: `UPDATE ` + t.leases + ` SET owner = $2, expires_at = ` + until + `
 			WHERE shard IN (SELECT shard FROM ` + t.leases + ` WHERE owner IS NULL OR expires_at <= now()
 				ORDER BY shard LIMIT $3 FOR UPDATE SKIP LOCKED)
