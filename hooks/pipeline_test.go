@@ -35,6 +35,7 @@ import (
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
@@ -528,9 +529,9 @@ func TestEndToEndOrderAndNoGhosts(t *testing.T) {
 }
 
 func testEndToEndOrderAndNoGhosts(t *testing.T, dialect string) {
-	events, aggregates := 10_000, 100
-	if testing.Short() {
-		events = 1_000
+	events, aggregates := 2_000, 100
+	if runtimetest.Long() {
+		events = 10_000
 	}
 	p := newPipeline(t, dialect, 8)
 	accts := make([]Account, aggregates)

@@ -28,6 +28,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
@@ -190,9 +191,9 @@ func resetToEarliest(t *testing.T, client *kafkago.Client, topic string, partiti
 // twice, with the group's offsets reset to the start once (a full replay).
 // Every event is applied exactly once, in order per aggregate.
 func TestEndToEndExactlyOnce(t *testing.T) {
-	events, aggregates, partitions := 10_000, 100, 8
-	if testing.Short() {
-		events = 1_000
+	events, aggregates, partitions := 2_000, 100, 8
+	if runtimetest.Long() {
+		events = 10_000
 	}
 	dsn := hookstest.PostgresDSN(t)
 	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})

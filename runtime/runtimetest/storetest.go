@@ -94,11 +94,16 @@ type Retainer interface {
 // age follow the messages' state) and [Retainer] (retention deletes only
 // published messages older than the cutoff). A subtest whose interface the
 // store lacks is skipped.
+//
+// The cases run in parallel (t.Parallel), each with the store newStore
+// returns for it: newStore must return stores that share nothing (a fresh
+// database or schema each).
 func TestStore(t *testing.T, newStore NewStoreFunc) {
 	ctx := context.Background()
 	ttl := StoreTimings.LeaseTTL
 
 	t.Run("Empty", func(t *testing.T) {
+		t.Parallel()
 		store, _ := newStore(t)
 		b, err := store.Claim(ctx, req("a", 10))
 		if len(b.Messages) != 0 || err != nil {
@@ -107,6 +112,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("OrderAndLimit", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		msgs := testMessages(5, "a", "b")
 		ids := add(msgs...)
@@ -127,6 +133,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("MaxBytes", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		msgs := testMessages(4, "a")
 		msgs[0].Payload = []byte(`{"pad":"` + strings.Repeat("x", 100) + `"}`)
@@ -147,6 +154,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("PartialFailureDelaysOnlyThatAggregate", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		msgs := testMessages(4, "a")
 		msgs[1].AggregateID = msgs[0].AggregateID // 0 and 1: one aggregate
@@ -171,6 +179,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("NothingPublishedCountsNoAttempt", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		ids := add(testMessages(2, "a")...)
 		b := claim(t, store, req("a", 10))
@@ -188,6 +197,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("TransientFailureCountsNoAttempt", func(t *testing.T) {
+		t.Parallel()
 		// A failure the publisher classed as the broker's (a partition
 		// without a leader) while other messages were published, more
 		// times than MaxAttempts: delayed each time, never parked, no
@@ -236,6 +246,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("RetryDelay", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		ids := add(testMessages(2, "a")...)
 		b := claim(t, store, req("a", 10))
@@ -321,6 +332,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	}
 
 	t.Run("UnparkPublishesInOrder", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		p, ok := store.(Parker)
 		if !ok {
@@ -365,6 +377,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("DiscardLetsAggregateGoOn", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		d, ok := store.(Discarder)
 		if !ok {
@@ -405,6 +418,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("Stats", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		sr, ok := store.(StatsReader)
 		if !ok {
@@ -464,6 +478,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("RetentionDeletesOnlyOldPublished", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		r, ok := store.(Retainer)
 		if !ok {
@@ -527,6 +542,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("ExclusiveBetweenOwners", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		msgs := testMessages(4, "a")
 		msgs[3].AggregateID = msgs[0].AggregateID
@@ -559,6 +575,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("LeaseExpiresAndLateMarkIsIgnored", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		ids := add(testMessages(2, "a")...)
 		stale := claim(t, store, req("x", 10))
@@ -592,6 +609,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("ReleaseHandsOverAtOnce", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		rel, ok := store.(relay.Releaser)
 		if !ok {
@@ -614,6 +632,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("InFlightLeftOut", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		if _, ok := store.(relay.InFlightExcluder); !ok {
 			t.Skip("the store is not a relay.InFlightExcluder")
@@ -665,6 +684,7 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 	})
 
 	t.Run("ConcurrentOwnersPublishOnceInOrder", func(t *testing.T) {
+		t.Parallel()
 		store, add := newStore(t)
 		msgs := testMessages(120, "a", "b", "c")
 		for i := range msgs {

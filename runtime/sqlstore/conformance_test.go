@@ -25,6 +25,7 @@ var (
 func TestStoreConformance(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			runtimetest.TestStore(t, func(t *testing.T) (relay.Store, func(...runtime.OutboxMessage) []int64) {
 				return conformanceStore(t, d, migrated(t, d))
 			})

@@ -20,6 +20,7 @@ import (
 func TestDeletePublishedConformance(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			runtimetest.TestStore(t, func(t *testing.T) (relay.Store, func(...runtime.OutboxMessage) []int64) {
 				db := migrated(t, d)
 				_, add := conformanceStore(t, d, db)
