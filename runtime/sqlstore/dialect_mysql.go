@@ -92,20 +92,15 @@ func (mysqlDialect) ddl(table string) []string {
 )` + opts,
 		seedLeases(table, "ON DUPLICATE KEY UPDATE shard = shard"),
 		`CREATE TABLE IF NOT EXISTS ` + relaysTable(table) + ` (
-	owner        VARCHAR(255) NOT NULL PRIMARY KEY,
-	expires_at   DATETIME(6)  NOT NULL,
-	session_lock BOOLEAN      NOT NULL DEFAULT FALSE
+	owner      VARCHAR(255) NOT NULL PRIMARY KEY,
+	expires_at DATETIME(6)  NOT NULL
 )` + opts,
-		// Tables of earlier versions: session_lock says that the relay
-		// holds its session lock (see sessionLocker). MySQL has no ADD
-		// COLUMN IF NOT EXISTS: the statement is prepared from
-		// information_schema.
-		`SET @outbox_ddl = (SELECT IF(COUNT(*) = 0, 'ALTER TABLE ` + relaysTable(table) + ` ADD COLUMN session_lock BOOLEAN NOT NULL DEFAULT FALSE', 'DO 0')
-	FROM information_schema.columns WHERE table_schema = ` + mysqlSchemaOf(table) + `
-	AND table_name = '` + baseName(relaysTable(table)) + `' AND column_name = 'session_lock')`,
-		`PREPARE outbox_ddl FROM @outbox_ddl`,
-		`EXECUTE outbox_ddl`,
-		`DEALLOCATE PREPARE outbox_ddl`,
+		// session_lock says that the relay holds its session lock (see
+		// sessionLocker). MySQL has no ADD COLUMN IF NOT EXISTS (MariaDB
+		// has), and PREPARE is refused over the prepared-statement
+		// protocol (GORM's PrepareStmt): MigrateOutboxTx ignores the
+		// duplicate-column error of a table that has it already.
+		mysqlAddSessionLock(table),
 		`CREATE TABLE IF NOT EXISTS ` + locksTable(table) + ` (
 	slot INT NOT NULL PRIMARY KEY
 )` + opts,
@@ -114,13 +109,18 @@ func (mysqlDialect) ddl(table string) []string {
 
 func (mysqlDialect) migrateLock(string) string { return "" }
 
-// mysqlSchemaOf returns, as an SQL expression, the database of table: its
-// qualifier, or the connection's database.
-func mysqlSchemaOf(table string) string {
-	if i := strings.LastIndexByte(table, '.'); i >= 0 {
-		return "'" + table[:i] + "'"
-	}
-	return "DATABASE()"
+// mysqlAddSessionLock is the statement that adds the session_lock column
+// to table's relays table; see ignorableDDLError.
+func mysqlAddSessionLock(table string) string {
+	return `ALTER TABLE ` + relaysTable(table) + ` ADD COLUMN session_lock BOOLEAN NOT NULL DEFAULT FALSE`
+}
+
+// ignorableDDLError reports whether err, from statement stmt of the DDL,
+// says that stmt has been applied already: MySQL's ER_DUP_FIELDNAME for
+// the ADD COLUMN of an earlier migration.
+func ignorableDDLError(stmt string, err error) bool {
+	n, ok := mysqlErrorNumber(err)
+	return ok && n == 1060 && strings.Contains(stmt, " ADD COLUMN ")
 }
 
 // write inserts rows; see mysqlDialect for how. Outside a transaction (q

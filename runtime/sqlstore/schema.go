@@ -130,8 +130,11 @@ func seedLeases(table, conflict string) string {
 // indexes, the two small tables relays share it through (leases per shard,
 // relays alive) and, for PostgreSQL, the wake-up register (for MySQL, the
 // commit-order lock table), for users who run their own migrations. The
-// statements are idempotent, and bring a table created by an earlier
-// version up to date. An empty table means [DefaultTable]. It returns an
+// statements bring a table created by an earlier version up to date, and
+// are idempotent but for one on MySQL/MariaDB: the ALTER TABLE ... ADD
+// COLUMN session_lock of the relays table fails with error 1060 (duplicate
+// column) once applied, which [MigrateOutbox] ignores; a migration tool
+// runs it once. An empty table means [DefaultTable]. It returns an
 // error wrapping [ErrInvalidTable] or [ErrUnsupportedDialect].
 func OutboxDDL(d Dialect, table string) ([]string, error) {
 	if table == "" {
@@ -185,7 +188,7 @@ func MigrateOutboxTx(ctx context.Context, tx Execer, d Dialect, table string) er
 		stmts = append([]string{l}, stmts...)
 	}
 	for _, s := range stmts {
-		if _, err := tx.ExecContext(ctx, s); err != nil {
+		if _, err := tx.ExecContext(ctx, s); err != nil && !ignorableDDLError(s, err) {
 			return fmt.Errorf("sqlstore: migrate outbox table: %w", err)
 		}
 	}
