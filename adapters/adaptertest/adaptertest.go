@@ -74,6 +74,7 @@ import (
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
+	"github.com/gooutbox/outbox/runtime/health"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
@@ -873,5 +874,26 @@ func RoundTrip(t *testing.T, b *broker.Broker, topic string) {
 		case <-ctx.Done():
 			t.Fatalf("received %d of %d messages: %v", i, len(msgs), ctx.Err())
 		}
+	}
+}
+
+// Ping opens brokerURL and checks that its publisher is a
+// [health.BrokerPinger] whose Ping succeeds against the live broker, as
+// outbox relay's /readyz asks it.
+func Ping(t *testing.T, brokerURL string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := broker.Open(ctx, brokerURL, broker.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p, ok := b.Publisher().(health.BrokerPinger)
+	if !ok {
+		t.Fatalf("%T is not a health.BrokerPinger", b.Publisher())
+	}
+	if err := p.Ping(ctx); err != nil {
+		t.Errorf("Ping = %v, want nil", err)
 	}
 }

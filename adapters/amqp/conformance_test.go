@@ -1,16 +1,11 @@
 package amqp_test
 
 import (
-	"context"
-	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/gooutbox/outbox/adapters/adaptertest"
-	"github.com/gooutbox/outbox/adapters/broker"
-	"github.com/gooutbox/outbox/runtime/health"
 )
 
 // TestConformance runs the conformance suite (package adapters/adaptertest)
@@ -28,18 +23,5 @@ func TestConformance(t *testing.T) {
 // health.BrokerPinger whose Ping succeeds against a live broker, so that
 // outbox relay's /readyz can check the broker.
 func TestPublisherPings(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	b, err := broker.Open(ctx, brokerURL(t), broker.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	p, ok := b.Publisher().(health.BrokerPinger)
-	if !ok {
-		t.Fatalf("%T is not a health.BrokerPinger", b.Publisher())
-	}
-	if err := p.Ping(ctx); err != nil {
-		t.Errorf("Ping = %v, want nil", err)
-	}
+	adaptertest.Ping(t, brokerURL(t))
 }
