@@ -12,54 +12,17 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/go-cmp/cmp"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/gooutbox/outbox/adapters/amqp"
-	"github.com/gooutbox/outbox/adapters/amqp/amqptest"
 	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/runtime"
 )
-
-// amqpURL returns the test RabbitMQ's URL (see amqptest.URL).
-func amqpURL(t *testing.T) string { return amqptest.URL(t) }
-
-// amqpTopic returns a unique topic; t's cleanup deletes its queue, its
-// exchange and the queues of groups.
-func amqpTopic(t *testing.T, url string, groups ...string) string {
-	topic := "outbox-broker-test-" + watermill.NewShortUUID()
-	t.Cleanup(func() {
-		conn, err := amqp091.Dial(url)
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		for _, q := range append([]string{topic}, prefixAll(topic+"_", groups)...) {
-			if ch, err := conn.Channel(); err == nil {
-				_, _ = ch.QueueDelete(q, false, false, false)
-				_ = ch.Close()
-			}
-		}
-		if ch, err := conn.Channel(); err == nil {
-			_ = ch.ExchangeDelete(topic, false, false)
-			_ = ch.Close()
-		}
-	})
-	return topic
-}
-
-func prefixAll(prefix string, s []string) []string {
-	out := make([]string, len(s))
-	for i, v := range s {
-		out[i] = prefix + v
-	}
-	return out
-}
 
 // TestOpenAMQP opens RabbitMQ by URL, publishes for two aggregates before any
 // subscriber exists, and reads them back in order through Subscriber("g1"),
 // in both modes.
 func TestOpenAMQP(t *testing.T) {
-	base := amqpURL(t)
+	base := brokerURL(t)
 	for _, tc := range []struct{ name, query string }{
 		{"queue", ""},
 		{"pubsub", "?mode=pubsub&groups=g1"},
@@ -78,7 +41,7 @@ func TestOpenAMQP(t *testing.T) {
 			if !g.Durable || g.Dedup || !g.SharedAcrossProcesses || g.OrderPerAggregate != (tc.name != "quorum") || g.ConsumerGroups != (tc.name == "pubsub") {
 				t.Errorf("Guarantees() = %+v", g)
 			}
-			topic := amqpTopic(t, base, "g1")
+			topic := newTopic(t, base, "g1")
 
 			var msgs []*message.Message
 			want := map[string][]string{}
@@ -146,7 +109,7 @@ func TestOpenAMQPBadParameters(t *testing.T) {
 // that cannot be reached is no error at Open (the publisher dials when it
 // publishes).
 func TestOpenAMQPServerRefusesURL(t *testing.T) {
-	base := amqpURL(t)
+	base := brokerURL(t)
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,28 +17,13 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 )
 
-// natsURL returns the broker URL of the test NATS server
-// (OUTBOX_TEST_NATS_URL, default nats://127.0.0.1:4222), skipping t when it
-// is unreachable (failing it when OUTBOX_TEST_REQUIRE_INTEGRATION=1).
+// natsURL returns the test server's URL (serverURL), skipping t (or
+// failing it, under OUTBOX_TEST_REQUIRE_INTEGRATION=1) when it is
+// unreachable (connect).
 func natsURL(t *testing.T) string {
 	t.Helper()
-	u := os.Getenv("OUTBOX_TEST_NATS_URL")
-	if u == "" {
-		u = "nats://127.0.0.1:4222"
-	}
-	host := strings.TrimPrefix(u, "nats://")
-	if i := strings.LastIndex(host, "@"); i >= 0 {
-		host = host[i+1:]
-	}
-	conn, err := net.DialTimeout("tcp", host, 3*time.Second)
-	if err != nil {
-		if os.Getenv("OUTBOX_TEST_REQUIRE_INTEGRATION") == "1" {
-			t.Fatalf("NATS at %s is required (OUTBOX_TEST_REQUIRE_INTEGRATION=1) but unreachable: %v", u, err)
-		}
-		t.Skipf("NATS at %s unreachable (set OUTBOX_TEST_NATS_URL to use another): %v", u, err)
-	}
-	conn.Close()
-	return u
+	connect(t)
+	return serverURL()
 }
 
 // deleteNATSStreams deletes the streams whose names start with prefix.

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,29 +16,13 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 )
 
-// redisURL returns the URL of the test Redis server (OUTBOX_TEST_REDIS_URL,
-// default redis://127.0.0.1:6379/0), skipping t when it is unreachable
-// (failing it when OUTBOX_TEST_REQUIRE_INTEGRATION=1).
+// redisURL returns the test server's URL (serverURL), skipping t (or
+// failing it, under OUTBOX_TEST_REQUIRE_INTEGRATION=1) when it is
+// unreachable (connect).
 func redisURL(t *testing.T) string {
 	t.Helper()
-	raw := os.Getenv("OUTBOX_TEST_REDIS_URL")
-	if raw == "" {
-		raw = "redis://127.0.0.1:6379/0"
-	}
-	u, err := url.Parse(raw)
-	if err == nil {
-		var conn net.Conn
-		if conn, err = net.DialTimeout("tcp", u.Host, 3*time.Second); err == nil {
-			conn.Close()
-		}
-	}
-	if err != nil {
-		if os.Getenv("OUTBOX_TEST_REQUIRE_INTEGRATION") == "1" {
-			t.Fatalf("Redis at %s is required (OUTBOX_TEST_REQUIRE_INTEGRATION=1) but unreachable: %v", raw, err)
-		}
-		t.Skipf("Redis at %s unreachable (set OUTBOX_TEST_REDIS_URL to use another): %v", raw, err)
-	}
-	return raw
+	connect(t)
+	return serverURL()
 }
 
 func TestOpenRedis(t *testing.T) {
