@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -27,16 +28,20 @@ func init() {
 //
 //	region=NAME  AWS region (default: the default chain's; us-east-1 with a host)
 //	create=1     create missing queues (default 0)
+//	wait=DUR     subscribers' long-polling wait, whole seconds from 1s to 20s
+//	             (SubscriberConfig.WaitTime, default 20s); a subscriber's
+//	             Close waits for a poll in progress, so a short wait makes
+//	             Close quick at the cost of more ReceiveMessage calls
 //
 // SQS has no consumer groups: every Subscriber(group) of one topic shares
 // the topic's queue. Use sns:// for groups.
 func openSQS(_ context.Context, u *url.URL, bcfg broker.Config) (*broker.Broker, error) {
 	logger := bcfg.Logger
-	client, create, err := awsURL(u)
+	o, err := awsURL(u)
 	if err != nil {
 		return nil, err
 	}
-	pub, err := NewPublisher(PublisherConfig{AWS: client, CreateQueue: create, Logger: logger})
+	pub, err := NewPublisher(PublisherConfig{AWS: o.client, CreateQueue: o.create, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +49,7 @@ func openSQS(_ context.Context, u *url.URL, bcfg broker.Config) (*broker.Broker,
 		Guarantees: broker.Guarantees{OrderPerAggregate: true, Dedup: true, Durable: true, SharedAcrossProcesses: true},
 		Publisher:  pub,
 		Subscriber: func(string) (message.Subscriber, error) {
-			return NewSubscriber(SubscriberConfig{AWS: client, CreateQueue: create, Logger: logger})
+			return NewSubscriber(SubscriberConfig{AWS: o.client, CreateQueue: o.create, WaitTime: o.wait, Logger: logger})
 		},
 	}), nil
 }
@@ -59,11 +64,11 @@ func openSQS(_ context.Context, u *url.URL, bcfg broker.Config) (*broker.Broker,
 // drop the messages.
 func openSNS(_ context.Context, u *url.URL, bcfg broker.Config) (*broker.Broker, error) {
 	logger := bcfg.Logger
-	client, create, err := awsURL(u)
+	o, err := awsURL(u)
 	if err != nil {
 		return nil, err
 	}
-	pub, err := NewSNSPublisher(SNSPublisherConfig{AWS: client, Logger: logger})
+	pub, err := NewSNSPublisher(SNSPublisherConfig{AWS: o.client, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -71,44 +76,58 @@ func openSNS(_ context.Context, u *url.URL, bcfg broker.Config) (*broker.Broker,
 		Guarantees: broker.Guarantees{OrderPerAggregate: true, Dedup: true, Durable: true, SharedAcrossProcesses: true, ConsumerGroups: true},
 		Publisher:  pub,
 		Subscriber: func(group string) (message.Subscriber, error) {
-			return NewSubscriber(SubscriberConfig{AWS: client, ConsumerGroup: group, CreateQueue: create, Logger: logger})
+			return NewSubscriber(SubscriberConfig{AWS: o.client, ConsumerGroup: group, CreateQueue: o.create, WaitTime: o.wait, Logger: logger})
 		},
 	}), nil
 }
 
+// urlOptions are what an sqs:// or sns:// URL sets.
+type urlOptions struct {
+	client ClientConfig
+	create bool          // create=1
+	wait   time.Duration // wait=DUR; 0 for the default
+}
+
 // awsURL reads the endpoint, credentials and parameters of sqs:// and
 // sns:// URLs.
-func awsURL(u *url.URL) (ClientConfig, bool, error) {
-	q, err := broker.Query(u, "region", "create")
+func awsURL(u *url.URL) (urlOptions, error) {
+	q, err := broker.Query(u, "region", "create", "wait")
 	if err != nil {
-		return ClientConfig{}, false, err
+		return urlOptions{}, err
 	}
-	create := false
+	var o urlOptions
 	switch c := q.Get("create"); c {
 	case "", "0", "false":
 	case "1", "true":
-		create = true
+		o.create = true
 	default:
-		return ClientConfig{}, false, fmt.Errorf("%w: create=%q (want 0 or 1)", broker.ErrInvalidURL, c)
+		return urlOptions{}, fmt.Errorf("%w: create=%q (want 0 or 1)", broker.ErrInvalidURL, c)
+	}
+	if w := q.Get("wait"); w != "" {
+		d, err := time.ParseDuration(w)
+		if err != nil || d < time.Second || d > 20*time.Second || d%time.Second != 0 {
+			return urlOptions{}, fmt.Errorf("%w: wait=%q (want whole seconds from 1s to 20s, such as 1s)", broker.ErrInvalidURL, w)
+		}
+		o.wait = d
 	}
 	if u.Path != "" && u.Path != "/" {
-		return ClientConfig{}, false, fmt.Errorf("%w: %s:// takes no path (got %q)", broker.ErrInvalidURL, u.Scheme, u.Path)
+		return urlOptions{}, fmt.Errorf("%w: %s:// takes no path (got %q)", broker.ErrInvalidURL, u.Scheme, u.Path)
 	}
-	cfg := ClientConfig{Region: q.Get("region")}
+	o.client = ClientConfig{Region: q.Get("region")}
 	if u.Host != "" {
-		cfg.Endpoint = "http://" + u.Host
+		o.client.Endpoint = "http://" + u.Host
 		key, secret := "test", "test"
 		if u.User != nil {
 			key = u.User.Username()
 			secret, _ = u.User.Password()
 		}
-		region := cfg.Region
+		region := o.client.Region
 		if region == "" {
 			region = "us-east-1"
 		}
-		cfg.AWSConfig = &aws.Config{Region: region, Credentials: credentials.NewStaticCredentialsProvider(key, secret, "")}
+		o.client.AWSConfig = &aws.Config{Region: region, Credentials: credentials.NewStaticCredentialsProvider(key, secret, "")}
 	} else if u.User != nil {
-		return ClientConfig{}, false, fmt.Errorf("%w: %s:// without a host uses the default AWS credential chain; credentials in the URL need a host", broker.ErrInvalidURL, u.Scheme)
+		return urlOptions{}, fmt.Errorf("%w: %s:// without a host uses the default AWS credential chain; credentials in the URL need a host", broker.ErrInvalidURL, u.Scheme)
 	}
-	return cfg, create, nil
+	return o, nil
 }

@@ -82,8 +82,10 @@ func aggs(es []sqlstore.Entry) []string {
 }
 
 func TestAdminEntries(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			f := newAdminFixture(t, d)
 			s := f.store
@@ -142,8 +144,10 @@ func TestAdminEntries(t *testing.T) {
 }
 
 func TestAdminEntry(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			f := newAdminFixture(t, d)
 			s := f.store
@@ -191,8 +195,10 @@ func TestAdminEntry(t *testing.T) {
 }
 
 func TestAdminStatsByType(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			f := newAdminFixture(t, d)
 			got, err := f.store.StatsByType(ctx)
@@ -225,8 +231,10 @@ func TestAdminStatsByType(t *testing.T) {
 }
 
 func TestAdminReplay(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			f := newAdminFixture(t, d)
 			s := f.store
@@ -297,8 +305,10 @@ func TestAdminReplay(t *testing.T) {
 // dashboard views read), and the retention, which deletes by published_at,
 // leaves it alone while it is pending and after it is published again.
 func TestReplayOfOldRows(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			f := newAdminFixture(t, d) // o1, o2 published; o3 parked; o4 retrying; the rest pending
 			old := time.Now().Add(-2 * time.Hour).UTC()

@@ -81,6 +81,7 @@ func (b *brokerOf) Close() error { return nil }
 // only its own aggregate, and the aggregate's later message held back
 // behind it), and the store's Mark learns exactly that.
 func TestStreamedRowsThroughRelay(t *testing.T) {
+	t.Parallel()
 	occurred := time.Date(2026, 11, 30, 12, 0, 0, 0, time.FixedZone("CET", 3600))
 	ids := make([]string, 5)
 	for i := range ids {
@@ -146,6 +147,7 @@ func TestStreamedRowsThroughRelay(t *testing.T) {
 // message, times in UTC, NULL headers none; a malformed row is an error
 // naming it.
 func TestDecodeRow(t *testing.T) {
+	t.Parallel()
 	id := runtime.NewEventID()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.FixedZone("X", -7200))
 	m, err := sqlstore.DecodeRow(sqlstore.RowValues{

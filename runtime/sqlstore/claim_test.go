@@ -24,8 +24,10 @@ import (
 // large ones the claim with a running sum, and the switches between them
 // in both directions are on the way.
 func TestClaimKeepsTheByteCapWhateverThePayloads(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			db := migrated(t, d)
 			st, add := conformanceStore(t, d, db)
 			store := st.(*sqlstore.Store)

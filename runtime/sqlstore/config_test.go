@@ -15,6 +15,7 @@ import (
 // nil *sql.DB, is an error wrapping ErrInvalidConfig that names the field;
 // none panics (NewStore(nil, ...) used to, in DialectOf).
 func TestInvalidConfigIsTyped(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	retention := func(cfg sqlstore.RetentionConfig) error {
 		_, err := sqlstore.NewRetention(nil, cfg)
@@ -48,6 +49,7 @@ func TestInvalidConfigIsTyped(t *testing.T) {
 // TestCanNotify: only PostgreSQL stores can wake a relay; the relay polls
 // the others from the start.
 func TestCanNotify(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[sqlstore.Dialect]bool{sqlstore.Postgres: true, sqlstore.MySQL: false, sqlstore.SQLite: false} {
 		s, err := sqlstore.NewStore(&sql.DB{}, sqlstore.StoreConfig{Dialect: d})
 		if err != nil {

@@ -23,6 +23,7 @@ var (
 // TestStoreConformance runs the relay.Store conformance suite on every
 // dialect, on a database/sql pool opened without GORM.
 func TestStoreConformance(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()

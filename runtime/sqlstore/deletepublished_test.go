@@ -18,6 +18,7 @@ import (
 // order, retries, parking, leases and their fencing) holds as with the
 // UPDATE.
 func TestDeletePublishedConformance(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
@@ -51,8 +52,10 @@ type keepsNothing struct {
 // deletes the published rows and records the failed ones as usual; the
 // table then holds only what is still to be sent.
 func TestDeletePublishedDeletesOnlyPublishedRows(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			db := migrated(t, d)
 			store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{DeletePublished: true})

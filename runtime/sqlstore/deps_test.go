@@ -12,6 +12,7 @@ import (
 // mysqlErrorNumber MySQL's errors, by their type's package path: a
 // PostgreSQL program links no MySQL driver), no broker client and nothing of the packages built on it.
 func TestDependencies(t *testing.T) {
+	t.Parallel()
 	depstest.Check(t, []string{
 		"gorm.io",
 		"github.com/gooutbox/outbox/hooks",

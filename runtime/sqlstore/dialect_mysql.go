@@ -507,6 +507,12 @@ func mysqlLockName(t storeTables, expr string) string {
 	return `CONCAT('outbox:', MD5(CONCAT_WS(CHAR(0), DATABASE(), '` + t.table + `', ` + expr + `)))`
 }
 
+// unlockSession releases the owner's named lock.
+func (mysqlDialect) unlockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) error {
+	_, err := conn.ExecContext(ctx, `DO RELEASE_LOCK(`+mysqlLockName(t, "?")+`)`, owner)
+	return err
+}
+
 // lockSession takes the owner's named lock, without waiting; the session
 // is the connection's id.
 func (mysqlDialect) lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, int64, error) {

@@ -444,6 +444,12 @@ func (postgresDialect) lockSession(ctx context.Context, conn *sql.Conn, t storeT
 	return got, pid, err
 }
 
+// unlockSession releases the owner's session-level advisory lock.
+func (postgresDialect) unlockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) error {
+	_, err := conn.ExecContext(ctx, `SELECT pg_advisory_unlock(`+postgresLockKey(t, "$1::text")+`)`, owner)
+	return err
+}
+
 // endSession terminates backend pid if it holds owner's lock.
 func (postgresDialect) endSession(ctx context.Context, q Querier, t storeTables, owner string, pid int64) error {
 	_, err := q.ExecContext(ctx, `SELECT pg_terminate_backend(l.pid) FROM pg_locks l

@@ -14,6 +14,7 @@ import (
 )
 
 func TestParseDialect(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string]sqlstore.Dialect{
 		"postgres": sqlstore.Postgres, "pgx": sqlstore.Postgres,
 		"mysql":  sqlstore.MySQL,
@@ -35,6 +36,7 @@ func TestParseDialect(t *testing.T) {
 // server), and for GORM's SQLite pool; a driver it does not know is an
 // error, not a guess.
 func TestDialectOf(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		driver, dsn string
 		want        sqlstore.Dialect
@@ -91,6 +93,7 @@ func (fakeDriver) Open(string) (driver.Conn, error) {
 // with their different limits, and every entry point that takes a table
 // name refuses what it refuses.
 func TestCheckTable(t *testing.T) {
+	t.Parallel()
 	ok := []struct {
 		name string
 		max  int

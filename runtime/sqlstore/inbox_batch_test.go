@@ -18,6 +18,7 @@ import (
 // a repeat within the batch, and for another consumer's event only under
 // that consumer; a rolled-back batch leaves no marker.
 func TestInboxMarkBatch(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()

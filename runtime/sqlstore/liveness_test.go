@@ -35,6 +35,7 @@ func mustStore(t *testing.T, db *sql.DB, cfg sqlstore.StoreConfig) *sqlstore.Sto
 // instead of skipping or waiting on the locked rows for as long as the
 // stalled connection lives.
 func TestRelayStalledInLeaseTransactionIsTakenOver(t *testing.T) {
+	t.Parallel()
 	for _, d := range []sqlstore.Dialect{sqlstore.Postgres, sqlstore.MySQL} {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
@@ -122,6 +123,7 @@ func awaitTakeover(t *testing.T, db *sql.DB, d sqlstore.Dialect, ttl, limit time
 // restored before the commit, the session kept the lease rows for
 // wait_timeout, 8 hours by default, and no other relay ever got them.)
 func TestRelayFrozenWithItsLeaseCommitOnTheWayIsTakenOver(t *testing.T) {
+	t.Parallel()
 	dsn := hookstest.MySQLDSN(t)
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
@@ -169,6 +171,7 @@ func TestRelayFrozenWithItsLeaseCommitOnTheWayIsTakenOver(t *testing.T) {
 // they are put back after the commit, on the same connection; the pooled
 // connection keeps the server's values for whatever uses it next.
 func TestLeaseGuardRestoresMySQLSession(t *testing.T) {
+	t.Parallel()
 	db := migrated(t, sqlstore.MySQL)
 	db.SetMaxOpenConns(1) // the store's transactions and the checks share one session
 	var wait, lock int64
@@ -196,6 +199,7 @@ func TestLeaseGuardRestoresMySQLSession(t *testing.T) {
 // renewal rather than read with a lease that may be running out, and fails
 // when its context ends first.
 func TestClaimsDoNotWaitForARenewal(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()

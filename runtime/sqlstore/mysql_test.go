@@ -15,6 +15,7 @@ import (
 // itself and opens the store on a plain *sql.DB of the "mysql" driver,
 // whose dialect the store detects; the statements are idempotent.
 func TestSQLStoreMySQL(t *testing.T) {
+	t.Parallel()
 	db := openSQL(t, sqlstore.MySQL)
 	stmts, err := sqlstore.OutboxDDL(sqlstore.MySQL, "")
 	if err != nil {

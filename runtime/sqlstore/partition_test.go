@@ -90,6 +90,7 @@ func createPartition(t testing.TB, db *sql.DB, from time.Time) string {
 // TestPartitionedStoreConformance runs the relay.Store conformance suite on
 // a partitioned outbox table.
 func TestPartitionedStoreConformance(t *testing.T) {
+	t.Parallel()
 	runtimetest.TestStore(t, func(t *testing.T) (relay.Store, func(...runtime.OutboxMessage) []int64) {
 		return conformanceStore(t, sqlstore.Postgres, partitioned(t))
 	})
@@ -100,6 +101,7 @@ func TestPartitionedStoreConformance(t *testing.T) {
 // leaves a partitioned table as it is; and a plain table is refused, not
 // changed.
 func TestMigratePartitionedOutbox(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := partitioned(t)
 	parts := partitionsOf(t, db)
@@ -142,6 +144,7 @@ func TestMigratePartitionedOutbox(t *testing.T) {
 // and retention, going by the newest partition's width, created no
 // hourly one, so the rest of the day's events went to DEFAULT).
 func TestChangedIntervalLeavesNoGap(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := partitioned(t) // hourly, 2 ahead
 	if err := sqlstore.MigratePartitionedOutbox(ctx, db, "", sqlstore.PartitionConfig{Interval: 24 * time.Hour, Ahead: 2}); err != nil {
@@ -172,6 +175,7 @@ func TestChangedIntervalLeavesNoGap(t *testing.T) {
 // deduplicates; each event lands in its time's partition, and an id of
 // another version in the DEFAULT partition.
 func TestPartitionedWriterDeduplicates(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := partitioned(t)
 	w, err := sqlstore.NewWriter(sqlstore.Postgres, "", sqlstore.WriterConfig{})
@@ -206,6 +210,7 @@ func TestPartitionedWriterDeduplicates(t *testing.T) {
 // the row is published), creates the partitions ahead, and deletes the old
 // published rows of the DEFAULT partition one by one.
 func TestPartitionRetention(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := partitioned(t)
 	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
@@ -318,6 +323,7 @@ func (b *orderBroker) published() int {
 // partitions, and marks every one published (the mark's event id bounds
 // span the batch).
 func TestPartitionedRelayOrder(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := partitioned(t)
@@ -368,6 +374,7 @@ func TestPartitionedRelayOrder(t *testing.T) {
 // at most for the drop's brief lock), every event is published once, and
 // the partition goes (a pass whose lock wait timed out is retried).
 func TestPartitionDropBesideWritersAndRelay(t *testing.T) {
+	t.Parallel()
 	const writers, perWriter = 4, 100
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -443,6 +450,7 @@ func TestPartitionDropBesideWritersAndRelay(t *testing.T) {
 // DDL may have no DEFAULT partition; a pass then only creates and drops
 // partitions.
 func TestPartitionRetentionWithoutDefault(t *testing.T) {
+	t.Parallel()
 	db := partitioned(t)
 	if _, err := db.Exec(`DROP TABLE outbox_messages_default`); err != nil {
 		t.Fatal(err)
@@ -469,6 +477,7 @@ func TestPartitionRetentionWithoutDefault(t *testing.T) {
 // published row stays published, the pending one stays pending, keeps its
 // id and is then published, in order with its aggregate's later event.
 func TestPartitionCreatedOverDefaultRows(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := partitioned(t) // the current hour and two ahead

@@ -23,6 +23,7 @@ var seqScan = regexp.MustCompile(`Seq Scan on ` + sqlstore.DefaultTable + `(\s|$
 // sequential scan of the outbox in such a plan reads the whole table,
 // published history included, at every batch.
 func TestPostgresGenericPlansUseIndexesOnANewTable(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := migrated(t, sqlstore.Postgres)
 	ids := make([]string, 20)
@@ -113,6 +114,7 @@ var pendingScan = regexp.MustCompile(`Index (Only )?Scan using ` + sqlstore.Defa
 // sub-select finding the first large payload, as the claim once had)
 // doubles that cost.
 func TestPostgresClaimScansThePendingIndexOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := migrated(t, sqlstore.Postgres)
 	writeEvents(t, db, sqlstore.Postgres, "a1", "a2", "a3")

@@ -19,8 +19,10 @@ import (
 // whose empty claims say when to claim again (Batch.ClaimAgainIn), takes
 // them at its next renewal.
 func TestJoiningRelayGetsItsShareFromABusyOne(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			// The default lease: renewals every second, so with the
 			// old schedule the busy relay would give nothing back
 			// within the claims below.
@@ -63,8 +65,10 @@ func TestJoiningRelayGetsItsShareFromABusyOne(t *testing.T) {
 // first) it then backs off, doubling, to 250 ms; once it holds its share
 // it renews on the usual schedule.
 func TestShortRelayLooksForItsShareSoonThenLessOften(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			store, claim := oneAtATime(t, d, 200)
 			claim("busy") // takes every shard
 			ms := time.Millisecond
@@ -118,8 +122,10 @@ func oneAtATime(t *testing.T, d sqlstore.Dialect, n int) (*sqlstore.Store, func(
 // relay never publishes its rows again (the regression: 2 of 400 events
 // on the broker twice with 4 relays on MariaDB).
 func TestNoShardGivenBackUnderABatchInFlight(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			db := migrated(t, d)
 			aggs := make([]string, 300)
 			for i := range aggs {
@@ -204,8 +210,10 @@ func TestNoShardGivenBackUnderABatchInFlight(t *testing.T) {
 // with a durable commit) for the next claim, so a relay polling an empty
 // outbox every few milliseconds renewed at every other claim.
 func TestEmptyClaimsDoNotRenew(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			db := migrated(t, d)
 			// Renewals due every second (LeaseTTL/5, at most 1s).
 			store := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: time.Minute})

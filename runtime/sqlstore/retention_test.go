@@ -47,8 +47,10 @@ func count(t *testing.T, db *sql.DB, d sqlstore.Dialect, q string, args ...any) 
 }
 
 func TestRetentionDeletesOnlyOldPublishedAndOldInbox(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			f := newAdminFixture(t, d) // o1, o2 published; o3 parked; o4 retrying; the rest pending
 			db := f.db
@@ -155,9 +157,11 @@ func (p *countingPublisher) published() int {
 // published row at once, in small batches, beside writers and a relay:
 // nothing fails, every event is published, and no pending row is deleted.
 func TestRetentionBesideWritersAndRelay(t *testing.T) {
+	t.Parallel()
 	const writers, perWriter = 4, 150
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			db := migrated(t, d)

@@ -12,8 +12,10 @@ import (
 // exist only if it commits, on the databases whose DDL is transactional;
 // MigrateOutbox and MigrateInbox then find them and change nothing.
 func TestMigrateInCallersTransaction(t *testing.T) {
+	t.Parallel()
 	for _, d := range []sqlstore.Dialect{sqlstore.SQLite, sqlstore.Postgres} {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			db := openSQL(t, d)
 			ctx := context.Background()
 			exists := func() bool {

@@ -65,6 +65,12 @@ type sessionLocker interface {
 	// (false when another session holds it), and returns conn's session
 	// id.
 	lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, int64, error)
+	// unlockSession releases owner's session lock held by conn's
+	// session: closing the connection would release it only once the
+	// server has ended the session, which it does after the client has
+	// gone, so that a relay run again at once in the same process could
+	// find its own lock still held.
+	unlockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) error
 	// endSession ends session id (a session of this store's that held
 	// owner's lock, and that the store lost track of: its connection
 	// turned half-open, say), if it still holds owner's lock.
@@ -224,13 +230,25 @@ func (o *ownerLease) endBatches() {
 }
 
 // unlock stops l's check and ends its session, which releases the lock.
-func unlock(l *ownerLock) {
+func (s *Store) unlock(owner string, o *ownerLease, l *ownerLock) {
 	if l == nil {
 		return
 	}
 	close(l.stop)
 	<-l.done
+	ctx, cancel := context.WithTimeout(context.Background(), connPingTimeout)
+	err := s.dialect.(sessionLocker).unlockSession(ctx, l.conn, s.tables, owner)
+	cancel()
 	discard(l.conn)
+	if err != nil {
+		// The session may hold the lock until the server ends it: the
+		// owner's next lock ends it if it still does.
+		o.mu.Lock()
+		if o.ghost == 0 {
+			o.ghost = l.session
+		}
+		o.mu.Unlock()
+	}
 }
 
 // discard closes conn and keeps the pool from handing its session out

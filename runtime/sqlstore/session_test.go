@@ -1,6 +1,7 @@
 package sqlstore_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -88,6 +89,7 @@ func claimUntil(t *testing.T, s *sqlstore.Store, owner string, limit time.Durati
 // not once its 15 s leases expire. A relay that is merely paused keeps
 // its session: it is taken over only once its lease has expired.
 func TestDeadRelayIsTakenOverInASecond(t *testing.T) {
+	t.Parallel()
 	for _, d := range lockDialects {
 		t.Run(string(d)+"/crash", func(t *testing.T) {
 			t.Parallel()
@@ -189,6 +191,7 @@ func TestDeadRelayIsTakenOverInASecond(t *testing.T) {
 // after which others take it over; LeaseLost says why; and the relay's
 // next claim takes a lock again and goes on.
 func TestEndedSessionFencesTheRelay(t *testing.T) {
+	t.Parallel()
 	for _, d := range lockDialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
@@ -259,6 +262,7 @@ func killLockSession(t *testing.T, db *sql.DB, d sqlstore.Dialect, owner string)
 // replaced (its session, which the server still holds, ended). Before,
 // each idle frozen connection cost another StoreTimeout.
 func TestHalfOpenConnectionsCostOneStoreTimeout(t *testing.T) {
+	t.Parallel()
 	for _, d := range lockDialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
@@ -321,6 +325,7 @@ func TestHalfOpenConnectionsCostOneStoreTimeout(t *testing.T) {
 // the shards over (its renewal's extension of the request failed and rolled
 // the lease transaction back, every time).
 func TestStandbyTakesOverWithoutTheWakeRegister(t *testing.T) {
+	t.Parallel()
 	db := migrated(t, sqlstore.Postgres)
 	ctx := context.Background()
 	active := mustStore(t, db, sqlstore.StoreConfig{})
@@ -354,6 +359,7 @@ func TestStandbyTakesOverWithoutTheWakeRegister(t *testing.T) {
 // claimed reports itself lost (Batch.Lost). A relay that gives shards back
 // (a hand-over) has lost nothing.
 func TestLeaseLostSaysWhy(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
@@ -400,6 +406,7 @@ func TestLeaseLostSaysWhy(t *testing.T) {
 // that connection for good and leave its claims waiting for StoreTimeout:
 // it claims and marks as a store with LeaseExpiryOnly does.
 func TestSmallPoolTakesNoSessionLock(t *testing.T) {
+	t.Parallel()
 	for _, d := range lockDialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
@@ -429,10 +436,61 @@ func TestSmallPoolTakesNoSessionLock(t *testing.T) {
 	}
 }
 
+// TestReleasedOwnerRunsAgainAtOnce: a relay that releases its leases (it
+// stopped) and runs again at once under the same owner, in the same
+// process, takes its session lock again. The release gives the lock back
+// with a statement: closing the connection frees the lock only once the
+// server has ended the session, after the client has gone, which a busy
+// server may take a while to do. The proxy here drops the driver's goodbye
+// (PostgreSQL's Terminate, MySQL's COM_QUIT, at the end of what the
+// driver sends last) and keeps the server's side
+// open, so that the closed session holds on to everything it has not
+// given back, for as long as the test runs.
+func TestReleasedOwnerRunsAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, d := range lockDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			direct, db, p := viaProxy(t, d)
+			goodbye := []byte{'X', 0, 0, 0, 4} // PostgreSQL's Terminate
+			if d == sqlstore.MySQL {
+				goodbye = []byte{1, 0, 0, 0, 1} // COM_QUIT
+			}
+			s := mustStore(t, db, sqlstore.StoreConfig{})
+			t.Cleanup(func() { s.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for i := range 3 {
+				writeEvents(t, direct, d, "1")
+				b, err := s.Claim(ctx, relay.ClaimRequest{Owner: "again", Limit: 10})
+				if err != nil {
+					t.Fatalf("run %d: Claim after the release: %v", i, err)
+				}
+				if len(b.Messages) != 1 {
+					t.Fatalf("run %d: claimed %d messages, want 1", i, len(b.Messages))
+				}
+				if err := s.Mark(ctx, b, relay.Outcome{Published: ids(b)}); err != nil {
+					t.Fatalf("run %d: Mark: %v", i, err)
+				}
+				dropped := p.BlackholeWhen(func(b []byte) bool { return bytes.HasSuffix(b, goodbye) })
+				if err := s.Release(ctx, "again"); err != nil {
+					t.Fatalf("run %d: Release: %v", i, err)
+				}
+				select {
+				case <-dropped:
+				case <-ctx.Done():
+					t.Fatalf("run %d: the release closed no connection: its session lock's must be closed", i)
+				}
+			}
+		})
+	}
+}
+
 // TestMigrateAddsTheSessionLockColumn: a relays table of an earlier
 // version, without session_lock, gets it from MigrateOutbox (run twice:
 // idempotent), and a relay then registers and claims.
 func TestMigrateAddsTheSessionLockColumn(t *testing.T) {
+	t.Parallel()
 	for _, d := range lockDialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()

@@ -57,8 +57,10 @@ func standbyStore(t *testing.T, d sqlstore.Dialect, n int, cfg sqlstore.StoreCon
 // (it stopped cleanly), one standby takes all of them within a few of
 // those looks, and the other keeps standing by.
 func TestStandbyRelaysTakeOverAReleasedLeader(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			db, store, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{MaxActiveRelays: 1})
 			if b := claim("a"); len(b.Messages) != 1 {
 				t.Fatalf("first relay's claim: %d messages, want 1", len(b.Messages))
@@ -117,8 +119,10 @@ func TestStandbyRelaysTakeOverAReleasedLeader(t *testing.T) {
 // dies keeps its leases until they expire; the standby beside it claims
 // nothing before, and takes every shard after.
 func TestStandbyTakesOverADeadLeaderOnlyOnceItsLeasesExpire(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			ttl := 2 * time.Second
 			db, _, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{MaxActiveRelays: 1, LeaseTTL: ttl})
 			start := time.Now()
@@ -154,9 +158,11 @@ func TestStandbyTakesOverADeadLeaderOnlyOnceItsLeasesExpire(t *testing.T) {
 // shared by that many relays: the ones whose names sort first, as all
 // hold as many.
 func TestSplitLeasesEndHeldByMaxActiveRelays(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		for _, active := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%s/%d", d, active), func(t *testing.T) {
+				t.Parallel()
 				db, _, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{MaxActiveRelays: active})
 				owners := []string{"r1", "r2", "r3", "r4"}
 				for i, o := range owners {
@@ -189,8 +195,10 @@ func TestSplitLeasesEndHeldByMaxActiveRelays(t *testing.T) {
 // holding 40 shards and three holding 8, the relay with 40 ends holding all
 // 64 (a name sorting first does not outrank more shards).
 func TestTheRelayHoldingTheMostShardsStaysActive(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			db, _, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{})
 			holdLeases(t, db, d, "r4", 0, 40)
 			for i, o := range []string{"r1", "r2", "r3"} {
@@ -221,8 +229,10 @@ func TestTheRelayHoldingTheMostShardsStaysActive(t *testing.T) {
 // until the old one stops. Shards that stay free for a second or more are
 // ones the relays above leave: it takes and keeps them.
 func TestStandbyTakesTheShardsTheActiveRelaysLeave(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			db, _, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{LeaseTTL: 2 * time.Second})
 			holdLeases(t, db, d, "old", 0, 32) // it never lets them expire here
 			deadline := time.Now().Add(10 * time.Second)
@@ -279,6 +289,7 @@ func leaseTime(d sqlstore.Dialect, after time.Duration) string {
 // as it has nothing to be woken for, and makes the request once it takes
 // the shards over.
 func TestStandbyAsksWritersForNoWakeUp(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db, store, claim := standbyStore(t, sqlstore.Postgres, 0, sqlstore.StoreConfig{MaxActiveRelays: 1})
 	waitingUntil := func() time.Time {
@@ -312,6 +323,7 @@ func TestStandbyAsksWritersForNoWakeUp(t *testing.T) {
 
 // TestMaxActiveRelaysMustNotBeNegative: a negative limit is refused.
 func TestMaxActiveRelaysMustNotBeNegative(t *testing.T) {
+	t.Parallel()
 	if err := (sqlstore.StoreConfig{MaxActiveRelays: -1}).Validate(); err == nil {
 		t.Fatal("Validate accepted MaxActiveRelays -1")
 	}
@@ -323,8 +335,10 @@ func TestMaxActiveRelaysMustNotBeNegative(t *testing.T) {
 // statements, only on the usual schedule (every second with the default
 // lease): three standbys used to renew twelve times a second.
 func TestStandbyLooksOftenAndRenewsOncePerSecond(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			_, store, claim := standbyStore(t, d, 10, sqlstore.StoreConfig{})
 			claim("active")
 			claim("standby")
@@ -355,9 +369,11 @@ func TestStandbyLooksOftenAndRenewsOncePerSecond(t *testing.T) {
 // (it used to run one in line, a durable transaction, for every relay that
 // started beside it).
 func TestStandbysJoiningCostTheActiveRelayNoRenewal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			db, active, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{})
 			claim("active") // its first renewal takes every shard
 			// Three standbys in another process.
@@ -388,6 +404,7 @@ func TestStandbysJoiningCostTheActiveRelayNoRenewal(t *testing.T) {
 // its shards over, it listens, and a writer's notification alone (the
 // relays poll once an hour) wakes it to publish.
 func TestStandbyRelayListensOnlyOnceActive(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dsn := hookstest.PostgresDSN(t)
 	tag := fmt.Sprintf("%d", time.Now().UnixNano())
@@ -474,8 +491,10 @@ func TestStandbyRelayListensOnlyOnceActive(t *testing.T) {
 // gives them back: the standby takes all of them within a few of its
 // looks, and the relay that handed over, claiming again, stands by.
 func TestHandOverNeedsAnotherRelayAlive(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			db, store, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{MaxActiveRelays: 1})
 			if b := claim("a"); len(b.Messages) != 1 {

@@ -1103,7 +1103,7 @@ func (s *Store) Release(ctx context.Context, owner string) error {
 		o.mu.Unlock()
 		// The session lock ends after the leases: others that see it
 		// free find nothing left to take over.
-		defer unlock(lock)
+		defer s.unlock(owner, o, lock)
 		if done != nil {
 			select {
 			case <-done:

@@ -22,6 +22,7 @@ import (
 // notification after a write that must notify tells whether an earlier
 // write notified too. It runs on a plain and on a partitioned outbox table.
 func TestWritersNotifyOnlyWhileARelayWaits(t *testing.T) {
+	t.Parallel()
 	t.Run("plain", func(t *testing.T) { writersNotifyOnlyWhileARelayWaits(t, migrated(t, sqlstore.Postgres)) })
 	t.Run("partitioned", func(t *testing.T) { writersNotifyOnlyWhileARelayWaits(t, partitioned(t)) })
 }
@@ -152,8 +153,10 @@ func ids(b relay.Batch) []int64 {
 // TestRequestWakeIsANoOpWithoutNotify: on SQLite and MySQL, whose writers
 // notify nothing, RequestWake succeeds and changes nothing a claim sees.
 func TestRequestWakeIsANoOpWithoutNotify(t *testing.T) {
+	t.Parallel()
 	for _, d := range []sqlstore.Dialect{sqlstore.SQLite, sqlstore.MySQL} {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			db := migrated(t, d)
 			store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
 			if err != nil {
@@ -176,6 +179,7 @@ func TestRequestWakeIsANoOpWithoutNotify(t *testing.T) {
 // outbox table with its schema from a session whose search_path does not
 // include it still commits, and notifies while a relay waits.
 func TestWritersNotifyWhateverTheirSearchPath(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := migrated(t, sqlstore.Postgres)
 	var schema string
@@ -289,6 +293,7 @@ func listenFor(t *testing.T, db *sql.DB, sender uint32, write func()) bool {
 // that writer's rows. The table has a name of its own, so that no other
 // test's writer notifies on its channel.
 func TestListenWakesTheRelayAfterARequest(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := openSQL(t, sqlstore.Postgres)
@@ -342,6 +347,7 @@ func TestListenWakesTheRelayAfterARequest(t *testing.T) {
 // migrating removes it and its function, so their writers stop paying for
 // it, and writes still succeed.
 func TestMigrateDropsTheNotifyTrigger(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := migrated(t, sqlstore.Postgres)
 	for _, q := range []string{
@@ -370,6 +376,7 @@ func TestMigrateDropsTheNotifyTrigger(t *testing.T) {
 // read the wake-up register never notifies, and its transaction commits
 // (a failed read would abort it); the relay finds its rows by polling.
 func TestWriterWithoutThePrivilegeStillCommits(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := migrated(t, sqlstore.Postgres)
 	var schema string

@@ -17,8 +17,10 @@ import (
 // commit-order lock) and on a *sql.Tx writes each event id once, reports
 // exactly what it inserted, and its rows roll back with the transaction.
 func TestWriterDeduplicatesAndJoinsTransaction(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			db := migrated(t, d)
 			ctx := context.Background()
 			first := writeEvents(t, db, d, "1", "2") // outside a transaction
@@ -75,8 +77,10 @@ func stats(t *testing.T, db *sql.DB) relay.Stats {
 // already has a row fails the write: it is neither skipped silently nor
 // written twice, and the table keeps one row per event id.
 func TestWriterNewAggregateRowsAreInsertedOnce(t *testing.T) {
+	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			db := migrated(t, d)
 			ctx := context.Background()
 			w, err := sqlstore.NewWriter(d, "", sqlstore.WriterConfig{})
@@ -111,9 +115,11 @@ func TestWriterNewAggregateRowsAreInsertedOnce(t *testing.T) {
 // (a new user's trial wrote a 1.1 MB event, which the relay then parked,
 // holding its aggregate back); negative means no limit.
 func TestWriterRefusesAnEventTooLarge(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			db := migrated(t, d)
 			rows := writeRows("a", "b")
 			rows[1].Envelope.Payload = json.RawMessage(`{"event_version":1,"blob":"` + strings.Repeat("x", sqlstore.DefaultMaxEventBytes) + `"}`)
