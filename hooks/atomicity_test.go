@@ -62,6 +62,7 @@ func (e Boom) MarshalJSON() ([]byte, error) {
 // implicit transaction stayed open holding the aggregate's row lock, and the
 // next save of that aggregate blocked until its deadline.
 func TestPanicInEventCodeRollsBack(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		record func(f *Fragile)
@@ -198,6 +199,7 @@ func (h *Hooked) BeforeSave(*gorm.DB) error {
 // plugin decided to begin a transaction before the hook had recorded
 // anything, so the row committed on its own.
 func TestSkipDefaultTransactionHookRecordedEvents(t *testing.T) {
+	t.Parallel()
 	cfg := func() *gorm.Config { return &gorm.Config{SkipDefaultTransaction: true} }
 	eachDB(t, cfg, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		if err := db.AutoMigrate(&Hooked{}); err != nil {

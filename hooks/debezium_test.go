@@ -20,6 +20,7 @@ import (
 // topic), the key (aggregate id), the type, a JSON payload, and headers as
 // a JSON object of strings.
 func TestDebeziumOutboxShape(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		ctx := runtime.WithCorrelationID(context.Background(), "corr-dbz")
 		o := &Order{}

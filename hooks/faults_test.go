@@ -21,6 +21,7 @@ import (
 // broker, nothing else, and each aggregate's first deliveries must be in
 // commit order; duplicates are allowed and reported.
 func TestBrokerFaultsLoseNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("slow: waits out broker timeouts")
 	}

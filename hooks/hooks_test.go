@@ -168,6 +168,7 @@ func openDB(t *testing.T, dialect string, c *gorm.Config) *gorm.DB {
 }
 
 func TestCommitWritesRows(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		ctx := runtime.WithCorrelationID(context.Background(), "corr-1")
 		o := &Order{}
@@ -217,6 +218,7 @@ func TestCommitWritesRows(t *testing.T) {
 }
 
 func TestRollbackWritesNothingAndRetryWritesOnce(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		o := &Order{}
 		o.Place(1)
@@ -256,6 +258,7 @@ func TestRollbackWritesNothingAndRetryWritesOnce(t *testing.T) {
 }
 
 func TestTransactionTwoSavesWriteOnceAndCommitConfirms(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		o := &Order{}
 		o.Place(3)
@@ -304,6 +307,7 @@ func TestTransactionTwoSavesWriteOnceAndCommitConfirms(t *testing.T) {
 }
 
 func TestNestedSavepointRollback(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		outer, inner := &Order{}, &Order{}
 		outer.Place(1)
@@ -337,6 +341,7 @@ func TestNestedSavepointRollback(t *testing.T) {
 }
 
 func TestSavepointRolledBackThenSavedAgainInOuter(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		o := &Order{}
 		o.Place(1)
@@ -366,6 +371,7 @@ func TestSavepointRolledBackThenSavedAgainInOuter(t *testing.T) {
 }
 
 func TestCreateSliceUpdatesDelete(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		orders := make([]Order, 3)
 		for i := range orders {
@@ -410,6 +416,7 @@ func TestCreateSliceUpdatesDelete(t *testing.T) {
 }
 
 func TestUpdateMatchingNothingKeepsEvents(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		o := &Order{ID: 42}
 		o.Pay("card")
@@ -427,6 +434,7 @@ func TestUpdateMatchingNothingKeepsEvents(t *testing.T) {
 }
 
 func TestSkipDefaultTransactionStaysAtomic(t *testing.T) {
+	t.Parallel()
 	cfg := func() *gorm.Config { return &gorm.Config{SkipDefaultTransaction: true} }
 	eachDB(t, cfg, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		o := &Order{}
@@ -460,6 +468,7 @@ func TestSkipDefaultTransactionStaysAtomic(t *testing.T) {
 }
 
 func TestUnmarshalablePayloadFailsSave(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		for _, tc := range []struct {
 			name string
@@ -491,6 +500,7 @@ func TestUnmarshalablePayloadFailsSave(t *testing.T) {
 }
 
 func TestCustomAggregateAndTopic(t *testing.T) {
+	t.Parallel()
 	pcfg := hooks.Config{Topic: func(env runtime.Envelope) string { return "events." + env.AggregateType }}
 	eachDB(t, nil, pcfg, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		c := &Customer{Email: "a@example.com", Name: "A"}
@@ -506,6 +516,7 @@ func TestCustomAggregateAndTopic(t *testing.T) {
 }
 
 func TestOutboxInsertDoesNotRetriggerHooks(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int32
 	eachDB(t, nil, hooks.Config{AfterCommit: func() { calls.Add(1) }}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		var creates int
@@ -531,6 +542,7 @@ func TestOutboxInsertDoesNotRetriggerHooks(t *testing.T) {
 }
 
 func TestRawExecAndSkipHooksWriteNoEvents(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		o := &Order{}
 		o.Place(1)
@@ -559,6 +571,7 @@ func TestRawExecAndSkipHooksWriteNoEvents(t *testing.T) {
 }
 
 func TestEnqueue(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
 		var ids []string
 		err := db.Transaction(func(tx *gorm.DB) error {
@@ -592,6 +605,7 @@ func TestEnqueue(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
+	t.Parallel()
 	for _, table := range []string{"outbox; DROP TABLE x", "a.b.c", "1abc", `"quoted"`} {
 		if _, err := hooks.New(hooks.Config{Table: table}); !errors.Is(err, sqlstore.ErrInvalidTable) {
 			t.Errorf("New(Table %q) = %v, want ErrInvalidTable", table, err)
@@ -609,6 +623,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestPrepareStmtSessions(t *testing.T) {
+	t.Parallel()
 	cfg := func() *gorm.Config { return &gorm.Config{PrepareStmt: true} }
 	eachDB(t, cfg, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		o := &Order{}
@@ -656,6 +671,7 @@ func (e ShopOpened) EventTime() time.Time { return e.OccurredAt }
 func (ShopOpened) Validate() error        { return nil }
 
 func TestAssociationsThatAreAggregates(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		if err := db.AutoMigrate(&Shop{}, &Ticket{}); err != nil {
 			t.Fatal(err)
@@ -696,6 +712,7 @@ func TestAssociationsThatAreAggregates(t *testing.T) {
 // set but not yet in the table runs an UPDATE that matches nothing, then a
 // Create with SkipHooks; the events must be written by that Create.
 func TestSaveNewRecordWithPresetKey(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		c := &Customer{Email: "new@example.com", Name: "New"}
 		c.Record(OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "card"})
@@ -716,6 +733,7 @@ func TestSaveNewRecordWithPresetKey(t *testing.T) {
 }
 
 func TestHeadersHook(t *testing.T) {
+	t.Parallel()
 	pcfg := hooks.Config{Headers: func(_ context.Context, h map[string]string) { h["tenant"] = "t-1" }}
 	eachDB(t, nil, pcfg, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		o := &Order{}
@@ -740,6 +758,7 @@ func TestHeadersHook(t *testing.T) {
 // multi-row insert fall back to rows one by one) and drops both from the
 // recorder once it commits.
 func TestSaveMixesWrittenAndNewEvents(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		o := &Order{}
 		o.Place(1)
@@ -774,6 +793,7 @@ func TestSaveMixesWrittenAndNewEvents(t *testing.T) {
 // a skip. Found by a new user's trial: each of these wrote and published
 // the events of rows that were never written.
 func TestStatementsThatWriteSomeRows(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, _ *hooks.Plugin) {
 		mysql := db.Dialector.Name() == "mysql"
 		customer := func(email string) *Customer {

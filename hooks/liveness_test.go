@@ -49,6 +49,7 @@ func (p *pipeline) waitDrainedWithin(t *testing.T, bound time.Duration, what str
 // the relay publishes what was committed since on new connections, within
 // a few StoreTimeouts — not after the kernel's ~15 minutes.
 func TestRelaySurvivesHalfOpenDatabase(t *testing.T) {
+	t.Parallel()
 	p := newPipeline(t, "postgres", 2)
 	u, err := url.Parse(p.dsn)
 	if err != nil {
@@ -105,6 +106,7 @@ func TestRelaySurvivesHalfOpenDatabase(t *testing.T) {
 // relay resumes it finds it lost its shards and publishes nothing twice
 // out of order.
 func TestRelayPausedIsTakenOver(t *testing.T) {
+	t.Parallel()
 	p := newPipeline(t, "postgres", 4)
 	const ttl = 2 * time.Second
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayPausedChild$", "-test.count=1")
@@ -164,6 +166,7 @@ func mustStore(t *testing.T, db *gorm.DB, cfg sqlstore.StoreConfig) *sqlstore.St
 
 // TestRelayPausedChild is the relay process of TestRelayPausedIsTakenOver.
 func TestRelayPausedChild(t *testing.T) {
+	t.Parallel()
 	dsn := os.Getenv("OUTBOX_TEST_CHILD_DSN")
 	if dsn == "" {
 		t.Skip("runs only as the child of TestRelayPausedIsTakenOver")
@@ -193,6 +196,7 @@ func TestRelayPausedChild(t *testing.T) {
 // meanwhile; the sick partition's wait, in order, and go out within seconds
 // of its recovery. Nothing is lost, nothing published twice out of order.
 func TestPartitionOutageHoldsOnlyItsAggregates(t *testing.T) {
+	t.Parallel()
 	// Three brokers, three partitions: each produce request holds one
 	// partition (its leader's), so the control function can refuse one.
 	cluster, err := kafkatest.Start(kafkatest.Config{Brokers: 3, Partitions: 3})
@@ -288,6 +292,7 @@ func TestPartitionOutageHoldsOnlyItsAggregates(t *testing.T) {
 // goes out within the relay's MaxBackoff and a RetryDelay, not after
 // minutes.
 func TestBrokerOutageRecoversInSeconds(t *testing.T) {
+	t.Parallel()
 	p := newPipeline(t, "postgres", 2)
 	var down atomic.Bool
 	down.Store(true)

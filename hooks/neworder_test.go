@@ -34,6 +34,7 @@ func (p *Preset) BeforeCreate(*gorm.DB) error {
 // transaction's advisory locks on the outbox table, on MariaDB the rows of
 // the lock table (created on first use).
 func TestNewAggregatesTakeNoOrderLock(t *testing.T) {
+	t.Parallel()
 	for _, dialect := range []string{"postgres", "mysql"} {
 		t.Run(dialect, func(t *testing.T) {
 			db := withPlugin(t, dialect)

@@ -273,6 +273,7 @@ func setOf(ids []string) map[string]int {
 }
 
 func TestRelayPublishesEveryCommittedEventOnce(t *testing.T) {
+	t.Parallel()
 	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
@@ -308,6 +309,7 @@ func (f *flakyPublisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func TestRelayRetriesFailedPublish(t *testing.T) {
+	t.Parallel()
 	p := newPipeline(t, "postgres", 4)
 	want := p.openAccounts(t, 100)
 	fp := &flakyPublisher{Publisher: p.publisher(t)}
@@ -350,6 +352,7 @@ func (k killingPublisher) Publish(topic string, msgs ...*message.Message) error 
 
 // TestRelayCrashChild is the relay process of TestRelayKilledBetweenPublishAndMark.
 func TestRelayCrashChild(t *testing.T) {
+	t.Parallel()
 	dsn := os.Getenv("OUTBOX_TEST_CHILD_DSN")
 	if dsn == "" {
 		t.Skip("runs only as the child of TestRelayKilledBetweenPublishAndMark")
@@ -375,6 +378,7 @@ func TestRelayCrashChild(t *testing.T) {
 }
 
 func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
+	t.Parallel()
 	p := newPipeline(t, "postgres", 4)
 	want := p.openAccounts(t, 100)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayCrashChild$", "-test.count=1")
@@ -436,6 +440,7 @@ func (r *recordingPublisher) Publish(topic string, msgs ...*message.Message) err
 // checked as order, in the log (the regression of two relays publishing
 // one aggregate's events 8 and 10 while a third held 9).
 func TestSeveralRelaysKeepAggregateOrder(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		dialect string
 		relays  int
@@ -504,6 +509,7 @@ func TestSeveralRelaysKeepAggregateOrder(t *testing.T) {
 }
 
 func TestNotifyWakesRelayBeforePollInterval(t *testing.T) {
+	t.Parallel()
 	p := newPipeline(t, "postgres", 1)
 	rp := &recordingPublisher{Publisher: p.publisher(t)}
 	// With an hour-long poll interval, only NOTIFY can deliver within the
@@ -523,6 +529,7 @@ func TestNotifyWakesRelayBeforePollInterval(t *testing.T) {
 // committed set and each aggregate's partition holds its events in commit
 // order.
 func TestEndToEndOrderAndNoGhosts(t *testing.T) {
+	t.Parallel()
 	for _, dialect := range []string{"postgres", "mysql"} {
 		t.Run(dialect, func(t *testing.T) { testEndToEndOrderAndNoGhosts(t, dialect) })
 	}
@@ -639,6 +646,7 @@ var errRollback = errors.New("deliberate rollback")
 // it must reconnect, listen again, and publish what is committed afterwards
 // without waiting for its (hour-long) poll interval.
 func TestRelaySurvivesTerminatedConnections(t *testing.T) {
+	t.Parallel()
 	p := newPipeline(t, "postgres", 2)
 	appName := fmt.Sprintf("outbox_relay_%d", rand.Int64N(1<<40))
 	u, err := url.Parse(p.dsn)
@@ -718,6 +726,7 @@ func (Memo) Validate() error        { return nil }
 // events are published, its own aggregate's later events wait behind it
 // (order), and go out once an operator discards it.
 func TestOversizeMessageIsParkedOthersGoOn(t *testing.T) {
+	t.Parallel()
 	p := newPipeline(t, "postgres", 4)
 	store, err := sqlstore.NewStore(sqlDBOf(t, p.db), sqlstore.StoreConfig{RetryDelay: time.Millisecond})
 	if err != nil {

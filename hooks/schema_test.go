@@ -17,6 +17,7 @@ import (
 // (\u0000) and must neither fail the business save on PostgreSQL (a JSONB
 // column refuses it) nor change on its way to the relay.
 func TestPayloadKeepsNUL(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
 		o := &Order{}
 		o.Pay("card\x00visa")
@@ -35,6 +36,7 @@ func TestPayloadKeepsNUL(t *testing.T) {
 // instead of silently losing indexes (55 bytes) or breaking every write
 // (63); the longest accepted name works end to end.
 func TestTableNameLimits(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{strings.Repeat("t", 50), strings.Repeat("t", 55), strings.Repeat("t", 63), "s." + strings.Repeat("t", 60)} {
 		if _, err := sqlstore.OutboxDDL(sqlstore.Postgres, name); !errors.Is(err, sqlstore.ErrInvalidTable) || !strings.Contains(err.Error(), "49") {
 			t.Errorf("DDL(%q) = %v, want ErrInvalidTable naming the 49-byte limit", name, err)
@@ -74,6 +76,7 @@ func TestTableNameLimits(t *testing.T) {
 // TestEventTooLarge: an event over MaxEventBytes fails the save with a typed
 // error naming the event, and the save rolls back.
 func TestEventTooLarge(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{MaxEventBytes: 100}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
 		o := &Order{}
 		o.Pay(strings.Repeat("x", 200))
@@ -97,6 +100,7 @@ func TestEventTooLarge(t *testing.T) {
 // migration tool's step) runs in it, as a savepoint, and is undone with it;
 // on SQLite a second connection would wait for the transaction's lock.
 func TestMigrateInTransaction(t *testing.T) {
+	t.Parallel()
 	db := openDB(t, "sqlite", nil)
 	ctx := context.Background()
 	errRollback := errors.New("roll back")
@@ -119,6 +123,7 @@ func TestMigrateInTransaction(t *testing.T) {
 
 // TestMigrateNilDB: a nil *gorm.DB is a typed error, not a panic.
 func TestMigrateNilDB(t *testing.T) {
+	t.Parallel()
 	if err := hooks.Migrate(context.Background(), nil, ""); !errors.Is(err, sqlstore.ErrInvalidConfig) {
 		t.Fatalf("Migrate(nil) = %v, want an error wrapping sqlstore.ErrInvalidConfig", err)
 	}

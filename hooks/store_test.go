@@ -132,6 +132,7 @@ func withPlugin(t *testing.T, dialect string) *gorm.DB {
 }
 
 func TestStoreListen(t *testing.T) {
+	t.Parallel()
 	db := postgresWithPlugin(t)
 	s := newStore(t, db)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -179,6 +180,7 @@ func TestStoreListen(t *testing.T) {
 // (sqlstore.StoreConfig.LeaseExpiryOnly), which is outside any
 // transaction.
 func TestStoreHoldsNoTransactionWhilePublishing(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
 		placeOrders(t, db, 3)
 		s := newStore(t, db)
@@ -216,6 +218,7 @@ func TestStoreHoldsNoTransactionWhilePublishing(t *testing.T) {
 // takes an even share when both may publish (StoreConfig.MaxActiveRelays;
 // by default one publishes and the other stands by).
 func TestStoreOwnersSplitShards(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
 		for i := range 200 {
 			if _, err := p.Enqueue(db, "order", fmt.Sprint(i%50), OrderPaid{EventVersion: 2, OccurredAt: now(), Method: fmt.Sprint(i)}); err != nil {
@@ -278,6 +281,7 @@ func TestStoreOwnersSplitShards(t *testing.T) {
 // pending messages than a claim's limit, behind a message waiting for its
 // retry, must not keep other aggregates' later messages from being claimed.
 func TestStoreFailingAggregateDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
 		for i := range 11 {
 			if _, err := p.Enqueue(db, "order", "1", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: fmt.Sprint(i)}); err != nil {
@@ -309,6 +313,7 @@ func TestStoreFailingAggregateDoesNotStarveOthers(t *testing.T) {
 // Unpark the aggregate is published in order (issue: a parked message let
 // its aggregate's later events go out past it).
 func TestStorePartialOutageParkingKeepsOrder(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
 		enqueue := func(agg string) {
 			t.Helper()
@@ -381,6 +386,7 @@ func TestStorePartialOutageParkingKeepsOrder(t *testing.T) {
 // TestStoreDiscardLetsAggregateGoOn: a parked message discarded by an
 // operator no longer holds its aggregate back.
 func TestStoreDiscardLetsAggregateGoOn(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
 		for range 2 {
 			if _, err := p.Enqueue(db, "order", "a", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "x"}); err != nil {
@@ -414,6 +420,7 @@ func TestStoreDiscardLetsAggregateGoOn(t *testing.T) {
 // ground truth is the partial order of commits the test observed: a commit
 // that returned before another began comes first.
 func TestEnqueueCommitOrder(t *testing.T) {
+	t.Parallel()
 	for _, dialect := range []string{"postgres", "mysql"} {
 		t.Run(dialect, func(t *testing.T) { testEnqueueCommitOrder(t, dialect) })
 	}
@@ -505,6 +512,7 @@ func testEnqueueCommitOrder(t *testing.T, dialect string) {
 }
 
 func TestStoreStats(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
 		s := newStore(t, db)
 		st, err := s.Stats(context.Background())
@@ -533,6 +541,7 @@ func TestStoreStats(t *testing.T) {
 // TestStoreDeletePublished: retention deletes published rows older than the
 // cutoff, in batches, and never a pending one.
 func TestStoreDeletePublished(t *testing.T) {
+	t.Parallel()
 	eachDB(t, nil, hooks.Config{}, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
 		ctx := context.Background()
 		s := newStore(t, db)
@@ -564,6 +573,7 @@ func openTransactions(t *testing.T, db *gorm.DB) int {
 	case "postgres":
 		q = `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND pid <> pg_backend_pid()
+			AND application_name = current_setting('application_name')
 			AND state LIKE 'idle in transaction%'`
 	case "mysql":
 		q = `SELECT COUNT(*) FROM information_schema.innodb_trx t

@@ -30,6 +30,7 @@ func (evt) EventTime() time.Time  { return time.Time{} }
 // RELEASE destroys it and later ones, a repeated name refers to the latest,
 // unquoted names compare case-insensitively.
 func TestSavepointBookkeeping(t *testing.T) {
+	t.Parallel()
 	p := &Plugin{}
 	var rec runtime.Recorder
 	for range 6 {

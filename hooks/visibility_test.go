@@ -46,6 +46,7 @@ func plugged(t *testing.T, name string, gcfg *gorm.Config) (*gorm.DB, *atomic.In
 // db.Begin) were invisible: their events stayed pending and AfterCommit was
 // not called.
 func TestCommitVisibility(t *testing.T) {
+	t.Parallel()
 	type check func(t *testing.T, db *gorm.DB, commits *atomic.Int32)
 	boom := errors.New("boom")
 	cases := map[string]check{

@@ -65,7 +65,8 @@ func Unavailable(t testing.TB, what, addr, envVar string, err error) {
 }
 
 // PostgresDSN creates a new schema in the test database and returns a DSN
-// whose search_path is that schema; the schema is dropped when t ends.
+// whose search_path is that schema, and whose sessions take the schema's
+// name as their application_name; the schema is dropped when t ends.
 func PostgresDSN(t testing.TB) string {
 	t.Helper()
 	base := PostgresBaseDSN()
@@ -110,6 +111,12 @@ func PostgresDSN(t testing.TB) string {
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
+	// The sessions of one test name the schema too, so that a test can
+	// tell its own from those of the tests running beside it in the
+	// database (pg_stat_activity.application_name).
+	if q.Get("application_name") == "" {
+		q.Set("application_name", schema)
+	}
 	u.RawQuery = q.Encode()
 	return u.String()
 }

@@ -22,6 +22,7 @@ import (
 // metadata), keyed by the aggregate id; a consumer subscribed through the
 // adapter applies it.
 func TestKafkaCloudEvents(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, 1)
 	store := &runtimetest.MemoryStore{}
 	evt := PaidV1{EventVersion: 1, OccurredAt: t0, OrderID: "o-1", Seq: 1}

@@ -37,6 +37,7 @@ func ceMessage(id string, md map[string]string, payload string) *message.Message
 // upcast, applied with the envelope rebuilt from the attributes, and
 // deduplicated on ce_id by the inbox.
 func TestCloudEventsOnlyMessage(t *testing.T) {
+	t.Parallel()
 	db := prepare(t, nil2sqlite(t))
 	var o outcomes
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db, OnOutcome: o.record})

@@ -22,6 +22,7 @@ import (
 )
 
 func TestRegistryDecodesEveryVersionIntoTheLatest(t *testing.T) {
+	t.Parallel()
 	reg := newRegistry(t, 2)
 	for _, tc := range []struct {
 		version int
@@ -53,6 +54,7 @@ func TestRegistryDecodesEveryVersionIntoTheLatest(t *testing.T) {
 }
 
 func TestHandlerReceivesTheLatestVersion(t *testing.T) {
+	t.Parallel()
 	for name, open := range databases(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -89,6 +91,7 @@ func TestHandlerReceivesTheLatestVersion(t *testing.T) {
 }
 
 func TestHandleRejectsInvalidHandlers(t *testing.T) {
+	t.Parallel()
 	db := prepare(t, nil2sqlite(t))
 	reg := newRegistry(t, 2)
 	noop := func(context.Context, *gorm.DB, PaidV2, consumer.Meta) error { return nil }
@@ -143,6 +146,7 @@ func TestHandleRejectsInvalidHandlers(t *testing.T) {
 func nil2sqlite(t *testing.T) *gorm.DB { return databases(t)["sqlite"](t) }
 
 func TestPointerHandlerGetsValueEvents(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c"})
 	var got *PaidV2
 	must(t, consumer.HandleWithoutInbox(c, func(_ context.Context, e *PaidV2, _ consumer.Meta) error {
@@ -158,6 +162,7 @@ func TestPointerHandlerGetsValueEvents(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	pub := &recordingPublisher{}
 	for _, tc := range []struct {
 		name string
@@ -198,6 +203,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestRedeliveryHasNoSecondEffect(t *testing.T) {
+	t.Parallel()
 	for name, open := range databases(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -233,6 +239,7 @@ func TestRedeliveryHasNoSecondEffect(t *testing.T) {
 // the process dies before the broker hears the ack. The broker delivers the
 // message again; the inbox makes the redelivery a no-op that is acked.
 func TestCrashAfterCommitBeforeAck(t *testing.T) {
+	t.Parallel()
 	for name, open := range databases(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -277,6 +284,7 @@ func TestCrashAfterCommitBeforeAck(t *testing.T) {
 // 1,000 times from 2 goroutines has one effect; 1,000 events each delivered
 // by 2 goroutines at once have one effect each.
 func TestConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
 	for name, open := range databases(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -346,6 +354,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 }
 
 func TestHandlerErrorIsRetriedThenDeadLettered(t *testing.T) {
+	t.Parallel()
 	for name, open := range databases(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -424,6 +433,7 @@ func TestHandlerErrorIsRetriedThenDeadLettered(t *testing.T) {
 }
 
 func TestRetriedHandlerSucceeds(t *testing.T) {
+	t.Parallel()
 	db := nil2sqlite(t)
 	var o outcomes
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, OnOutcome: o.record, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
@@ -457,6 +467,7 @@ func TestRetriedHandlerSucceeds(t *testing.T) {
 }
 
 func TestHandlerErrorWithoutDeadLetterIsNacked(t *testing.T) {
+	t.Parallel()
 	var o outcomes
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", OnOutcome: o.record, MaxRetries: -1, NackDelay: time.Millisecond})
 	var runs int
@@ -475,6 +486,7 @@ func TestHandlerErrorWithoutDeadLetterIsNacked(t *testing.T) {
 }
 
 func TestPermanentErrorSkipsRetries(t *testing.T) {
+	t.Parallel()
 	dlq := &recordingPublisher{}
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DeadLetterPublisher: dlq, MaxRetries: 5})
 	var runs int
@@ -494,6 +506,7 @@ func TestPermanentErrorSkipsRetries(t *testing.T) {
 }
 
 func TestDeadLetterPublishFailureNacks(t *testing.T) {
+	t.Parallel()
 	var o outcomes
 	dlq := &recordingPublisher{fail: errors.New("broker down")}
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DeadLetterPublisher: dlq, MaxRetries: -1, NackDelay: time.Millisecond, OnOutcome: o.record})
@@ -511,6 +524,7 @@ func TestDeadLetterPublishFailureNacks(t *testing.T) {
 // error, so the router nacks), leaves no trace in the inbox, and a newer
 // deployment that knows v3 applies it.
 func TestNewerVersionIsNackedNotLost(t *testing.T) {
+	t.Parallel()
 	for name, open := range databases(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -554,6 +568,7 @@ func TestNewerVersionIsNackedNotLost(t *testing.T) {
 }
 
 func TestNewerVersionDeadLettered(t *testing.T) {
+	t.Parallel()
 	dlq := &recordingPublisher{}
 	var o outcomes
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DeadLetterPublisher: dlq, UnknownVersion: consumer.ActionDeadLetter, OnOutcome: o.record})
@@ -574,6 +589,7 @@ func TestNewerVersionDeadLettered(t *testing.T) {
 }
 
 func TestUnknownTypes(t *testing.T) {
+	t.Parallel()
 	unknown := func(t *testing.T) *message.Message {
 		msg := paidMessage(t, 1, "o-1", 1)
 		msg.Metadata.Set(runtime.MetadataEventType, "test.order_refunded")
@@ -620,6 +636,7 @@ func TestUnknownTypes(t *testing.T) {
 }
 
 func TestPoisonMessages(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		mutate func(*message.Message)
@@ -686,6 +703,7 @@ func TestPoisonMessages(t *testing.T) {
 }
 
 func TestWithoutInboxRunsEveryDelivery(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c"})
 	var runs int
 	must(t, consumer.HandleWithoutInbox(c, func(context.Context, PaidV2, consumer.Meta) error {
@@ -702,6 +720,7 @@ func TestWithoutInboxRunsEveryDelivery(t *testing.T) {
 }
 
 func TestTypeMismatchIsNacked(t *testing.T) {
+	t.Parallel()
 	reg := runtime.NewRegistry()
 	// A decoder that returns the wrong type for the latest version.
 	must(t, reg.Register(runtime.Key{Type: paidType, Version: 1}, 2, func([]byte) (runtime.Event, error) { return Shipped{}, nil }))
@@ -718,6 +737,7 @@ func TestTypeMismatchIsNacked(t *testing.T) {
 }
 
 func TestCancelledContextEndsRetriesAndNackDelay(t *testing.T) {
+	t.Parallel()
 	var o outcomes
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", MinBackoff: time.Hour, MaxBackoff: time.Hour, NackDelay: time.Hour, OnOutcome: o.record})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -743,6 +763,7 @@ func TestCancelledContextEndsRetriesAndNackDelay(t *testing.T) {
 }
 
 func TestInboxFailureIsNotDeadLettered(t *testing.T) {
+	t.Parallel()
 	db := nil2sqlite(t)
 	dlq := &recordingPublisher{}
 	var o outcomes
@@ -763,6 +784,7 @@ func TestInboxFailureIsNotDeadLettered(t *testing.T) {
 }
 
 func TestOutcomeStrings(t *testing.T) {
+	t.Parallel()
 	got := map[string]bool{}
 	for o := consumer.OutcomeApplied; o <= consumer.OutcomeFailed; o++ {
 		got[o.String()] = o.Acked()

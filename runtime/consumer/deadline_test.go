@@ -17,6 +17,7 @@ import (
 )
 
 func TestHandlerBlockingPastTxTimeoutIsRetriedNotDeadLettered(t *testing.T) {
+	t.Parallel()
 	// Each attempt's transaction connects within TxTimeout (a timed-out
 	// attempt's connection is discarded): 100ms was too short for that in
 	// CI, beside other race-instrumented packages (one run failed with
@@ -121,6 +122,7 @@ func TestHandlerBlockingPastTxTimeoutIsRetriedNotDeadLettered(t *testing.T) {
 // wait_timeout (a year), is capped for the server-side timeouts rather than
 // failing every transaction.
 func TestTxTimeoutBeyondPostgresRange(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"postgres", "mysql"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

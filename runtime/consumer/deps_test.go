@@ -15,6 +15,7 @@ import (
 // packages, and runtime/relay's types; runtime/sqlstore's own test keeps
 // GORM out of it.
 func TestDependencies(t *testing.T) {
+	t.Parallel()
 	depstest.Check(t, []string{
 		"github.com/gooutbox/outbox/adapters",
 		"github.com/gooutbox/outbox/hooks",

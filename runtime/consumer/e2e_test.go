@@ -60,6 +60,7 @@ const (
 // TestConsumerChild is the consumer process of TestEndToEndExactlyOnce. It
 // runs until it is killed.
 func TestConsumerChild(t *testing.T) {
+	t.Parallel()
 	dsn := os.Getenv(envChildDSN)
 	if dsn == "" {
 		t.Skip("runs only as the child of TestEndToEndExactlyOnce")
@@ -191,6 +192,7 @@ func resetToEarliest(t *testing.T, client *kafkago.Client, topic string, partiti
 // twice, with the group's offsets reset to the start once (a full replay).
 // Every event is applied exactly once, in order per aggregate.
 func TestEndToEndExactlyOnce(t *testing.T) {
+	t.Parallel()
 	events, aggregates, partitions := 2_000, 100, 8
 	if runtimetest.Long() {
 		events = 10_000

@@ -16,6 +16,7 @@ import (
 )
 
 func TestPruneInbox(t *testing.T) {
+	t.Parallel()
 	for name, open := range databases(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -83,6 +84,7 @@ func sorted(ids []string) []string {
 }
 
 func TestPruneInboxWithoutDB(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c"})
 	if _, err := c.PruneInbox(context.Background()); !errors.Is(err, consumer.ErrInvalidConfig) {
 		t.Errorf("PruneInbox without DB = %v, want ErrInvalidConfig", err)
@@ -101,6 +103,7 @@ func inboxSize(t *testing.T, c *consumer.Consumer, want int64) {
 }
 
 func TestMigrate(t *testing.T) {
+	t.Parallel()
 	for name, open := range databases(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -125,6 +128,7 @@ func TestMigrate(t *testing.T) {
 }
 
 func TestDDL(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		dialect, table string
 		want           error

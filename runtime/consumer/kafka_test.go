@@ -157,6 +157,7 @@ func receive(t *testing.T, msgs <-chan *message.Message) *message.Message {
 // killed at that point does. The next member gets the record again, with
 // the same UUID; the inbox turns it into an acked no-op.
 func TestKafkaCrashAfterCommitBeforeAck(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, 1)
 	db := prepare(t, nil2sqlite(t))
 	onOutcome, res := results()
@@ -200,6 +201,7 @@ func TestKafkaCrashAfterCommitBeforeAck(t *testing.T) {
 // message whose handler always fails is retried, dead-lettered with its
 // reason, and the messages behind it are applied in order.
 func TestKafkaPoisonMessageDoesNotStallItsPartition(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, 1)
 	dlqTopic := b.topic + ".dlq"
 	b.createTopic(t, dlqTopic, 1)
@@ -256,6 +258,7 @@ func TestKafkaPoisonMessageDoesNotStallItsPartition(t *testing.T) {
 // with v1 and v2; it is nacked and delivered again, never committed, until
 // a deployment that knows v3 joins the group and applies it.
 func TestKafkaNewerVersionIsNotAckedNorLost(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, 1)
 	db := prepare(t, nil2sqlite(t))
 	onOutcome, res := results()

@@ -39,6 +39,7 @@ import (
 // which go-sql-driver/mysql sends without a context: the attempt gives
 // that transaction up a second after TxTimeout.
 func TestHalfOpenInboxConnectionRecovers(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"postgres", "mysql"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -87,6 +87,7 @@ func (h *recordHandler) all(msg string) []logRecord {
 // a router: the retry line and the dead-letter line, with their constant
 // messages, levels and the documented attribute keys (README "Logs").
 func TestLogKeysOfHandlerFailure(t *testing.T) {
+	t.Parallel()
 	ps := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = ps.Close() })
 	h := newRecordHandler()

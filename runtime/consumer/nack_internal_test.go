@@ -8,6 +8,7 @@ import (
 )
 
 func TestNextNackDelayDoublesAndResets(t *testing.T) {
+	t.Parallel()
 	c := &Consumer{cfg: Config{NackDelay: time.Second, MaxNackDelay: 5 * time.Second}}
 	var got []time.Duration
 	for range 5 {
@@ -28,6 +29,7 @@ func TestNextNackDelayDoublesAndResets(t *testing.T) {
 }
 
 func TestLoudNackOnPowersOfTwo(t *testing.T) {
+	t.Parallel()
 	var got []int
 	for n := range 100 {
 		if loudNack(n) {

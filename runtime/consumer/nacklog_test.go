@@ -96,6 +96,7 @@ func ofMessage(records []logRecord, uuid string) []logRecord {
 // in a router: an event whose upcaster fails, and an event whose handler
 // fails, each behind an event that is applied.
 func TestLogKeysOfRunFailure(t *testing.T) {
+	t.Parallel()
 	errUpcast := errors.New("upcast v1 to v2: no currency for this order")
 	for _, tc := range []struct {
 		name    string
@@ -170,6 +171,7 @@ func TestLogKeysOfRunFailure(t *testing.T) {
 // the 1st, 2nd, 4th, 8th, ... try in a row (its retry lines too), at DEBUG
 // otherwise.
 func TestRunStalledMessageLogsWarnSparingly(t *testing.T) {
+	t.Parallel()
 	const tries = 40
 	h := newRecordHandler()
 	f := newFailures(tries)
@@ -222,6 +224,7 @@ func TestRunStalledMessageLogsWarnSparingly(t *testing.T) {
 // with the same line as Run, and with the same levels for a message
 // delivered again and again.
 func TestLogKeysOfNackInHandlerFunc(t *testing.T) {
+	t.Parallel()
 	h := newRecordHandler()
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", Logger: slog.New(h),
 		MaxRetries: -1, NackDelay: time.Millisecond, MaxNackDelay: time.Millisecond})
@@ -267,6 +270,7 @@ func TestLogKeysOfNackInHandlerFunc(t *testing.T) {
 // separates them with a line break, which split the record in a trial's
 // line-oriented log), the publish error first.
 func TestFailedDeadLetterLogsOneLine(t *testing.T) {
+	t.Parallel()
 	h := newRecordHandler()
 	dlq := &recordingPublisher{fail: errors.New("Unknown Topic Or Partition")}
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", Logger: slog.New(h),

@@ -85,6 +85,7 @@ func runInBackground(t *testing.T, c *consumer.Consumer, sub consumer.PartitionS
 // from the last commit). Every event is applied once and each aggregate's
 // events in their order.
 func TestKafkaRunPartitionsInParallelKeepOrder(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, 4)
 	db := prepare(t, hookstest.Postgres(t, nil))
 	const orders, perOrder = 40, 25
@@ -160,6 +161,7 @@ func (n *notifySubscriber) SubscribePartitions(ctx context.Context, topic string
 // again and applies each event once, in order, the committed ones as
 // duplicates.
 func TestKafkaRunCrashMidBatch(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t, 2)
 	db := prepare(t, hookstest.Postgres(t, nil))
 	const orders, perOrder = 10, 20

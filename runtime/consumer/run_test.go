@@ -122,6 +122,7 @@ var runHandlers = []struct {
 // applied once, each aggregate's events in their order, every message is
 // acked, and the duplicates are reported as such.
 func TestRunBatchesAppliesOnceInOrder(t *testing.T) {
+	t.Parallel()
 	for dbName, open := range databases(t) {
 		for _, h := range runHandlers {
 			t.Run(dbName+"/"+h.name, func(t *testing.T) {
@@ -179,6 +180,7 @@ func TestRunBatchesAppliesOnceInOrder(t *testing.T) {
 // fails is dead-lettered, and every other event of the batch is applied
 // exactly once (none lost with the rollback, none applied twice), in order.
 func TestRunHandlerFailsMidBatch(t *testing.T) {
+	t.Parallel()
 	for dbName, open := range databases(t) {
 		for _, h := range runHandlers {
 			t.Run(dbName+"/"+h.name, func(t *testing.T) {
@@ -249,6 +251,7 @@ func TestRunHandlerFailsMidBatch(t *testing.T) {
 // is tried again in place by Run, holding back only its own partition, and
 // is acked once applied.
 func TestRunRetriesWhatItWouldNack(t *testing.T) {
+	t.Parallel()
 	db := prepare(t, nil2sqlite(t))
 	var o outcomes
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, BatchSize: 5, OnOutcome: o.record,
@@ -280,6 +283,7 @@ func TestRunRetriesWhatItWouldNack(t *testing.T) {
 // TestRunStopsOnCancel: Run returns nil when ctx is done, leaving what it
 // did not apply unacked.
 func TestRunStopsOnCancel(t *testing.T) {
+	t.Parallel()
 	db := prepare(t, nil2sqlite(t))
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db})
 	must(t, consumer.Handle(c, writeEffect("c")))

@@ -97,6 +97,7 @@ func writeEffectTx(name, dialect string) func(ctx context.Context, tx *sql.Tx, e
 }
 
 func TestHandleTxAppliesOnce(t *testing.T) {
+	t.Parallel()
 	for name, open := range sqlDatabases(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -142,6 +143,7 @@ func TestHandleTxAppliesOnce(t *testing.T) {
 // TestHandleTxBesideGORM: a consumer configured with a *gorm.DB takes
 // *sql.Tx handlers too, on the same pool.
 func TestHandleTxBesideGORM(t *testing.T) {
+	t.Parallel()
 	for name, open := range databases(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -163,6 +165,7 @@ func TestHandleTxBesideGORM(t *testing.T) {
 // an error after a write) roll back, effects and marker, and the attempt
 // that succeeds commits one effect; a redelivery then is a duplicate.
 func TestHandleTxRetriedAfterErrorAppliesOnce(t *testing.T) {
+	t.Parallel()
 	for name, open := range sqlDatabases(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -212,6 +215,7 @@ func TestHandleTxRetriedAfterErrorAppliesOnce(t *testing.T) {
 // delivery waiting on the lock before it lets the first finish; SQLite has
 // no such view (the second waits on the database's write lock).
 func TestSameEventDeliveredTwiceAtOnce(t *testing.T) {
+	t.Parallel()
 	var tables atomic.Int32
 	for _, api := range []string{"gorm", "sql"} {
 		for name, open := range databases(t) {
@@ -319,6 +323,7 @@ func waitForLockWait(t *testing.T, db *gorm.DB, table string) {
 	switch db.Dialector.Name() {
 	case "postgres":
 		q = `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()
+			AND application_name = current_setting('application_name')
 			AND query LIKE '%INSERT INTO ` + table + ` %' AND pid <> pg_backend_pid()`
 	case "mysql":
 		// MariaDB does not list the waiting insert in
@@ -347,6 +352,7 @@ func waitForLockWait(t *testing.T, db *gorm.DB, table string) {
 
 // TestConfigDatabases covers the database fields: DB or SQLDB, Dialect.
 func TestConfigDatabases(t *testing.T) {
+	t.Parallel()
 	sqlite := nil2sqlite(t)
 	pool, err := sqlite.DB()
 	must(t, err)
@@ -386,6 +392,7 @@ func TestConfigDatabases(t *testing.T) {
 // the pool with its own values again, after a commit, a duplicate and a
 // handler error alike.
 func TestMySQLSessionTimeouts(t *testing.T) {
+	t.Parallel()
 	d := sqlDatabases(t)["mysql"](t)
 	d.db.SetMaxOpenConns(1) // every statement on the one connection
 	ctx := context.Background()

@@ -15,6 +15,7 @@ import (
 // TestDashboard serves the dashboard on each database, reads its overview
 // and stops it with the context, as SIGINT does.
 func TestDashboard(t *testing.T) {
+	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		d.write(t, "a1", "a2", "p3")
 		ctx, cancel := context.WithCancel(context.Background())

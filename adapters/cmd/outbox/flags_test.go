@@ -46,6 +46,7 @@ func runErr(t *testing.T, args ...string) error {
 // flag takes. Found by new users: "list --limit -1" named --after, and a
 // negative --retention-interval was "not a duration".
 func TestBadFlagValues(t *testing.T) {
+	t.Parallel()
 	db := sqliteDB(t).url
 	for _, tc := range []struct {
 		args        []string
@@ -86,6 +87,7 @@ func TestBadFlagValues(t *testing.T) {
 // reported once, on one line (the flag package printed it, with the whole
 // usage, before the command printed it again).
 func TestFlagErrorPrintedOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string // the whole of stderr
@@ -111,6 +113,7 @@ func TestFlagErrorPrintedOnce(t *testing.T) {
 // discarded once, counted once, and the command succeeds (it reported
 // "discarded 1 of 2" and exited 1, "1 of the ids were not parked rows").
 func TestParkedDuplicateIDs(t *testing.T) {
+	t.Parallel()
 	d := sqliteDB(t)
 	d.write(t, "o1", "o2")
 	ids := d.settle(t, nil, nil, []string{"o1", "o2"})
@@ -142,6 +145,7 @@ func TestParkedDuplicateIDs(t *testing.T) {
 // names that table: --table for the outbox, --inbox-table for the inbox
 // (it named --table for both).
 func TestMissingTableHint(t *testing.T) {
+	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		for _, tc := range []struct {
 			args     []string
@@ -179,6 +183,7 @@ func TestMissingTableHint(t *testing.T) {
 // on a SQLite URL is refused before the database file is created (it left
 // an empty file behind).
 func TestMigratePartitionedSQLiteCreatesNothing(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "new.db")
 	err := runErr(t, "migrate", "--partition-interval", "24h", "--db", "sqlite:"+path)
 	var fe *flagError
@@ -199,6 +204,7 @@ func TestMigratePartitionedSQLiteCreatesNothing(t *testing.T) {
 // neither flag names (one migrate creates beside the outbox) is named as
 // it is.
 func TestMissingTableHintText(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string // the command's flags
 		err  string
@@ -237,6 +243,7 @@ func TestMissingTableHintText(t *testing.T) {
 // always wanted the outbox table there too); --inbox-only needs
 // --inbox-retention and takes no --published-age.
 func TestJanitorInboxOnly(t *testing.T) {
+	t.Parallel()
 	url := "sqlite:" + filepath.Join(t.TempDir(), "billing.db")
 	driver, dsn, _, err := parseDatabaseURL(url)
 	if err != nil {

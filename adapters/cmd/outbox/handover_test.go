@@ -72,6 +72,7 @@ func (p *relayProc) waitLog(t *testing.T, want string, within time.Duration) {
 // aggregate. Before hand-overs, the standby waited for as long as the cut
 // lasted.
 func TestRelayCutOffFromItsBrokerHandsOver(t *testing.T) {
+	t.Parallel()
 	base := amqptest.URL(t)
 	d := openTestDB(t, sqlstore.Postgres)
 	topic := "outbox-handover-" + watermill.NewShortUUID()

@@ -28,6 +28,7 @@ import (
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
@@ -115,6 +116,10 @@ func openTestDB(t *testing.T, dialect sqlstore.Dialect) testDB {
 	return testDB{url: url, dialect: dialect, db: db, store: store}
 }
 
+// TestMain runs more tests at once than CPUs: they wait on databases,
+// brokers and timers (see runtimetest.Main).
+func TestMain(m *testing.M) { runtimetest.Main(m) }
+
 // runCmd runs the command line with the test's recorder as the broker and
 // returns its exit status and output.
 func runCmd(t *testing.T, pub *recorder, args ...string) (code int, stdout, stderr string) {
@@ -194,6 +199,7 @@ func (d testDB) settle(t *testing.T, published, failed, parked []string) map[str
 // path that does not exist fails and names the path, instead of creating
 // an empty database and reporting an empty outbox; migrate creates it.
 func TestMissingSQLiteFile(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "typo.db")
 	for _, args := range [][]string{
 		{"status"}, {"list"}, {"parked", "list"}, {"janitor", "--once"}, {"relay", "--broker", "memory://"},
@@ -215,6 +221,7 @@ func TestMissingSQLiteFile(t *testing.T) {
 }
 
 func TestHelpAndUsage(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -260,6 +267,7 @@ func TestHelpAndUsage(t *testing.T) {
 }
 
 func TestParseAge(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]time.Duration{
 		"90s": 90 * time.Second, "36h": 36 * time.Hour, "7d": 7 * 24 * time.Hour,
 		"1.5d": 36 * time.Hour, "10d1h": 241 * time.Hour, "1d30m": 24*time.Hour + 30*time.Minute,
@@ -276,6 +284,7 @@ func TestParseAge(t *testing.T) {
 }
 
 func TestParseDatabaseURL(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ url, driver, dsn string }{
 		{"postgres://u:p@h:5432/db?sslmode=disable", "pgx", "postgres://u:p@h:5432/db?sslmode=disable"},
 		{"mysql://u:p@h/db", "mysql", "u:p@tcp(h:3306)/db?parseTime=true"},
@@ -299,6 +308,7 @@ func TestParseDatabaseURL(t *testing.T) {
 // TestRelayMySQLDeadlines: the relay command gives a MySQL URL read and
 // write deadlines unless it sets them, and leaves other URLs alone.
 func TestRelayMySQLDeadlines(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ url, dsn string }{
 		{"mysql://u:p@h/db", "u:p@tcp(h:3306)/db?parseTime=true&readTimeout=10s&writeTimeout=10s"},
 		{"mariadb://u:p%2F%40x@h/db?readTimeout=3s", "u:p/@x@tcp(h:3306)/db?parseTime=true&readTimeout=3s&writeTimeout=10s"},
@@ -317,6 +327,7 @@ func TestRelayMySQLDeadlines(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
+	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		d.write(t, "o1", "o2", "o3", "o4", "o5", "p1")
 		d.settle(t, []string{"o1"}, []string{"o2"}, []string{"o3"})
@@ -394,6 +405,7 @@ func runRelay(t *testing.T, d testDB, pub *recorder, until func() bool, extra ..
 }
 
 func TestParkedListShowRetryDiscard(t *testing.T) {
+	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		events := d.write(t, "o1", "o2", "o3")
 		ids := d.settle(t, []string{"o1"}, nil, []string{"o2", "o3"})
@@ -452,6 +464,7 @@ func TestParkedListShowRetryDiscard(t *testing.T) {
 }
 
 func TestPurge(t *testing.T) {
+	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		d.write(t, "o1", "o2", "o3", "o4")
 		ids := d.settle(t, []string{"o1", "o2", "o3"}, nil, []string{"o4"})
@@ -497,6 +510,7 @@ func TestPurge(t *testing.T) {
 }
 
 func TestReplayRepublishesInOrder(t *testing.T) {
+	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		events := d.write(t, "a", "a", "b", "a")
 		pub := newRecorder()
@@ -533,6 +547,7 @@ func TestReplayRepublishesInOrder(t *testing.T) {
 }
 
 func TestJanitorOnce(t *testing.T) {
+	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		d.write(t, "o1", "o2")
 		d.settle(t, []string{"o1"}, nil, nil)
@@ -581,6 +596,7 @@ func runRelayUntilEmpty(t *testing.T, d testDB, extra ...string) {
 }
 
 func TestRelayRetention(t *testing.T) {
+	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		runRelayUntilEmpty(t, d, "--retention", "1ms", "--retention-interval", "10ms")
 	})
@@ -589,6 +605,7 @@ func TestRelayRetention(t *testing.T) {
 // TestRelayDeletePublished: with --delete-published, every published row
 // is gone, and --retention beside it is refused.
 func TestRelayDeletePublished(t *testing.T) {
+	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		runRelayUntilEmpty(t, d, "--delete-published")
 		code, _, stderr := runCmd(t, nil, "relay", "--db", d.url, "--broker", "memory://", "--delete-published", "--retention", "7d")
@@ -601,6 +618,7 @@ func TestRelayDeletePublished(t *testing.T) {
 // TestRelayThroughBrokerURL runs the relay with a real broker URL
 // (memory://, through package adapters/broker).
 func TestRelayThroughBrokerURL(t *testing.T) {
+	t.Parallel()
 	d := sqliteDB(t)
 	url, store := d.url, d.store
 	d.write(t, "o1")
@@ -635,6 +653,7 @@ func TestRelayThroughBrokerURL(t *testing.T) {
 // TestMainExitStatus runs main in a child process (this test binary,
 // re-executed) and checks the process's exit status.
 func TestMainExitStatus(t *testing.T) {
+	t.Parallel()
 	if args := os.Getenv("OUTBOX_TEST_MAIN_ARGS"); args != "" {
 		os.Args = append([]string{"outbox"}, strings.Split(args, "\x1f")...)
 		main()
@@ -674,6 +693,7 @@ func TestMainExitStatus(t *testing.T) {
 // binary, re-executed), waits until it published the outbox, sends it
 // SIGTERM and expects exit status 0.
 func TestRelayStopsOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	d := sqliteDB(t)
 	url, store := d.url, d.store
 	d.write(t, "o1", "o2")
@@ -708,6 +728,7 @@ func TestRelayStopsOnSIGTERM(t *testing.T) {
 }
 
 func TestList(t *testing.T) {
+	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		events := d.write(t, "o1", "o2", "o3", "p1")
 		d.settle(t, []string{"o1"}, []string{"o2"}, []string{"o3"})
@@ -767,6 +788,7 @@ func freeAddr(t *testing.T) string {
 }
 
 func TestRelayServesMetricsAndHealth(t *testing.T) {
+	t.Parallel()
 	d := sqliteDB(t)
 	url := d.url
 	d.write(t, "o1", "o2")
@@ -838,6 +860,7 @@ func sqliteDB(t *testing.T) testDB {
 // TestMigratePartitioned: migrate --partition-interval creates a
 // partitioned outbox on PostgreSQL, and is a usage error on SQLite.
 func TestMigratePartitioned(t *testing.T) {
+	t.Parallel()
 	url := hookstest.PostgresDSN(t)
 	if code, _, stderr := runCmd(t, nil, "migrate", "--partition-interval", "24h", "--db", url); code != 0 {
 		t.Fatalf("migrate: exit %d: %s", code, stderr)
@@ -874,6 +897,7 @@ func TestMigratePartitioned(t *testing.T) {
 // exited 1 at once, found by a new user's trial: a relay restarted during
 // a NATS outage died); a bad broker URL still fails at once.
 func TestRelayWaitsForItsBrokerAndDatabase(t *testing.T) {
+	t.Parallel()
 	t.Run("broker", func(t *testing.T) {
 		d := sqliteDB(t)
 		d.write(t, "o1")
@@ -982,6 +1006,7 @@ func TestRelayWaitsForItsBrokerAndDatabase(t *testing.T) {
 // describe any more, and "show" labels it as earlier (a new user's trial
 // read "published ... last error NO_ROUTE" as a failure).
 func TestPublishedRowsEarlierError(t *testing.T) {
+	t.Parallel()
 	d := sqliteDB(t)
 	d.write(t, "o1")
 	ids := d.settle(t, []string{"o1"}, nil, nil)

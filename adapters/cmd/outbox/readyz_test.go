@@ -19,6 +19,7 @@ import (
 // ready, its /readyz naming the broker check; once a broker listens on
 // that port, it is ready.
 func TestReadyzFollowsTheBroker(t *testing.T) {
+	t.Parallel()
 	d := sqliteDB(t)
 	brokerAddr := freeAddr(t)
 	addr := freeAddr(t)

@@ -33,6 +33,7 @@ func relayWithin(t *testing.T, d time.Duration, args ...string) (code int, stder
 // logged "relation "outbox_nope_relays" does not exist" as a WARN per
 // claim, forever, with no hint).
 func TestRelayMissingTable(t *testing.T) {
+	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		code, stderr := relayWithin(t, 20*time.Second, "--db", d.url, "--broker", "memory://", "--table", "outbox_nope")
 		want := `outbox: is table outbox_nope there? "outbox migrate --table outbox_nope" creates it; --table names another` + "\n"
@@ -72,6 +73,7 @@ func TestRelayMissingTable(t *testing.T) {
 // schemes it takes; the scheme is checked before the database is waited
 // for. It exited 1 naming no flag.
 func TestRelayBadBrokerURL(t *testing.T) {
+	t.Parallel()
 	db := sqliteDB(t).url
 	down := "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=1"
 	schemes := strings.Join(broker.Schemes(), ", ")
@@ -113,6 +115,7 @@ func TestRelayBadBrokerURL(t *testing.T) {
 // configuration would refuse or misread (it said "relay: invalid config:
 // BatchSize is negative", the Go field).
 func TestRelayFlagValues(t *testing.T) {
+	t.Parallel()
 	db := sqliteDB(t).url
 	for _, tc := range []struct {
 		args        []string
@@ -160,6 +163,7 @@ func TestRelayFlagValues(t *testing.T) {
 // once, naming the URL without its password; only a server that does not
 // answer is waited for. It retried "cannot reach the database" forever.
 func TestRelayDatabaseRefused(t *testing.T) {
+	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
 		hookstest.PostgresDSN(t) // skips when the server does not answer
 		u, err := url.Parse(hookstest.PostgresBaseDSN())
@@ -198,6 +202,7 @@ func TestRelayDatabaseRefused(t *testing.T) {
 
 // TestUnreachable: which connection errors the relay waits out at start.
 func TestUnreachable(t *testing.T) {
+	t.Parallel()
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
 	for _, tc := range []struct {
 		err  error
@@ -226,6 +231,7 @@ func TestUnreachable(t *testing.T) {
 // TestRedactURL: a URL's password is hidden even when the URL does not
 // parse.
 func TestRedactURL(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{"postgres://u:secret@h:5432/db", "postgres://u:xxxxx@h:5432/db"},
 		{"kafka://u:secret@[::1:9092", "kafka://u:xxxxx@[::1:9092"},
