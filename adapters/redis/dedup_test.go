@@ -114,7 +114,14 @@ func TestDedupWindow(t *testing.T) {
 	if err := pub.Publish(topic, msg); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The window ends when the key expires: wait for that, not for a
+	// guess of how long it takes.
+	for deadline := time.Now().Add(10 * time.Second); client.Exists(context.Background(), key).Val() != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still exists 10s after a publish with a 200ms window", key)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the key
+	}
 	if err := pub.Publish(topic, msg); err != nil {
 		t.Fatal(err)
 	}
