@@ -42,6 +42,11 @@ func (p *pipeline) waitDrainedWithin(t *testing.T, bound time.Duration, what str
 	return time.Since(start)
 }
 
+// The tests of this file bound how soon the pipeline recovers from a fault,
+// so they run alone in the package: not beside its parallel tests (see
+// TestMain), whose load on a 2-core machine under -race would stretch
+// the recovery past its bound.
+
 // TestRelaySurvivesHalfOpenDatabase: every connection of the relay to the
 // database goes half-open (bytes vanish, nothing is closed — a dropped NAT
 // entry), twice, then the network stalls for a while and comes back. The relay's deadline on each store call (StoreTimeout)
@@ -49,7 +54,6 @@ func (p *pipeline) waitDrainedWithin(t *testing.T, bound time.Duration, what str
 // the relay publishes what was committed since on new connections, within
 // a few StoreTimeouts — not after the kernel's ~15 minutes.
 func TestRelaySurvivesHalfOpenDatabase(t *testing.T) {
-	t.Parallel()
 	p := newPipeline(t, "postgres", 2)
 	u, err := url.Parse(p.dsn)
 	if err != nil {
@@ -106,7 +110,6 @@ func TestRelaySurvivesHalfOpenDatabase(t *testing.T) {
 // relay resumes it finds it lost its shards and publishes nothing twice
 // out of order.
 func TestRelayPausedIsTakenOver(t *testing.T) {
-	t.Parallel()
 	p := newPipeline(t, "postgres", 4)
 	const ttl = 2 * time.Second
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayPausedChild$", "-test.count=1")
@@ -166,7 +169,6 @@ func mustStore(t *testing.T, db *gorm.DB, cfg sqlstore.StoreConfig) *sqlstore.St
 
 // TestRelayPausedChild is the relay process of TestRelayPausedIsTakenOver.
 func TestRelayPausedChild(t *testing.T) {
-	t.Parallel()
 	dsn := os.Getenv("OUTBOX_TEST_CHILD_DSN")
 	if dsn == "" {
 		t.Skip("runs only as the child of TestRelayPausedIsTakenOver")
@@ -196,7 +198,6 @@ func TestRelayPausedChild(t *testing.T) {
 // meanwhile; the sick partition's wait, in order, and go out within seconds
 // of its recovery. Nothing is lost, nothing published twice out of order.
 func TestPartitionOutageHoldsOnlyItsAggregates(t *testing.T) {
-	t.Parallel()
 	// Three brokers, three partitions: each produce request holds one
 	// partition (its leader's), so the control function can refuse one.
 	cluster, err := kafkatest.Start(kafkatest.Config{Brokers: 3, Partitions: 3})
@@ -292,7 +293,6 @@ func TestPartitionOutageHoldsOnlyItsAggregates(t *testing.T) {
 // goes out within the relay's MaxBackoff and a RetryDelay, not after
 // minutes.
 func TestBrokerOutageRecoversInSeconds(t *testing.T) {
-	t.Parallel()
 	p := newPipeline(t, "postgres", 2)
 	var down atomic.Bool
 	down.Store(true)
