@@ -122,7 +122,7 @@
 // and poison messages, the schema and each database's specifics are
 // described in package [sqlstore]. Events too large for the broker are best
 // refused when they are written: [Config.MaxEventBytes] fails such a save
-// with an [*EventTooLargeError].
+// with a [*sqlstore.EventTooLargeError].
 //
 // On MySQL and MariaDB (GORM's "mysql" dialector) the DSN needs
 // parseTime=true, the default loc (UTC), and clientFoundRows=true: without

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-
-	"github.com/google/uuid"
 )
 
 // ErrNoAggregateID is wrapped by a save's error when a model with pending
@@ -80,19 +78,3 @@ func (e *WriteError) Error() string {
 
 // Unwrap returns the cause.
 func (e *WriteError) Unwrap() error { return e.Err }
-
-// EventTooLargeError is the error of a save (wrapped in a [*WriteError]) or
-// an Enqueue whose event payload is larger than [Config.MaxEventBytes]. The
-// save rolls back and the event stays pending on its aggregate.
-type EventTooLargeError struct {
-	// EventType and EventID name the event.
-	EventType string
-	EventID   uuid.UUID
-	// Size is the payload's size and Limit the configured maximum, in bytes.
-	Size, Limit int
-}
-
-// Error names the event and both sizes.
-func (e *EventTooLargeError) Error() string {
-	return fmt.Sprintf("hooks: event %s (%s) is %d bytes, more than MaxEventBytes %d", e.EventType, e.EventID, e.Size, e.Limit)
-}

@@ -48,24 +48,22 @@ type Config struct {
 	AfterCommit func()
 
 	// MaxEventBytes is the largest event payload (its JSON) a save may
-	// write; a larger one fails the save with an [*EventTooLargeError] and
+	// write; a larger one fails the save with a
+	// [*sqlstore.EventTooLargeError] (wrapped in a [*WriteError]) and
 	// rolls it back, rather than be refused later by the broker. Keep it
 	// below the broker's message limit (Kafka's default message.max.bytes
-	// is about 1 MB; SQS allows 256 KiB). Negative means no limit.
-	// Default: 1,000,000 ([DefaultMaxEventBytes]).
+	// is about 1 MB; SQS allows 256 KiB). It is the writer's limit
+	// (sqlstore.WriterConfig.MaxEventBytes): negative means no limit.
+	// Default: 1,000,000 ([sqlstore.DefaultMaxEventBytes]).
 	MaxEventBytes int
 }
-
-// DefaultMaxEventBytes is the default of [Config.MaxEventBytes]: under
-// Kafka's default message limit with room for the headers.
-const DefaultMaxEventBytes = 1_000_000
 
 func (c *Config) setDefaults() {
 	if c.Table == "" {
 		c.Table = sqlstore.DefaultTable
 	}
 	if c.MaxEventBytes == 0 {
-		c.MaxEventBytes = DefaultMaxEventBytes
+		c.MaxEventBytes = sqlstore.DefaultMaxEventBytes
 	}
 }
 
@@ -735,14 +733,9 @@ func (p *Plugin) Enqueue(tx *gorm.DB, aggregateType, aggregateID string, events 
 // insert writes rows through conn, skipping event ids that already have a
 // row, and reports which ids it inserted; the [sqlstore.Writer] of dialect
 // d keeps an aggregate's ids in commit order (see "Commit order" in the
-// package documentation).
+// package documentation) and refuses, before writing any, an event larger
+// than MaxEventBytes.
 func (p *Plugin) insert(ctx context.Context, d sqlstore.Dialect, conn gorm.ConnPool, rows []sqlstore.Row) (map[uuid.UUID]bool, error) {
-	maxBytes := p.cfg.MaxEventBytes
-	for _, r := range rows {
-		if maxBytes > 0 && len(r.Envelope.Payload) > maxBytes {
-			return nil, &EventTooLargeError{EventType: r.Envelope.EventType, EventID: r.Envelope.EventID, Size: len(r.Envelope.Payload), Limit: maxBytes}
-		}
-	}
 	w, err := p.writer(d)
 	if err != nil {
 		return nil, err
@@ -755,8 +748,7 @@ func (p *Plugin) writer(d sqlstore.Dialect) (*sqlstore.Writer, error) {
 	if w, ok := p.writers.Load(d); ok {
 		return w.(*sqlstore.Writer), nil
 	}
-	// The plugin checks MaxEventBytes itself, with its own error.
-	w, err := sqlstore.NewWriter(d, p.cfg.Table, sqlstore.WriterConfig{SkipOrderLocks: p.noOrderLocks, MaxEventBytes: -1})
+	w, err := sqlstore.NewWriter(d, p.cfg.Table, sqlstore.WriterConfig{SkipOrderLocks: p.noOrderLocks, MaxEventBytes: p.cfg.MaxEventBytes})
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,7 @@ func TestEventTooLarge(t *testing.T) {
 		o := &Order{}
 		o.Pay(strings.Repeat("x", 200))
 		err := db.Create(o).Error
-		var tooLarge *hooks.EventTooLargeError
+		var tooLarge *sqlstore.EventTooLargeError
 		if !errors.As(err, &tooLarge) || tooLarge.EventType != "orders.order_paid" || tooLarge.Limit != 100 || tooLarge.Size <= 200 {
 			t.Fatalf("Create = %v, want an *EventTooLargeError for orders.order_paid over 100 bytes", err)
 		}
