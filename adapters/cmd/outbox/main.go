@@ -13,7 +13,8 @@
 // The database comes from --db or $OUTBOX_DATABASE_URL: postgres://
 // (pgx), mysql://user:pass@host:3306/db (go-sql-driver/mysql; MariaDB
 // too) or sqlite:path/to/file.db. Every command takes --json for output a
-// program reads, and exits 0 when it succeeded, 1 on an error, 2 on a usage
+// program reads; --db, --table and --json may come before the command's
+// name too (outbox --db URL list). It exits 0 when it succeeded, 1 on an error, 2 on a usage
 // error, and 3 when "status" found what one of its --fail-if flags names.
 //
 // It lives under adapters (not beside the runtime), in a module of its own,
@@ -128,6 +129,10 @@ func (e *env) run(args []string) int {
 		printUsage(stderr, cmds)
 		return exitUsage
 	}
+	args, err := globalFlagsFirst(args)
+	if err != nil {
+		return code(stderr, err)
+	}
 	name, rest := args[0], args[1:]
 	switch name {
 	case "help", "-h", "-help", "--help":
@@ -149,7 +154,7 @@ func (e *env) run(args []string) int {
 		fmt.Fprintf(stderr, "outbox: unknown command %q (run \"outbox help\")\n", name)
 		return exitUsage
 	}
-	err := c.run(e, rest)
+	err = c.run(e, rest)
 	if code := code(stderr, err); code != exitError {
 		return code
 	}
@@ -157,6 +162,50 @@ func (e *env) run(args []string) int {
 		fmt.Fprintln(stderr, "outbox:", hint)
 	}
 	return exitError
+}
+
+// globalFlags are the flags every command takes (see newFlagSet), which
+// may also come before the command's name; true for those that take a
+// value.
+var globalFlags = map[string]bool{"db": true, "table": true, "json": false}
+
+// globalFlagsFirst moves the global flags given before the command's name
+// (outbox --db URL list) after it (outbox list --db URL), where the
+// command's flag set parses them. Another flag before the name is a usage
+// error naming it.
+func globalFlagsFirst(args []string) ([]string, error) {
+	i := 0
+	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "-" {
+		a := args[i]
+		switch a {
+		case "-h", "-help", "--help":
+			if i == 0 {
+				return args, nil // outbox --help
+			}
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		takesValue, ok := globalFlags[name]
+		if !ok {
+			return nil, usagef("flag %s before the command: only --db, --table and --json may come before it (run \"outbox help\")", a)
+		}
+		i++
+		if takesValue && !hasValue {
+			if i == len(args) {
+				return nil, usagef("flag %s needs a value", a)
+			}
+			i++
+		}
+	}
+	if i == 0 {
+		return args, nil
+	}
+	if i == len(args) {
+		return nil, usagef("no command after the flags (run \"outbox help\")")
+	}
+	out := make([]string, 0, len(args))
+	out = append(out, args[i])
+	out = append(out, args[:i]...)
+	return append(out, args[i+1:]...), nil
 }
 
 // code prints err and returns its exit status.
@@ -261,7 +310,7 @@ Commands:
 	}
 	fmt.Fprint(w, `  help      outbox help <command> describes a command and its flags
 
-Every command takes:
+Every command takes, after its name or before it (outbox --db URL list):
   --db URL      database: postgres://..., mysql://user:pass@host:3306/db, sqlite:file.db
                 (default: $OUTBOX_DATABASE_URL)
   --table NAME  outbox table (default: outbox_messages)

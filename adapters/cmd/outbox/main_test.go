@@ -220,6 +220,29 @@ func TestMissingSQLiteFile(t *testing.T) {
 	}
 }
 
+// TestGlobalFlagsBeforeTheCommand: outbox --db URL --json list is outbox
+// list --db URL --json.
+func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
+	t.Parallel()
+	d := sqliteDB(t)
+	if code, _, stderr := runCmd(t, nil, "migrate", "--db", d.url); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	}
+	d.write(t, "1", "2")
+	code1, before, stderr := runCmd(t, nil, "--db", d.url, "--json", "list")
+	code2, after, _ := runCmd(t, nil, "list", "--db", d.url, "--json")
+	if code1 != 0 || code2 != 0 {
+		t.Fatalf("exit %d with the flags before the command, %d after it: %s", code1, code2, stderr)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(before), &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("--db URL --json list printed %q (%v), want 2 rows", before, err)
+	}
+	if before != after {
+		t.Errorf("flags before the command printed\n%s\nafter it\n%s", before, after)
+	}
+}
+
 func TestHelpAndUsage(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -254,6 +277,13 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"janitor", "--once", "--published-age", "0d", "--db", "sqlite:x.db"}, 2, "--published-age 0d: must be more than zero"},
 		{[]string{"migrate", "--partition-interval", "0s", "--db", "sqlite:x.db"}, 2, "--partition-interval 0s: must be more than zero"},
 		{[]string{"parked", "list", "--limit", "-1", "--db", sqliteDB(t).url}, 2, "--limit -1: a number of rows from 1 to 1000"},
+		// The global flags may come before the command (found by a new
+		// user: "outbox --db URL list" was an unknown command "--db").
+		{[]string{"--db", "sqlite:x.db", "parked"}, 2, "needs a subcommand"},
+		{[]string{"--db=sqlite:x.db", "--json", "replay"}, 2, "replay needs --from or --to"},
+		{[]string{"--limit", "3", "list"}, 2, "flag --limit before the command: only --db, --table and --json"},
+		{[]string{"--db"}, 2, "flag --db needs a value"},
+		{[]string{"--json"}, 2, "no command after the flags"},
 	} {
 		code, stdout, stderr := runCmd(t, nil, tc.args...)
 		out := stderr
