@@ -59,7 +59,7 @@ func TestBadFlagValues(t *testing.T) {
 		{[]string{"list", "--after", "-3"}, "--after", "-3", "0 (the first page) or a row id"},
 		{[]string{"parked", "list", "--after", "-3"}, "--after", "-3", "0 (the first page) or a row id"},
 		{[]string{"janitor", "--once", "--retention-interval", "-5s"}, "--retention-interval", "-5s", "more than zero"},
-		{[]string{"relay", "--broker", "memory://", "--retention", "7d", "--retention-interval", "-5s"}, "--retention-interval", "-5s", "more than zero"},
+		{[]string{"relay", "--broker", "memory://", "--allow-local-broker", "--retention", "7d", "--retention-interval", "-5s"}, "--retention-interval", "-5s", "more than zero"},
 		{[]string{"janitor", "--once", "--retention-interval", "0s"}, "--retention-interval", "0s", "more than zero"},
 		{[]string{"janitor", "--once", "--published-age", "-1d"}, "--published-age", "-1d", "more than zero"},
 		{[]string{"status", "--fail-if-older", "soon"}, "--fail-if-older", "soon", "not a duration"},
@@ -67,7 +67,7 @@ func TestBadFlagValues(t *testing.T) {
 		// Found by a new user's trial: accepted, or named a Go field.
 		{[]string{"status", "--fail-if-pending", "-3"}, "--fail-if-pending", "-3", "0 or more"},
 		{[]string{"list", "--state", "weird"}, "--state", "weird", "pending, retrying, parked or published"},
-		{[]string{"relay", "--broker", "memory://", "--max-active-relays", "65"}, "--max-active-relays", "65", "from 1 to 64"},
+		{[]string{"relay", "--broker", "memory://", "--allow-local-broker", "--max-active-relays", "65"}, "--max-active-relays", "65", "from 1 to 64"},
 	} {
 		args := append(slices.Clone(tc.args), "--db", db)
 		err := runErr(t, args...)

@@ -202,7 +202,7 @@ func TestMissingSQLiteFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "typo.db")
 	for _, args := range [][]string{
-		{"status"}, {"list"}, {"parked", "list"}, {"janitor", "--once"}, {"relay", "--broker", "memory://"},
+		{"status"}, {"list"}, {"parked", "list"}, {"janitor", "--once"}, {"relay", "--broker", "memory://", "--allow-local-broker"},
 	} {
 		code, _, stderr := runCmd(t, nil, append(args, "--db", "sqlite:"+path)...)
 		if code != 1 || !strings.Contains(stderr, path+" does not exist") {
@@ -271,6 +271,9 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"replay", "--from", "9", "--to", "3", "--db", "sqlite:x.db"}, 2, "--from 9 is not before --to 3"},
 		{[]string{"replay", "--from", "1h", "--to", "2h", "--db", "sqlite:x.db"}, 2, "--from 1h is not before --to 2h"},
 		{[]string{"relay", "--db", "sqlite:x.db"}, 2, "no broker"},
+		// A relay on memory:// would mark real rows published into a log
+		// nobody reads (found by a new user): refused unless asked for.
+		{[]string{"relay", "--db", "sqlite:x.db", "--broker", "memory://"}, 2, "--broker memory://: a shared broker, not one only this process can read"},
 		{[]string{"status", "--fail-if-older", "soon", "--db", "sqlite:x.db"}, 2, "not a duration"},
 		// A zero age would mean the flag's default (7 days) or off: refused.
 		{[]string{"janitor", "--once", "--published-age", "0s", "--db", "sqlite:x.db"}, 2, "--published-age 0s: must be more than zero"},
@@ -416,7 +419,7 @@ func runRelay(t *testing.T, d testDB, pub *recorder, until func() bool, extra ..
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan [3]string, 1)
 	go func() {
-		code, stdout, stderr := runCmdCtx(t, ctx, pub, append([]string{"relay", "--db", d.url, "--broker", "memory://", "--poll", "20ms"}, extra...)...)
+		code, stdout, stderr := runCmdCtx(t, ctx, pub, append([]string{"relay", "--db", d.url, "--broker", "memory://", "--allow-local-broker", "--poll", "20ms"}, extra...)...)
 		done <- [3]string{strconv.Itoa(code), stdout, stderr}
 	}()
 	deadline := time.Now().Add(30 * time.Second)
@@ -638,7 +641,7 @@ func TestRelayDeletePublished(t *testing.T) {
 	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
 		runRelayUntilEmpty(t, d, "--delete-published")
-		code, _, stderr := runCmd(t, nil, "relay", "--db", d.url, "--broker", "memory://", "--delete-published", "--retention", "7d")
+		code, _, stderr := runCmd(t, nil, "relay", "--db", d.url, "--broker", "memory://", "--allow-local-broker", "--delete-published", "--retention", "7d")
 		if code != exitUsage || !strings.Contains(stderr, "nothing to delete") {
 			t.Errorf("--delete-published with --retention: exit %d, %q; want %d and a usage error", code, stderr, exitUsage)
 		}
@@ -656,7 +659,7 @@ func TestRelayThroughBrokerURL(t *testing.T) {
 	var out, errOut bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"relay", "--db", url, "--broker", "memory://", "--json"}, &out, &errOut, func(string) string { return "" })
+		done <- run(ctx, []string{"relay", "--db", url, "--broker", "memory://", "--allow-local-broker", "--json"}, &out, &errOut, func(string) string { return "" })
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -729,7 +732,7 @@ func TestRelayStopsOnSIGTERM(t *testing.T) {
 	d.write(t, "o1", "o2")
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")
-	cmd.Env = append(os.Environ(), "OUTBOX_TEST_MAIN_ARGS="+strings.Join([]string{"relay", "--db", url, "--broker", "memory://", "--poll", "20ms"}, "\x1f"))
+	cmd.Env = append(os.Environ(), "OUTBOX_TEST_MAIN_ARGS="+strings.Join([]string{"relay", "--db", url, "--broker", "memory://", "--allow-local-broker", "--poll", "20ms"}, "\x1f"))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -828,7 +831,7 @@ func TestRelayServesMetricsAndHealth(t *testing.T) {
 	var out, errOut bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"relay", "--db", url, "--broker", "memory://", "--listen", addr}, &out, &errOut, func(string) string { return "" })
+		done <- run(ctx, []string{"relay", "--db", url, "--broker", "memory://", "--allow-local-broker", "--listen", addr}, &out, &errOut, func(string) string { return "" })
 	}()
 	defer func() {
 		cancel()
@@ -980,7 +983,7 @@ func TestRelayWaitsForItsBrokerAndDatabase(t *testing.T) {
 		done := make(chan result, 1)
 		go func() {
 			code, _, stderr := runCmdCtx(t, ctx, newRecorder(), "relay", "--db", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=1",
-				"--broker", "memory://", "--listen", addr)
+				"--broker", "memory://", "--allow-local-broker", "--listen", addr)
 			done <- result{code, stderr}
 		}()
 		status := func(path string) int {

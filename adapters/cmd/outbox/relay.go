@@ -121,7 +121,8 @@ shards over to them and stands aside as long, then joins again as a standby.
 
 Broker URLs (package adapters/broker): kafka://host:9092, amqp://user:pass@host:5672/,
 nats://host:4222, redis://host:6379/0, postgres://..., sqs://host:port,
-sns://host:port, memory:// (in-process, for trials).
+sns://host:port, memory:// (in-process, for trials: refused unless
+--allow-local-broker, as nothing outside the relay can read it).
 
 With --delete-published, a published message is deleted instead of marked
 (StoreConfig.DeletePublished): the cheapest mark, but "outbox replay" has
@@ -174,6 +175,7 @@ the relay until TCP gives up.`,
 		fs.durationVar(&cfg.HandOverAfter, "hand-over-after", "the default, 15s",
 			"hand this relay's shards over to the other relays alive once nothing it claimed could be published for this `duration` (default: 15s)")
 		fs.BoolVar(&scfg.DeletePublished, "delete-published", false, "delete a message once published instead of marking it: faster, but no replay and no deduplication of a re-saved published event (the consumers' inbox still applies it once)")
+		allowLocal := fs.Bool("allow-local-broker", false, "allow a broker only this process can read (memory://), for a demo: what it publishes is marked published in the outbox and gone when the relay exits")
 		migrate := fs.Bool("migrate", false, "create the outbox table if it does not exist")
 		verbose := fs.Bool("v", false, "debug logs")
 		listen := fs.String("listen", "", "serve /metrics, /livez and /readyz on this `address` (host:port; default: off)")
@@ -194,6 +196,9 @@ the relay until TCP gives up.`,
 		// Before the relay waits for its database.
 		if err := checkBrokerURL(*brokerURL); err != nil {
 			return err
+		}
+		if localBroker(*brokerURL) && !*allowLocal {
+			return &flagError{Flag: "--broker", Value: *brokerURL, Want: "a shared broker, not one only this process can read (the relay would mark real outbox rows published into a log nobody else sees); --allow-local-broker allows it for a demo"}
 		}
 		// MaxRetryDelay caps RetryDelay's doubling, and its first value
 		// too (30s: StoreConfig's default).
@@ -318,6 +323,13 @@ func checkBrokerURL(raw string) error {
 		return brokerFlagError(raw, fmt.Errorf("unknown scheme %q", scheme))
 	}
 	return nil
+}
+
+// localBroker reports whether raw is a broker that only the relay's own
+// process can read (memory://).
+func localBroker(raw string) bool {
+	scheme, _, _ := strings.Cut(raw, "://")
+	return strings.EqualFold(scheme, "memory")
 }
 
 // brokerFlagError returns the *flagError of --broker raw, which err (a

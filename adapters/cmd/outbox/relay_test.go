@@ -35,7 +35,7 @@ func relayWithin(t *testing.T, d time.Duration, args ...string) (code int, stder
 func TestRelayMissingTable(t *testing.T) {
 	t.Parallel()
 	forEachDatabase(t, func(t *testing.T, d testDB) {
-		code, stderr := relayWithin(t, 20*time.Second, "--db", d.url, "--broker", "memory://", "--table", "outbox_nope")
+		code, stderr := relayWithin(t, 20*time.Second, "--db", d.url, "--broker", "memory://", "--allow-local-broker", "--table", "outbox_nope")
 		want := `outbox: is table outbox_nope there? "outbox migrate --table outbox_nope" creates it; --table names another` + "\n"
 		if code != exitError || !strings.HasSuffix(stderr, want) || strings.Contains(stderr, "batch failed") {
 			t.Errorf("relay --table outbox_nope: exit %d, stderr:\n%s\nwant %d ending %q", code, stderr, exitError, want)
@@ -45,20 +45,20 @@ func TestRelayMissingTable(t *testing.T) {
 		if _, err := d.db.Exec("DROP TABLE outbox_messages_relays"); err != nil {
 			t.Fatal(err)
 		}
-		code, stderr = relayWithin(t, 20*time.Second, "--db", d.url, "--broker", "memory://")
+		code, stderr = relayWithin(t, 20*time.Second, "--db", d.url, "--broker", "memory://", "--allow-local-broker")
 		// (MySQL names it with its database.)
 		want = `outbox_messages_relays there? "outbox migrate" creates the outbox's tables; --table names another outbox` + "\n"
 		if code != exitError || !strings.HasSuffix(stderr, want) || !strings.Contains(stderr, "outbox: is table ") || strings.Contains(stderr, "batch failed") {
 			t.Errorf("relay without its relays table: exit %d, stderr:\n%s\nwant %d ending %q", code, stderr, exitError, want)
 		}
 		// --migrate creates them.
-		code, stderr = relayWithin(t, 2*time.Second, "--db", d.url, "--broker", "memory://", "--migrate")
+		code, stderr = relayWithin(t, 2*time.Second, "--db", d.url, "--broker", "memory://", "--allow-local-broker", "--migrate")
 		if code != 0 {
 			t.Errorf("relay --migrate: exit %d:\n%s", code, stderr)
 		}
 		// The inbox table --inbox-retention prunes: every pass would fail
 		// on it (it logged an ERROR per pass while the relay ran on).
-		code, stderr = relayWithin(t, 20*time.Second, "--db", d.url, "--broker", "memory://",
+		code, stderr = relayWithin(t, 20*time.Second, "--db", d.url, "--broker", "memory://", "--allow-local-broker",
 			"--inbox-retention", "7d", "--inbox-table", "inbox_nope")
 		want = `inbox_nope there? "outbox migrate --inbox --inbox-table inbox_nope" creates it; --inbox-table names another` + "\n"
 		if code != exitError || !strings.HasSuffix(stderr, want) || strings.Contains(stderr, "relay starting") {
@@ -140,7 +140,7 @@ func TestRelayFlagValues(t *testing.T) {
 		{[]string{"--max-backlog-age", "-1m"}, "--max-backlog-age", "-1m", "more than zero"},
 		{[]string{"--retention", "7d", "--retention-batch", "-1"}, "--retention-batch", "-1", "1 or more"},
 	} {
-		args := append([]string{"relay", "--broker", "memory://", "--db", db}, tc.args...)
+		args := append([]string{"relay", "--broker", "memory://", "--allow-local-broker", "--db", db}, tc.args...)
 		err := runErr(t, args...)
 		var fe *flagError
 		if !errors.As(err, &fe) || fe.Flag != tc.flag || fe.Value != tc.value || !strings.Contains(err.Error(), tc.want) {
@@ -172,7 +172,7 @@ func TestRelayDatabaseRefused(t *testing.T) {
 		}
 		u.User = url.UserPassword(u.User.Username(), "secret")
 		u.Path = "/outbox_no_such_db"
-		code, stderr := relayWithin(t, 20*time.Second, "--db", u.String(), "--broker", "memory://")
+		code, stderr := relayWithin(t, 20*time.Second, "--db", u.String(), "--broker", "memory://", "--allow-local-broker")
 		if code != exitError || strings.Contains(stderr, "retrying") || strings.Contains(stderr, "secret") ||
 			!strings.Contains(stderr, u.Redacted()) || !strings.Contains(stderr, "3D000") {
 			t.Errorf("relay on a database that does not exist: exit %d, stderr:\n%s\nwant %d at once naming %s and SQLSTATE 3D000", code, stderr, exitError, u.Redacted())
@@ -191,7 +191,7 @@ func TestRelayDatabaseRefused(t *testing.T) {
 			{&url.URL{Scheme: "mysql", User: url.User(cfg.User), Host: cfg.Addr, Path: "/outbox_no_such_db"}, "Error 1049"},
 			{&url.URL{Scheme: "mysql", User: url.UserPassword(cfg.User, cfg.Passwd+"wrong"), Host: cfg.Addr, Path: "/outbox_no_such_db"}, "Error 1045"},
 		} {
-			code, stderr := relayWithin(t, 20*time.Second, "--db", tc.url.String(), "--broker", "memory://")
+			code, stderr := relayWithin(t, 20*time.Second, "--db", tc.url.String(), "--broker", "memory://", "--allow-local-broker")
 			if code != exitError || strings.Contains(stderr, "retrying") || strings.Contains(stderr, "wrong") ||
 				!strings.Contains(stderr, tc.url.Redacted()) || !strings.Contains(stderr, tc.want) {
 				t.Errorf("relay --db %s: exit %d, stderr:\n%s\nwant %d at once naming the URL and %q", tc.url.Redacted(), code, stderr, exitError, tc.want)
