@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -198,7 +199,21 @@ func (r *Relay) Run(ctx context.Context) error {
 		attrBatchSize, r.cfg.BatchSize,
 		attrPollInterval, r.cfg.PollInterval,
 		attrNotifier, r.notifier != nil)
-	defer r.log.Info("relay: stopped")
+	// The stop is logged last, after the batch in flight was finished and
+	// marked (or gave up) and the leases were released, saying which.
+	var last BatchResult // the last batch's, claimed before or at the stop
+	var lastMarked error // its mark's outcome, when the mark ran in the background
+	defer func() {
+		attrs := []any{attrOwner, owner, attrClaimed, last.Claimed, attrPublished, last.Published}
+		switch {
+		case last.Claimed == 0:
+			r.log.Info("relay: stopped; no batch was in flight", attrs...)
+		case last.Err != nil || lastMarked != nil:
+			r.log.Info("relay: stopped; the last batch was not marked: whoever holds its shards next publishes it again", append(attrs, errAttr(cmp.Or(lastMarked, last.Err)))...)
+		default:
+			r.log.Info("relay: stopped; the last batch was published and marked", attrs...)
+		}
+	}()
 
 	if rel, ok := r.store.(Releaser); ok {
 		defer func() {
@@ -223,6 +238,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		// ShutdownTimeout of ctx's end); one that failed leaves its
 		// messages to be published again.
 		if err := r.settle(marking); err != nil {
+			lastMarked = err
 			r.log.Warn("relay: the last batch's mark failed; its messages will be published again", errAttr(err))
 		}
 	}()
@@ -233,6 +249,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	for first := true; ctx.Err() == nil; first = false {
 		res, rd := r.batch(ctx, owner, next, marking, r.handOverAt(ctx, owner, &cut, time.Now()))
 		next, marking = rd.next, rd.marking
+		if res.Claimed > 0 || ctx.Err() == nil {
+			last = res
+		}
 		if shards != nil {
 			n := shards.HeldShards(owner)
 			r.held.Store(int64(n))

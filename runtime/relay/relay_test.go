@@ -631,7 +631,8 @@ func TestShutdownCompletesBatchInFlight(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}}
-	r, err := relay.New(store, pub, relay.Config{PollInterval: never, ShutdownTimeout: never})
+	var logs runtimetest.LogBuffer
+	r, err := relay.New(store, pub, relay.Config{PollInterval: never, ShutdownTimeout: never, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -642,6 +643,10 @@ func TestShutdownCompletesBatchInFlight(t *testing.T) {
 	close(release)
 	if err := stop(); err != nil {
 		t.Errorf("Run() = %v, want nil", err)
+	}
+	// The stop is logged once, saying what became of the batch in flight.
+	if out := logs.String(); strings.Count(out, "stopped") != 1 || !strings.Contains(out, `msg="relay: stopped; the last batch was published and marked"`) || !strings.Contains(out, "claimed=2 published=2") {
+		t.Errorf("want one stop line saying the batch in flight (2 claimed, 2 published) was marked; logs:\n%s", out)
 	}
 	if diff := cmp.Diff([]int64{1, 2}, mem.Published()); diff != "" {
 		t.Errorf("published IDs (-want +got):\n%s", diff)

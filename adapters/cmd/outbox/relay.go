@@ -300,8 +300,7 @@ the relay until TCP gives up.`,
 		err = r.Run(e.ctx)
 		wg.Wait()
 		if errors.Is(err, context.Canceled) || (err == nil && e.ctx.Err() != nil) {
-			log.Info("relay stopped")
-			return nil
+			return nil // Run logged the stop, and what became of the batch in flight
 		}
 		return err
 	}
@@ -427,7 +426,7 @@ func untilReachable(ctx context.Context, log *slog.Logger, what string, open fun
 // err otherwise.
 func stoppedOr(e *env, log *slog.Logger, err error) error {
 	if e.ctx.Err() != nil && errors.Is(err, e.ctx.Err()) {
-		log.Info("relay stopped")
+		log.Info("relay: stopped before it started")
 		return nil
 	}
 	return err
