@@ -444,11 +444,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 				if e == nil {
 					continue
 				}
-				perMessage[i] = classify(p.missingTopic(fmt.Errorf("kafka: publish to topic %q: %w", topic, e)))
+				perMessage[i] = classify(p.explain(fmt.Errorf("kafka: publish to topic %q: %w", topic, e)))
 			}
 			return fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, perMessage)
 		}
-		return classify(p.missingTopic(fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, err)))
+		return classify(p.explain(fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, err)))
 	}
 	p.logger.Debug("published messages", watermill.LogFields{
 		"topic":    topic,
@@ -481,6 +481,28 @@ func (p *Publisher) Ping(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("kafka: ping: %w", errors.Join(errs...))
+}
+
+// explain adds to a write error the way out that kafka-go's text does not
+// give: see tooLarge and missingTopic.
+func (p *Publisher) explain(err error) error {
+	return p.missingTopic(p.tooLarge(err))
+}
+
+// tooLarge names BatchBytes when err is kafka-go's client-side refusal of a
+// record larger than it (kafka.MessageTooLargeError, nothing written),
+// whose own text is the broker's MESSAGE_TOO_LARGE and sends the reader
+// to the server's configuration instead.
+func (p *Publisher) tooLarge(err error) error {
+	var tl kafka.MessageTooLargeError
+	if !errors.As(err, &tl) {
+		return err
+	}
+	size := len(tl.Message.Key) + len(tl.Message.Value)
+	for _, h := range tl.Message.Headers {
+		size += len(h.Key) + len(h.Value)
+	}
+	return fmt.Errorf("%w (refused by this client before sending: the record, about %d bytes with its key and headers, is larger than kafka.PublisherConfig.BatchBytes %d; raise BatchBytes, keeping it at or below the broker's message.max.bytes, or refuse such events when they are written: hooks.Config.MaxEventBytes)", err, size, p.cfg.BatchBytes)
 }
 
 // missingTopic adds what to do to err when it says that the topic does not

@@ -326,6 +326,12 @@ func TestPublishMessageTooLarge(t *testing.T) {
 	if !errors.Is(err, kafkago.MessageSizeTooLarge) {
 		t.Errorf("errors.Is(%v, kafka.MessageSizeTooLarge) = false, want true", err)
 	}
+	// kafka-go's text is the broker's MESSAGE_TOO_LARGE ("the server has a
+	// configurable maximum"): the message must send the reader to the
+	// client's limit instead (found by a new user).
+	if msg := err.Error(); !strings.Contains(msg, "larger than kafka.PublisherConfig.BatchBytes 1024") || !strings.Contains(msg, "refused by this client before sending") {
+		t.Errorf("error %q does not name BatchBytes (1024) as the limit", msg)
+	}
 	if !runtime.IsPermanent(err) {
 		t.Errorf("runtime.IsPermanent(%v) = false: the relay would retry a message that can never be written", err)
 	}
