@@ -119,6 +119,21 @@
 //
 // Field types: string, bool, int32, int64, decimal (a decimal string),
 // uuid, timestamp, an enum or object type name, list<T>, map<string,T>.
+// Their Go types in the generated structs, required and optional
+// (optional: true):
+//
+//	schema type       Go type                  optional
+//	string            string                   *string
+//	bool              bool                     *bool
+//	int32, int64      int32, int64             *int32, *int64
+//	decimal           string ("12.50")         *string
+//	uuid              uuid.UUID (google/uuid)  *uuid.UUID
+//	timestamp         time.Time (UTC, µs)      *time.Time
+//	EnumName          EnumName (a string type) *EnumName
+//	ObjectName        ObjectName (a struct)    *ObjectName
+//	list<T>           []T                      []T (nil when absent)
+//	map<string,T>     map[string]T             map[string]T (nil when absent)
+//
 // Field keys: type, doc, optional, default, min, max (integers),
 // max_length, pattern (strings), values (narrow an enum for this version),
 // deprecated. Event keys: type, aggregate (the aggregate's Go type name,
