@@ -152,7 +152,7 @@
 // with the lock file or -against. Compatibility problems name their rule
 // and direction, e.g.
 //
-//	events.yaml:31:11: OrderPaid v2: FIELD_REQUIRED_MISSING (backward): v2 requires "amount" but v1 does not write it; make it optional or give it a default
+//	events.yaml:31:11: OrderPaid v2: FIELD_REQUIRED_MISSING (backward): v2 requires "amount" but v1 does not write it; make it optional or give it a default, or mark v2 breaking: true and write its upcaster
 //
 // "backward" marks a problem of the newer version reading payloads of an
 // older one, "forward" of an older version reading the newer one's; the

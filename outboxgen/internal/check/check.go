@@ -164,16 +164,33 @@ func (c *checker) event(ev *schema.Event, opt Options) {
 // pair reports why newer and older (labelled so in messages) are not
 // compatible under mode; suffix is appended to the direction.
 func (c *checker) pair(ev *schema.Event, newer, older *schema.Version, newLabel, oldLabel string, mode schema.Mode, suffix string) {
+	// Between two versions of the schema (not a version and its deployed
+	// self), a field change the rules refuse is allowed by starting a new
+	// compatibility line: say so.
+	breaking := ""
+	if newer.Number != older.Number {
+		breaking = fmt.Sprintf(", or mark v%d breaking: true and write its upcaster", newer.Number)
+	}
 	if mode.Backward() {
 		for _, is := range readable(newer, older, newLabel, oldLabel, true) {
-			c.report(is.pos(newer), ev, newer, is.rule, "backward"+suffix, "%s%s", is.msg, is.hint)
+			c.report(is.pos(newer), ev, newer, is.rule, "backward"+suffix, "%s%s%s", is.msg, is.hint, breakingHint(is, breaking))
 		}
 	}
 	if mode.Forward() {
 		for _, is := range readable(older, newer, oldLabel, newLabel, false) {
-			c.report(is.pos(newer), ev, newer, is.rule, "forward"+suffix, "%s%s", is.msg, is.hint)
+			c.report(is.pos(newer), ev, newer, is.rule, "forward"+suffix, "%s%s%s", is.msg, is.hint, breakingHint(is, breaking))
 		}
 	}
+}
+
+// breakingHint returns hint for the field rules that a breaking version
+// lifts, and "" for the others.
+func breakingHint(is issue, hint string) string {
+	switch is.rule {
+	case FieldRequiredMissing, FieldSameType, FieldOptionality:
+		return hint
+	}
+	return ""
 }
 
 func label(v *schema.Version) string { return fmt.Sprintf("v%d", v.Number) }

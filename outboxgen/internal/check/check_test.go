@@ -140,11 +140,11 @@ events:
 		got = append(got, e.Error())
 	}
 	want := []string{
-		`events.yaml:15:11: A v3: FIELD_SAME_TYPE (backward): "x" is int32 in v1 but string in v3; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
-		`events.yaml:15:11: A v3: FIELD_SAME_TYPE (forward): "x" is string in v3 but int32 in v1; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
+		`events.yaml:15:11: A v3: FIELD_SAME_TYPE (backward): "x" is int32 in v1 but string in v3; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name, or mark v3 breaking: true and write its upcaster`,
+		`events.yaml:15:11: A v3: FIELD_SAME_TYPE (forward): "x" is string in v3 but int32 in v1; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name, or mark v3 breaking: true and write its upcaster`,
 		`events.yaml:16:7: A v5: VERSION_CONTIGUOUS: expected v4; versions are numbered 1, 2, 3, ... without gaps`,
-		`events.yaml:18:11: A v5: FIELD_SAME_TYPE (backward): "x" is int32 in v1 but string in v5; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
-		`events.yaml:18:11: A v5: FIELD_SAME_TYPE (forward): "x" is string in v5 but int32 in v1; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name`,
+		`events.yaml:18:11: A v5: FIELD_SAME_TYPE (backward): "x" is int32 in v1 but string in v5; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name, or mark v5 breaking: true and write its upcaster`,
+		`events.yaml:18:11: A v5: FIELD_SAME_TYPE (forward): "x" is string in v5 but int32 in v1; keep the type (int32 may widen to int64; enum, decimal and uuid to string), or add a field with a new name, or mark v5 breaking: true and write its upcaster`,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)

@@ -385,6 +385,8 @@ func DecodeOrderPaid(version int, payload []byte) (OrderPaid, error) {
 		if err != nil {
 			return OrderPaid{}, err
 		}
+		// v2 is breaking: this package defines, by hand,
+		// func upcastOrderPaidV1ToV2(OrderPaidV1) (OrderPaidV2, error)
 		v2, err := upcastOrderPaidV1ToV2(v1)
 		if err != nil {
 			return OrderPaid{}, &runtime.DecodeError{Key: runtime.Key{Type: OrderPaidType, Version: 1}, Err: fmt.Errorf("upcast to v2: %w", err)}
