@@ -30,6 +30,15 @@ type Config struct {
 	// aggregate type gets its own topic.
 	Topic func(env runtime.Envelope) string
 
+	// ValidateTopic, when set, checks each event's topic when it is
+	// saved: a topic it refuses fails the save with a
+	// [*sqlstore.TopicError] naming the event (wrapped in a
+	// [*WriteError]) and rolls it back, instead of leaving the relay a
+	// message the broker refuses. Pass the broker's rules, such as
+	// adapters/kafka's ValidateTopic. It is the writer's
+	// (sqlstore.WriterConfig.ValidateTopic). Default: nil, no check.
+	ValidateTopic func(topic string) error
+
 	// Headers adds headers to the events written under ctx, after the
 	// correlation id and trace context of [runtime.HeadersFromContext]. Use
 	// it to inject an OpenTelemetry propagator's headers, as the Headers
@@ -748,7 +757,7 @@ func (p *Plugin) writer(d sqlstore.Dialect) (*sqlstore.Writer, error) {
 	if w, ok := p.writers.Load(d); ok {
 		return w.(*sqlstore.Writer), nil
 	}
-	w, err := sqlstore.NewWriter(d, p.cfg.Table, sqlstore.WriterConfig{SkipOrderLocks: p.noOrderLocks, MaxEventBytes: p.cfg.MaxEventBytes})
+	w, err := sqlstore.NewWriter(d, p.cfg.Table, sqlstore.WriterConfig{SkipOrderLocks: p.noOrderLocks, MaxEventBytes: p.cfg.MaxEventBytes, ValidateTopic: p.cfg.ValidateTopic})
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,9 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
@@ -92,6 +94,32 @@ func TestEventTooLarge(t *testing.T) {
 		}
 		if _, err := p.Enqueue(db, "order", "1", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: strings.Repeat("y", 200)}); !errors.As(err, &tooLarge) {
 			t.Errorf("Enqueue = %v, want an *EventTooLargeError", err)
+		}
+	})
+}
+
+// TestInvalidTopicFailsTheSave: with ValidateTopic (here Kafka's rules), a
+// save whose event's topic the broker would never take fails with a
+// *sqlstore.TopicError naming the event and the topic, and rolls back.
+func TestInvalidTopicFailsTheSave(t *testing.T) {
+	t.Parallel()
+	cfg := hooks.Config{
+		Topic:         func(runtime.Envelope) string { return "order events" },
+		ValidateTopic: kafka.ValidateTopic,
+	}
+	eachDB(t, nil, cfg, func(t *testing.T, db *gorm.DB, p *hooks.Plugin) {
+		o := &Order{}
+		o.Pay("card")
+		err := db.Create(o).Error
+		var te *sqlstore.TopicError
+		var we *hooks.WriteError
+		if !errors.As(err, &te) || !errors.As(err, &we) || te.Topic != "order events" || te.EventType != "orders.order_paid" || !errors.Is(err, kafka.ErrInvalidTopic) {
+			t.Fatalf("Create = %v, want a *WriteError wrapping a *sqlstore.TopicError for orders.order_paid on %q", err, "order events")
+		}
+		var orders int64
+		db.Model(&Order{}).Count(&orders)
+		if orders != 0 || len(rows(t, db)) != 0 {
+			t.Errorf("after the failed save: %d orders, %d outbox rows; want none", orders, len(rows(t, db)))
 		}
 	})
 }

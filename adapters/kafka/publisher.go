@@ -394,11 +394,12 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.closed {
 		return ErrPublisherClosed
 	}
-	if topic == "" {
-		return fmt.Errorf("kafka: publish: empty topic")
-	}
 	if len(msgs) == 0 {
 		return nil
+	}
+	if err := ValidateTopic(topic); err != nil {
+		// No broker takes it, however often it is retried.
+		return runtime.Permanent(fmt.Errorf("kafka: publish %d messages to topic %q: %w", len(msgs), topic, err))
 	}
 	records := make([]kafka.Message, len(msgs))
 	for i, msg := range msgs {

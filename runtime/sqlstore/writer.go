@@ -59,7 +59,33 @@ type WriterConfig struct {
 	// Keep it below the broker's message limit. Negative means no limit.
 	// Default: 1,000,000 ([DefaultMaxEventBytes]), as hooks.Config's.
 	MaxEventBytes int
+
+	// ValidateTopic, when set, checks each row's topic before anything is
+	// written: a topic it refuses fails the Write with a [*TopicError]
+	// naming the event, rather than leave the relay a message no broker
+	// will take. Pass the broker's own rules: adapters/kafka's
+	// ValidateTopic for Kafka. Default: nil, no check.
+	ValidateTopic func(topic string) error
 }
+
+// TopicError is the error of a [Writer.Write] with a row whose topic
+// [WriterConfig.ValidateTopic] refused; nothing was written.
+type TopicError struct {
+	// Topic is the refused topic; EventType and EventID name the event.
+	Topic     string
+	EventType string
+	EventID   uuid.UUID
+	// Err is ValidateTopic's reason.
+	Err error
+}
+
+// Error names the event, the topic and the reason.
+func (e *TopicError) Error() string {
+	return fmt.Sprintf("sqlstore: event %s (%s): topic %q: %v", e.EventType, e.EventID, e.Topic, e.Err)
+}
+
+// Unwrap returns the reason.
+func (e *TopicError) Unwrap() error { return e.Err }
 
 // DefaultMaxEventBytes is the default of [WriterConfig.MaxEventBytes]:
 // under Kafka's default message limit with room for the headers.
@@ -90,6 +116,7 @@ type Writer struct {
 	table      string
 	orderLocks bool
 	maxBytes   int         // MaxEventBytes; negative: no limit
+	topicOK    func(string) error
 	wake       *writerWake // PostgreSQL: notifies a waiting relay; nil elsewhere
 }
 
@@ -106,7 +133,7 @@ func NewWriter(d Dialect, table string, cfg WriterConfig) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Writer{d: impl, table: table, orderLocks: !cfg.SkipOrderLocks, maxBytes: cmp.Or(cfg.MaxEventBytes, DefaultMaxEventBytes)}
+	w := &Writer{d: impl, table: table, orderLocks: !cfg.SkipOrderLocks, maxBytes: cmp.Or(cfg.MaxEventBytes, DefaultMaxEventBytes), topicOK: cfg.ValidateTopic}
 	if d == Postgres {
 		w.wake = newWriterWake(table)
 	}
@@ -115,7 +142,8 @@ func NewWriter(d Dialect, table string, cfg WriterConfig) (*Writer, error) {
 
 // Write inserts rows through q, skipping event ids that already have a
 // row, and reports which ids it inserted. A payload larger than
-// [WriterConfig.MaxEventBytes] fails it with an [*EventTooLargeError]
+// [WriterConfig.MaxEventBytes] fails it with an [*EventTooLargeError],
+// and a topic [WriterConfig.ValidateTopic] refuses with a [*TopicError],
 // before anything is written. Pass the business transaction (a
 // *sql.Tx, or a GORM statement's connection pool) so that the rows commit
 // with it.
@@ -138,6 +166,13 @@ func (w *Writer) Write(ctx context.Context, q Querier, rows []Row) (inserted map
 		for _, r := range rows {
 			if len(r.Envelope.Payload) > w.maxBytes {
 				return nil, &EventTooLargeError{EventType: r.Envelope.EventType, EventID: r.Envelope.EventID, Size: len(r.Envelope.Payload), Limit: w.maxBytes}
+			}
+		}
+	}
+	if w.topicOK != nil {
+		for _, r := range rows {
+			if err := w.topicOK(r.Topic); err != nil {
+				return nil, &TopicError{Topic: r.Topic, EventType: r.Envelope.EventType, EventID: r.Envelope.EventID, Err: err}
 			}
 		}
 	}

@@ -146,3 +146,37 @@ func TestWriterRefusesAnEventTooLarge(t *testing.T) {
 		})
 	}
 }
+
+// TestWriterRefusesATopicItsValidatorRefuses: with ValidateTopic set, a row
+// whose topic it refuses fails the Write with a *TopicError naming the event
+// and the topic, and nothing of the Write is written.
+func TestWriterRefusesATopicItsValidatorRefuses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	noSpaces := func(topic string) error {
+		if strings.Contains(topic, " ") {
+			return errors.New("no spaces")
+		}
+		return nil
+	}
+	db := migrated(t, sqlstore.SQLite)
+	rows := writeRows("a", "b")
+	rows[1].Topic = "loan events"
+	w, err := sqlstore.NewWriter(sqlstore.SQLite, "", sqlstore.WriterConfig{ValidateTopic: noSpaces})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.Write(ctx, db, rows)
+	var te *sqlstore.TopicError
+	if !errors.As(err, &te) || te.Topic != "loan events" || te.EventID != rows[1].Envelope.EventID || te.Err.Error() != "no spaces" {
+		t.Fatalf("Write = %v, want a *TopicError for %q naming event %s", err, "loan events", rows[1].Envelope.EventID)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM outbox_messages`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows after the refused Write: %d, %v; want 0", n, err)
+	}
+	rows[1].Topic = "loan_events"
+	if _, err := w.Write(ctx, db, rows); err != nil {
+		t.Fatalf("Write with valid topics: %v", err)
+	}
+}
