@@ -115,7 +115,7 @@ type Writer struct {
 	d          dialect
 	table      string
 	orderLocks bool
-	maxBytes   int         // MaxEventBytes; negative: no limit
+	maxBytes   int // MaxEventBytes; negative: no limit
 	topicOK    func(string) error
 	wake       *writerWake // PostgreSQL: notifies a waiting relay; nil elsewhere
 }
