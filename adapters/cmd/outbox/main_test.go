@@ -34,6 +34,21 @@ import (
 
 // recorder is the relay's broker in tests: it records the event ids it
 // published, per aggregate, in order.
+// pingingRecorder is a recorder whose broker refuses the first fail pings
+// (a health.BrokerPinger, as the Kafka publisher is).
+type pingingRecorder struct {
+	*recorder
+	fail, pings atomic.Int32
+}
+
+func (p *pingingRecorder) Ping(context.Context) error {
+	p.pings.Add(1)
+	if p.fail.Add(-1) >= 0 {
+		return errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
+	}
+	return nil
+}
+
 type recorder struct {
 	mu    sync.Mutex
 	byAgg map[string][]string
@@ -969,6 +984,47 @@ func TestRelayWaitsForItsBrokerAndDatabase(t *testing.T) {
 		}
 		if n := strings.Count(errOut.String(), `level=WARN msg="relay: cannot reach the broker; retrying"`); n != 2 {
 			t.Errorf("%d WARN lines about the broker, want 2:\n%s", n, errOut.String())
+		}
+	})
+	t.Run("broker that opens but does not answer", func(t *testing.T) {
+		// kafka:// opens without contacting the broker: the relay pings it
+		// and takes no shard until it answers (found by a new user: a
+		// closed port took the shards and /readyz said 200).
+		d := sqliteDB(t)
+		d.write(t, "o1")
+		pub := &pingingRecorder{recorder: newRecorder()}
+		pub.fail.Store(2)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var out, errOut bytes.Buffer
+		e := &env{ctx: ctx, stdout: &out, stderr: &errOut, getenv: func(string) string { return "" },
+			openPublisher: func(context.Context, string, *slog.Logger) (message.Publisher, func() error, error) {
+				return pub, func() error { return nil }, nil
+			}}
+		done := make(chan int, 1)
+		go func() { done <- e.run([]string{"relay", "--db", d.url, "--broker", "kafka://127.0.0.1:9"}) }()
+		const wait = 30 * time.Second
+		deadline := time.Now().Add(wait)
+		for len(pub.sequence("o1")) == 0 {
+			if time.Now().After(deadline) {
+				cancel()
+				<-done
+				t.Fatalf("nothing published within %s; logs:\n%s", wait, errOut.String())
+			}
+			time.Sleep(10 * time.Millisecond) // polling the recorder
+		}
+		cancel()
+		if code := <-done; code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut.String())
+		}
+		if n := pub.pings.Load(); n != 3 {
+			t.Errorf("broker pinged %d times, want 3 (two refused, then one answered)", n)
+		}
+		if n := strings.Count(errOut.String(), `level=WARN msg="relay: cannot reach the broker; retrying"`); n != 2 {
+			t.Errorf("%d WARN lines about the broker, want 2:\n%s", n, errOut.String())
+		}
+		if i, j := strings.Index(errOut.String(), "cannot reach the broker"), strings.LastIndex(errOut.String(), "relay: started"); i < 0 || j < i {
+			t.Errorf("the relay started before its broker answered:\n%s", errOut.String())
 		}
 	})
 	t.Run("database", func(t *testing.T) {

@@ -255,10 +255,17 @@ the relay until TCP gives up.`,
 			pub         message.Publisher
 			closeBroker func() error
 		)
+		// The relay takes no shard before its broker answered: opening a
+		// publisher contacts nothing for some adapters (kafka-go dials at
+		// the first write), so a publisher that can ping is pinged too.
 		err = untilReachable(e.ctx, log, "broker", func() (err error) {
 			pub, closeBroker, err = e.openPublisher(e.ctx, *brokerURL, log)
 			switch {
 			case err == nil:
+				if err = pingBroker(e.ctx, pub); err != nil {
+					_ = closeBroker()
+					err = fmt.Errorf("%w: %w", errUnreachable, err)
+				}
 			case errors.Is(err, broker.ErrInvalidURL), errors.Is(err, broker.ErrUnknownScheme):
 				return brokerFlagError(*brokerURL, err)
 			default:
@@ -389,6 +396,24 @@ func checkTable(ctx context.Context, db *database, tables ...string) error {
 		if err != nil {
 			return fmt.Errorf("table %s: %w", table, err)
 		}
+	}
+	return nil
+}
+
+// brokerPingTimeout bounds the ping of the broker at start.
+const brokerPingTimeout = 5 * time.Second
+
+// pingBroker pings pub's broker when pub can ([health.BrokerPinger]: the
+// Kafka, AMQP, NATS and Redis publishers), within brokerPingTimeout.
+func pingBroker(ctx context.Context, pub message.Publisher) error {
+	p, ok := pub.(health.BrokerPinger)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, brokerPingTimeout)
+	defer cancel()
+	if err := p.Ping(ctx); err != nil {
+		return fmt.Errorf("ping: %w", err)
 	}
 	return nil
 }
