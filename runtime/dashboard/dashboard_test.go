@@ -454,3 +454,25 @@ func TestPublishedEventsEarlierError(t *testing.T) {
 		t.Errorf("GET the published event: %d; want its error labelled as earlier:\n%s", code, body)
 	}
 }
+
+// TestHeldEventSaysWhatItWaitsFor: a pending event behind a parked event of
+// its aggregate (Entry.BlockedBy) links to it, in the lists and on its page,
+// instead of showing 0 attempts and no error (found by a new user).
+func TestHeldEventSaysWhatItWaitsFor(t *testing.T) {
+	f := newFake()
+	parked := f.add(sqlstore.StateParked, "a-1", "too large", `{"n":1}`)
+	held := f.add(sqlstore.StatePending, "a-1", "", `{"n":2}`)
+	f.mu.Lock()
+	f.entries[held-1].BlockedBy = parked
+	f.mu.Unlock()
+	srv, c := serve(t, newHandler(t, f, dashboard.Config{}), "")
+	link := `href="event?id=` + strconv.FormatInt(parked, 10) + `"`
+	code, body, _ := get(t, c, srv.URL+"/events?state=pending")
+	if code != http.StatusOK || !strings.Contains(body, "waits for parked") || !strings.Contains(body, link) {
+		t.Errorf("GET pending events: %d; the held row does not link to parked row %d:\n%s", code, parked, body)
+	}
+	code, body, _ = get(t, c, srv.URL+"/event?id="+strconv.FormatInt(held, 10))
+	if code != http.StatusOK || !strings.Contains(body, `id="blocked-by"`) || !strings.Contains(body, link) {
+		t.Errorf("GET the held event: %d; want it to name parked row %d:\n%s", code, parked, body)
+	}
+}

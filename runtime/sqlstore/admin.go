@@ -71,6 +71,11 @@ type Entry struct {
 	PublishedAt time.Time
 	// ParkedAt is when the row was parked (zero when not parked).
 	ParkedAt time.Time
+	// BlockedBy is, for a pending or retrying row, the id of the earliest
+	// parked row of its aggregate before it: the relay holds the row back
+	// until an operator retries or discards that one. Zero when nothing
+	// holds it back (and for published and parked rows).
+	BlockedBy int64
 }
 
 // Query selects outbox rows for [Store.Entries]. Every set field narrows
@@ -101,6 +106,15 @@ const (
 )
 
 const entryColumns = selectColumns + ", last_error, next_attempt_at, published_at, parked_at"
+
+// entrySelect is the SELECT list and FROM of the rows of table for
+// Entries and Entry: entryColumns and, for BlockedBy, the earliest parked
+// row of the same aggregate before each row (the table is aliased o).
+func entrySelect(table string) string {
+	return `SELECT ` + entryColumns + `, (SELECT MIN(p.id) FROM ` + table + ` p
+		WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
+		AND p.parked_at IS NOT NULL AND p.published_at IS NULL AND p.id < o.id) FROM ` + table + ` o`
+}
 
 // Entries returns the rows q selects, in ascending id order. Index use: a
 // state of pending, retrying or parked walks that state's partial index (on
@@ -149,7 +163,7 @@ func (s *Store) Entries(ctx context.Context, q Query) ([]Entry, error) {
 	if q.EventID != uuid.Nil {
 		add("event_id = ?", q.EventID.String())
 	}
-	stmt := `SELECT ` + entryColumns + ` FROM ` + s.table
+	stmt := entrySelect(s.table)
 	if len(where) > 0 {
 		stmt += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -192,7 +206,7 @@ func stateCondition(st State) string {
 // Entry returns the row with the given id, or an error wrapping
 // [ErrNotFound].
 func (s *Store) Entry(ctx context.Context, id int64) (Entry, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+entryColumns+` FROM `+s.table+` WHERE id = `+s.dialect.ph(1), id)
+	rows, err := s.db.QueryContext(ctx, entrySelect(s.table)+` WHERE id = `+s.dialect.ph(1), id)
 	if err != nil {
 		return Entry{}, fmt.Errorf("sqlstore: entry %d: %w", id, err)
 	}
@@ -210,17 +224,18 @@ func (s *Store) Entry(ctx context.Context, id int64) (Entry, error) {
 	return e, nil
 }
 
-// scanEntry reads one row of entryColumns.
+// scanEntry reads one row of entrySelect.
 func scanEntry(rows *sql.Rows) (Entry, error) {
 	var (
 		r                     RowValues
 		headers, lastError    sql.NullString
 		nextAttempt           any // a time, or unix microseconds on SQLite
 		publishedAt, parkedAt sql.NullTime
+		blockedBy             sql.NullInt64
 	)
 	if err := rows.Scan(&r.ID, &r.EventID, &r.EventType, &r.EventVersion, &r.AggregateType, &r.AggregateID,
 		&r.Topic, &r.Payload, &headers, &r.OccurredAt, &r.CreatedAt, &r.Attempts,
-		&lastError, &nextAttempt, &publishedAt, &parkedAt); err != nil {
+		&lastError, &nextAttempt, &publishedAt, &parkedAt, &blockedBy); err != nil {
 		return Entry{}, fmt.Errorf("scan: %w", err)
 	}
 	r.Headers = headers.String
@@ -253,6 +268,9 @@ func scanEntry(rows *sql.Rows) (Entry, error) {
 		e.State = StateRetrying
 	default:
 		e.State = StatePending
+	}
+	if e.State == StatePending || e.State == StateRetrying {
+		e.BlockedBy = blockedBy.Int64
 	}
 	return e, nil
 }

@@ -375,6 +375,14 @@ a parked row (the others are still done).`,
 	return c
 }
 
+// blockedBy says which parked row holds en back, or "".
+func blockedBy(en sqlstore.Entry) string {
+	if en.BlockedBy == 0 {
+		return ""
+	}
+	return fmt.Sprintf("parked row %d of the same aggregate: outbox parked retry %d (or discard it)", en.BlockedBy, en.BlockedBy)
+}
+
 // listTable prints rows of any state.
 func listTable(e *env, entries []sqlstore.Entry) error {
 	t := newTable(e.stdout, "ID", "STATE", "TOPIC", "EVENT TYPE", "AGGREGATE", "EVENT ID", "CREATED", "ATTEMPTS", "LAST ERROR")
@@ -382,6 +390,10 @@ func listTable(e *env, entries []sqlstore.Entry) error {
 		lastErr := en.LastError
 		if en.State == sqlstore.StatePublished {
 			lastErr = "" // an earlier attempt's, not the row's state ("show" has it)
+		}
+		if en.BlockedBy != 0 {
+			// Why a row with no attempt and no error does not move.
+			lastErr = fmt.Sprintf("waits for parked row %d (parked retry or discard it)", en.BlockedBy)
 		}
 		t.row(itoa(en.ID), string(en.State), en.Topic, en.EventType, en.AggregateType+"/"+en.AggregateID, en.EventID.String(),
 			age(time.Since(en.CreatedAt))+" ago", strconv.Itoa(en.Attempts), truncate(lastErr, 40))
@@ -495,7 +507,11 @@ func parkedShow(e *env, fs *flagSet, db *database, id int64) error {
 		{"attempts", strconv.Itoa(en.Attempts)}, {errLabel, en.LastError},
 		{"occurred at", stamp(en.OccurredAt)}, {"created at", stamp(en.CreatedAt)},
 		{"next attempt at", stamp(en.NextAttemptAt)}, {"published at", stamp(en.PublishedAt)}, {"parked at", stamp(en.ParkedAt)},
+		{"waits for", blockedBy(en)},
 	} {
+		if kv[0] == "waits for" && kv[1] == "" {
+			continue
+		}
 		t.row(kv[0], kv[1])
 	}
 	if err := t.flush(); err != nil {

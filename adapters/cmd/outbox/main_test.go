@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -1111,5 +1112,36 @@ func TestPublishedRowsEarlierError(t *testing.T) {
 	code, stdout, stderr = runCmd(t, nil, "parked", "show", strconv.FormatInt(ids["o1"], 10), "--db", d.url)
 	if code != 0 || !strings.Contains(stdout, "last error before it was published") || !strings.Contains(stdout, "NO_ROUTE") {
 		t.Errorf("parked show: exit %d, stdout:\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestListSaysWhatAHeldRowWaitsFor: a pending row behind a parked row of its
+// aggregate says, in list, show and --json, which row holds it back and
+// how to free it (found by a new user: it showed 0 attempts and no error).
+func TestListSaysWhatAHeldRowWaitsFor(t *testing.T) {
+	t.Parallel()
+	d := sqliteDB(t)
+	d.write(t, "o1")
+	ids := d.settle(t, nil, nil, []string{"o1"})
+	held := d.write(t, "o1")
+	parked := ids["o1"]
+	want := fmt.Sprintf("waits for parked row %d", parked)
+	code, stdout, stderr := runCmd(t, nil, "list", "--db", d.url, "--state", "pending")
+	if code != 0 || !strings.Contains(stdout, want) {
+		t.Errorf("list: exit %d, stdout:\n%s\nstderr: %s\nwant %q", code, stdout, stderr, want)
+	}
+	code, stdout, _ = runCmd(t, nil, "list", "--db", d.url, "--event-id", held[0], "--json")
+	if code != 0 || !strings.Contains(stdout, fmt.Sprintf(`"blocked_by": %d`, parked)) {
+		t.Errorf("list --json: exit %d, want blocked_by %d:\n%s", code, parked, stdout)
+	}
+	var heldID int64
+	entries, err := d.store.Entries(context.Background(), sqlstore.Query{State: sqlstore.StatePending})
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("pending entries: %v, %v", entries, err)
+	}
+	heldID = entries[0].ID
+	code, stdout, _ = runCmd(t, nil, "parked", "show", strconv.FormatInt(heldID, 10), "--db", d.url)
+	if code != 0 || !strings.Contains(stdout, fmt.Sprintf("outbox parked retry %d", parked)) {
+		t.Errorf("parked show %d: exit %d, want the retry hint for row %d:\n%s", heldID, code, parked, stdout)
 	}
 }

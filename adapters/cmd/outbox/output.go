@@ -89,6 +89,7 @@ type entryJSON struct {
 	NextAttemptAt *time.Time        `json:"next_attempt_at,omitempty"`
 	PublishedAt   *time.Time        `json:"published_at,omitempty"`
 	ParkedAt      *time.Time        `json:"parked_at,omitempty"`
+	BlockedBy     int64             `json:"blocked_by,omitempty"` // the parked row holding it back
 	Headers       map[string]string `json:"headers,omitempty"`
 	Payload       json.RawMessage   `json:"payload,omitempty"`
 }
@@ -108,6 +109,7 @@ func toJSON(e sqlstore.Entry, withPayload bool) entryJSON {
 		AggregateType: e.AggregateType, AggregateID: e.AggregateID, Topic: e.Topic, Attempts: e.Attempts,
 		LastError: e.LastError, OccurredAt: e.OccurredAt, CreatedAt: e.CreatedAt,
 		NextAttemptAt: optTime(e.NextAttemptAt), PublishedAt: optTime(e.PublishedAt), ParkedAt: optTime(e.ParkedAt),
+		BlockedBy: e.BlockedBy,
 	}
 	if withPayload {
 		j.Headers = e.Headers
