@@ -78,8 +78,12 @@
 //
 // Released versions are fingerprinted in <schema base>.lock next to the
 // schema: every version not marked draft: true is recorded on generation,
-// and changing a recorded version afterwards is the VERSION_FROZEN error.
-// Commit the lock file with the schema.
+// and a version is released once its lock line is committed (at the git
+// HEAD of the repository holding the lock file; outside git, once
+// recorded): changing or dropping it afterwards is the VERSION_FROZEN
+// error. Until then a version tried locally may change or go away, and
+// generation records it again as it is, so the lock file never needs an
+// edit by hand. Commit the lock file with the schema.
 //
 // # Schema file
 //

@@ -113,6 +113,7 @@ func processSchema(gen *codegen.Generator, path string, opt options, stdout, std
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fail(fmt.Errorf("outboxgen: %w", err))
 	}
+	lock = releasedLock(lockPath, lock)
 	problems = append(problems, check.Check(f, lock, check.Options{Release: opt.release, LockPath: filepath.Base(lockPath)})...)
 	// A file whose events could not be read (a syntax error) is not
 	// compared with anything: its parse errors are all there is to say.
@@ -337,4 +338,36 @@ func headLines(p string) (string, string) {
 		lines[i] = sc.Text()
 	}
 	return lines[0], lines[1]
+}
+
+// releasedLock returns the entries of lock that are released: those
+// committed, as they are, in the lock file at the git HEAD of the
+// repository holding it. A version generated and then changed or dropped
+// before its lock line was committed (a local experiment) is not frozen:
+// generation records it again as it now is, or forgets it. When the lock
+// file is in no git repository (or git is missing), every entry counts as
+// released.
+func releasedLock(lockPath string, lock *check.Lock) *check.Lock {
+	if lock == nil {
+		return nil
+	}
+	abs, err := filepath.Abs(lockPath)
+	if err != nil {
+		return lock
+	}
+	top, err := git(filepath.Dir(abs), "rev-parse", "--show-toplevel")
+	if err != nil {
+		return lock // not in git: the lock file is all there is
+	}
+	rel, err := filepath.Rel(strings.TrimSpace(top), abs)
+	if err != nil {
+		return lock
+	}
+	committed := &check.Lock{}
+	if out, err := git(strings.TrimSpace(top), "show", "HEAD:"+filepath.ToSlash(rel)); err == nil {
+		if c, err := check.ParseLock(lockPath+" at HEAD", []byte(out)); err == nil {
+			committed = c
+		}
+	}
+	return lock.Within(committed)
 }

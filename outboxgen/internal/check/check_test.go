@@ -182,7 +182,7 @@ events:
 	for _, e := range Check(f, lock, Options{LockPath: "events.lock"}) {
 		got = append(got, e.Error())
 	}
-	want := []string{"events.yaml:14:7: B v1: VERSION_FROZEN: released version changed (events.lock has sha256:" + strings.TrimPrefix(lock.Entries[1].Fingerprint, "sha256:")[:12] + ", the schema now gives " + short(Fingerprint(f.Events[1], f.Events[1].Versions[0])) + "; -against <git revision> names the change); revert the change and add a new version instead"}
+	want := []string{"events.yaml:14:7: B v1: VERSION_FROZEN: released version changed (events.lock has sha256:" + strings.TrimPrefix(lock.Entries[1].Fingerprint, "sha256:")[:12] + ", the schema now gives " + short(Fingerprint(f.Events[1], f.Events[1].Versions[0])) + "; -against <git revision> names the change); revert the change and add a new version instead (a lock line binds once it is committed: until then a version may change, and draft: true keeps it out of the lock)"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}

@@ -75,6 +75,17 @@ func (l *Lock) sorted() []LockEntry {
 	return es
 }
 
+// Within returns the entries of l that other holds too, unchanged.
+func (l *Lock) Within(other *Lock) *Lock {
+	out := &Lock{}
+	for _, e := range l.Entries {
+		if o, ok := other.find(e.Type, e.Version); ok && o == e {
+			out.Entries = append(out.Entries, e)
+		}
+	}
+	return out
+}
+
 func (l *Lock) find(typ string, version int) (LockEntry, bool) {
 	if l == nil {
 		return LockEntry{}, false
@@ -147,7 +158,7 @@ func (c *checker) lock(l *Lock, opt Options) {
 			continue
 		}
 		if fp := Fingerprint(ev, v); fp != e.Fingerprint {
-			c.report(v.Pos, ev, v, VersionFrozen, "", "released version changed (%s has %s, the schema now gives %s; -against <git revision> names the change); revert the change and add a new version instead", lockPath, short(e.Fingerprint), short(fp))
+			c.report(v.Pos, ev, v, VersionFrozen, "", "released version changed (%s has %s, the schema now gives %s; -against <git revision> names the change); revert the change and add a new version instead (a lock line binds once it is committed: until then a version may change, and draft: true keeps it out of the lock)", lockPath, short(e.Fingerprint), short(fp))
 		}
 	}
 }
