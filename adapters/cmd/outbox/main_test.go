@@ -35,6 +35,42 @@ import (
 
 // recorder is the relay's broker in tests: it records the event ids it
 // published, per aggregate, in order.
+// relayUntilPublished runs outbox relay on d with --broker url, its
+// publisher opened by open, until rec records the event of aggregate "o1"
+// that d holds; it stops the relay, checks that it exited 0, and returns
+// its logs.
+func relayUntilPublished(t *testing.T, d testDB, url string, rec *recorder, open func() (message.Publisher, error)) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	e := &env{ctx: ctx, stdout: &out, stderr: &errOut, getenv: func(string) string { return "" },
+		openPublisher: func(context.Context, string, *slog.Logger) (message.Publisher, func() error, error) {
+			pub, err := open()
+			if err != nil {
+				return nil, nil, err
+			}
+			return pub, func() error { return nil }, nil
+		}}
+	done := make(chan int, 1)
+	go func() { done <- e.run([]string{"relay", "--db", d.url, "--broker", url}) }()
+	const wait = 30 * time.Second
+	deadline := time.Now().Add(wait)
+	for len(rec.sequence("o1")) == 0 {
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatalf("nothing published within %s; logs:\n%s", wait, errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the recorder
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	return errOut.String()
+}
+
 // pingingRecorder is a recorder whose broker refuses the first fail pings
 // (a health.BrokerPinger, as the Kafka publisher is).
 type pingingRecorder struct {
@@ -954,37 +990,17 @@ func TestRelayWaitsForItsBrokerAndDatabase(t *testing.T) {
 		d.write(t, "o1")
 		pub := newRecorder()
 		var opens atomic.Int32
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var out, errOut bytes.Buffer
-		e := &env{ctx: ctx, stdout: &out, stderr: &errOut, getenv: func(string) string { return "" },
-			openPublisher: func(context.Context, string, *slog.Logger) (message.Publisher, func() error, error) {
-				if opens.Add(1) <= 2 {
-					return nil, nil, errors.New("nats: no servers available for connection")
-				}
-				return pub, func() error { return nil }, nil
-			}}
-		done := make(chan int, 1)
-		go func() { done <- e.run([]string{"relay", "--db", d.url, "--broker", "nats://127.0.0.1:1"}) }()
-		const wait = 30 * time.Second
-		deadline := time.Now().Add(wait)
-		for len(pub.sequence("o1")) == 0 {
-			if time.Now().After(deadline) {
-				cancel()
-				<-done
-				t.Fatalf("nothing published within %s; logs:\n%s", wait, errOut.String())
+		logs := relayUntilPublished(t, d, "nats://127.0.0.1:1", pub, func() (message.Publisher, error) {
+			if opens.Add(1) <= 2 {
+				return nil, errors.New("nats: no servers available for connection")
 			}
-			time.Sleep(10 * time.Millisecond) // polling the recorder
-		}
-		cancel()
-		if code := <-done; code != 0 {
-			t.Fatalf("exit %d: %s", code, errOut.String())
-		}
+			return pub, nil
+		})
 		if n := opens.Load(); n != 3 {
 			t.Errorf("broker opened %d times, want 3", n)
 		}
-		if n := strings.Count(errOut.String(), `level=WARN msg="relay: cannot reach the broker; retrying"`); n != 2 {
-			t.Errorf("%d WARN lines about the broker, want 2:\n%s", n, errOut.String())
+		if n := strings.Count(logs, `level=WARN msg="relay: cannot reach the broker; retrying"`); n != 2 {
+			t.Errorf("%d WARN lines about the broker, want 2:\n%s", n, logs)
 		}
 	})
 	t.Run("broker that opens but does not answer", func(t *testing.T) {
@@ -995,37 +1011,15 @@ func TestRelayWaitsForItsBrokerAndDatabase(t *testing.T) {
 		d.write(t, "o1")
 		pub := &pingingRecorder{recorder: newRecorder()}
 		pub.fail.Store(2)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var out, errOut bytes.Buffer
-		e := &env{ctx: ctx, stdout: &out, stderr: &errOut, getenv: func(string) string { return "" },
-			openPublisher: func(context.Context, string, *slog.Logger) (message.Publisher, func() error, error) {
-				return pub, func() error { return nil }, nil
-			}}
-		done := make(chan int, 1)
-		go func() { done <- e.run([]string{"relay", "--db", d.url, "--broker", "kafka://127.0.0.1:9"}) }()
-		const wait = 30 * time.Second
-		deadline := time.Now().Add(wait)
-		for len(pub.sequence("o1")) == 0 {
-			if time.Now().After(deadline) {
-				cancel()
-				<-done
-				t.Fatalf("nothing published within %s; logs:\n%s", wait, errOut.String())
-			}
-			time.Sleep(10 * time.Millisecond) // polling the recorder
-		}
-		cancel()
-		if code := <-done; code != 0 {
-			t.Fatalf("exit %d: %s", code, errOut.String())
-		}
+		logs := relayUntilPublished(t, d, "kafka://127.0.0.1:9", pub.recorder, func() (message.Publisher, error) { return pub, nil })
 		if n := pub.pings.Load(); n != 3 {
 			t.Errorf("broker pinged %d times, want 3 (two refused, then one answered)", n)
 		}
-		if n := strings.Count(errOut.String(), `level=WARN msg="relay: cannot reach the broker; retrying"`); n != 2 {
-			t.Errorf("%d WARN lines about the broker, want 2:\n%s", n, errOut.String())
+		if n := strings.Count(logs, `level=WARN msg="relay: cannot reach the broker; retrying"`); n != 2 {
+			t.Errorf("%d WARN lines about the broker, want 2:\n%s", n, logs)
 		}
-		if i, j := strings.Index(errOut.String(), "cannot reach the broker"), strings.LastIndex(errOut.String(), "relay: started"); i < 0 || j < i {
-			t.Errorf("the relay started before its broker answered:\n%s", errOut.String())
+		if i, j := strings.Index(logs, "cannot reach the broker"), strings.LastIndex(logs, "relay: started"); i < 0 || j < i {
+			t.Errorf("the relay started before its broker answered:\n%s", logs)
 		}
 	})
 	t.Run("database", func(t *testing.T) {
