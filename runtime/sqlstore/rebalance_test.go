@@ -220,6 +220,7 @@ func TestEmptyClaimsDoNotRenew(t *testing.T) {
 			ctx := context.Background()
 			var renewals atomic.Int32
 			sqlstore.StallRenewals(store, func() { renewals.Add(1) })
+			start := time.Now()
 			for i := range 50 {
 				b, err := store.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: 10})
 				if err != nil {
@@ -229,10 +230,11 @@ func TestEmptyClaimsDoNotRenew(t *testing.T) {
 					t.Fatalf("claim %d: %d messages from an empty outbox", i, len(b.Messages))
 				}
 			}
-			// The first claim's, and at most one on schedule if the
-			// claims took more than a second.
-			if n := renewals.Load(); n > 2 {
-				t.Errorf("50 empty claims renewed the lease %d times; want 1 (2 if a second passed)", n)
+			// The first claim's, and one on schedule per second the claims
+			// took (more than one on a loaded machine), not one per claim.
+			took := time.Since(start)
+			if n, most := renewals.Load(), 2+int32(took/time.Second); n > most {
+				t.Errorf("50 empty claims in %v renewed the lease %d times; want at most %d (the first claim's, one per second on schedule)", took, n, most)
 			}
 		})
 	}
