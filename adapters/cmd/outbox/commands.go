@@ -375,14 +375,6 @@ a parked row (the others are still done).`,
 	return c
 }
 
-// blockedBy says which parked row holds en back, or "".
-func blockedBy(en sqlstore.Entry) string {
-	if en.BlockedBy == 0 {
-		return ""
-	}
-	return fmt.Sprintf("parked row %d of the same aggregate: outbox parked retry %d (or discard it)", en.BlockedBy, en.BlockedBy)
-}
-
 // listTable prints rows of any state.
 func listTable(e *env, entries []sqlstore.Entry) error {
 	t := newTable(e.stdout, "ID", "STATE", "TOPIC", "EVENT TYPE", "AGGREGATE", "EVENT ID", "CREATED", "ATTEMPTS", "LAST ERROR")
@@ -392,8 +384,9 @@ func listTable(e *env, entries []sqlstore.Entry) error {
 			lastErr = "" // an earlier attempt's, not the row's state ("show" has it)
 		}
 		if en.BlockedBy != 0 {
-			// Why a row with no attempt and no error does not move.
-			lastErr = fmt.Sprintf("waits for parked row %d (parked retry or discard it)", en.BlockedBy)
+			// Why a row with no attempt and no error does not move (in
+			// the column's 40 characters; "show" says what to do).
+			lastErr = fmt.Sprintf("waits for parked row %d", en.BlockedBy)
 		}
 		t.row(itoa(en.ID), string(en.State), en.Topic, en.EventType, en.AggregateType+"/"+en.AggregateID, en.EventID.String(),
 			age(time.Since(en.CreatedAt))+" ago", strconv.Itoa(en.Attempts), truncate(lastErr, 40))
@@ -507,12 +500,11 @@ func parkedShow(e *env, fs *flagSet, db *database, id int64) error {
 		{"attempts", strconv.Itoa(en.Attempts)}, {errLabel, en.LastError},
 		{"occurred at", stamp(en.OccurredAt)}, {"created at", stamp(en.CreatedAt)},
 		{"next attempt at", stamp(en.NextAttemptAt)}, {"published at", stamp(en.PublishedAt)}, {"parked at", stamp(en.ParkedAt)},
-		{"waits for", blockedBy(en)},
 	} {
-		if kv[0] == "waits for" && kv[1] == "" {
-			continue
-		}
 		t.row(kv[0], kv[1])
+	}
+	if en.BlockedBy != 0 {
+		t.row("waits for", fmt.Sprintf("parked row %d of the same aggregate: outbox parked retry %d (or discard it)", en.BlockedBy, en.BlockedBy))
 	}
 	if err := t.flush(); err != nil {
 		return err
