@@ -421,3 +421,78 @@ func (s *Store) Replay(ctx context.Context, r ReplayRange) (int64, error) {
 	}
 	return n, nil
 }
+
+// Unpark puts parked messages back in the queue with their attempts reset,
+// for an operator who fixed what made them fail, and returns how many it
+// unparked. A parked message held its aggregate's later messages back, so
+// it is published before them.
+func (s *Store) Unpark(ctx context.Context, ids ...int64) (int64, error) {
+	n, err := s.execIDs(ctx, `UPDATE `+s.table+` SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
+		WHERE parked_at IS NOT NULL AND published_at IS NULL AND id IN (%s)`, ids)
+	if err != nil {
+		return n, fmt.Errorf("sqlstore: unpark: %w", err)
+	}
+	return n, nil
+}
+
+// Discard deletes parked messages that will never be published (an event
+// too large for the broker, say), so their aggregates' later messages go
+// out, and returns how many it deleted. Consumers never see the discarded
+// events.
+func (s *Store) Discard(ctx context.Context, ids ...int64) (int64, error) {
+	n, err := s.execIDs(ctx, `DELETE FROM `+s.table+` WHERE parked_at IS NOT NULL AND published_at IS NULL AND id IN (%s)`, ids)
+	if err != nil {
+		return n, fmt.Errorf("sqlstore: discard: %w", err)
+	}
+	return n, nil
+}
+
+// execIDs runs query, whose %s takes a list of placeholders, for ids in
+// chunks, and returns the rows affected.
+func (s *Store) execIDs(ctx context.Context, query string, ids []int64) (int64, error) {
+	var total int64
+	for start := 0; start < len(ids); start += 500 {
+		part := ids[start:min(start+500, len(ids))]
+		args := make([]any, len(part))
+		phs := make([]string, len(part))
+		for i, id := range part {
+			args[i] = id
+			phs[i] = s.dialect.ph(i + 1)
+		}
+		res, err := s.db.ExecContext(ctx, fmt.Sprintf(query, strings.Join(phs, ", ")), args...)
+		if err != nil {
+			return total, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// Stats reads the state of the outbox table, for monitoring: how many
+// messages are pending, how long the oldest has been waiting (on the
+// database's clock, the process's on SQLite), and how many failed or were
+// parked (see [Store.Unpark] and [Store.Discard]). It reads it with one query over the pending and
+// parked rows' partial indexes; published rows are not read. On a large
+// backlog it counts every pending row: call it at scrape intervals, not per
+// message.
+func (s *Store) Stats(ctx context.Context) (relay.Stats, error) {
+	pending := `FROM ` + s.table + ` WHERE published_at IS NULL AND parked_at IS NULL`
+	age := s.dialect.pendingAge(pending)
+	q := `SELECT (SELECT count(*) ` + pending + `),
+		(SELECT count(*) ` + pending + ` AND attempts > 0),
+		(SELECT count(*) FROM ` + s.table + ` WHERE parked_at IS NOT NULL AND published_at IS NULL),
+		` + age
+	var st relay.Stats
+	var seconds float64
+	if err := s.db.QueryRowContext(ctx, q).Scan(&st.Pending, &st.Retrying, &st.Parked, &seconds); err != nil {
+		return relay.Stats{}, fmt.Errorf("sqlstore: stats: %w", err)
+	}
+	if seconds > 0 {
+		st.OldestPending = time.Duration(seconds * float64(time.Second))
+	}
+	return st, nil
+}

@@ -334,3 +334,104 @@ func (r *Retention) pause(ctx context.Context) error {
 		return nil
 	}
 }
+
+// DeletePublished deletes rows published before now minus olderThan, at most
+// batch rows per statement (default 1,000 when batch <= 0), each batch in
+// its own short transaction that waits for no row lock, and returns how
+// many it deleted. [Retention] runs it on a schedule. Keep olderThan longer than any
+// in-memory aggregate lives after its save, because the outbox row is what
+// deduplicates a second save of the same pending event (see the package
+// documentation).
+func (s *Store) DeletePublished(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	// The cutoff uses the clock that wrote published_at: the database's,
+	// the process's on SQLite.
+	var total int64
+	for {
+		n, err := s.deletePublishedBatch(ctx, olderThan, batch, 0)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// deletePublishedBatch deletes at most batch rows published before now minus
+// olderThan (and with ids up to maxID, when positive), in one short
+// transaction.
+func (s *Store) deletePublishedBatch(ctx context.Context, olderThan time.Duration, batch int, maxID int64) (int64, error) {
+	n, err := s.dialect.deletePublished(ctx, s.db, s.table, olderThan, batch, maxID)
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: delete published: %w", err)
+	}
+	return n, nil
+}
+
+// createdHorizon returns the largest id whose row was created more than
+// olderThan ago, or 0 when there is none, by a binary search over the
+// primary key (ids grow with created_at): about 2·log2(ids) point reads,
+// however large the table. Every row published more than olderThan ago was
+// created before that, so a retention pass reads only the ids up to it, not
+// the published rows younger than the age. A transaction that commits long
+// after it began gives its rows an early created_at and a late id: those
+// rows are deleted once the horizon passes them.
+func (s *Store) createdHorizon(ctx context.Context, olderThan time.Duration) (int64, error) {
+	// Two queries: SQLite reads min and max from the index only when
+	// each is alone in its query.
+	var lo, hi sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, `SELECT min(id) FROM `+s.table).Scan(&lo); err != nil {
+		return 0, fmt.Errorf("sqlstore: retention horizon: %w", err)
+	}
+	if err := s.db.QueryRowContext(ctx, `SELECT max(id) FROM `+s.table).Scan(&hi); err != nil {
+		return 0, fmt.Errorf("sqlstore: retention horizon: %w", err)
+	}
+	if !lo.Valid {
+		return 0, nil
+	}
+	// The placeholders in text order, for the dialects whose are all "?".
+	probe := `SELECT id, CASE WHEN ` + s.dialect.secondsSince("created_at") + ` > ` + s.dialect.ph(1) + ` THEN 1 ELSE 0 END
+		FROM ` + s.table + ` WHERE id >= ` + s.dialect.ph(2) + ` ORDER BY id LIMIT 1`
+	// old reports the id of the first row at or after id, and whether it
+	// is older than olderThan.
+	old := func(id int64) (int64, bool, error) {
+		var (
+			first int64
+			isOld int
+		)
+		err := s.db.QueryRowContext(ctx, probe, olderThan.Seconds(), id).Scan(&first, &isOld)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, nil
+		}
+		return first, isOld == 1, err
+	}
+	first, ok, err := old(lo.Int64)
+	if err != nil || !ok {
+		return 0, wrapHorizon(err)
+	}
+	low, high := first, hi.Int64 // the row at low is old; none past high exists
+	for low < high {
+		mid := low + (high-low+1)/2
+		id, ok, err := old(mid)
+		switch {
+		case err != nil:
+			return 0, wrapHorizon(err)
+		case ok:
+			low = id
+		default:
+			high = mid - 1
+		}
+	}
+	return low, nil
+}
+
+func wrapHorizon(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("sqlstore: retention horizon: %w", err)
+}

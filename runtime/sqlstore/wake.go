@@ -93,3 +93,70 @@ func (s *Store) settleWake() {
 		}
 	})
 }
+
+// RequestWake implements [relay.WakeRequester]. On PostgreSQL, writers
+// ([Writer], and so the GORM plugin) send a NOTIFY with their rows only
+// while some relay has asked for one: the sequence <table>_wake holds the
+// time until which a relay waits. RequestWake sets it to at least now plus
+// LeaseTTL, owner's lease renewals extend it while owner waits, and owner's
+// next claim that returns messages (or its release) clears it. (Another
+// relay that still waits sets it again at its next renewal, within a
+// second, and polls meanwhile.) A relay that polls while messages keep
+// coming, as [relay.Relay] does, thus costs writers nothing for its
+// wake-ups while the application is busy. Writers read the register at
+// most every 100 ms, so a running [Store.Listen] also wakes the relay once
+// 250 ms after the request, for rows written by writers that had not read
+// it yet. An owner that holds no shard (it stands by, see
+// StoreConfig.MaxActiveRelays, or has yet to take its share) only records
+// the request, and writers pay nothing for it: the renewal that gives the
+// owner shards makes it. On SQLite and MySQL, whose writers notify
+// nothing, it does nothing.
+func (s *Store) RequestWake(ctx context.Context, owner string) error {
+	if s.wake.request == "" {
+		return nil
+	}
+	o := s.owner(owner)
+	o.claimMu.Lock()
+	defer o.claimMu.Unlock()
+	o.mu.Lock()
+	holds := len(o.shards) > 0
+	if !holds {
+		// Nothing to be woken for yet: the renewal that gives the owner
+		// shards makes the request (see extendWake).
+		o.waiting = true
+	}
+	o.mu.Unlock()
+	if !holds {
+		return nil
+	}
+	if _, err := s.db.ExecContext(ctx, s.wake.request, s.cfg.LeaseTTL.Milliseconds()); err != nil {
+		return fmt.Errorf("sqlstore: request wake-up: %w", err)
+	}
+	o.mu.Lock()
+	o.waiting = true
+	o.mu.Unlock()
+	s.settleWake()
+	return nil
+}
+
+// extendWake extends the owner's wake-up request with its lease while the
+// owner waits. It holds o.mu while it does, since the register is not
+// transactional: a claim that finds messages clears o.waiting before it
+// clears the register, so a renewal beside it cannot set the register
+// again after the claim cleared it.
+//
+// It reports whether it extended the request. A failure (the register is
+// missing, or not writable) only lets the request lapse: writers stop
+// notifying, and the relay polls; its next RequestWake reports the error.
+func (s *Store) extendWake(ctx context.Context, o *ownerLease, holds bool) bool {
+	if s.wake.request == "" || !holds {
+		return false // an owner without a shard has nothing to be woken for
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.waiting {
+		return false
+	}
+	_, err := s.db.ExecContext(ctx, s.wake.request, s.cfg.LeaseTTL.Milliseconds())
+	return err == nil
+}
