@@ -16,6 +16,7 @@ import (
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // benchDB opens a fresh database of dialect, "postgres" or "mysql".
@@ -101,7 +102,7 @@ func benchmarkClaim(b *testing.B, dialect string, rows int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	store, err := sqlstore.NewStore(sqlDBOf(b, db), sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(sqlDBOf(b, db)), sqlstore.StoreConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -251,7 +252,7 @@ func BenchmarkRelayDrain(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				var wg sync.WaitGroup
 				for range relays {
-					store, err := sqlstore.NewStore(sqlDBOf(b, db), sqlstore.StoreConfig{})
+					store, err := sqlstore.NewStore(databasesql.New(sqlDBOf(b, db)), sqlstore.StoreConfig{})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -13,6 +13,7 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 func ExampleNew() {
@@ -53,7 +54,7 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	store, _ := sqlstore.NewStore(sqlDB, sqlstore.StoreConfig{})
+	store, _ := sqlstore.NewStore(databasesql.New(sqlDB), sqlstore.StoreConfig{})
 	batch, err := store.Claim(ctx, relay.ClaimRequest{Owner: "example", Limit: 10})
 	if err != nil {
 		fmt.Println(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // waitDrainedWithin polls until the outbox has no pending row, failing t if
@@ -70,7 +71,7 @@ func TestRelaySurvivesHalfOpenDatabase(t *testing.T) {
 			s.Close()
 		}
 	})
-	if p.store, err = sqlstore.NewStore(sqlDBOf(t, relayDB), sqlstore.StoreConfig{LeaseTTL: 2 * time.Second}); err != nil {
+	if p.store, err = sqlstore.NewStore(databasesql.New(sqlDBOf(t, relayDB)), sqlstore.StoreConfig{LeaseTTL: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	const storeTimeout = time.Second
@@ -160,7 +161,7 @@ func TestRelayPausedIsTakenOver(t *testing.T) {
 
 func mustStore(t *testing.T, db *gorm.DB, cfg sqlstore.StoreConfig) *sqlstore.Store {
 	t.Helper()
-	s, err := sqlstore.NewStore(sqlDBOf(t, db), cfg)
+	s, err := sqlstore.NewStore(databasesql.New(sqlDBOf(t, db)), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

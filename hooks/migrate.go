@@ -7,6 +7,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // Migrate creates the outbox table, its indexes, its lease tables and
@@ -28,6 +29,6 @@ func Migrate(ctx context.Context, db *gorm.DB, table string) error {
 		return err // before opening a transaction
 	}
 	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		return sqlstore.MigrateOutboxTx(ctx, tx.Statement.ConnPool, d, table)
+		return sqlstore.MigrateOutboxTx(ctx, databasesql.Executor(tx.Statement.ConnPool), d, table)
 	})
 }

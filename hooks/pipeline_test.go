@@ -37,6 +37,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // Account is the aggregate of the pipeline tests. Seq counts its committed
@@ -108,7 +109,7 @@ func newPipelineOn(t *testing.T, dialect string, partitions int, brokers []strin
 	if err := p.db.Use(plugin); err != nil {
 		t.Fatal(err)
 	}
-	if p.store, err = sqlstore.NewStore(sqlDBOf(t, p.db), sqlstore.StoreConfig{}); err != nil {
+	if p.store, err = sqlstore.NewStore(databasesql.New(sqlDBOf(t, p.db)), sqlstore.StoreConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: p.brokers, ConsumerGroup: "init", TopicPartitions: partitions})
@@ -361,7 +362,7 @@ func TestRelayCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlstore.NewStore(sqlDBOf(t, db), sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(sqlDBOf(t, db)), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +451,7 @@ func TestSeveralRelaysKeepAggregateOrder(t *testing.T) {
 		t.Run(fmt.Sprint(tc.dialect, "/", relays, "/active-", tc.active), func(t *testing.T) {
 			p := newPipeline(t, tc.dialect, 4)
 			var err error
-			if p.store, err = sqlstore.NewStore(sqlDBOf(t, p.db), sqlstore.StoreConfig{MaxActiveRelays: tc.active}); err != nil {
+			if p.store, err = sqlstore.NewStore(databasesql.New(sqlDBOf(t, p.db)), sqlstore.StoreConfig{MaxActiveRelays: tc.active}); err != nil {
 				t.Fatal(err)
 			}
 			pubs := make([]*recordingPublisher, relays)
@@ -665,7 +666,7 @@ func TestRelaySurvivesTerminatedConnections(t *testing.T) {
 			s.Close()
 		}
 	})
-	store, err := sqlstore.NewStore(sqlDBOf(t, relayDB), sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(sqlDBOf(t, relayDB)), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -728,7 +729,7 @@ func (Memo) Validate() error        { return nil }
 func TestOversizeMessageIsParkedOthersGoOn(t *testing.T) {
 	t.Parallel()
 	p := newPipeline(t, "postgres", 4)
-	store, err := sqlstore.NewStore(sqlDBOf(t, p.db), sqlstore.StoreConfig{RetryDelay: time.Millisecond})
+	store, err := sqlstore.NewStore(databasesql.New(sqlDBOf(t, p.db)), sqlstore.StoreConfig{RetryDelay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

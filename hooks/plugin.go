@@ -16,6 +16,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // Config configures a [Plugin]. The zero value is a valid configuration.
@@ -749,7 +750,7 @@ func (p *Plugin) insert(ctx context.Context, d sqlstore.Dialect, conn gorm.ConnP
 	if err != nil {
 		return nil, err
 	}
-	return w.Write(ctx, conn, rows)
+	return w.Write(ctx, databasesql.Executor(conn), rows)
 }
 
 // writer returns the writer of the plugin's table in dialect d.

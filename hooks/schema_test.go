@@ -13,6 +13,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // TestPayloadKeepsNUL: a NUL character in a string field is valid JSON
@@ -64,7 +65,7 @@ func TestTableNameLimits(t *testing.T) {
 		if err := db.Create(o).Error; err != nil {
 			t.Fatalf("Create: %v", err)
 		}
-		s, err := sqlstore.NewStore(sqlDBOf(t, db), sqlstore.StoreConfig{Table: longest})
+		s, err := sqlstore.NewStore(databasesql.New(sqlDBOf(t, db)), sqlstore.StoreConfig{Table: longest})
 		if err != nil {
 			t.Fatal(err)
 		}

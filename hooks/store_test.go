@@ -20,6 +20,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 func placeOrders(t *testing.T, db *gorm.DB, n int) {
@@ -35,7 +36,7 @@ func placeOrders(t *testing.T, db *gorm.DB, n int) {
 
 func newStore(t *testing.T, db *gorm.DB) *sqlstore.Store {
 	t.Helper()
-	s, err := sqlstore.NewStore(sqlDBOf(t, db), sqlstore.StoreConfig{RetryDelay: 50 * time.Millisecond})
+	s, err := sqlstore.NewStore(databasesql.New(sqlDBOf(t, db)), sqlstore.StoreConfig{RetryDelay: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("NewStore: %v", err)
 	}
@@ -291,7 +292,7 @@ func TestStoreFailingAggregateDoesNotStarveOthers(t *testing.T) {
 		if _, err := p.Enqueue(db, "order", "2", OrderPaid{EventVersion: 2, OccurredAt: now(), Method: "other"}); err != nil {
 			t.Fatal(err)
 		}
-		s, err := sqlstore.NewStore(sqlDBOf(t, db), sqlstore.StoreConfig{RetryDelay: time.Hour})
+		s, err := sqlstore.NewStore(databasesql.New(sqlDBOf(t, db)), sqlstore.StoreConfig{RetryDelay: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -323,7 +324,7 @@ func TestStorePartialOutageParkingKeepsOrder(t *testing.T) {
 		}
 		enqueue("sick")
 		enqueue("sick")
-		s, err := sqlstore.NewStore(sqlDBOf(t, db), sqlstore.StoreConfig{RetryDelay: time.Millisecond, MaxRetryDelay: time.Millisecond, MaxAttempts: 2})
+		s, err := sqlstore.NewStore(databasesql.New(sqlDBOf(t, db)), sqlstore.StoreConfig{RetryDelay: time.Millisecond, MaxRetryDelay: time.Millisecond, MaxAttempts: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -78,6 +78,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // envChild carries a relay process's [childSpec], base64 JSON.
@@ -251,7 +252,7 @@ func publish(ctx context.Context, db *gorm.DB, b *broker.Broker, log *slog.Logge
 	if err != nil {
 		return err
 	}
-	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{LeaseTTL: leaseTTL, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second})
+	store, err := sqlstore.NewStore(databasesql.New(storeDB), sqlstore.StoreConfig{LeaseTTL: leaseTTL, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second})
 	if err != nil {
 		return err
 	}

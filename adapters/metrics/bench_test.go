@@ -21,6 +21,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // nopPublisher acknowledges every message at once: the relay's own cost is
@@ -178,7 +179,7 @@ func sqliteStore(b *testing.B, msgs []runtime.OutboxMessage) relay.Store {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = db.Close() })
-	if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.SQLite, ""); err != nil {
 		b.Fatal(err)
 	}
 	w, err := sqlstore.NewWriter(sqlstore.SQLite, "", sqlstore.WriterConfig{})
@@ -196,14 +197,14 @@ func sqliteStore(b *testing.B, msgs []runtime.OutboxMessage) relay.Store {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := w.Write(ctx, tx, rows); err != nil {
+		if _, err := w.Write(ctx, databasesql.Executor(tx), rows); err != nil {
 			b.Fatal(err)
 		}
 		if err := tx.Commit(); err != nil {
 			b.Fatal(err)
 		}
 	}
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{Dialect: sqlstore.SQLite})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{Dialect: sqlstore.SQLite})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // discardPublisher acknowledges every message at once: what is measured is
@@ -129,7 +130,7 @@ func BenchmarkRelayTracing(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				s, err := sqlstore.NewStore(sqlDB, sqlstore.StoreConfig{})
+				s, err := sqlstore.NewStore(databasesql.New(sqlDB), sqlstore.StoreConfig{})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -23,6 +23,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/consumer"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // TestEndToEnd follows one event from a GORM save under a span, through the
@@ -50,7 +51,7 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlstore.NewStore(sqlDB, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(sqlDB), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

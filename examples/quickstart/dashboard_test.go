@@ -26,6 +26,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/dashboard"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // flakyBroker stands for a broker that refuses some messages: while
@@ -80,10 +81,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := sqlstore.MigrateOutbox(context.Background(), db, sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(context.Background(), databasesql.New(db), sqlstore.SQLite, ""); err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(context.Background(), db, rows); err != nil {
+	if _, err := w.Write(context.Background(), databasesql.Executor(db), rows); err != nil {
 		t.Fatal(err)
 	}
 

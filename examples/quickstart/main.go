@@ -55,6 +55,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/dashboard"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 func main() {
@@ -166,7 +167,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(storeDB), sqlstore.StoreConfig{})
 	if err != nil {
 		return err
 	}

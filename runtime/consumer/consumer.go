@@ -21,6 +21,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/internal/backoff"
 	"github.com/gooutbox/outbox/runtime/internal/logattr"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // Consumer applies the events of a topic through typed handlers: it decodes
@@ -507,8 +508,8 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 	// The marker first, then the handler; the session's timeouts (MySQL)
 	// are restored after the transaction (see inboxTx).
 	err := c.bounded(tctx, func() error {
-		return c.inboxTx(tctx, r.kind == gormInbox, func(tx sqlstore.Querier, handler txs) error {
-			inserted, err := c.sql.Mark(tctx, tx, c.cfg.Name, m.EventID, m.EventType, c.cfg.Clock.Now())
+		return c.inboxTx(tctx, r.kind == gormInbox, func(tx databasesql.Querier, handler txs) error {
+			inserted, err := c.sql.Record(tctx, databasesql.Executor(tx), c.cfg.Name, m.EventID, m.EventType, c.cfg.Clock.Now())
 			if err != nil {
 				return &InboxError{Err: err}
 			}
@@ -554,7 +555,7 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 // inboxTx runs fn in an inbox transaction begun with ctx, through GORM
 // (fn's txs.gorm) or database/sql (txs.sql): it commits when fn returns
 // nil, and rolls back when fn returns an error or panics (the panic goes
-// on). fn calls the inbox's Mark or MarkBatch first, and not Restore.
+// on). fn calls the inbox's Record or RecordBatch first, and not Restore.
 //
 // Where the inbox sets session timeouts (MySQL and MariaDB, which have no
 // SET LOCAL: see [sqlstore.Inbox.Restore]), the transaction runs on a
@@ -564,7 +565,7 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 // server's transaction, and the marker's lock a redelivery waits on, to
 // end within TxTimeout instead of the server's wait_timeout (8 hours by
 // default). A connection whose restore fails is discarded.
-func (c *Consumer) inboxTx(ctx context.Context, viaGORM bool, fn func(tx sqlstore.Querier, h txs) error) error {
+func (c *Consumer) inboxTx(ctx context.Context, viaGORM bool, fn func(tx databasesql.Querier, h txs) error) error {
 	if !c.sql.GuardsSession() {
 		if viaGORM {
 			return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -574,14 +575,14 @@ func (c *Consumer) inboxTx(ctx context.Context, viaGORM bool, fn func(tx sqlstor
 		return c.sqlTransaction(ctx, c.sqlDB, func(tx *sql.Tx) error { return fn(tx, txs{sql: tx}) })
 	}
 	// on runs the transaction on conn, then restores the session.
-	on := func(conn *sql.Conn, begin func(fn func(tx sqlstore.Querier, h txs) error) error) error {
-		guarded := false // Mark or MarkBatch set the session's timeouts
-		err := begin(func(tx sqlstore.Querier, h txs) error {
+	on := func(conn *sql.Conn, begin func(fn func(tx databasesql.Querier, h txs) error) error) error {
+		guarded := false // Record or RecordBatch set the session's timeouts
+		err := begin(func(tx databasesql.Querier, h txs) error {
 			guarded = true
 			return fn(tx, h)
 		})
 		if guarded {
-			if rerr := c.sql.Restore(ctx, conn); rerr != nil {
+			if rerr := c.sql.Restore(ctx, databasesql.Executor(conn)); rerr != nil {
 				// The session may keep TxTimeout as its wait_timeout: the
 				// pool must not hand it out again. The transaction's own
 				// outcome is err's.
@@ -596,7 +597,7 @@ func (c *Consumer) inboxTx(ctx context.Context, viaGORM bool, fn func(tx sqlstor
 			if !ok {
 				return fmt.Errorf("GORM's connection %T is not a *sql.Conn", cdb.Statement.ConnPool)
 			}
-			return on(conn, func(fn func(tx sqlstore.Querier, h txs) error) error {
+			return on(conn, func(fn func(tx databasesql.Querier, h txs) error) error {
 				return cdb.Transaction(func(tx *gorm.DB) error { return fn(tx.Statement.ConnPool, txs{gorm: tx}) })
 			})
 		})
@@ -606,7 +607,7 @@ func (c *Consumer) inboxTx(ctx context.Context, viaGORM bool, fn func(tx sqlstor
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close()
-	return on(conn, func(fn func(tx sqlstore.Querier, h txs) error) error {
+	return on(conn, func(fn func(tx databasesql.Querier, h txs) error) error {
 		return c.sqlTransaction(ctx, conn, func(tx *sql.Tx) error { return fn(tx, txs{sql: tx}) })
 	})
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // Order is the aggregate of the end-to-end test. Seq counts its payments;
@@ -216,7 +217,7 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 	must(t, db.Use(plugin))
 	storeDB, err := db.DB()
 	must(t, err)
-	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(storeDB), sqlstore.StoreConfig{})
 	must(t, err)
 	r, err := relay.New(store, b.publisher(t), relay.Config{})
 	must(t, err)

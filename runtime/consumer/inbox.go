@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // validTable checks an inbox table name, optionally schema-qualified
@@ -97,7 +98,7 @@ func MigrateSQL(ctx context.Context, db *sql.DB, dialect, table string) error {
 	if err != nil {
 		return inboxErr(err)
 	}
-	if err := sqlstore.MigrateInbox(ctx, db, d, table); err != nil {
+	if err := sqlstore.MigrateInbox(ctx, databasesql.New(db), d, table); err != nil {
 		return fmt.Errorf("consumer: %w", inboxErr(err))
 	}
 	return nil
@@ -114,7 +115,7 @@ func (c *Consumer) PruneInbox(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("consumer: prune inbox: %w: no DB", ErrInvalidConfig)
 	}
 	cutoff := c.cfg.Clock.Now().Add(-c.cfg.InboxRetention).UTC()
-	n, err := c.sql.Prune(ctx, c.sqlDB, c.cfg.Name, cutoff, c.cfg.PruneBatchSize)
+	n, err := c.sql.Prune(ctx, databasesql.Executor(c.sqlDB), c.cfg.Name, cutoff, c.cfg.PruneBatchSize)
 	if err != nil {
 		return n, fmt.Errorf("consumer: %w", err)
 	}
@@ -129,7 +130,7 @@ func (c *Consumer) InboxSize(ctx context.Context) (int64, error) {
 	if c.sqlDB == nil {
 		return 0, fmt.Errorf("consumer: inbox size: %w: no DB", ErrInvalidConfig)
 	}
-	n, err := c.sql.Count(ctx, c.sqlDB, c.cfg.Name)
+	n, err := c.sql.Count(ctx, databasesql.Executor(c.sqlDB), c.cfg.Name)
 	if err != nil {
 		return 0, fmt.Errorf("consumer: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/internal/logattr"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // PartitionSubscriber is a subscriber that delivers each partition of a
@@ -252,9 +253,9 @@ func (c *Consumer) applyBatch(ctx context.Context, run []batched) error {
 	}
 	var applied []bool
 	err := c.bounded(tctx, func() error {
-		return c.inboxTx(tctx, run[0].route.kind == gormInbox, func(tx sqlstore.Querier, handler txs) error {
+		return c.inboxTx(tctx, run[0].route.kind == gormInbox, func(tx databasesql.Querier, handler txs) error {
 			var err error
-			applied, err = c.sql.MarkBatch(tctx, tx, c.cfg.Name, entries, c.cfg.Clock.Now())
+			applied, err = c.sql.RecordBatch(tctx, databasesql.Executor(tx), c.cfg.Name, entries, c.cfg.Clock.Now())
 			if err != nil {
 				return &InboxError{Err: err}
 			}

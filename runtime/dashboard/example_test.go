@@ -12,6 +12,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime/dashboard"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // Example mounts a read-only dashboard under /outbox/ of an application's
@@ -28,10 +29,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.SQLite, ""); err != nil {
 		log.Fatal(err)
 	}
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}

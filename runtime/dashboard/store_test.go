@@ -20,6 +20,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/dashboard"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // openStore returns a store on a fresh, migrated outbox of dialect d.
@@ -35,10 +36,10 @@ func openStore(t testing.TB, d sqlstore.Dialect) (*sqlstore.Store, *sql.DB) {
 	}
 	t.Cleanup(func() { db.Close() })
 	ctx := context.Background()
-	if err := sqlstore.MigrateOutbox(ctx, db, d, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), d, ""); err != nil {
 		t.Fatal(err)
 	}
-	s, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	s, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func seed(t testing.TB, db *sql.DB, d sqlstore.Dialect, n int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.Write(ctx, tx, rows); err != nil {
+		if _, err := w.Write(ctx, databasesql.Executor(tx), rows); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Commit(); err != nil {

@@ -225,7 +225,7 @@ func (s *Store) Entry(ctx context.Context, id int64) (Entry, error) {
 }
 
 // scanEntry reads one row of entrySelect.
-func scanEntry(rows *sql.Rows) (Entry, error) {
+func scanEntry(rows Rows) (Entry, error) {
 	var (
 		r                     RowValues
 		headers, lastError    sql.NullString
@@ -406,7 +406,7 @@ func (s *Store) Replay(ctx context.Context, r ReplayRange) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("sqlstore: replay: begin: %w", err)
 	}
-	defer func() { _ = tx.Rollback() }() // no-op after Commit
+	defer func() { _ = tx.Rollback(ctx) }() // no-op after Commit
 	res, err := tx.ExecContext(ctx, `UPDATE `+s.table+` SET published_at = NULL, attempts = 0, last_error = NULL,
 		next_attempt_at = NULL, parked_at = NULL WHERE `+strings.Join(where, " AND "), args...)
 	if err != nil {
@@ -416,7 +416,7 @@ func (s *Store) Replay(ctx context.Context, r ReplayRange) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("sqlstore: replay: rows affected: %w", err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("sqlstore: replay: commit: %w", err)
 	}
 	return n, nil

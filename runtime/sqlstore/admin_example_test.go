@@ -9,6 +9,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // exampleOutbox returns a store on a SQLite outbox with two events of
@@ -19,7 +20,7 @@ func exampleOutbox(ctx context.Context) (*sqlstore.Store, func(), error) {
 		return nil, nil, err
 	}
 	fail := func(err error) (*sqlstore.Store, func(), error) { remove(); return nil, nil, err }
-	if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.SQLite, ""); err != nil {
 		return fail(err)
 	}
 	w, err := sqlstore.NewWriter(sqlstore.SQLite, "", sqlstore.WriterConfig{})
@@ -33,10 +34,10 @@ func exampleOutbox(ctx context.Context) (*sqlstore.Store, func(), error) {
 			AggregateType: "order", AggregateID: "42", OccurredAt: time.Now(), Payload: []byte(`{}`),
 		}})
 	}
-	if _, err := w.Write(ctx, db, rows); err != nil {
+	if _, err := w.Write(ctx, databasesql.Executor(db), rows); err != nil {
 		return fail(err)
 	}
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		return fail(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // adminFixture is an outbox with rows in every state: on topic "orders",
@@ -27,7 +28,7 @@ func newAdminFixture(t *testing.T, d sqlstore.Dialect) adminFixture {
 	t.Helper()
 	ctx := context.Background()
 	db := migrated(t, d)
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{RetryDelay: time.Hour, MaxRetryDelay: time.Hour})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{RetryDelay: time.Hour, MaxRetryDelay: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func newAdminFixture(t *testing.T, d sqlstore.Dialect) adminFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(ctx, db, rows); err != nil {
+	if _, err := w.Write(ctx, databasesql.Executor(db), rows); err != nil {
 		t.Fatal(err)
 	}
 	f := adminFixture{db: db, store: store, ids: map[string]int64{}, rows: map[string]sqlstore.Row{}}

@@ -209,7 +209,7 @@ const claimArgs = 2
 // claimSmallQuery left out (the column is NOT NULL): readClaim stops at
 // the first, with large 1 and the rows before it.
 func (s *Store) readClaim(ctx context.Context, q string, args []any, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, large int, err error) {
-	err = s.onConn(ctx, func(c Querier) error {
+	err = s.onConn(ctx, func(c Executor) error {
 		msgs, alive, large, err = s.scanClaim(ctx, c, q, args, limit, small, sizeHint)
 		return err
 	})
@@ -217,7 +217,7 @@ func (s *Store) readClaim(ctx context.Context, q string, args []any, limit int, 
 }
 
 // scanClaim is readClaim on c.
-func (s *Store) scanClaim(ctx context.Context, c Querier, q string, args []any, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, large int, err error) {
+func (s *Store) scanClaim(ctx context.Context, c Executor, q string, args []any, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, large int, err error) {
 	rows, err := c.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("sqlstore: claim: select pending: %w", err)

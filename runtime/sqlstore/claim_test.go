@@ -14,6 +14,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // TestClaimKeepsTheByteCapWhateverThePayloads drains outboxes of mixed
@@ -29,7 +30,7 @@ func TestClaimKeepsTheByteCapWhateverThePayloads(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			db := migrated(t, d)
-			st, add := conformanceStore(t, d, db)
+			st, add := conformanceStore(t, d, databasesql.New(db), databasesql.Executor(db))
 			store := st.(*sqlstore.Store)
 			rng := rand.New(rand.NewPCG(1, uint64(len(d))))
 			ctx := context.Background()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // TestInvalidConfigIsTyped: every configuration the package rejects, and a
@@ -25,19 +26,19 @@ func TestInvalidConfigIsTyped(t *testing.T) {
 		name, field string
 		err         error
 	}{
-		{"NewStore nil db", "nil *sql.DB", func() error { _, err := sqlstore.NewStore(nil, sqlstore.StoreConfig{}); return err }()},
-		{"DialectOf nil db", "nil *sql.DB", func() error { _, err := sqlstore.DialectOf(nil); return err }()},
-		{"MigrateOutbox nil db", "nil *sql.DB", sqlstore.MigrateOutbox(ctx, nil, "", "")},
-		{"MigrateOutbox nil db with dialect", "nil *sql.DB", sqlstore.MigrateOutbox(ctx, nil, sqlstore.Postgres, "")},
-		{"MigrateInbox nil db", "nil *sql.DB", sqlstore.MigrateInbox(ctx, nil, sqlstore.SQLite, "")},
-		{"MigratePartitionedOutbox nil db", "nil *sql.DB", sqlstore.MigratePartitionedOutbox(ctx, nil, "", sqlstore.PartitionConfig{})},
+		{"NewStore nil db", "nil database", func() error { _, err := sqlstore.NewStore(databasesql.New(nil), sqlstore.StoreConfig{}); return err }()},
+		{"DialectOf nil db", "nil database", func() error { _, err := sqlstore.DialectOf(nil); return err }()},
+		{"MigrateOutbox nil db", "nil database", sqlstore.MigrateOutbox(ctx, databasesql.New(nil), "", "")},
+		{"MigrateOutbox nil db with dialect", "nil database", sqlstore.MigrateOutbox(ctx, databasesql.New(nil), sqlstore.Postgres, "")},
+		{"MigrateInbox nil db", "nil database", sqlstore.MigrateInbox(ctx, databasesql.New(nil), sqlstore.SQLite, "")},
+		{"MigratePartitionedOutbox nil db", "nil database", sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(nil), "", sqlstore.PartitionConfig{})},
 		{"negative LeaseTTL", "LeaseTTL", sqlstore.StoreConfig{LeaseTTL: -time.Second}.Validate()},
 		{"negative MaxActiveRelays", "MaxActiveRelays", sqlstore.StoreConfig{MaxActiveRelays: -1}.Validate()},
 		{"short LeaseTTL", "LeaseTTL", sqlstore.StoreConfig{LeaseTTL: time.Millisecond}.Validate()},
 		{"partition Interval", "Interval", sqlstore.PartitionConfig{Interval: time.Second}.Validate()},
 		{"partition Ahead", "Ahead", sqlstore.PartitionConfig{Ahead: -1}.Validate()},
 		{"retention nothing to prune", "neither a store nor an inbox", retention(sqlstore.RetentionConfig{})},
-		{"retention negative age", "PublishedAge", retention(sqlstore.RetentionConfig{PublishedAge: -time.Hour, Inbox: &sqlstore.Inbox{}, InboxDB: &sql.DB{}})},
+		{"retention negative age", "PublishedAge", retention(sqlstore.RetentionConfig{PublishedAge: -time.Hour, Inbox: &sqlstore.Inbox{}, InboxDB: databasesql.New(&sql.DB{})})},
 	}
 	for _, c := range cases {
 		if !errors.Is(c.err, sqlstore.ErrInvalidConfig) || !strings.Contains(c.err.Error(), c.field) {
@@ -51,7 +52,7 @@ func TestInvalidConfigIsTyped(t *testing.T) {
 func TestCanNotify(t *testing.T) {
 	t.Parallel()
 	for d, want := range map[sqlstore.Dialect]bool{sqlstore.Postgres: true, sqlstore.MySQL: false, sqlstore.SQLite: false} {
-		s, err := sqlstore.NewStore(&sql.DB{}, sqlstore.StoreConfig{Dialect: d})
+		s, err := sqlstore.NewStore(databasesql.New(&sql.DB{}), sqlstore.StoreConfig{Dialect: d})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // sqlstore.Store implements every optional part of the suite, so that every
@@ -21,29 +22,42 @@ var (
 )
 
 // TestStoreConformance runs the relay.Store conformance suite on every
-// dialect, on a database/sql pool opened without GORM.
+// dialect through the database/sql driver (a pool opened without GORM),
+// and on PostgreSQL through the native pgx driver too.
 func TestStoreConformance(t *testing.T) {
 	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			runtimetest.TestStore(t, func(t *testing.T) (relay.Store, func(...runtime.OutboxMessage) []int64) {
-				return conformanceStore(t, d, migrated(t, d))
+				db := migrated(t, d)
+				return conformanceStore(t, d, databasesql.New(db), databasesql.Executor(db))
 			})
 		})
 	}
+	t.Run("postgres-pgx", func(t *testing.T) {
+		t.Parallel()
+		runtimetest.TestStore(t, func(t *testing.T) (relay.Store, func(...runtime.OutboxMessage) []int64) {
+			pool := migratedPgx(t)
+			return conformanceStore(t, sqlstore.Postgres, pool, pool)
+		})
+	})
 }
 
 // conformanceStore returns a store on db, with the suite's timings, and
-// the suite's insert function.
-func conformanceStore(t *testing.T, d sqlstore.Dialect, db *sql.DB) (relay.Store, func(...runtime.OutboxMessage) []int64) {
+// the suite's insert function, which inserts through ex.
+func conformanceStore(t *testing.T, d sqlstore.Dialect, db sqlstore.DB, ex sqlstore.Executor) (relay.Store, func(...runtime.OutboxMessage) []int64) {
 	tm := runtimetest.StoreTimings
 	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{
 		RetryDelay: tm.RetryDelay, MaxRetryDelay: tm.MaxRetryDelay, MaxAttempts: tm.MaxAttempts, LeaseTTL: tm.LeaseTTL,
 	})
+
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Released before the pool closes: pgxpool's Close waits for the
+	// connections the store holds (a relay's session lock).
+	t.Cleanup(func() { store.Close() })
 	add := func(msgs ...runtime.OutboxMessage) []int64 {
 		ids := make([]int64, 0, len(msgs))
 		for _, m := range msgs {
@@ -68,12 +82,12 @@ func conformanceStore(t *testing.T, d sqlstore.Dialect, db *sql.DB) (relay.Store
 			var id int64
 			var err error
 			if d == sqlstore.MySQL { // MySQL 8 has no RETURNING
-				var res sql.Result
-				if res, err = db.ExecContext(context.Background(), insert, args...); err == nil {
-					id, err = res.LastInsertId()
+				var res sqlstore.Result
+				if res, err = ex.ExecContext(context.Background(), insert, args...); err == nil {
+					id, err = res.(sql.Result).LastInsertId()
 				}
 			} else {
-				err = db.QueryRowContext(context.Background(), insert+` RETURNING id`, args...).Scan(&id)
+				err = ex.QueryRowContext(context.Background(), insert+` RETURNING id`, args...).Scan(&id)
 			}
 			if err != nil {
 				t.Fatalf("insert %+v: %v", m, err)

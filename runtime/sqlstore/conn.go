@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -27,7 +26,7 @@ const (
 // conn takes a connection from the pool that answered within
 // connCheckAfter, or answers a ping within connPingTimeout, trying others
 // until ctx ends. Hand it back with release.
-func (s *Store) conn(ctx context.Context) (*sql.Conn, error) {
+func (s *Store) conn(ctx context.Context) (Conn, error) {
 	var last error
 	for {
 		// The driver's own session check (pgx pings a connection idle
@@ -47,7 +46,7 @@ func (s *Store) conn(ctx context.Context) (*sql.Conn, error) {
 				s.used(c)
 				return c, nil
 			}
-			discard(c)
+			c.Discard()
 		}
 		if ctx.Err() != nil {
 			if last != nil && !errors.Is(err, last) {
@@ -65,10 +64,10 @@ func (s *Store) conn(ctx context.Context) (*sql.Conn, error) {
 // release hands c back to the pool after a call that returned err under
 // ctx: a connection whose call timed out, or failed on the network, is
 // discarded instead.
-func (s *Store) release(ctx context.Context, c *sql.Conn, err error) {
+func (s *Store) release(ctx context.Context, c Conn, err error) {
 	if err != nil && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || isNetErr(err)) {
 		s.forget(c)
-		discard(c)
+		c.Discard()
 		return
 	}
 	s.used(c)
@@ -89,8 +88,8 @@ func isTimeout(err error) bool {
 
 // idleSince reports whether c was last used by the store more than d ago,
 // or never.
-func (s *Store) idleSince(c *sql.Conn, d time.Duration) bool {
-	key := driverConn(c)
+func (s *Store) idleSince(c Conn, d time.Duration) bool {
+	key := c.Key()
 	if key == nil {
 		return true
 	}
@@ -101,8 +100,8 @@ func (s *Store) idleSince(c *sql.Conn, d time.Duration) bool {
 }
 
 // used records that c answered now.
-func (s *Store) used(c *sql.Conn) {
-	key := driverConn(c)
+func (s *Store) used(c Conn) {
+	key := c.Key()
 	if key == nil {
 		return
 	}
@@ -125,26 +124,16 @@ func (s *Store) used(c *sql.Conn) {
 }
 
 // forget drops c from the record of connections used.
-func (s *Store) forget(c *sql.Conn) {
-	key := driverConn(c)
+func (s *Store) forget(c Conn) {
+	key := c.Key()
 	s.connsMu.Lock()
 	defer s.connsMu.Unlock()
 	delete(s.connUsed, key)
 }
 
-// driverConn returns c's driver connection, the key of its record, or nil.
-func driverConn(c *sql.Conn) any {
-	var key any
-	_ = c.Raw(func(dc any) error {
-		key = dc
-		return nil
-	})
-	return key
-}
-
 // onConn runs fn on a connection taken with conn and handed back with
 // release, or on the pool on SQLite, whose connections are files.
-func (s *Store) onConn(ctx context.Context, fn func(Querier) error) (err error) {
+func (s *Store) onConn(ctx context.Context, fn func(Executor) error) (err error) {
 	if s.dialect.name() == SQLite {
 		return fn(s.db)
 	}

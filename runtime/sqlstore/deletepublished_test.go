@@ -10,6 +10,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // TestDeletePublishedConformance runs the relay.Store conformance suite on
@@ -24,12 +25,13 @@ func TestDeletePublishedConformance(t *testing.T) {
 			t.Parallel()
 			runtimetest.TestStore(t, func(t *testing.T) (relay.Store, func(...runtime.OutboxMessage) []int64) {
 				db := migrated(t, d)
-				_, add := conformanceStore(t, d, db)
+				_, add := conformanceStore(t, d, databasesql.New(db), databasesql.Executor(db))
 				tm := runtimetest.StoreTimings
-				store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{
+				store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{
 					RetryDelay: tm.RetryDelay, MaxRetryDelay: tm.MaxRetryDelay, MaxAttempts: tm.MaxAttempts, LeaseTTL: tm.LeaseTTL,
 					DeletePublished: true,
 				})
+
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -58,7 +60,7 @@ func TestDeletePublishedDeletesOnlyPublishedRows(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := migrated(t, d)
-			store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{DeletePublished: true})
+			store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{DeletePublished: true})
 			if err != nil {
 				t.Fatal(err)
 			}

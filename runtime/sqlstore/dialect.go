@@ -112,7 +112,7 @@ type dialect interface {
 	// and reports which ids it inserted. It keeps each aggregate's ids in
 	// commit order (see "Commit order" in the package documentation),
 	// unless orderLocks is false (benchmarks that measure what that costs).
-	write(ctx context.Context, q Querier, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error)
+	write(ctx context.Context, q Executor, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error)
 
 	// leaseTx is the isolation of the lease bookkeeping transaction.
 	leaseTx() *sql.TxOptions
@@ -126,7 +126,7 @@ type dialect interface {
 	// connection, so that the guard also covers a client that stops while
 	// its COMMIT is on the way (the server would otherwise keep the
 	// transaction, and its locks, open for as long as the session lives).
-	guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) (restore func(context.Context, *sql.Conn) error, err error)
+	guardLeaseTx(ctx context.Context, tx Tx, limit time.Duration) (restore func(context.Context, Conn) error, err error)
 	// leases returns the lease bookkeeping of a store's tables.
 	leases(t storeTables) leaseOps
 
@@ -150,7 +150,7 @@ type dialect interface {
 	// non-nil events bounds the rows' event ids too (the event ids of the
 	// ids' rows lie within it), so that on a partitioned table the update
 	// reads only the partitions that can hold them.
-	updateFenced(ctx context.Context, db Execer, t storeTables, owner, set string, setArgs []any, ids []int64, events *eventRange) error
+	updateFenced(ctx context.Context, db Executor, t storeTables, owner, set string, setArgs []any, ids []int64, events *eventRange) error
 	// failureSet returns the SET clause (and its arguments, numbered from
 	// 1) that records a failure of kind with the error text.
 	failureSet(kind failureKind, text string, cfg StoreConfig) (string, []any)
@@ -160,7 +160,7 @@ type dialect interface {
 	// next batch) and never deletes a row that a concurrent
 	// [Store.Replay] made pending; it returns how many it deleted. A
 	// positive maxID also bounds the rows' ids.
-	deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error)
+	deletePublished(ctx context.Context, db DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error)
 	// pendingAge is the expression of the age, in seconds, of the oldest
 	// created_at of "SELECT min(created_at) " + from, or 0.
 	pendingAge(from string) string
@@ -233,43 +233,28 @@ type leaseOps interface {
 	// session lock (see sessionLocker), which lets the other relays take
 	// its shards over once they find the lock free, without having seen it
 	// held.
-	register(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration, locked bool) error
+	register(ctx context.Context, tx Tx, owner string, now time.Time, ttl time.Duration, locked bool) error
 	// alive counts the relays alive.
-	alive(ctx context.Context, tx *sql.Tx, now time.Time) (int, error)
+	alive(ctx context.Context, tx Tx, now time.Time) (int, error)
 	// othersAlive counts the relays alive other than owner.
-	othersAlive(ctx context.Context, q Querier, owner string, now time.Time) (int, error)
+	othersAlive(ctx context.Context, q Executor, owner string, now time.Time) (int, error)
 	// renew extends owner's leases to now + ttl and returns their shards.
-	renew(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration) ([]int16, error)
+	renew(ctx context.Context, tx Tx, owner string, now time.Time, ttl time.Duration) ([]int16, error)
 	// release gives back owner's shards: all of them when shards is nil.
-	release(ctx context.Context, q Execer, owner string, shards []int16) error
+	release(ctx context.Context, q Executor, owner string, shards []int16) error
 	// acquire takes up to n free or expired shards for owner, skipping
 	// those another relay's transaction holds, and returns them.
-	acquire(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration, n int) ([]int16, error)
+	acquire(ctx context.Context, tx Tx, owner string, now time.Time, ttl time.Duration, n int) ([]int16, error)
 	// holders counts the unexpired leases of each relay other than owner
 	// that holds some.
-	holders(ctx context.Context, tx *sql.Tx, owner string, now time.Time) (map[string]int, error)
+	holders(ctx context.Context, tx Tx, owner string, now time.Time) (map[string]int, error)
 	// free counts the shards nobody holds: never taken, released, or
 	// expired.
-	free(ctx context.Context, q Querier, now time.Time) (int, error)
+	free(ctx context.Context, q Executor, now time.Time) (int, error)
 	// forget unregisters relays dead for an hour, and unregister one that
 	// stopped.
-	forget(ctx context.Context, tx *sql.Tx, now time.Time) error
-	unregister(ctx context.Context, q Execer, owner string) error
-}
-
-// Execer runs a statement: a *sql.DB, *sql.Conn or *sql.Tx, or the
-// connection pool of a GORM transaction.
-type Execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-// Querier is what a [Writer] writes through: a *sql.DB, *sql.Conn or
-// *sql.Tx, or the connection pool of a GORM statement (gorm.ConnPool has
-// these methods).
-type Querier interface {
-	Execer
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	forget(ctx context.Context, tx Tx, now time.Time) error
+	unregister(ctx context.Context, q Executor, owner string) error
 }
 
 // insertArgs returns the ten arguments of rows' insertColumns, row by row.
@@ -299,7 +284,7 @@ func valuesList(n, width int) string {
 }
 
 // scanEventIDs reads a column of event ids into inserted.
-func scanEventIDs(rows *sql.Rows, err error, inserted map[uuid.UUID]bool) error {
+func scanEventIDs(rows Rows, err error, inserted map[uuid.UUID]bool) error {
 	if err != nil {
 		return err
 	}
@@ -326,7 +311,7 @@ type eventRange struct{ lo, hi string }
 
 // updateFencedIn is updateFenced with "?" placeholders and IN lists of at
 // most 500 ids, for the dialects that have no array parameters.
-func updateFencedIn(ctx context.Context, db Execer, t storeTables, owner, set string, setArgs []any, ids []int64) error {
+func updateFencedIn(ctx context.Context, db Executor, t storeTables, owner, set string, setArgs []any, ids []int64) error {
 	const chunk = 500
 	for start := 0; start < len(ids); start += chunk {
 		part := ids[start:min(start+chunk, len(ids))]
@@ -364,7 +349,7 @@ type returningLeases struct {
 	clock func(now time.Time, ttl time.Duration) (nowArgs, untilArgs []any)
 }
 
-func (l returningLeases) register(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration, locked bool) error {
+func (l returningLeases) register(ctx context.Context, tx Tx, owner string, now time.Time, ttl time.Duration, locked bool) error {
 	_, until := l.clock(now, ttl)
 	args := append(until, owner)
 	if l.lockColumn {
@@ -374,26 +359,26 @@ func (l returningLeases) register(ctx context.Context, tx *sql.Tx, owner string,
 	return err
 }
 
-func (l returningLeases) alive(ctx context.Context, tx *sql.Tx, now time.Time) (int, error) {
+func (l returningLeases) alive(ctx context.Context, tx Tx, now time.Time) (int, error) {
 	n, _ := l.clock(now, 0)
 	var alive int
 	err := tx.QueryRowContext(ctx, l.aliveQ, n...).Scan(&alive)
 	return alive, err
 }
 
-func (l returningLeases) othersAlive(ctx context.Context, q Querier, owner string, now time.Time) (int, error) {
+func (l returningLeases) othersAlive(ctx context.Context, q Executor, owner string, now time.Time) (int, error) {
 	n, _ := l.clock(now, 0)
 	var alive int
 	err := q.QueryRowContext(ctx, l.othersQ, append(n, owner)...).Scan(&alive)
 	return alive, err
 }
 
-func (l returningLeases) renew(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration) ([]int16, error) {
+func (l returningLeases) renew(ctx context.Context, tx Tx, owner string, now time.Time, ttl time.Duration) ([]int16, error) {
 	_, until := l.clock(now, ttl)
 	return scanShards(tx.QueryContext(ctx, l.renewQ, append(until, owner)...))
 }
 
-func (l returningLeases) release(ctx context.Context, q Execer, owner string, shards []int16) error {
+func (l returningLeases) release(ctx context.Context, q Executor, owner string, shards []int16) error {
 	stmt := l.releaseQ
 	if shards != nil {
 		stmt += " AND shard IN (" + shardList(shards) + ")"
@@ -402,30 +387,30 @@ func (l returningLeases) release(ctx context.Context, q Execer, owner string, sh
 	return err
 }
 
-func (l returningLeases) acquire(ctx context.Context, tx *sql.Tx, owner string, now time.Time, ttl time.Duration, n int) ([]int16, error) {
+func (l returningLeases) acquire(ctx context.Context, tx Tx, owner string, now time.Time, ttl time.Duration, n int) ([]int16, error) {
 	nowArgs, until := l.clock(now, ttl)
 	return scanShards(tx.QueryContext(ctx, l.acquireQ, append(append(until, owner), append(nowArgs, n)...)...))
 }
 
-func (l returningLeases) holders(ctx context.Context, tx *sql.Tx, owner string, now time.Time) (map[string]int, error) {
+func (l returningLeases) holders(ctx context.Context, tx Tx, owner string, now time.Time) (map[string]int, error) {
 	n, _ := l.clock(now, 0)
 	return scanHolders(tx.QueryContext(ctx, l.holdersQ, append(n, owner)...))
 }
 
-func (l returningLeases) free(ctx context.Context, q Querier, now time.Time) (int, error) {
+func (l returningLeases) free(ctx context.Context, q Executor, now time.Time) (int, error) {
 	n, _ := l.clock(now, 0)
 	var free int
 	err := q.QueryRowContext(ctx, l.freeQ, n...).Scan(&free)
 	return free, err
 }
 
-func (l returningLeases) forget(ctx context.Context, tx *sql.Tx, now time.Time) error {
+func (l returningLeases) forget(ctx context.Context, tx Tx, now time.Time) error {
 	n, _ := l.clock(now, 0)
 	_, err := tx.ExecContext(ctx, l.forgetQ, n...)
 	return err
 }
 
-func (l returningLeases) unregister(ctx context.Context, q Execer, owner string) error {
+func (l returningLeases) unregister(ctx context.Context, q Executor, owner string) error {
 	_, err := q.ExecContext(ctx, l.unregisterQ, owner)
 	return err
 }

@@ -124,28 +124,29 @@ func ignorableDDLError(stmt string, err error) bool {
 }
 
 // write inserts rows; see mysqlDialect for how. Outside a transaction (q
-// has no Commit method) it begins one on q's pool, so that the
+// is a [Beginner]) it begins one on q, so that the
 // commit-order lock covers the rows' commit.
-func (d mysqlDialect) write(ctx context.Context, conn Querier, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error) {
-	if _, inTx := conn.(txCommitter); inTx || !orderLocks || !slices.ContainsFunc(rows, needsOrderLock) {
+func (d mysqlDialect) write(ctx context.Context, conn Executor, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error) {
+	b, outsideTx := conn.(Beginner)
+	if !outsideTx || !orderLocks || !slices.ContainsFunc(rows, needsOrderLock) {
 		return d.writeTx(ctx, conn, table, rows, orderLocks)
 	}
-	tx, err := beginOn(ctx, conn)
+	tx, err := b.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("insert into %s: a transaction for the commit-order lock: %w", table, err)
 	}
-	defer func() { _ = tx.Rollback() }() // no-op after Commit
+	defer func() { _ = tx.Rollback(ctx) }() // no-op after Commit
 	inserted, err := d.writeTx(ctx, tx, table, rows, true)
 	if err != nil {
 		return nil, err
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("insert into %s: commit: %w", table, err)
 	}
 	return inserted, nil
 }
 
-func (mysqlDialect) writeTx(ctx context.Context, conn Querier, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error) {
+func (mysqlDialect) writeTx(ctx context.Context, conn Executor, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
 		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
@@ -273,32 +274,32 @@ type mysqlLeases struct{ t storeTables }
 
 const mysqlUntil = "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)"
 
-func (l mysqlLeases) register(ctx context.Context, tx *sql.Tx, owner string, _ time.Time, ttl time.Duration, locked bool) error {
+func (l mysqlLeases) register(ctx context.Context, tx Tx, owner string, _ time.Time, ttl time.Duration, locked bool) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO `+l.t.relays+` (owner, expires_at, session_lock) VALUES (?, `+mysqlUntil+`, ?)
 		ON DUPLICATE KEY UPDATE expires_at = `+mysqlUntil+`, session_lock = VALUES(session_lock)`, owner, ttl.Microseconds(), locked, ttl.Microseconds())
 	return err
 }
 
-func (l mysqlLeases) alive(ctx context.Context, tx *sql.Tx, _ time.Time) (int, error) {
+func (l mysqlLeases) alive(ctx context.Context, tx Tx, _ time.Time) (int, error) {
 	var n int
 	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+l.t.relays+` WHERE expires_at > UTC_TIMESTAMP(6)`).Scan(&n)
 	return n, err
 }
 
-func (l mysqlLeases) othersAlive(ctx context.Context, q Querier, owner string, _ time.Time) (int, error) {
+func (l mysqlLeases) othersAlive(ctx context.Context, q Executor, owner string, _ time.Time) (int, error) {
 	var n int
 	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+l.t.relays+` WHERE expires_at > UTC_TIMESTAMP(6) AND owner <> ?`, owner).Scan(&n)
 	return n, err
 }
 
-func (l mysqlLeases) renew(ctx context.Context, tx *sql.Tx, owner string, _ time.Time, ttl time.Duration) ([]int16, error) {
+func (l mysqlLeases) renew(ctx context.Context, tx Tx, owner string, _ time.Time, ttl time.Duration) ([]int16, error) {
 	if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.leases+` SET expires_at = `+mysqlUntil+` WHERE owner = ?`, ttl.Microseconds(), owner); err != nil {
 		return nil, err
 	}
 	return scanShards(tx.QueryContext(ctx, `SELECT shard FROM `+l.t.leases+` WHERE owner = ?`, owner))
 }
 
-func (l mysqlLeases) release(ctx context.Context, q Execer, owner string, shards []int16) error {
+func (l mysqlLeases) release(ctx context.Context, q Executor, owner string, shards []int16) error {
 	stmt := `UPDATE ` + l.t.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = ?`
 	if shards != nil {
 		stmt += " AND shard IN (" + shardList(shards) + ")"
@@ -307,7 +308,7 @@ func (l mysqlLeases) release(ctx context.Context, q Execer, owner string, shards
 	return err
 }
 
-func (l mysqlLeases) acquire(ctx context.Context, tx *sql.Tx, owner string, _ time.Time, ttl time.Duration, n int) ([]int16, error) {
+func (l mysqlLeases) acquire(ctx context.Context, tx Tx, owner string, _ time.Time, ttl time.Duration, n int) ([]int16, error) {
 	free, err := scanShards(tx.QueryContext(ctx, `SELECT shard FROM `+l.t.leases+`
 		WHERE owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)
 		ORDER BY shard LIMIT `+strconv.Itoa(n)+` FOR UPDATE SKIP LOCKED`))
@@ -322,12 +323,12 @@ func (l mysqlLeases) acquire(ctx context.Context, tx *sql.Tx, owner string, _ ti
 	return free, nil
 }
 
-func (l mysqlLeases) holders(ctx context.Context, tx *sql.Tx, owner string, _ time.Time) (map[string]int, error) {
+func (l mysqlLeases) holders(ctx context.Context, tx Tx, owner string, _ time.Time) (map[string]int, error) {
 	return scanHolders(tx.QueryContext(ctx, `SELECT owner, COUNT(*) FROM `+l.t.leases+`
 		WHERE owner IS NOT NULL AND owner <> ? AND expires_at > UTC_TIMESTAMP(6) GROUP BY owner`, owner))
 }
 
-func (l mysqlLeases) free(ctx context.Context, q Querier, _ time.Time) (int, error) {
+func (l mysqlLeases) free(ctx context.Context, q Executor, _ time.Time) (int, error) {
 	var n int
 	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+l.t.leases+` WHERE owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)`).Scan(&n)
 	return n, err
@@ -337,7 +338,7 @@ func (l mysqlLeases) free(ctx context.Context, q Querier, _ time.Time) (int, err
 // deletes them by key: a DELETE scanning the table would lock the rows of
 // the live relays, which hold their own row since register, and deadlock
 // with them.
-func (l mysqlLeases) forget(ctx context.Context, tx *sql.Tx, _ time.Time) error {
+func (l mysqlLeases) forget(ctx context.Context, tx Tx, _ time.Time) error {
 	const dead = `expires_at < DATE_SUB(UTC_TIMESTAMP(6), INTERVAL 1 HOUR)`
 	rows, err := tx.QueryContext(ctx, `SELECT owner FROM `+l.t.relays+` WHERE `+dead)
 	if err != nil {
@@ -360,7 +361,7 @@ func (l mysqlLeases) forget(ctx context.Context, tx *sql.Tx, _ time.Time) error 
 	return err
 }
 
-func (l mysqlLeases) unregister(ctx context.Context, q Execer, owner string) error {
+func (l mysqlLeases) unregister(ctx context.Context, q Executor, owner string) error {
 	_, err := q.ExecContext(ctx, `DELETE FROM `+l.t.relays+` WHERE owner = ?`, owner)
 	return err
 }
@@ -387,7 +388,7 @@ func (mysqlDialect) excludeIDs(ids []int64, _ int) (string, []any) {
 
 func (mysqlDialect) publishedSet() (string, []any) { return "published_at = UTC_TIMESTAMP(6)", nil }
 
-func (mysqlDialect) updateFenced(ctx context.Context, db Execer, t storeTables, owner, set string, setArgs []any, ids []int64, _ *eventRange) error {
+func (mysqlDialect) updateFenced(ctx context.Context, db Executor, t storeTables, owner, set string, setArgs []any, ids []int64, _ *eventRange) error {
 	return updateFencedIn(ctx, db, t, owner, set, setArgs, ids)
 }
 
@@ -416,13 +417,13 @@ func (mysqlDialect) failureSet(kind failureKind, text string, cfg StoreConfig) (
 // the relay is marking. A plain "DELETE ... ORDER BY id LIMIT n" under
 // REPEATABLE READ would lock every row and gap it scans, pending rows
 // included, for the length of the statement.
-func (mysqlDialect) deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
+func (mysqlDialect) deletePublished(ctx context.Context, db DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
 	const cutoff = `DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)`
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = tx.Rollback() }() // no-op after Commit
+	defer func() { _ = tx.Rollback(ctx) }() // no-op after Commit
 	ids, err := scanIDs(tx.QueryContext(ctx, `SELECT id FROM `+table+` WHERE published_at IS NOT NULL AND published_at < `+cutoff+`
 		AND (? <= 0 OR id <= ?) ORDER BY id LIMIT `+strconv.Itoa(batch)+` FOR UPDATE SKIP LOCKED`, olderThan.Microseconds(), maxID, maxID))
 	if err != nil || len(ids) == 0 {
@@ -441,7 +442,7 @@ func (mysqlDialect) deletePublished(ctx context.Context, db *sql.DB, table strin
 	if err != nil {
 		return 0, err
 	}
-	return n, tx.Commit()
+	return n, tx.Commit(ctx)
 }
 
 func (mysqlDialect) pendingAge(from string) string {
@@ -461,13 +462,13 @@ func (mysqlDialect) listen(context.Context, *Store, func()) error {
 // returned function after the commit: a relay that stops with its COMMIT
 // on the way (a half-open connection) leaves a session that the server
 // still closes after limit, rolling the transaction back.
-func (mysqlDialect) guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) (func(context.Context, *sql.Conn) error, error) {
+func (mysqlDialect) guardLeaseTx(ctx context.Context, tx Tx, limit time.Duration) (func(context.Context, Conn) error, error) {
 	secs := max(int64((limit+time.Second-1)/time.Second), 1)
 	_, err := tx.ExecContext(ctx, `SET @outbox_lease_wait = @@SESSION.wait_timeout, @outbox_lease_lock = @@SESSION.innodb_lock_wait_timeout, SESSION wait_timeout = ?, SESSION innodb_lock_wait_timeout = ?`, secs, secs)
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, conn *sql.Conn) error {
+	return func(ctx context.Context, conn Conn) error {
 		_, err := conn.ExecContext(ctx, `SET SESSION wait_timeout = @outbox_lease_wait, SESSION innodb_lock_wait_timeout = @outbox_lease_lock`)
 		return err
 	}, nil
@@ -484,7 +485,7 @@ func (mysqlDialect) timeCompare(col, op string) string { return col + " " + op +
 func (mysqlDialect) timeArg(t time.Time) any           { return t.UTC() }
 
 // scanIDs reads a column of row ids.
-func scanIDs(rows *sql.Rows, err error) ([]int64, error) {
+func scanIDs(rows Rows, err error) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -508,14 +509,14 @@ func mysqlLockName(t storeTables, expr string) string {
 }
 
 // unlockSession releases the owner's named lock.
-func (mysqlDialect) unlockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) error {
+func (mysqlDialect) unlockSession(ctx context.Context, conn Conn, t storeTables, owner string) error {
 	_, err := conn.ExecContext(ctx, `DO RELEASE_LOCK(`+mysqlLockName(t, "?")+`)`, owner)
 	return err
 }
 
 // lockSession takes the owner's named lock, without waiting; the session
 // is the connection's id.
-func (mysqlDialect) lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, int64, error) {
+func (mysqlDialect) lockSession(ctx context.Context, conn Conn, t storeTables, owner string) (bool, int64, error) {
 	var got sql.NullInt64
 	var id int64
 	err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(`+mysqlLockName(t, "?")+`, 0), CONNECTION_ID()`, owner).Scan(&got, &id)
@@ -523,7 +524,7 @@ func (mysqlDialect) lockSession(ctx context.Context, conn *sql.Conn, t storeTabl
 }
 
 // endSession kills connection id if it holds owner's lock.
-func (mysqlDialect) endSession(ctx context.Context, q Querier, t storeTables, owner string, id int64) error {
+func (mysqlDialect) endSession(ctx context.Context, q Executor, t storeTables, owner string, id int64) error {
 	var holder sql.NullInt64
 	if err := q.QueryRowContext(ctx, `SELECT IS_USED_LOCK(`+mysqlLockName(t, "?")+`)`, owner).Scan(&holder); err != nil {
 		return err
@@ -536,7 +537,7 @@ func (mysqlDialect) endSession(ctx context.Context, q Querier, t storeTables, ow
 }
 
 // lockStates asks IS_USED_LOCK, which takes no lock.
-func (mysqlDialect) lockStates(ctx context.Context, q Querier, t storeTables, owner string) (map[string]lockState, error) {
+func (mysqlDialect) lockStates(ctx context.Context, q Executor, t storeTables, owner string) (map[string]lockState, error) {
 	rows, err := q.QueryContext(ctx, `SELECT u.owner, IS_USED_LOCK(`+mysqlLockName(t, "u.owner")+`) IS NOT NULL,
 			COALESCE((SELECT r.session_lock FROM `+t.relays+` r WHERE r.owner = u.owner), FALSE) FROM (
 			SELECT owner FROM `+t.relays+` WHERE expires_at > UTC_TIMESTAMP(6) AND owner <> ?

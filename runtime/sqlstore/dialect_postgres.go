@@ -126,7 +126,7 @@ var insertCasts = [...]string{"uuid", "text", "int4", "text", "text", "text", "t
 // deduplication: a chunk of only such rows is a plain INSERT. Otherwise ON
 // CONFLICT (event_id) DO NOTHING RETURNING event_id reports the inserted
 // ids.
-func (d postgresDialect) write(ctx context.Context, conn Querier, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error) {
+func (d postgresDialect) write(ctx context.Context, conn Executor, table string, rows []Row, orderLocks bool) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
 		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
@@ -234,7 +234,7 @@ func (postgresDialect) leaseTx() *sql.TxOptions { return nil }
 // guardLeaseTx sets, for this transaction only, the server's timeouts on a
 // statement and on a client idle inside the transaction: the server then
 // terminates a stalled relay's session and releases its locks.
-func (postgresDialect) guardLeaseTx(ctx context.Context, tx *sql.Tx, limit time.Duration) (func(context.Context, *sql.Conn) error, error) {
+func (postgresDialect) guardLeaseTx(ctx context.Context, tx Tx, limit time.Duration) (func(context.Context, Conn) error, error) {
 	ms := strconv.FormatInt(max(limit.Milliseconds(), 1), 10)
 	_, err := tx.ExecContext(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $1, true)`, ms)
 	return nil, err // set_config(..., true) ends with the transaction
@@ -326,7 +326,7 @@ func (postgresDialect) publishedSet() (string, []any) { return "published_at = n
 // updateFenced commits without waiting for the WAL flush
 // (synchronous_commit off): a mark lost in a database crash only publishes
 // the message again.
-func (d postgresDialect) updateFenced(ctx context.Context, db Execer, t storeTables, owner, set string, setArgs []any, ids []int64, events *eventRange) error {
+func (d postgresDialect) updateFenced(ctx context.Context, db Executor, t storeTables, owner, set string, setArgs []any, ids []int64, events *eventRange) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -397,7 +397,7 @@ func (postgresDialect) failureSet(kind failureKind, text string, cfg StoreConfig
 // the outer condition is checked again on the row's latest version, so a
 // row replayed meanwhile is not deleted. Writers insert new rows and the
 // relay updates only pending ones: neither waits for it, nor it for them.
-func (postgresDialect) deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
+func (postgresDialect) deletePublished(ctx context.Context, db DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
 	const cutoff = `now() - $1 * interval '1 microsecond'`
 	res, err := db.ExecContext(ctx, `DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+`
 		WHERE published_at IS NOT NULL AND published_at < `+cutoff+` AND ($3 <= 0 OR id <= $3)
@@ -437,7 +437,7 @@ func postgresLockKey(t storeTables, expr string) string {
 
 // lockSession takes the owner's session-level advisory lock; the session
 // is the backend's pid.
-func (postgresDialect) lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, int64, error) {
+func (postgresDialect) lockSession(ctx context.Context, conn Conn, t storeTables, owner string) (bool, int64, error) {
 	var got bool
 	var pid int64
 	err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+postgresLockKey(t, "$1::text")+`), pg_backend_pid()`, owner).Scan(&got, &pid)
@@ -445,13 +445,13 @@ func (postgresDialect) lockSession(ctx context.Context, conn *sql.Conn, t storeT
 }
 
 // unlockSession releases the owner's session-level advisory lock.
-func (postgresDialect) unlockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) error {
+func (postgresDialect) unlockSession(ctx context.Context, conn Conn, t storeTables, owner string) error {
 	_, err := conn.ExecContext(ctx, `SELECT pg_advisory_unlock(`+postgresLockKey(t, "$1::text")+`)`, owner)
 	return err
 }
 
 // endSession terminates backend pid if it holds owner's lock.
-func (postgresDialect) endSession(ctx context.Context, q Querier, t storeTables, owner string, pid int64) error {
+func (postgresDialect) endSession(ctx context.Context, q Executor, t storeTables, owner string, pid int64) error {
 	_, err := q.ExecContext(ctx, `SELECT pg_terminate_backend(l.pid) FROM pg_locks l
 		CROSS JOIN (SELECT `+postgresLockKey(t, "$1::text")+` AS k) u
 		WHERE l.pid = $2 AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
@@ -463,7 +463,7 @@ func (postgresDialect) endSession(ctx context.Context, q Querier, t storeTables,
 // lockStates reads the advisory locks in pg_locks (a bigint key shows as
 // classid, its high half, objid, its low half, and objsubid 1), which
 // takes no lock.
-func (postgresDialect) lockStates(ctx context.Context, q Querier, t storeTables, owner string) (map[string]lockState, error) {
+func (postgresDialect) lockStates(ctx context.Context, q Executor, t storeTables, owner string) (map[string]lockState, error) {
 	rows, err := q.QueryContext(ctx, `SELECT u.owner, EXISTS (SELECT 1 FROM pg_locks l
 			WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())

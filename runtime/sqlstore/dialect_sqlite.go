@@ -64,7 +64,7 @@ func (sqliteDialect) migrateLock(string) string { return "" }
 // write runs one INSERT ... ON CONFLICT (event_id) DO NOTHING RETURNING
 // event_id per chunk. SQLite serialises every writing transaction, so the
 // ids follow commit order.
-func (sqliteDialect) write(ctx context.Context, conn Querier, table string, rows []Row, _ bool) (map[uuid.UUID]bool, error) {
+func (sqliteDialect) write(ctx context.Context, conn Executor, table string, rows []Row, _ bool) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool, len(rows))
 	for start := 0; start < len(rows); start += maxRowsPerInsert {
 		chunk := rows[start:min(start+maxRowsPerInsert, len(rows))]
@@ -128,7 +128,7 @@ func (sqliteDialect) publishedSet() (string, []any) {
 	return "published_at = ?", []any{time.Now().UTC()}
 }
 
-func (sqliteDialect) updateFenced(ctx context.Context, db Execer, t storeTables, owner, set string, setArgs []any, ids []int64, _ *eventRange) error {
+func (sqliteDialect) updateFenced(ctx context.Context, db Executor, t storeTables, owner, set string, setArgs []any, ids []int64, _ *eventRange) error {
 	return updateFencedIn(ctx, db, t, owner, set, setArgs, ids)
 }
 
@@ -152,7 +152,7 @@ func (sqliteDialect) failureSet(kind failureKind, text string, cfg StoreConfig) 
 // published_at.
 // SQLite serialises writers: one batch holds the write lock for the time it
 // takes to delete batch rows, and writers wait that long at most.
-func (sqliteDialect) deletePublished(ctx context.Context, db *sql.DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
+func (sqliteDialect) deletePublished(ctx context.Context, db DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
 	res, err := db.ExecContext(ctx, `DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+`
 		WHERE published_at IS NOT NULL AND published_at < ?1 AND (?3 <= 0 OR id <= ?3) ORDER BY id LIMIT ?2)`,
 		time.Now().Add(-olderThan).UTC(), batch, maxID)
@@ -173,7 +173,7 @@ func (sqliteDialect) listen(context.Context, *Store, func()) error {
 // guardLeaseTx does nothing: SQLite's locks end with the process's
 // connection, and a stalled writer holds the database's write lock only
 // until busy timeouts fail the others' attempts.
-func (sqliteDialect) guardLeaseTx(context.Context, *sql.Tx, time.Duration) (func(context.Context, *sql.Conn) error, error) {
+func (sqliteDialect) guardLeaseTx(context.Context, Tx, time.Duration) (func(context.Context, Conn) error, error) {
 	return nil, nil
 }
 

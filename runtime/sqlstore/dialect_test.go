@@ -11,6 +11,7 @@ import (
 
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 func TestParseDialect(t *testing.T) {
@@ -67,10 +68,10 @@ func TestDialectOf(t *testing.T) {
 	if got, err := sqlstore.DialectOf(unknown); !errors.Is(err, sqlstore.ErrUnsupportedDialect) {
 		t.Errorf("DialectOf(unknown driver) = %q, %v; want ErrUnsupportedDialect", got, err)
 	}
-	if _, err := sqlstore.NewStore(unknown, sqlstore.StoreConfig{}); !errors.Is(err, sqlstore.ErrUnsupportedDialect) {
+	if _, err := sqlstore.NewStore(databasesql.New(unknown), sqlstore.StoreConfig{}); !errors.Is(err, sqlstore.ErrUnsupportedDialect) {
 		t.Errorf("NewStore(unknown driver) = %v; want ErrUnsupportedDialect", err)
 	}
-	if _, err := sqlstore.NewStore(unknown, sqlstore.StoreConfig{Dialect: sqlstore.SQLite}); err != nil {
+	if _, err := sqlstore.NewStore(databasesql.New(unknown), sqlstore.StoreConfig{Dialect: sqlstore.SQLite}); err != nil {
 		t.Errorf("NewStore(unknown driver, Dialect: sqlite) = %v; want a store", err)
 	}
 }
@@ -139,7 +140,7 @@ func TestCheckTable(t *testing.T) {
 			return err
 		}(),
 		"NewStore": func() error {
-			_, err := sqlstore.NewStore(&sql.DB{}, sqlstore.StoreConfig{Dialect: sqlstore.Postgres, Table: outbox50})
+			_, err := sqlstore.NewStore(databasesql.New(&sql.DB{}), sqlstore.StoreConfig{Dialect: sqlstore.Postgres, Table: outbox50})
 			return err
 		}(),
 		"InboxDDL": func() error { _, err := sqlstore.InboxDDL(sqlstore.MySQL, inbox64); return err }(),

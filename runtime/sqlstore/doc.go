@@ -12,9 +12,9 @@
 // them with [DecodeRow].
 //
 // It lives under runtime, beside the relay and the consumer that use it,
-// because it needs no ORM: it works on database/sql (a *sql.DB, *sql.Tx,
+// because it needs no ORM: it works on database/sql (a DB, Tx,
 // or any connection with ExecContext, QueryContext and QueryRowContext, as
-// GORM's connection pools have), so a relay process opens a *sql.DB and
+// GORM's connection pools have), so a relay process opens a DB and
 // nothing else, and a consumer that uses pgx or sqlc directly gets the same
 // inbox. It does not import GORM, any SQLite driver or the MySQL driver (it
 // knows go-sql-driver/mysql's errors by their type's name); it imports pgx
@@ -30,7 +30,7 @@
 // # Dialects
 //
 // A [Dialect] is named by GORM's dialector name or a driver name
-// ([ParseDialect]), or read from a *sql.DB's driver ([DialectOf]: pgx's
+// ([ParseDialect]), or read from a DB's driver ([DialectOf]: pgx's
 // stdlib driver and lib/pq, go-sql-driver/mysql, and the glebarez, modernc
 // and mattn SQLite drivers).
 //

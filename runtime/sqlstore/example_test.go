@@ -11,6 +11,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // exampleDB opens a SQLite file in a temporary directory; remove cleans up.
@@ -38,7 +39,7 @@ func ExampleNewStore() {
 	}
 	defer remove()
 	ctx := context.Background()
-	if err := sqlstore.MigrateOutbox(ctx, db, "", ""); err != nil { // dialect from the driver, default table
+	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), "", ""); err != nil { // dialect from the driver, default table
 		fmt.Println(err)
 		return
 	}
@@ -57,7 +58,7 @@ func ExampleNewStore() {
 		EventID: runtime.NewEventID(), EventType: "orders.order_placed", EventVersion: 1,
 		AggregateType: "order", AggregateID: "42", OccurredAt: time.Now(), Payload: []byte(`{"total":"12.50"}`),
 	}}
-	if _, err := w.Write(ctx, tx, []sqlstore.Row{row}); err != nil { // with the business rows
+	if _, err := w.Write(ctx, databasesql.Executor(tx), []sqlstore.Row{row}); err != nil { // with the business rows
 		fmt.Println(err)
 		return
 	}
@@ -66,7 +67,7 @@ func ExampleNewStore() {
 		return
 	}
 
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -104,7 +105,7 @@ func ExampleDecodeRow() {
 
 // An inbox makes a handler's transaction apply each event once per
 // consumer: the marker insert is its first statement.
-func ExampleInbox_Mark() {
+func ExampleInbox_Record() {
 	db, remove, err := exampleDB()
 	if err != nil {
 		fmt.Println(err)
@@ -112,7 +113,7 @@ func ExampleInbox_Mark() {
 	}
 	defer remove()
 	ctx := context.Background()
-	if err := sqlstore.MigrateInbox(ctx, db, sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.MigrateInbox(ctx, databasesql.New(db), sqlstore.SQLite, ""); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -128,9 +129,9 @@ func ExampleInbox_Mark() {
 			fmt.Println(err)
 			return
 		}
-		applied, err := inbox.Mark(ctx, tx, "billing", eventID, "orders.order_paid", time.Now())
+		applied, err := inbox.Record(ctx, databasesql.Executor(tx), "billing", eventID, "orders.order_paid", time.Now())
 		if err == nil {
-			err = inbox.Restore(ctx, tx)
+			err = inbox.Restore(ctx, databasesql.Executor(tx))
 		}
 		if err != nil {
 			_ = tx.Rollback()

@@ -9,11 +9,14 @@ import (
 
 	_ "github.com/glebarez/go-sqlite"  // the "sqlite" database/sql driver
 	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver
+	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
+	"github.com/gooutbox/outbox/runtime/sqlstore/pgxv5"
 )
 
 // dialects are the databases every store test runs on.
@@ -45,10 +48,26 @@ func openSQL(t testing.TB, d sqlstore.Dialect) *sql.DB {
 func migrated(t testing.TB, d sqlstore.Dialect) *sql.DB {
 	t.Helper()
 	db := openSQL(t, d)
-	if err := sqlstore.MigrateOutbox(context.Background(), db, d, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(context.Background(), databasesql.New(db), d, ""); err != nil {
 		t.Fatal(err)
 	}
 	return db
+}
+
+// migratedPgx opens a fresh PostgreSQL schema through pgx's own pool, the
+// native driver, with the outbox table migrated.
+func migratedPgx(t testing.TB) *pgxv5.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), hookstest.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	drv := pgxv5.New(pool)
+	if err := sqlstore.MigrateOutbox(context.Background(), drv, sqlstore.Postgres, ""); err != nil {
+		t.Fatal(err)
+	}
+	return drv
 }
 
 // writeEvents writes one event per aggregate id of aggregate type "order"
@@ -60,7 +79,7 @@ func writeEvents(t testing.TB, db *sql.DB, d sqlstore.Dialect, aggIDs ...string)
 		t.Fatal(err)
 	}
 	rows := writeRows(aggIDs...)
-	inserted, err := w.Write(context.Background(), db, rows)
+	inserted, err := w.Write(context.Background(), databasesql.Executor(db), rows)
 	if err != nil {
 		t.Fatalf("Write: %v", err)
 	}

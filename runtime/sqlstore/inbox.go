@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -80,25 +79,25 @@ func InboxDDL(d Dialect, table string) ([]string, error) {
 // one statement). It is safe to run on every start. An empty d means
 // [DialectOf] db; an empty table means [InboxDefaultTable]. Several
 // consumers may share one table.
-func MigrateInbox(ctx context.Context, db *sql.DB, d Dialect, table string) error {
-	if db == nil {
+func MigrateInbox(ctx context.Context, db DB, d Dialect, table string) error {
+	if nilDB(db) {
 		return errNilDB
 	}
 	if d == "" {
 		var err error
-		if d, err = DialectOf(db); err != nil {
+		if d, err = db.Dialect(); err != nil {
 			return err
 		}
 	}
 	if _, err := InboxDDL(d, table); err != nil {
 		return err // before opening a transaction
 	}
-	return inTx(ctx, db, func(tx *sql.Tx) error { return MigrateInboxTx(ctx, tx, d, table) })
+	return inTx(ctx, db, func(tx Tx) error { return MigrateInboxTx(ctx, tx, d, table) })
 }
 
 // MigrateInboxTx is [MigrateInbox] in the caller's transaction tx (a
-// *sql.Tx, or a GORM transaction's connection pool); d must be set.
-func MigrateInboxTx(ctx context.Context, tx Execer, d Dialect, table string) error {
+// Tx, or a GORM transaction's connection pool); d must be set.
+func MigrateInboxTx(ctx context.Context, tx Executor, d Dialect, table string) error {
 	stmts, err := InboxDDL(d, table)
 	if err != nil {
 		return err
@@ -122,7 +121,7 @@ const MaxInboxConsumerName = 255
 type Inbox struct {
 	insert string
 	// pgGuard is set when insert also bounds the transaction on the server
-	// (PostgreSQL): Mark then adds the timeout arguments.
+	// (PostgreSQL): Record then adds the timeout arguments.
 	pgGuard bool
 	// guard and unguard, when set (MySQL, MariaDB), run before the insert
 	// and before the transaction ends: they set, then restore, the
@@ -131,7 +130,7 @@ type Inbox struct {
 	prune          string
 	count          string
 	dialect        Dialect
-	// table is the inbox table, for the statements MarkBatch builds.
+	// table is the inbox table, for the statements RecordBatch builds.
 	table string
 	// txTimeoutMS is txTimeout in whole milliseconds, for pgGuard.
 	txTimeoutMS string
@@ -139,7 +138,7 @@ type Inbox struct {
 
 // NewInbox returns the inbox of table (empty: [InboxDefaultTable]) in
 // dialect d. txTimeout bounds, on the server, a transaction in which
-// [Inbox.Mark] inserted a marker (see Mark); it must be positive. It returns
+// [Inbox.Record] inserted a marker (see Record); it must be positive. It returns
 // an error wrapping [ErrInvalidTable] or [ErrUnsupportedDialect].
 func NewInbox(d Dialect, table string, txTimeout time.Duration) (*Inbox, error) {
 	if table == "" {
@@ -220,8 +219,8 @@ func NewInbox(d Dialect, table string, txTimeout time.Duration) (*Inbox, error) 
 // seconds).
 const mysqlMaxWaitTimeout = 31536000
 
-// Mark inserts the inbox marker of consumer's event in tx (the handler's
-// transaction: a *sql.Tx, or a GORM transaction's connection pool), with
+// Record inserts the inbox marker of consumer's event in tx (the handler's
+// transaction: a Tx, or a GORM transaction's connection pool), with
 // processed time now, after setting the session's timeouts where that takes
 // a statement of its own, and reports whether it inserted one (false: the
 // event was applied before). It should be the first statement of the
@@ -231,11 +230,11 @@ const mysqlMaxWaitTimeout = 31536000
 // On PostgreSQL the insert also sets, for the rest of the transaction,
 // statement_timeout and idle_in_transaction_session_timeout to the inbox's
 // transaction timeout; on MySQL it sets the session's wait_timeout and
-// innodb_lock_wait_timeout, which [Inbox.Restore] puts back. When Mark
+// innodb_lock_wait_timeout, which [Inbox.Restore] puts back. When Record
 // returns without error, call Restore (before the transaction ends, or
 // after on its connection: see Restore); when it returns an error it has
 // restored them itself.
-func (s *Inbox) Mark(ctx context.Context, tx Execer, consumer string, eventID uuid.UUID, eventType string, now time.Time) (applied bool, err error) {
+func (s *Inbox) Record(ctx context.Context, tx Executor, consumer string, eventID uuid.UUID, eventType string, now time.Time) (applied bool, err error) {
 	if s.guard != "" {
 		if _, err := tx.ExecContext(ctx, s.guard); err != nil {
 			return false, fmt.Errorf("sqlstore: inbox: set session timeouts: %w", err)
@@ -256,17 +255,17 @@ func (s *Inbox) Mark(ctx context.Context, tx Execer, consumer string, eventID uu
 	return n > 0, nil
 }
 
-// MaxInboxBatch is the most entries one [Inbox.MarkBatch] call takes (it
+// MaxInboxBatch is the most entries one [Inbox.RecordBatch] call takes (it
 // keeps a statement's placeholders within every dialect's limit).
 const MaxInboxBatch = 5000
 
-// InboxEntry is one event of [Inbox.MarkBatch].
+// InboxEntry is one event of [Inbox.RecordBatch].
 type InboxEntry struct {
 	EventID   uuid.UUID
 	EventType string
 }
 
-// MarkBatch is [Inbox.Mark] for several events in one transaction: it
+// RecordBatch is [Inbox.Record] for several events in one transaction: it
 // inserts the markers of entries, in their order, and reports for each
 // whether it inserted it (false: the event was applied before, or its id
 // appears earlier in entries). On PostgreSQL and SQLite that is one
@@ -274,11 +273,11 @@ type InboxEntry struct {
 // MariaDB, one INSERT IGNORE per entry, after setting the session's
 // timeouts once. Markers are inserted in the order of entries, so two
 // transactions marking overlapping runs of the same stream in the same
-// order wait on each other instead of deadlocking. As with Mark: call it
+// order wait on each other instead of deadlocking. As with Record: call it
 // first in the transaction, and call [Inbox.Restore] when it returns
 // without error (before the transaction ends, or after on its
 // connection). entries must hold at most [MaxInboxBatch] entries.
-func (s *Inbox) MarkBatch(ctx context.Context, tx Querier, consumer string, entries []InboxEntry, now time.Time) (applied []bool, err error) {
+func (s *Inbox) RecordBatch(ctx context.Context, tx Executor, consumer string, entries []InboxEntry, now time.Time) (applied []bool, err error) {
 	if len(entries) > MaxInboxBatch {
 		return nil, fmt.Errorf("sqlstore: inbox: %d entries in one batch, more than %d", len(entries), MaxInboxBatch)
 	}
@@ -314,7 +313,7 @@ func (s *Inbox) MarkBatch(ctx context.Context, tx Querier, consumer string, entr
 	var q strings.Builder
 	args := make([]any, 0, 4+2*len(unique))
 	if s.dialect == Postgres {
-		// The guard of Mark's insert, once for the statement.
+		// The guard of Record's insert, once for the statement.
 		args = append(args, consumer, now.UTC(), s.txTimeoutMS, s.txTimeoutMS)
 		q.WriteString(`INSERT INTO ` + s.table + ` (consumer, event_id, event_type, processed_at)
 			SELECT $1::text, v.id::uuid, v.typ, $2::timestamptz
@@ -366,14 +365,14 @@ func (s *Inbox) MarkBatch(ctx context.Context, tx Querier, consumer string, entr
 	return applied, nil
 }
 
-// GuardsSession reports whether [Inbox.Mark] and [Inbox.MarkBatch] set
+// GuardsSession reports whether [Inbox.Record] and [Inbox.RecordBatch] set
 // session timeouts that [Inbox.Restore] must put back (MySQL and MariaDB,
 // which have no SET LOCAL).
 func (s *Inbox) GuardsSession() bool { return s.unguard != "" }
 
-// Restore undoes what [Inbox.Mark] set on the session (MySQL); elsewhere
+// Restore undoes what [Inbox.Record] set on the session (MySQL); elsewhere
 // it does nothing. Call it in the transaction before it ends, or on its
-// connection (a *sql.Conn) after it ended: the COMMIT is then sent under
+// connection (a Conn) after it ended: the COMMIT is then sent under
 // the transaction timeout, so that when the connection turns half-open and
 // the COMMIT never arrives the server still ends the transaction, and
 // releases the marker's lock, within that timeout (runtime/consumer does
@@ -381,7 +380,7 @@ func (s *Inbox) GuardsSession() bool { return s.unguard != "" }
 // is not, the session keeps the transaction timeout as its wait_timeout
 // and lock wait, which costs a reconnect after that long idle: discard
 // such a connection.
-func (s *Inbox) Restore(ctx context.Context, tx Execer) error {
+func (s *Inbox) Restore(ctx context.Context, tx Executor) error {
 	if s.unguard == "" {
 		return nil
 	}
@@ -396,7 +395,7 @@ func (s *Inbox) Restore(ctx context.Context, tx Execer) error {
 // is left, and returns how many it deleted. Concurrent runs are safe. It
 // returns ctx's error when ctx is done between batches, with the count so
 // far. batch must be positive.
-func (s *Inbox) Prune(ctx context.Context, db Execer, consumer string, cutoff time.Time, batch int) (int64, error) {
+func (s *Inbox) Prune(ctx context.Context, db Executor, consumer string, cutoff time.Time, batch int) (int64, error) {
 	if batch <= 0 {
 		return 0, fmt.Errorf("sqlstore: prune inbox: batch %d must be positive", batch)
 	}
@@ -421,7 +420,7 @@ func (s *Inbox) Prune(ctx context.Context, db Execer, consumer string, cutoff ti
 // primary key's index, which takes time in proportion to their number
 // (milliseconds for thousands, seconds for tens of millions): call it for
 // monitoring at a modest rate, as adapters/metrics does with a cache.
-func (s *Inbox) Count(ctx context.Context, db Querier, consumer string) (int64, error) {
+func (s *Inbox) Count(ctx context.Context, db Executor, consumer string) (int64, error) {
 	var n int64
 	if err := db.QueryRowContext(ctx, s.count, consumer).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sqlstore: count inbox: %w", err)
@@ -431,7 +430,7 @@ func (s *Inbox) Count(ctx context.Context, db Querier, consumer string) (int64, 
 
 // pruneBatch deletes at most batch of consumer's markers processed before
 // cutoff, in one statement.
-func (s *Inbox) pruneBatch(ctx context.Context, db Execer, consumer string, cutoff time.Time, batch int) (int64, error) {
+func (s *Inbox) pruneBatch(ctx context.Context, db Executor, consumer string, cutoff time.Time, batch int) (int64, error) {
 	args := []any{consumer, consumer, cutoff.UTC(), batch}
 	if s.dialect == MySQL {
 		args = []any{consumer, cutoff.UTC(), batch}
@@ -451,7 +450,7 @@ func (s *Inbox) pruneBatch(ctx context.Context, db Execer, consumer string, cuto
 // inbox, sorted, for pruning every consumer's markers (see [Retention]). It
 // reads one primary-key probe per consumer (a loose index scan), not the
 // whole table.
-func (s *Inbox) Consumers(ctx context.Context, db Querier) ([]string, error) {
+func (s *Inbox) Consumers(ctx context.Context, db Executor) ([]string, error) {
 	rows, err := db.QueryContext(ctx, `WITH RECURSIVE c (consumer) AS (
 			SELECT MIN(consumer) FROM `+s.table+`
 			UNION ALL

@@ -11,20 +11,21 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
-// TestInboxMarkBatch: MarkBatch inserts the markers it has not seen,
+// TestInboxRecordBatch: RecordBatch inserts the markers it has not seen,
 // reports each entry's, and reports false for an event applied before, for
 // a repeat within the batch, and for another consumer's event only under
 // that consumer; a rolled-back batch leaves no marker.
-func TestInboxMarkBatch(t *testing.T) {
+func TestInboxRecordBatch(t *testing.T) {
 	t.Parallel()
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := openSQL(t, d)
-			if err := sqlstore.MigrateInbox(ctx, db, d, ""); err != nil {
+			if err := sqlstore.MigrateInbox(ctx, databasesql.New(db), d, ""); err != nil {
 				t.Fatal(err)
 			}
 			inbox, err := sqlstore.NewInbox(d, "", 30*time.Second)
@@ -42,12 +43,12 @@ func TestInboxMarkBatch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := inbox.MarkBatch(ctx, tx, consumer, entries, time.Now())
+				got, err := inbox.RecordBatch(ctx, databasesql.Executor(tx), consumer, entries, time.Now())
 				if err != nil {
 					tx.Rollback()
-					t.Fatalf("MarkBatch: %v", err)
+					t.Fatalf("RecordBatch: %v", err)
 				}
-				if err := inbox.Restore(ctx, tx); err != nil {
+				if err := inbox.Restore(ctx, databasesql.Executor(tx)); err != nil {
 					t.Fatal(err)
 				}
 				end := tx.Rollback
@@ -78,8 +79,8 @@ func TestInboxMarkBatch(t *testing.T) {
 			if n != 5 {
 				t.Errorf("markers = %d, want 5", n)
 			}
-			if _, err := inbox.MarkBatch(ctx, db, "c", make([]sqlstore.InboxEntry, sqlstore.MaxInboxBatch+1), time.Now()); err == nil {
-				t.Error("MarkBatch over MaxInboxBatch: no error")
+			if _, err := inbox.RecordBatch(ctx, databasesql.Executor(db), "c", make([]sqlstore.InboxEntry, sqlstore.MaxInboxBatch+1), time.Now()); err == nil {
+				t.Error("RecordBatch over MaxInboxBatch: no error")
 			}
 		})
 	}

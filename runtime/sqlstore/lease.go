@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -199,7 +198,7 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	guarded := false // the session carries the guard's timeouts
 	defer func() {
 		if guarded { // the pool must not hand this session out again
-			discard(conn)
+			conn.Discard()
 			return
 		}
 		s.release(ctx, conn, err)
@@ -208,7 +207,7 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	if err != nil {
 		return fmt.Errorf("sqlstore: lease: begin: %w", err)
 	}
-	defer func() { _ = tx.Rollback() }() // no-op after Commit
+	defer func() { _ = tx.Rollback(ctx) }() // no-op after Commit
 	restore, err := s.dialect.guardLeaseTx(ctx, tx, ttl/2)
 	if err != nil {
 		return fmt.Errorf("sqlstore: lease: %w", err)
@@ -315,7 +314,7 @@ func (s *Store) renew(ctx context.Context, owner string, o *ownerLease, busy *[S
 	if s.inRenew != nil {
 		s.inRenew()
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("sqlstore: lease: commit: %w", err)
 	}
 	// The leases are renewed whether or not the restore succeeds: a
@@ -450,7 +449,7 @@ func givingBack(owned []int16, target int, busy *[Shards]bool) (kept, surplus, l
 }
 
 // scanShards reads a column of shard numbers, sorted.
-func scanShards(rows *sql.Rows, err error) ([]int16, error) {
+func scanShards(rows Rows, err error) ([]int16, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -471,7 +470,7 @@ func scanShards(rows *sql.Rows, err error) ([]int16, error) {
 }
 
 // scanHolders reads rows of an owner and how many shards it holds.
-func scanHolders(rows *sql.Rows, err error) (map[string]int, error) {
+func scanHolders(rows Rows, err error) (map[string]int, error) {
 	if err != nil {
 		return nil, err
 	}

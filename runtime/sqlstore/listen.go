@@ -2,12 +2,9 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // listenCheckEvery is how long Listen waits for a notification before it
@@ -40,7 +37,8 @@ func (s *Store) CanNotify() bool {
 	return s.cfg.Dialect == Postgres
 }
 
-// listen is LISTEN on pgx's connection.
+// listen is LISTEN on a session of the driver's, when it can (see
+// [Listener]).
 func (postgresDialect) listen(ctx context.Context, s *Store, notify func()) error {
 	cctx, cancel := context.WithTimeout(ctx, listenPingTimeout)
 	conn, err := s.db.Conn(cctx)
@@ -48,62 +46,49 @@ func (postgresDialect) listen(ctx context.Context, s *Store, notify func()) erro
 	if err != nil {
 		return fmt.Errorf("sqlstore: listen: %w", err)
 	}
-	defer conn.Close()
-	var lerr error
-	err = conn.Raw(func(dc any) error {
-		c, ok := dc.(*stdlib.Conn)
-		if !ok {
-			lerr = fmt.Errorf("sqlstore: listen: %w: the driver is %T, LISTEN needs pgx", errors.ErrUnsupported, dc)
-			return nil
-		}
-		pc := c.Conn()
-		lctx, cancel := context.WithTimeout(ctx, listenPingTimeout)
-		_, err := pc.Exec(lctx, `LISTEN "`+baseName(s.table)+`"`)
-		cancel()
-		if err != nil {
-			lerr = fmt.Errorf("sqlstore: listen: %w", err)
-			return driver.ErrBadConn
-		}
-		p := &notify
-		s.listening.Store(p)
-		defer s.listening.CompareAndSwap(p, nil)
-		notify()
-		for {
-			wctx, cancel := context.WithTimeout(ctx, listenCheckEvery)
-			_, err := pc.WaitForNotification(wctx)
-			cancel()
-			if err == nil {
-				notify()
-				continue
-			}
-			if ctx.Err() != nil {
-				lerr = ctx.Err()
-				return driver.ErrBadConn // listening: never hand it back to the pool
-			}
-			if !errors.Is(err, context.DeadlineExceeded) || pc.IsClosed() {
-				lerr = fmt.Errorf("sqlstore: listen: %w", err)
-				return driver.ErrBadConn
-			}
-			// Quiet for a while: make sure the connection still answers.
-			pctx, cancel := context.WithTimeout(ctx, listenPingTimeout)
-			err = pc.Ping(pctx)
-			cancel()
-			if err != nil {
-				if ctx.Err() != nil {
-					lerr = ctx.Err()
-				} else {
-					lerr = fmt.Errorf("sqlstore: listen: connection check: %w", err)
-				}
-				return driver.ErrBadConn
-			}
-			notify() // a notification may have been missed while checking
-		}
-	})
-	if lerr != nil {
-		return lerr
+	// Listening: never hand the session back to the pool.
+	defer conn.Discard()
+	l, ok := conn.(Listener)
+	if !ok {
+		return fmt.Errorf("sqlstore: listen: %w: the driver's connection (%T) cannot wait for notifications (it needs pgx)", errors.ErrUnsupported, conn)
 	}
+	lctx, cancel := context.WithTimeout(ctx, listenPingTimeout)
+	err = l.Listen(lctx, `"`+baseName(s.table)+`"`)
+	cancel()
 	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return fmt.Errorf("sqlstore: listen: %w", err)
 	}
-	return nil
+	p := &notify
+	s.listening.Store(p)
+	defer s.listening.CompareAndSwap(p, nil)
+	notify()
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenCheckEvery)
+		err := l.WaitForNotification(wctx)
+		cancel()
+		if err == nil {
+			notify()
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || l.IsClosed() {
+			return fmt.Errorf("sqlstore: listen: %w", err)
+		}
+		// Quiet for a while: make sure the connection still answers.
+		pctx, cancel := context.WithTimeout(ctx, listenPingTimeout)
+		err = conn.PingContext(pctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("sqlstore: listen: connection check: %w", err)
+		}
+		notify() // a notification may have been missed while checking
+	}
 }

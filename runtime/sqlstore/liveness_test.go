@@ -15,11 +15,12 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 func mustStore(t *testing.T, db *sql.DB, cfg sqlstore.StoreConfig) *sqlstore.Store {
 	t.Helper()
-	s, err := sqlstore.NewStore(db, cfg)
+	s, err := sqlstore.NewStore(databasesql.New(db), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestRelayFrozenWithItsLeaseCommitOnTheWayIsTakenOver(t *testing.T) {
 	}
 	t.Cleanup(func() { db.Close() })
 	ctx := context.Background()
-	if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.MySQL, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.MySQL, ""); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := mysql.ParseDSN(dsn)

@@ -17,7 +17,7 @@ import (
 // harmless.
 func (s *Store) updateFenced(ctx context.Context, owner, set string, setArgs []any, ids []int64, events *eventRange) error {
 	return retryTransient(ctx, func() error {
-		return s.onConn(ctx, func(q Querier) error {
+		return s.onConn(ctx, func(q Executor) error {
 			return s.dialect.updateFenced(ctx, q, s.tables, owner, set, slices.Clone(setArgs), ids, events)
 		})
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // TestSQLStoreMySQL: a relay without GORM runs OutboxDDL's statements
@@ -34,7 +35,7 @@ func TestSQLStoreMySQL(t *testing.T) {
 			}
 		}
 	}
-	s, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	s, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -145,8 +144,8 @@ func partitionName(table string, start time.Time) string {
 // [MigrateOutbox] on a partitioned table is harmless, and [NewStore],
 // [NewWriter] and [NewRetention] need nothing more. An empty table means
 // [DefaultTable].
-func MigratePartitionedOutbox(ctx context.Context, db *sql.DB, table string, cfg PartitionConfig) error {
-	if db == nil {
+func MigratePartitionedOutbox(ctx context.Context, db DB, table string, cfg PartitionConfig) error {
+	if nilDB(db) {
 		return errNilDB
 	}
 	if table == "" {
@@ -160,7 +159,7 @@ func MigratePartitionedOutbox(ctx context.Context, db *sql.DB, table string, cfg
 	}
 	cfg.setDefaults()
 	d := postgresDialect{}
-	err := inTx(ctx, db, func(tx *sql.Tx) error {
+	err := inTx(ctx, db, func(tx Tx) error {
 		if _, err := tx.ExecContext(ctx, d.migrateLock(table)); err != nil {
 			return fmt.Errorf("sqlstore: migrate partitioned outbox: %w", err)
 		}
@@ -204,13 +203,13 @@ var boundRE = regexp.MustCompile(`^FOR VALUES FROM \('([0-9a-f-]{36})'\) TO \('(
 
 // partitionMaintenance creates partitions ahead and drops old ones.
 type partitionMaintenance struct {
-	db    *sql.DB
+	db    DB
 	table string
 	cfg   PartitionConfig // Interval may be zero: the newest partition's width
 }
 
 // isPartitioned reports whether table is a partitioned PostgreSQL table.
-func isPartitioned(ctx context.Context, db *sql.DB, table string) (bool, error) {
+func isPartitioned(ctx context.Context, db DB, table string) (bool, error) {
 	var p bool
 	err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))`, table).Scan(&p)
 	return p, err
@@ -354,7 +353,7 @@ func (m partitionMaintenance) create(ctx context.Context, def string, from, to t
 	lo, hi := EventIDBound(from).String(), EventIDBound(to).String()
 	bounds := ` FOR VALUES FROM ('` + lo + `') TO ('` + hi + `')`
 	var moved int64
-	err := m.locked(ctx, func(tx *sql.Tx) error {
+	err := m.locked(ctx, func(tx Tx) error {
 		moved = 0
 		crowded := false
 		if def != "" {
@@ -395,12 +394,12 @@ func (m partitionMaintenance) create(ctx context.Context, def string, from, to t
 
 // locked runs fn in a transaction whose lock waits end after
 // cfg.LockTimeout.
-func (m partitionMaintenance) locked(ctx context.Context, fn func(*sql.Tx) error) error {
+func (m partitionMaintenance) locked(ctx context.Context, fn func(Tx) error) error {
 	tx, err := m.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = tx.Rollback() }() // no-op after Commit
+	defer func() { _ = tx.Rollback(ctx) }() // no-op after Commit
 	ms := strconv.FormatInt(max(m.cfg.LockTimeout.Milliseconds(), 1), 10)
 	if _, err := tx.ExecContext(ctx, `SELECT set_config('lock_timeout', $1, true)`, ms); err != nil {
 		return err
@@ -408,7 +407,7 @@ func (m partitionMaintenance) locked(ctx context.Context, fn func(*sql.Tx) error
 	if err := fn(tx); err != nil {
 		return err
 	}
-	return tx.Commit()
+	return tx.Commit(ctx)
 }
 
 // errKept is returned inside a drop's transaction to roll it back.
@@ -447,7 +446,7 @@ func (m partitionMaintenance) dropOld(ctx context.Context, age time.Duration) (d
 		if !p.ok || p.to.After(cutoff) {
 			continue
 		}
-		err := m.locked(ctx, func(tx *sql.Tx) error {
+		err := m.locked(ctx, func(tx Tx) error {
 			if _, err := tx.ExecContext(ctx, `ALTER TABLE `+m.table+` DETACH PARTITION `+p.name); err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // A partitioned outbox on PostgreSQL: one partition per day, and a
@@ -22,11 +23,11 @@ func ExampleMigratePartitionedOutbox() {
 		return
 	}
 	defer db.Close()
-	if err := sqlstore.MigratePartitionedOutbox(ctx, db, "", sqlstore.PartitionConfig{Interval: 24 * time.Hour}); err != nil {
+	if err := sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(db), "", sqlstore.PartitionConfig{Interval: 24 * time.Hour}); err != nil {
 		fmt.Println(err) // wraps sqlstore.ErrNotPartitioned if a plain outbox table exists
 		return
 	}
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -20,6 +20,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // partitioned opens a PostgreSQL schema of its own with a partitioned
@@ -27,7 +28,7 @@ import (
 func partitioned(t testing.TB) *sql.DB {
 	t.Helper()
 	db := openSQL(t, sqlstore.Postgres)
-	if err := sqlstore.MigratePartitionedOutbox(context.Background(), db, "", sqlstore.PartitionConfig{Interval: time.Hour, Ahead: 2}); err != nil {
+	if err := sqlstore.MigratePartitionedOutbox(context.Background(), databasesql.New(db), "", sqlstore.PartitionConfig{Interval: time.Hour, Ahead: 2}); err != nil {
 		t.Fatal(err)
 	}
 	return db
@@ -92,7 +93,8 @@ func createPartition(t testing.TB, db *sql.DB, from time.Time) string {
 func TestPartitionedStoreConformance(t *testing.T) {
 	t.Parallel()
 	runtimetest.TestStore(t, func(t *testing.T) (relay.Store, func(...runtime.OutboxMessage) []int64) {
-		return conformanceStore(t, sqlstore.Postgres, partitioned(t))
+		db := partitioned(t)
+		return conformanceStore(t, sqlstore.Postgres, databasesql.New(db), databasesql.Executor(db))
 	})
 }
 
@@ -115,10 +117,10 @@ func TestMigratePartitionedOutbox(t *testing.T) {
 	if parts["outbox_messages_default"] != "DEFAULT" {
 		t.Errorf("no DEFAULT partition: %v", parts)
 	}
-	if err := sqlstore.MigratePartitionedOutbox(ctx, db, "", sqlstore.PartitionConfig{Interval: time.Hour, Ahead: 2}); err != nil {
+	if err := sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(db), "", sqlstore.PartitionConfig{Interval: time.Hour, Ahead: 2}); err != nil {
 		t.Errorf("second migration: %v", err)
 	}
-	if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.Postgres, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.Postgres, ""); err != nil {
 		t.Errorf("MigrateOutbox on the partitioned table: %v", err)
 	}
 	if got := partitionsOf(t, db); len(got) != len(parts) {
@@ -126,12 +128,12 @@ func TestMigratePartitionedOutbox(t *testing.T) {
 	}
 
 	plain := migrated(t, sqlstore.Postgres)
-	err := sqlstore.MigratePartitionedOutbox(ctx, plain, "", sqlstore.PartitionConfig{})
+	err := sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(plain), "", sqlstore.PartitionConfig{})
 	if !errors.Is(err, sqlstore.ErrNotPartitioned) {
 		t.Errorf("MigratePartitionedOutbox on a plain table = %v, want ErrNotPartitioned", err)
 	}
 	for _, bad := range []sqlstore.PartitionConfig{{Interval: time.Second}, {Interval: time.Minute + time.Microsecond}, {Ahead: -1}} {
-		if err := sqlstore.MigratePartitionedOutbox(ctx, db, "", bad); err == nil {
+		if err := sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(db), "", bad); err == nil {
 			t.Errorf("MigratePartitionedOutbox(%+v) accepted", bad)
 		}
 	}
@@ -147,7 +149,7 @@ func TestChangedIntervalLeavesNoGap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := partitioned(t) // hourly, 2 ahead
-	if err := sqlstore.MigratePartitionedOutbox(ctx, db, "", sqlstore.PartitionConfig{Interval: 24 * time.Hour, Ahead: 2}); err != nil {
+	if err := sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(db), "", sqlstore.PartitionConfig{Interval: 24 * time.Hour, Ahead: 2}); err != nil {
 		t.Fatal(err)
 	}
 	hour := time.Now().UTC().Truncate(time.Hour)
@@ -160,7 +162,7 @@ func TestChangedIntervalLeavesNoGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(ctx, db, rows); err != nil {
+	if _, err := w.Write(ctx, databasesql.Executor(db), rows); err != nil {
 		t.Fatal(err)
 	}
 	for h, r := range rows {
@@ -185,11 +187,11 @@ func TestPartitionedWriterDeduplicates(t *testing.T) {
 	rows := writeRows("1", "2")
 	rows[1].Envelope.EventID = uuid.New() // a version 4 id
 	for range 2 {
-		if _, err := w.Write(ctx, db, rows); err != nil {
+		if _, err := w.Write(ctx, databasesql.Executor(db), rows); err != nil {
 			t.Fatal(err)
 		}
 	}
-	inserted, err := w.Write(ctx, db, append(rows, rows[0]))
+	inserted, err := w.Write(ctx, databasesql.Executor(db), append(rows, rows[0]))
 	if err != nil || len(inserted) != 0 {
 		t.Errorf("Write of written events = %v, %v; want nothing inserted", inserted, err)
 	}
@@ -213,7 +215,7 @@ func TestPartitionRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := partitioned(t)
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +231,7 @@ func TestPartitionRetention(t *testing.T) {
 	rows[1].Envelope.EventID = eventIDAt(hour.Add(-48 * time.Hour).Add(time.Minute))     // oldPending, published
 	rows[2].Envelope.EventID = eventIDAt(hour.Add(-48 * time.Hour).Add(2 * time.Minute)) // oldPending, pending
 	rows[3].Envelope.EventID = uuid.New()                                                // DEFAULT (or wherever its random bits fall), published long ago
-	if _, err := w.Write(ctx, db, rows); err != nil {
+	if _, err := w.Write(ctx, databasesql.Executor(db), rows); err != nil {
 		t.Fatal(err)
 	}
 	if got := partitionOf(t, db, rows[0].Envelope.EventID); got != oldDone {
@@ -327,7 +329,7 @@ func TestPartitionedRelayOrder(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := partitioned(t)
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +354,7 @@ func TestPartitionedRelayOrder(t *testing.T) {
 			want[agg] = append(want[agg], r.Envelope.EventID.String())
 			batch = append(batch, r)
 		}
-		if _, err := w.Write(ctx, db, batch); err != nil {
+		if _, err := w.Write(ctx, databasesql.Executor(db), batch); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -379,7 +381,7 @@ func TestPartitionDropBesideWritersAndRelay(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := partitioned(t)
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +395,7 @@ func TestPartitionDropBesideWritersAndRelay(t *testing.T) {
 	for i := range oldRows {
 		oldRows[i].Envelope.EventID = eventIDAt(hour.Add(-72 * time.Hour).Add(time.Duration(i) * time.Minute))
 	}
-	if _, err := w.Write(ctx, db, oldRows); err != nil {
+	if _, err := w.Write(ctx, databasesql.Executor(db), oldRows); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`UPDATE outbox_messages SET published_at = now() - interval '3 days'`); err != nil {
@@ -410,7 +412,7 @@ func TestPartitionDropBesideWritersAndRelay(t *testing.T) {
 	for i := range writers {
 		wg.Go(func() {
 			for j := range perWriter {
-				if _, err := w.Write(ctx, db, writeRows("w"+string(rune('a'+i))+"-"+string(rune('a'+j%5)))); err != nil {
+				if _, err := w.Write(ctx, databasesql.Executor(db), writeRows("w"+string(rune('a'+i))+"-"+string(rune('a'+j%5)))); err != nil {
 					t.Errorf("writer %d: %v", i, err)
 					return
 				}
@@ -456,7 +458,7 @@ func TestPartitionRetentionWithoutDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := createPartition(t, db, time.Now().UTC().Truncate(time.Hour).Add(-72*time.Hour))
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +483,7 @@ func TestPartitionCreatedOverDefaultRows(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := partitioned(t) // the current hour and two ahead
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,11 +496,11 @@ func TestPartitionCreatedOverDefaultRows(t *testing.T) {
 	rows := writeRows("a", "b")
 	rows[0].Envelope.EventID = eventIDAt(far.Add(time.Minute))     // published
 	rows[1].Envelope.EventID = eventIDAt(far.Add(2 * time.Minute)) // pending
-	if _, err := w.Write(ctx, db, rows); err != nil {
+	if _, err := w.Write(ctx, databasesql.Executor(db), rows); err != nil {
 		t.Fatal(err)
 	}
 	later := writeRows("b") // b's next event, in the current hour
-	if _, err := w.Write(ctx, db, later); err != nil {
+	if _, err := w.Write(ctx, databasesql.Executor(db), later); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range rows {

@@ -33,7 +33,7 @@ type RetentionConfig struct {
 	// database it lives on (often not the outbox's). Default: nil, the
 	// inbox is not pruned.
 	Inbox   *Inbox
-	InboxDB *sql.DB
+	InboxDB DB
 
 	// InboxAge is how long inbox markers are kept: a redelivery of an
 	// event whose marker is gone is applied again, so keep it longer than
@@ -312,7 +312,7 @@ func (r *Retention) partitions(ctx context.Context, res *RetentionResult) (defau
 }
 
 // maxID is the largest id of table, or 0.
-func maxID(ctx context.Context, db *sql.DB, table string) (int64, error) {
+func maxID(ctx context.Context, db DB, table string) (int64, error) {
 	var id sql.NullInt64
 	if err := db.QueryRowContext(ctx, `SELECT max(id) FROM `+table).Scan(&id); err != nil {
 		return 0, fmt.Errorf("max id of %s: %w", table, err)

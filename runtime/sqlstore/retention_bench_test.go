@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // BenchmarkRetention measures a retention pass over a table of old published
@@ -37,7 +38,7 @@ func BenchmarkRetention(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+			store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -60,7 +61,7 @@ func BenchmarkRetention(b *testing.B) {
 								return
 							default:
 							}
-							if _, err := w.Write(ctx, db, writeRows(fmt.Sprintf("live-%d-%d", i, j%50))); err != nil {
+							if _, err := w.Write(ctx, databasesql.Executor(db), writeRows(fmt.Sprintf("live-%d-%d", i, j%50))); err != nil {
 								b.Error(err)
 								return
 							}
@@ -79,7 +80,7 @@ func BenchmarkRetention(b *testing.B) {
 					fill[j] = "old-" + strconv.Itoa(j%200)
 				}
 				for done := 0; done < rows; done += len(fill) {
-					if _, err := w.Write(ctx, db, writeRows(fill...)); err != nil {
+					if _, err := w.Write(ctx, databasesql.Executor(db), writeRows(fill...)); err != nil {
 						b.Fatal(err)
 					}
 				}

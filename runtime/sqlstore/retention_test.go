@@ -16,6 +16,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // rebind turns "?" placeholders into PostgreSQL's "$n".
@@ -67,7 +68,7 @@ func TestRetentionDeletesOnlyOldPublishedAndOldInbox(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Inbox markers: consumers a and b, one old and one new each.
-			if err := sqlstore.MigrateInbox(ctx, db, d, ""); err != nil {
+			if err := sqlstore.MigrateInbox(ctx, databasesql.New(db), d, ""); err != nil {
 				t.Fatal(err)
 			}
 			inbox, err := sqlstore.NewInbox(d, "", time.Minute)
@@ -82,13 +83,13 @@ func TestRetentionDeletesOnlyOldPublishedAndOldInbox(t *testing.T) {
 					}
 				}
 			}
-			if cs, err := inbox.Consumers(ctx, db); err != nil || strings.Join(cs, ",") != "a,b" {
+			if cs, err := inbox.Consumers(ctx, databasesql.Executor(db)); err != nil || strings.Join(cs, ",") != "a,b" {
 				t.Fatalf("Consumers = %v, %v; want a, b", cs, err)
 			}
 
 			var passes []sqlstore.RetentionResult
 			r, err := sqlstore.NewRetention(f.store, sqlstore.RetentionConfig{
-				PublishedAge: time.Hour, Inbox: inbox, InboxDB: db, InboxAge: time.Hour, BatchSize: 1,
+				PublishedAge: time.Hour, Inbox: inbox, InboxDB: databasesql.New(db), InboxAge: time.Hour, BatchSize: 1,
 				OnPass: func(res sqlstore.RetentionResult) { passes = append(passes, res) },
 			})
 			if err != nil {
@@ -165,7 +166,7 @@ func TestRetentionBesideWritersAndRelay(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			db := migrated(t, d)
-			store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+			store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,7 +211,7 @@ func TestRetentionBesideWritersAndRelay(t *testing.T) {
 			for i := range writers {
 				wg.Go(func() {
 					for j := range perWriter {
-						if _, err := w.Write(ctx, db, writeRows(fmt.Sprintf("w%d-%d", i, j%10))); err != nil {
+						if _, err := w.Write(ctx, databasesql.Executor(db), writeRows(fmt.Sprintf("w%d-%d", i, j%10))); err != nil {
 							t.Errorf("writer %d: %v", i, err)
 							return
 						}

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -156,26 +155,26 @@ func OutboxDDL(d Dialect, table string) ([]string, error) {
 // statements are idempotent instead). Concurrent runs on PostgreSQL are
 // serialised by an advisory lock. It is safe to run on every start. An
 // empty d means [DialectOf] db; an empty table means [DefaultTable].
-func MigrateOutbox(ctx context.Context, db *sql.DB, d Dialect, table string) error {
-	if db == nil {
+func MigrateOutbox(ctx context.Context, db DB, d Dialect, table string) error {
+	if nilDB(db) {
 		return errNilDB
 	}
 	if d == "" {
 		var err error
-		if d, err = DialectOf(db); err != nil {
+		if d, err = db.Dialect(); err != nil {
 			return err
 		}
 	}
 	if _, err := OutboxDDL(d, table); err != nil {
 		return err // before opening a transaction
 	}
-	return inTx(ctx, db, func(tx *sql.Tx) error { return MigrateOutboxTx(ctx, tx, d, table) })
+	return inTx(ctx, db, func(tx Tx) error { return MigrateOutboxTx(ctx, tx, d, table) })
 }
 
 // MigrateOutboxTx is [MigrateOutbox] in the caller's transaction tx (a
-// *sql.Tx, or a GORM transaction's connection pool), for migration tools
+// Tx, or a GORM transaction's connection pool), for migration tools
 // that run each step in a transaction of their own; d must be set.
-func MigrateOutboxTx(ctx context.Context, tx Execer, d Dialect, table string) error {
+func MigrateOutboxTx(ctx context.Context, tx Executor, d Dialect, table string) error {
 	if table == "" {
 		table = DefaultTable
 	}
@@ -196,15 +195,15 @@ func MigrateOutboxTx(ctx context.Context, tx Execer, d Dialect, table string) er
 }
 
 // inTx runs fn in a transaction on db, and commits it when fn succeeds.
-func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+func inTx(ctx context.Context, db DB, fn func(Tx) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("sqlstore: migrate: begin: %w", err)
 	}
 	if err := fn(tx); err != nil {
-		return errors.Join(err, tx.Rollback())
+		return errors.Join(err, tx.Rollback(ctx))
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("sqlstore: migrate: commit: %w", err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // TestMigrateInCallersTransaction: MigrateOutboxTx and MigrateInboxTx run
@@ -27,10 +28,10 @@ func TestMigrateInCallersTransaction(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := sqlstore.MigrateOutboxTx(ctx, tx, d, ""); err != nil {
+				if err := sqlstore.MigrateOutboxTx(ctx, databasesql.Executor(tx), d, ""); err != nil {
 					t.Fatal(err)
 				}
-				if err := sqlstore.MigrateInboxTx(ctx, tx, d, ""); err != nil {
+				if err := sqlstore.MigrateInboxTx(ctx, databasesql.Executor(tx), d, ""); err != nil {
 					t.Fatal(err)
 				}
 				if commit {
@@ -45,10 +46,10 @@ func TestMigrateInCallersTransaction(t *testing.T) {
 					t.Fatalf("tables exist = %v after the transaction (commit %v)", got, commit)
 				}
 			}
-			if err := sqlstore.MigrateOutbox(ctx, db, "", ""); err != nil {
+			if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), "", ""); err != nil {
 				t.Errorf("MigrateOutbox again: %v", err)
 			}
-			if err := sqlstore.MigrateInbox(ctx, db, "", ""); err != nil {
+			if err := sqlstore.MigrateInbox(ctx, databasesql.New(db), "", ""); err != nil {
 				t.Errorf("MigrateInbox again: %v", err)
 			}
 		})

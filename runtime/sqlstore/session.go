@@ -2,10 +2,10 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -51,10 +51,12 @@ const (
 	lockGrace       = 750 * time.Millisecond
 
 	// minLockPool is the smallest bound on the pool's open connections
-	// (sql.DB.SetMaxOpenConns) with which a store holds the session lock:
-	// the lock's connection, the relay's wake-up listener (PostgreSQL) and
-	// one for its statements. With a tighter bound the lock would starve
-	// the claims, so the store falls back to lease expiry.
+	// (sql.DB.SetMaxOpenConns, pgxpool's MaxConns) with which a store
+	// holds a session lock: the lock's connection, the relay's wake-up
+	// listener (PostgreSQL) and one for its statements, plus one for each
+	// lock the store holds already (for other owners). With a tighter
+	// bound the lock would starve the claims, so the store falls back to
+	// lease expiry.
 	minLockPool = 3
 )
 
@@ -64,21 +66,21 @@ type sessionLocker interface {
 	// lockSession takes owner's session lock on conn without waiting
 	// (false when another session holds it), and returns conn's session
 	// id.
-	lockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) (bool, int64, error)
+	lockSession(ctx context.Context, conn Conn, t storeTables, owner string) (bool, int64, error)
 	// unlockSession releases owner's session lock held by conn's
 	// session: closing the connection would release it only once the
 	// server has ended the session, which it does after the client has
 	// gone, so that a relay run again at once in the same process could
 	// find its own lock still held.
-	unlockSession(ctx context.Context, conn *sql.Conn, t storeTables, owner string) error
+	unlockSession(ctx context.Context, conn Conn, t storeTables, owner string) error
 	// endSession ends session id (a session of this store's that held
 	// owner's lock, and that the store lost track of: its connection
 	// turned half-open, say), if it still holds owner's lock.
-	endSession(ctx context.Context, q Querier, t storeTables, owner string, id int64) error
+	endSession(ctx context.Context, q Executor, t storeTables, owner string, id int64) error
 	// lockStates reports, for each owner other than owner registered
 	// alive or holding an unexpired lease, whether some session holds its
 	// lock, and whether it registered as holding one. It takes no lock.
-	lockStates(ctx context.Context, q Querier, t storeTables, owner string) (map[string]lockState, error)
+	lockStates(ctx context.Context, q Executor, t storeTables, owner string) (map[string]lockState, error)
 }
 
 // lockState is what lockStates reports of an owner.
@@ -94,10 +96,20 @@ type lockState struct {
 // ownerLock is an owner's session lock: the connection that holds it, and
 // the check that watches it.
 type ownerLock struct {
-	conn    *sql.Conn
+	conn    Conn
 	session int64         // the database's id of the session
 	stop    chan struct{} // closed to end the check
 	done    chan struct{} // closed when the check has ended
+	held    *atomic.Int32 // the store's count of lock connections
+	once    sync.Once
+}
+
+// discard ends the lock's session, once.
+func (l *ownerLock) discard() {
+	l.once.Do(func() {
+		l.conn.Discard()
+		l.held.Add(-1)
+	})
 }
 
 // lockOwner takes owner's session lock on a connection of its own, when
@@ -108,17 +120,21 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 	if !ok || s.cfg.LeaseExpiryOnly {
 		return nil, nil
 	}
-	if max := s.db.Stats().MaxOpenConnections; max > 0 && max < minLockPool {
-		return nil, nil
-	}
 	o.mu.Lock()
 	l := o.lock
 	o.mu.Unlock()
 	if l != nil {
 		return l, nil
 	}
+	// The lock's connection is counted from now, so that owners locking
+	// at once do not take the pool's last connections between them.
+	if n := int(s.lockConns.Add(1)); s.db.MaxConns() > 0 && n-1+minLockPool > s.db.MaxConns() {
+		s.lockConns.Add(-1)
+		return nil, nil
+	}
 	conn, err := s.conn(ctx)
 	if err != nil {
+		s.lockConns.Add(-1)
 		return nil, fmt.Errorf("sqlstore: lease: session lock: connect: %w", err)
 	}
 	got, session, err := sl.lockSession(ctx, conn, s.tables, owner)
@@ -142,18 +158,19 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 		}
 	}
 	if err != nil || !got {
-		discard(conn)
+		conn.Discard()
+		s.lockConns.Add(-1)
 		if err == nil {
 			err = fmt.Errorf("another session holds relay %q's lock (an earlier session of this process, not yet ended by the server?)", owner)
 		}
 		return nil, fmt.Errorf("sqlstore: lease: session lock: %w", err)
 	}
-	l = &ownerLock{conn: conn, session: session, stop: make(chan struct{}), done: make(chan struct{})}
+	l = &ownerLock{conn: conn, session: session, stop: make(chan struct{}), done: make(chan struct{}), held: &s.lockConns}
 	o.mu.Lock()
 	o.ghost = 0
 	if o.released {
 		o.mu.Unlock()
-		discard(conn)
+		l.discard()
 		return nil, errors.New("sqlstore: lease: released")
 	}
 	o.lock = l
@@ -185,7 +202,7 @@ func (s *Store) watchLock(o *ownerLease, l *ownerLock) {
 			default:
 			}
 			s.lockLost(o, l)
-			discard(l.conn)
+			l.discard()
 			return
 		}
 	}
@@ -239,7 +256,7 @@ func (s *Store) unlock(owner string, o *ownerLease, l *ownerLock) {
 	ctx, cancel := context.WithTimeout(context.Background(), connPingTimeout)
 	err := s.dialect.(sessionLocker).unlockSession(ctx, l.conn, s.tables, owner)
 	cancel()
-	discard(l.conn)
+	l.discard()
 	if err != nil {
 		// The session may hold the lock until the server ends it: the
 		// owner's next lock ends it if it still does.
@@ -249,14 +266,6 @@ func (s *Store) unlock(owner string, o *ownerLease, l *ownerLock) {
 		}
 		o.mu.Unlock()
 	}
-}
-
-// discard closes conn and keeps the pool from handing its session out
-// again: its call timed out (it may be half-open), or it holds a session
-// lock or session settings.
-func discard(conn *sql.Conn) {
-	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-	_ = conn.Close()
 }
 
 // Reasons a relay lost shards it held without giving them back, as
@@ -286,7 +295,7 @@ type leaseLoss struct {
 // store's view of them (see sessionLocker): it returns the owners dead to
 // it (seen held, then free since at least lockGrace ago), and the time at
 // which an owner seen free now will be, if it stays so (zero when none).
-func (s *Store) lookAtLocks(ctx context.Context, q Querier, owner string, now time.Time) (dead []string, due time.Time, err error) {
+func (s *Store) lookAtLocks(ctx context.Context, q Executor, owner string, now time.Time) (dead []string, due time.Time, err error) {
 	sl, ok := s.dialect.(sessionLocker)
 	if !ok || s.cfg.LeaseExpiryOnly {
 		return nil, time.Time{}, nil
@@ -360,7 +369,7 @@ func (s *Store) LeaseLost(owner string) (reason string, late time.Duration, ok b
 
 // scanLockStates reads rows of an owner, whether its lock is held and
 // whether it registered as holding it.
-func scanLockStates(rows *sql.Rows, err error) (map[string]lockState, error) {
+func scanLockStates(rows Rows, err error) (map[string]lockState, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // lockDialects are the databases with a session lock.
@@ -54,7 +55,7 @@ func viaProxy(t *testing.T, d sqlstore.Dialect) (direct, proxied *sql.DB, p *run
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxied.Close() })
-	if err := sqlstore.MigrateOutbox(context.Background(), direct, d, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(context.Background(), databasesql.New(direct), d, ""); err != nil {
 		t.Fatal(err)
 	}
 	return direct, proxied, p
@@ -500,7 +501,7 @@ func TestMigrateAddsTheSessionLockColumn(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := 0; i < 2; i++ {
-				if err := sqlstore.MigrateOutbox(ctx, db, d, ""); err != nil {
+				if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), d, ""); err != nil {
 					t.Fatalf("MigrateOutbox %d over an earlier relays table: %v", i+1, err)
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // leaseHolders returns how many unexpired shards each relay holds, read
@@ -418,7 +419,7 @@ func TestStandbyRelayListensOnlyOnceActive(t *testing.T) {
 	}
 	appA, appB := "active-"+tag, "standby-"+tag
 	dbA, dbB := open(appA), open(appB)
-	if err := sqlstore.MigrateOutbox(ctx, dbA, sqlstore.Postgres, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(dbA), sqlstore.Postgres, ""); err != nil {
 		t.Fatal(err)
 	}
 	listeners := func(app string) int {

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -15,7 +14,7 @@ import (
 // StoreConfig configures a [Store]. The zero value is a valid configuration.
 type StoreConfig struct {
 	// Dialect is the database's dialect. Default: [DialectOf] the
-	// *sql.DB, which knows the usual drivers; set it for another driver
+	// DB, which knows the usual drivers; set it for another driver
 	// (an instrumenting wrapper, say).
 	Dialect Dialect
 
@@ -214,7 +213,7 @@ func (c StoreConfig) Validate() error {
 //
 // A Store is safe for concurrent use.
 type Store struct {
-	db      *sql.DB
+	db      DB
 	dialect dialect
 	table   string
 	tables  storeTables
@@ -223,6 +222,8 @@ type Store struct {
 	// wake holds the dialect's wake-up statements (see dialect.wakeSQL),
 	// built once.
 	wake struct{ request, cancel string }
+	// lockConns counts the connections holding a session lock.
+	lockConns atomic.Int32
 	// listening is the notify function of a running Listen, or nil.
 	listening atomic.Pointer[func()]
 
@@ -281,8 +282,8 @@ var (
 // db.DB()). The dialect is cfg.Dialect, or [DialectOf] db. It returns an
 // error wrapping [ErrInvalidTable] or [ErrUnsupportedDialect] for a bad
 // table name or dialect.
-func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
-	if db == nil {
+func NewStore(db DB, cfg StoreConfig) (*Store, error) {
+	if nilDB(db) {
 		return nil, fmt.Errorf("sqlstore: store: %w", errNilDB)
 	}
 	cfg.setDefaults()
@@ -291,7 +292,7 @@ func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
 	}
 	if cfg.Dialect == "" {
 		var err error
-		if cfg.Dialect, err = DialectOf(db); err != nil {
+		if cfg.Dialect, err = db.Dialect(); err != nil {
 			return nil, fmt.Errorf("sqlstore: store: %w", err)
 		}
 	}

@@ -53,7 +53,7 @@ func newWriterWake(table string) *writerWake {
 // while a relay waits, reading the register first when the cached value is
 // older than wakeCheckEvery. One writer at a time reads it; the others use
 // the value they have.
-func (w *writerWake) afterInsert(ctx context.Context, q Querier) error {
+func (w *writerWake) afterInsert(ctx context.Context, q Executor) error {
 	now := time.Now().UnixNano()
 	if next := w.next.Load(); now >= next && w.next.CompareAndSwap(next, now+int64(wakeCheckEvery)) {
 		var left sql.NullInt64

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // TestWritersNotifyOnlyWhileARelayWaits: on PostgreSQL a transaction that
@@ -29,7 +30,7 @@ func TestWritersNotifyOnlyWhileARelayWaits(t *testing.T) {
 
 func writersNotifyOnlyWhileARelayWaits(t *testing.T, db *sql.DB) {
 	ctx := context.Background()
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func writersNotifyOnlyWhileARelayWaits(t *testing.T, db *sql.DB) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := w.Write(ctx, c, writeRows(agg)); err != nil {
+			if _, err := w.Write(ctx, databasesql.Executor(c), writeRows(agg)); err != nil {
 				t.Fatal(err)
 			}
 		}, pid
@@ -158,7 +159,7 @@ func TestRequestWakeIsANoOpWithoutNotify(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			db := migrated(t, d)
-			store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+			store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,7 +187,7 @@ func TestWritersNotifyWhateverTheirSearchPath(t *testing.T) {
 	if err := db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestWritersNotifyWhateverTheirSearchPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.ExecContext(ctx, `RESET search_path`)
-	if _, err := newWriter().Write(ctx, c, writeRows("a")); err != nil {
+	if _, err := newWriter().Write(ctx, databasesql.Executor(c), writeRows("a")); err != nil {
 		t.Fatalf("write with another search_path, no relay waiting: %v", err)
 	}
 	if _, err := store.Claim(ctx, relay.ClaimRequest{Owner: "r1", Limit: 10}); err != nil {
@@ -220,7 +221,7 @@ func TestWritersNotifyWhateverTheirSearchPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	notified := listenFor(t, db, pid, func() {
-		if _, err := newWriter().Write(ctx, c, writeRows("b")); err != nil {
+		if _, err := newWriter().Write(ctx, databasesql.Executor(c), writeRows("b")); err != nil {
 			t.Fatalf("write with another search_path while a relay waits: %v", err)
 		}
 	})
@@ -298,10 +299,10 @@ func TestListenWakesTheRelayAfterARequest(t *testing.T) {
 	defer cancel()
 	db := openSQL(t, sqlstore.Postgres)
 	const table = "settle_outbox"
-	if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.Postgres, table); err != nil {
+	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.Postgres, table); err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{Table: table})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +327,7 @@ func TestListenWakesTheRelayAfterARequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	sqlstore.StaleWake(w) // read the register just before the request
-	if _, err := w.Write(ctx, db, writeRows("a")); err != nil {
+	if _, err := w.Write(ctx, databasesql.Executor(db), writeRows("a")); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -358,7 +359,7 @@ func TestMigrateDropsTheNotifyTrigger(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.Postgres, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.Postgres, ""); err != nil {
 		t.Fatal(err)
 	}
 	var triggers, functions int
@@ -395,7 +396,7 @@ func TestWriterWithoutThePrivilegeStillCommits(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { db.Exec(`DROP OWNED BY ` + role) })
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +418,7 @@ func TestWriterWithoutThePrivilegeStillCommits(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, `SET LOCAL ROLE `+role); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(ctx, tx, writeRows("a")); err != nil {
+	if _, err := w.Write(ctx, databasesql.Executor(tx), writeRows("a")); err != nil {
 		t.Fatalf("write by a role without SELECT on the wake-up register: %v", err)
 	}
 	if err := tx.Commit(); err != nil {

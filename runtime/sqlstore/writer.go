@@ -3,8 +3,6 @@ package sqlstore
 import (
 	"cmp"
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -145,7 +143,7 @@ func NewWriter(d Dialect, table string, cfg WriterConfig) (*Writer, error) {
 // [WriterConfig.MaxEventBytes] fails it with an [*EventTooLargeError],
 // and a topic [WriterConfig.ValidateTopic] refuses with a [*TopicError],
 // before anything is written. Pass the business transaction (a
-// *sql.Tx, or a GORM statement's connection pool) so that the rows commit
+// Tx, or a GORM statement's connection pool) so that the rows commit
 // with it.
 //
 // Before any row gets its id, Write takes the commit-order lock of each
@@ -155,10 +153,10 @@ func NewWriter(d Dialect, table string, cfg WriterConfig) (*Writer, error) {
 // ([Store.RequestWake]), Write also sends a NOTIFY through q, delivered
 // when the transaction commits; it learns of a request within 100 ms (one
 // short query per 100 ms per Writer). On MySQL that lock needs a transaction: when
-// q is not one (it has no Commit method), Write runs the insert in a
-// transaction of its own, begun on q through a BeginTx method returning a
-// *sql.Tx (a *sql.DB, a *sql.Conn) or a GetDBConn method (GORM's pools).
-func (w *Writer) Write(ctx context.Context, q Querier, rows []Row) (inserted map[uuid.UUID]bool, err error) {
+// q is not one (a driver's executor of a pool or a session, which is a
+// [Beginner]), Write runs the insert in a transaction of its own, begun on
+// q.
+func (w *Writer) Write(ctx context.Context, q Executor, rows []Row) (inserted map[uuid.UUID]bool, err error) {
 	if len(rows) == 0 {
 		return map[uuid.UUID]bool{}, nil
 	}
@@ -184,27 +182,4 @@ func (w *Writer) Write(ctx context.Context, q Querier, rows []Row) (inserted map
 		return nil, fmt.Errorf("insert into %s: %w", w.table, err)
 	}
 	return inserted, nil
-}
-
-// txCommitter is a transaction: a *sql.Tx, or GORM's transaction.
-type txCommitter interface {
-	Commit() error
-	Rollback() error
-}
-
-// beginOn begins a transaction on q's pool.
-func beginOn(ctx context.Context, q Querier) (*sql.Tx, error) {
-	switch b := q.(type) {
-	case interface {
-		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
-	}:
-		return b.BeginTx(ctx, nil)
-	case interface{ GetDBConn() (*sql.DB, error) }:
-		db, err := b.GetDBConn()
-		if err != nil {
-			return nil, err
-		}
-		return db.BeginTx(ctx, nil)
-	}
-	return nil, fmt.Errorf("%T cannot begin a transaction: %w", q, errors.ErrUnsupported)
 }

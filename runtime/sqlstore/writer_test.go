@@ -10,6 +10,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // TestWriterDeduplicatesAndJoinsTransaction: on every database, a Writer on
@@ -33,7 +34,7 @@ func TestWriterDeduplicatesAndJoinsTransaction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			inserted, err := w.Write(ctx, tx, more)
+			inserted, err := w.Write(ctx, databasesql.Executor(tx), more)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +48,7 @@ func TestWriterDeduplicatesAndJoinsTransaction(t *testing.T) {
 			if st.Pending != 2 {
 				t.Errorf("pending after a rolled-back write = %d, want 2", st.Pending)
 			}
-			inserted, err = w.Write(ctx, db, more)
+			inserted, err = w.Write(ctx, databasesql.Executor(db), more)
 			if err != nil || len(inserted) != 1 {
 				t.Errorf("Write again = %v, %v; want the rolled-back row inserted", inserted, err)
 			}
@@ -60,7 +61,7 @@ func TestWriterDeduplicatesAndJoinsTransaction(t *testing.T) {
 
 func stats(t *testing.T, db *sql.DB) relay.Stats {
 	t.Helper()
-	s, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	s, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,11 +92,11 @@ func TestWriterNewAggregateRowsAreInsertedOnce(t *testing.T) {
 			for i := range rows {
 				rows[i].NewAggregate = true
 			}
-			inserted, err := w.Write(ctx, db, rows)
+			inserted, err := w.Write(ctx, databasesql.Executor(db), rows)
 			if err != nil || len(inserted) != 2 {
 				t.Fatalf("Write of new aggregates' rows = %v, %v; want both inserted", inserted, err)
 			}
-			inserted, err = w.Write(ctx, db, rows)
+			inserted, err = w.Write(ctx, databasesql.Executor(db), rows)
 			if d == sqlstore.Postgres {
 				if err == nil {
 					t.Errorf("Write of new aggregates' rows that have rows = %v, nil; want a unique violation", inserted)
@@ -127,7 +128,7 @@ func TestWriterRefusesAnEventTooLarge(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = w.Write(ctx, db, rows)
+			_, err = w.Write(ctx, databasesql.Executor(db), rows)
 			var tl *sqlstore.EventTooLargeError
 			if !errors.As(err, &tl) || tl.EventID != rows[1].Envelope.EventID || tl.Limit != sqlstore.DefaultMaxEventBytes || tl.Size != len(rows[1].Envelope.Payload) {
 				t.Fatalf("Write of a %d-byte event = %v, want an *EventTooLargeError naming it", len(rows[1].Envelope.Payload), err)
@@ -140,7 +141,7 @@ func TestWriterRefusesAnEventTooLarge(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := unlimited.Write(ctx, db, rows); err != nil {
+			if _, err := unlimited.Write(ctx, databasesql.Executor(db), rows); err != nil {
 				t.Fatalf("Write with MaxEventBytes -1: %v", err)
 			}
 		})
@@ -166,7 +167,7 @@ func TestWriterRefusesATopicItsValidatorRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = w.Write(ctx, db, rows)
+	_, err = w.Write(ctx, databasesql.Executor(db), rows)
 	var te *sqlstore.TopicError
 	if !errors.As(err, &te) || te.Topic != "loan events" || te.EventID != rows[1].Envelope.EventID || te.Err.Error() != "no spaces" {
 		t.Fatalf("Write = %v, want a *TopicError for %q naming event %s", err, "loan events", rows[1].Envelope.EventID)
@@ -176,7 +177,7 @@ func TestWriterRefusesATopicItsValidatorRefuses(t *testing.T) {
 		t.Fatalf("rows after the refused Write: %d, %v; want 0", n, err)
 	}
 	rows[1].Topic = "loan_events"
-	if _, err := w.Write(ctx, db, rows); err != nil {
+	if _, err := w.Write(ctx, databasesql.Executor(db), rows); err != nil {
 		t.Fatalf("Write with valid topics: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // parseAge reads a duration with an optional leading day count: 90s, 15m,
@@ -715,16 +716,16 @@ is not partitioned is left alone and the command fails.`,
 		defer db.Close()
 		switch {
 		case interval > 0:
-			err = sqlstore.MigratePartitionedOutbox(e.ctx, db.db, fs.table, sqlstore.PartitionConfig{Interval: interval})
+			err = sqlstore.MigratePartitionedOutbox(e.ctx, databasesql.New(db.db), fs.table, sqlstore.PartitionConfig{Interval: interval})
 		default:
-			err = sqlstore.MigrateOutbox(e.ctx, db.db, db.dialect, fs.table)
+			err = sqlstore.MigrateOutbox(e.ctx, databasesql.New(db.db), db.dialect, fs.table)
 		}
 		if err != nil {
 			return err
 		}
 		created := []string{db.table}
 		if *inbox || *inboxTable != "" {
-			if err := sqlstore.MigrateInbox(e.ctx, db.db, db.dialect, *inboxTable); err != nil {
+			if err := sqlstore.MigrateInbox(e.ctx, databasesql.New(db.db), db.dialect, *inboxTable); err != nil {
 				return err
 			}
 			created = append(created, cmp.Or(*inboxTable, sqlstore.InboxDefaultTable))

@@ -19,6 +19,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // database is an open database and the outbox store on it.
@@ -106,7 +107,7 @@ func openDatabase(ctx context.Context, fs *flagSet, cfg sqlstore.StoreConfig) (*
 		return nil, fmt.Errorf("connect to the %s database %s: %w", dialect, redactURL(fs.db), err)
 	}
 	cfg.Dialect, cfg.Table = dialect, fs.table
-	store, err := sqlstore.NewStore(db, cfg)
+	store, err := sqlstore.NewStore(databasesql.New(db), cfg)
 	if err != nil {
 		db.Close()
 		return nil, usageError{err.Error()}

@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // runErr runs the command line args and returns the error its command
@@ -254,7 +255,7 @@ func TestJanitorInboxOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := sqlstore.MigrateInbox(context.Background(), db, sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.MigrateInbox(context.Background(), databasesql.New(db), sqlstore.SQLite, ""); err != nil {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-48 * time.Hour).UTC()

@@ -17,6 +17,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // relayProc is an "outbox relay" run in this process, with its logs.
@@ -112,7 +113,7 @@ func TestRelayCutOffFromItsBrokerHandsOver(t *testing.T) {
 		t.Helper()
 		env := runtime.Envelope{EventID: runtime.NewEventID(), EventType: "orders.placed", EventVersion: 1, AggregateType: "order",
 			AggregateID: agg, OccurredAt: time.Now().UTC(), Payload: []byte(`{}`)}
-		if _, err := w.Write(context.Background(), d.db, []sqlstore.Row{{Topic: topic, Envelope: env}}); err != nil {
+		if _, err := w.Write(context.Background(), databasesql.Executor(d.db), []sqlstore.Row{{Topic: topic, Envelope: env}}); err != nil {
 			t.Fatal(err)
 		}
 		want[agg] = append(want[agg], env.EventID.String())

@@ -31,6 +31,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // recorder is the relay's broker in tests: it records the event ids it
@@ -161,7 +162,7 @@ func openTestDB(t *testing.T, dialect sqlstore.Dialect) testDB {
 	if code, _, stderr := runCmd(t, nil, "migrate", "--inbox", "--db", url); code != 0 {
 		t.Fatalf("migrate: exit %d: %s", code, stderr)
 	}
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{Dialect: dialect, RetryDelay: time.Hour})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{Dialect: dialect, RetryDelay: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func (d testDB) write(t *testing.T, aggIDs ...string) []string {
 		}
 		env := runtime.Envelope{EventID: runtime.NewEventID(), EventType: typ, EventVersion: 1, AggregateType: "order",
 			AggregateID: a, OccurredAt: time.Now().UTC(), Payload: []byte(`{"agg":"` + a + `"}`)}
-		if _, err := w.Write(context.Background(), d.db, []sqlstore.Row{{Topic: topic, Envelope: env}}); err != nil {
+		if _, err := w.Write(context.Background(), databasesql.Executor(d.db), []sqlstore.Row{{Topic: topic, Envelope: env}}); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, env.EventID.String())
@@ -937,7 +938,7 @@ func sqliteDB(t *testing.T) testDB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/health"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // openBroker opens the relay's publisher on the broker at url
@@ -84,7 +85,7 @@ func (r *retentionFlags) retention(db *database, log *slog.Logger) (*sqlstore.Re
 		if err != nil {
 			return nil, usageError{err.Error()}
 		}
-		cfg.Inbox, cfg.InboxDB = inbox, db.db
+		cfg.Inbox, cfg.InboxDB = inbox, databasesql.New(db.db)
 	}
 	ret, err := sqlstore.NewRetention(store, cfg)
 	if err != nil {
@@ -235,7 +236,7 @@ the relay until TCP gives up.`,
 		}
 		defer db.Close() // after the relay: releases its leases
 		if *migrate {
-			if err := sqlstore.MigrateOutbox(e.ctx, db.db, db.dialect, fs.table); err != nil {
+			if err := sqlstore.MigrateOutbox(e.ctx, databasesql.New(db.db), db.dialect, fs.table); err != nil {
 				return err
 			}
 		}

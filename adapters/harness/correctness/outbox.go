@@ -22,6 +22,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // outbox is what the driving process needs of the library.
@@ -55,7 +56,7 @@ func setupOutbox(ctx context.Context, db *gorm.DB, sdb suiteDB) (*outbox, error)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(storeDB), sqlstore.StoreConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}

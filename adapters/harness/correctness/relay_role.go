@@ -18,6 +18,7 @@ import (
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // runRelay is the relay role: one relay on the run's outbox table,
@@ -38,18 +39,16 @@ func runRelay(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 	defer sqlDB.Close()
 	sqlDB.SetMaxOpenConns(4)
 
-	store, err := sqlstore.NewStore(sqlDB, sqlstore.StoreConfig{
+	store, err := sqlstore.NewStore(databasesql.New(sqlDB), sqlstore.StoreConfig{
 		RetryDelay:    relayRetryDelay,
 		MaxRetryDelay: time.Second,
 		MaxAttempts:   cfg.MaxAttempts,
-		// 0 (the default, 1): one relay publishes and the others stand
-		// by, taking over when it is killed or stopped; 64: every relay
-		// takes a share.
+
 		MaxActiveRelays: cfg.MaxActiveRelays,
-		// Relays are killed every 1-3 s: a short lease lets the others take
-		// a killed relay's shards over within about two seconds.
+
 		LeaseTTL: relayLeaseTTL,
 	})
+
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}

@@ -110,6 +110,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 func main() {
@@ -186,7 +187,7 @@ func newStoreWith(db *gorm.DB, cfg sqlstore.StoreConfig) (relayStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sqlstore.NewStore(sqlDB, cfg)
+	return sqlstore.NewStore(databasesql.New(sqlDB), cfg)
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {

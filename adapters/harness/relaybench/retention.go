@@ -14,6 +14,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // retentionDays is the event time the -retention-compare mode spreads its
@@ -71,7 +72,7 @@ func retentionLayout(ctx context.Context, o options, partitioned bool, out io.Wr
 	first := now.Add(-retentionDays * 24 * time.Hour)
 	if partitioned {
 		layout = "partitioned by day, partition drop"
-		if err := sqlstore.MigratePartitionedOutbox(ctx, db, table, sqlstore.PartitionConfig{Interval: 24 * time.Hour}); err != nil {
+		if err := sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(db), table, sqlstore.PartitionConfig{Interval: 24 * time.Hour}); err != nil {
 			return err
 		}
 		// The past days' partitions, as they would have been created
@@ -82,7 +83,7 @@ func retentionLayout(ctx context.Context, o options, partitioned bool, out io.Wr
 				return err
 			}
 		}
-	} else if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.Postgres, table); err != nil {
+	} else if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.Postgres, table); err != nil {
 		return err
 	}
 	vlog := func(format string, args ...any) {
@@ -103,7 +104,7 @@ func retentionLayout(ctx context.Context, o options, partitioned bool, out io.Wr
 	fill := time.Since(start)
 	vlog("filled in %v", fill)
 
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 func main() {
@@ -58,7 +59,7 @@ func run(ctx context.Context, db *gorm.DB, brokers []string) error {
 	if err != nil {
 		return err
 	}
-	store, err := sqlstore.NewStore(sqlDB, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(sqlDB), sqlstore.StoreConfig{})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 var databases = []struct {
@@ -70,7 +71,7 @@ func produce(t *testing.T, brokers []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlstore.NewStore(storeDB, sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(databasesql.New(storeDB), sqlstore.StoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/health"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 func main() {
@@ -52,10 +53,10 @@ func main() {
 // run relays the outbox of db and serves its metrics and health on ln
 // until ctx is cancelled.
 func run(ctx context.Context, db *sql.DB, ln net.Listener) error {
-	if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.SQLite, ""); err != nil {
 		return err
 	}
-	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{Dialect: sqlstore.SQLite})
+	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{Dialect: sqlstore.SQLite})
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/health"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // TestRun writes two events to the outbox, and checks what the endpoints
@@ -29,7 +30,7 @@ func TestRun(t *testing.T) {
 	defer db.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := sqlstore.MigrateOutbox(ctx, db, sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.SQLite, ""); err != nil {
 		t.Fatal(err)
 	}
 	w, err := sqlstore.NewWriter(sqlstore.SQLite, "", sqlstore.WriterConfig{})
@@ -43,7 +44,7 @@ func TestRun(t *testing.T) {
 			AggregateType: "order", AggregateID: id, OccurredAt: time.Now(), Payload: []byte(`{"event_version":1}`),
 		}})
 	}
-	if _, err := w.Write(ctx, db, rows); err != nil {
+	if _, err := w.Write(ctx, databasesql.Executor(db), rows); err != nil {
 		t.Fatal(err)
 	}
 
