@@ -293,11 +293,8 @@
 //
 // Nothing is published and nothing is logged: with no broker, the relay logs
 // "relay: publish failed ... connection refused" at Warn on slog.Default()
-// once per try, e.g.
-//
-//	2026/11/30 10:41:53 WARN relay: publish failed outbox_id=1 topic=order event_id=0197d1c2-5a8e-7c1b-9f3e-2d4b6a8c0e11 event_type=orders.order_placed messages=1 published=0 permanent=false error="kafka: publish 1 messages to topic \"order\": dial tcp 127.0.0.1:9092: connect: connection refused" attempt=1 backoff=78.031669ms
-//
-// within a fraction of a second of the start, and again at each try. While
+// once per try (the line is shown in package runtime's documentation, under
+// Logs), within a fraction of a second of the start, and again at each try. While
 // the broker is down the events that failed wait
 // sqlstore.StoreConfig.RetryDelay (1 s) between tries, a delay that does
 // not grow (an outage counts no attempt against an event, and attempt
