@@ -172,8 +172,8 @@
 // health checks (runtime/health), the dashboard (runtime/dashboard), the
 // helpers of generated code (runtime/outboxgenrt) and test helpers
 // (runtime/runtimetest). This package, its root, imports only the standard
-// library and github.com/google/uuid; GORM belongs under hooks, broker
-// clients under adapters.
+// library and github.com/google/uuid; GORM belongs under hooks (the
+// consumer's GORM handlers aside), broker clients under adapters.
 //
 // # Name
 //
