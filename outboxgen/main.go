@@ -155,7 +155,8 @@
 // deprecated. Event keys: type, aggregate (the aggregate's Go type name,
 // an exported identifier such as Order), doc, deprecated, compatibility,
 // versions. Version keys: doc, breaking, draft, deprecated, fields, removed.
-// Modes: none, backward, forward, full and their _transitive variants.
+// Modes: none, backward, forward, full and their _transitive variants;
+// without a compatibility: key the mode is full_transitive.
 //
 // # Diagnostics
 //
