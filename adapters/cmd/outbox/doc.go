@@ -65,7 +65,7 @@
 //	outbox janitor --published-age 7d --inbox-retention 14d       # retention alone (--once: one pass)
 //	outbox dashboard --addr 127.0.0.1:8080 # the web dashboard (read-only unless --allow-actions)
 //	outbox migrate --inbox                # create the outbox (and inbox) tables
-//	outbox migrate --partition-interval 24h   # PostgreSQL: a new outbox partitioned by day (see below)
+//	outbox migrate --partition-interval 24h   # PostgreSQL: a new outbox partitioned by day (package runtime/sqlstore)
 //
 //	$ outbox status
 //	TOPIC     EVENT TYPE     PENDING  RETRYING  PARKED  OLDEST PENDING
@@ -129,8 +129,8 @@
 //   - relay takes --broker (or $OUTBOX_BROKER_URL), --batch, --poll,
 //     --max-attempts, --retry-delay, --max-retry-delay, --max-active-relays
 //     (default 1: one relay publishes, the others stand by), --hand-over-after
-//     (15 s), --migrate, --delete-published (see "No retention at all"), and
-//     the retention's --retention, --inbox-retention; unset, each has the
+//     (15 s), --migrate, --delete-published (see "No retention at all" in
+//     package runtime/sqlstore), and the retention's --retention, --inbox-retention; unset, each has the
 //     library's default. A value the library would refuse or read as its
 //     default (a negative number or duration, a zero that would mean the
 //     default, --max-attempts above 2147483647, a --retry-delay above

@@ -233,7 +233,8 @@
 //     statements; run inside the claim that fell due, about once a second, it
 //     stalled that claim by a flush and those round trips, and those claims
 //     were the largest part of the commit → ack p99 at 1,000 events/s.
-//     Renewals now run beside the claims (see "Several relays"); only the
+//     Renewals now run beside the claims (see "Several relays" in package
+//     runtime/sqlstore); only the
 //     first claim, giving shards back to a relay that joined, or a lease less
 //     than half left renews in line (TestClaimsDoNotWaitForARenewal).
 //   - Little garbage per round. At low rates the relay claims and publishes a
@@ -587,7 +588,7 @@
 // tables, and a save racing the move could write the event again (the writer's
 // ON CONFLICT waits for the moving transaction, then finds no row), so it is
 // not built. StoreConfig.DeletePublished is the opt-in for applications that
-// need neither (see "No retention at all" above).
+// need neither (see "No retention at all" in package runtime/sqlstore).
 //
 // Writing one event with a GORM Create costs one extra round trip: go test
 // -run '^$' -bench Create ./hooks/ gives, on PostgreSQL, 0.39 ms plain and
