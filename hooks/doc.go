@@ -5,6 +5,11 @@
 // [github.com/gooutbox/outbox/runtime/sqlstore], whose Writer the plugin
 // writes through ([sqlstore.Writer]); GORM users hand the relay's store db.DB().
 //
+// The hooks folder holds everything of gooutbox that imports GORM: this
+// plugin, its Migrate, and the test databases of package hooks/hookstest.
+// Nothing under runtime imports GORM but the consumer's GORM handlers; the
+// storage layer and the relay work on database/sql.
+//
 // # Use
 //
 //	if err := hooks.Migrate(ctx, db, ""); err != nil { ... } // or run sqlstore.OutboxDDL yourself
@@ -38,6 +43,8 @@
 // sets FullSaveAssociations, updates only its foreign key: the plugin
 // cannot tell that its own columns were not saved and writes its events,
 // so save a changed aggregate itself, or with FullSaveAssociations.
+// On MySQL use clause.Insert{Modifier: "IGNORE"} rather than ON CONFLICT DO
+// NOTHING. TestStatementsThatWriteSomeRows covers these cases.
 //
 // Raw SQL (db.Exec, db.Raw) and sessions with SkipHooks write no events; the
 // events stay pending on the aggregate. The plugin's own inserts go straight
@@ -47,6 +54,21 @@
 // "order_line") and the aggregate id the primary key after the save; a model
 // overrides them with [AggregateTyper] and [AggregateIDer]. The topic is the
 // aggregate type unless [Config.Topic] says otherwise.
+//
+// # Topics and keys
+//
+// The relay publishes each event to its topic: by default the aggregate
+// type ("Order" → "order", "OrderLine" → "order_line"). [Config.Topic] maps
+// any event to another topic. The Kafka key is the aggregate id (the
+// model's primary key after the save), so all events of one aggregate land
+// on one partition, in commit order. The message UUID is the event id, and
+// the metadata carries event_type, event_version, aggregate_type,
+// aggregate_id and occurred_at, or the CloudEvents attributes (see package
+// [github.com/gooutbox/outbox/runtime]). Give [Config.ValidateTopic] the
+// broker's rules (kafka.ValidateTopic: letters, digits, '.', '_', '-', at
+// most 249) and a save whose topic the broker would never take fails with a
+// [*sqlstore.TopicError] naming the event; without it, the Kafka publisher
+// parks such a message at its first attempt.
 //
 // # Atomicity and the recorder's lifetime
 //
@@ -81,6 +103,10 @@
 //   - two saves of one aggregate in one transaction write each event once;
 //   - a save that finds an event's row already committed by another
 //     transaction (a copy of the aggregate saved earlier) drops the event.
+//
+// When a rollback means the change itself is abandoned (the business rule
+// failed), reload the aggregate, or call its ClearEvents, before you use it
+// again: otherwise its next save publishes the abandoned events.
 //
 // Where the plugin cannot follow the transaction precisely, it keeps the
 // events pending instead of guessing, and a later save of the aggregate finds
@@ -130,6 +156,34 @@
 // unchanged row falls back to an insert and the plugin takes an update that
 // matched its row for one that matched none. There is no LISTEN: the relay
 // polls, or [Config.AfterCommit] wakes it in-process.
+//
+// # Troubleshooting
+//
+// relation "orders" does not exist (PostgreSQL) or no such table: orders
+// (SQLite): the tables are not created for you. Create your own with
+// db.AutoMigrate(&Order{}) (or your migrations), the outbox with [Migrate]
+// (without GORM, sqlstore.MigrateOutbox) or the statements of
+// sqlstore.OutboxDDL, and a consumer's inbox with consumer.Migrate or
+// consumer.DDL. All are idempotent, but for one statement of OutboxDDL on
+// MySQL/MariaDB (the relays table's ADD COLUMN session_lock, which fails with
+// error 1060 once applied; the Migrate functions ignore it).
+//
+// database is locked (SQLITE_BUSY) with several goroutines writing to
+// SQLite: SQLite lets one transaction write at a time and, without a busy
+// timeout, fails the others at once. Open it as the quickstart does,
+// sqlite.Open("file:app.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
+// (glebarez/sqlite, modernc), so that they wait their turn. A transaction
+// that reads before it writes (load, change, save in db.Transaction) can
+// still fail at once with database is locked (517): SQLite cannot wait for a
+// read lock to become a write lock. Add &_txlock=immediate so every
+// transaction takes the write lock when it begins, or retry such
+// transactions.
+//
+// The program saved an order but nothing reached the broker: the relay
+// publishes rows after they commit; a program that exits right after
+// db.Create leaves them pending (not lost: the next relay run publishes
+// them). Keep the relay's Run going for the life of the process, or run the
+// relay on its own (outbox relay, package adapters/cmd/outbox).
 //
 // # Debezium
 //

@@ -48,6 +48,8 @@
 // schema that did not exist at the revision is new (nothing was released
 // from it there), so only the usual rules apply. With -check, stale
 // generated files are reported too.
+// An event the schema no longer holds at all has no position, so it is
+// reported as file: Event vN: VERSION_FROZEN.
 //
 // # Output
 //
@@ -58,6 +60,16 @@
 // upcasters. Validate of a valid event does not allocate. Generated code
 // calls helpers in github.com/gooutbox/outbox/runtime/outboxgenrt, which is
 // for generated code only.
+//
+// For the schema of examples/readme/orders, go generate writes
+// OrderPlacedV1, OrderPlacedV2 (and OrderPlaced, the latest),
+// NewOrderPlaced(clock, total), Validate, DecodeOrderPlaced(version,
+// payload), the same for OrderPaid, and Register(*runtime.Registry) error.
+// An upcaster written for a breaking version (func
+// upcastOrderPlacedV1ToV2(OrderPlacedV1) (OrderPlacedV2, error)) maps the
+// fields; an error it returns, or a result that fails Validate, is a decode
+// failure: runtime/consumer dead-letters the message, with reason decode,
+// or nacks it when there is no DeadLetterPublisher.
 //
 // Old readers: each version's EventMinReader reports the oldest version
 // whose reader decodes it directly (from the compatibility mode), sent in
@@ -143,7 +155,8 @@
 // deprecated. Event keys: type, aggregate (the aggregate's Go type name,
 // an exported identifier such as Order), doc, deprecated, compatibility,
 // versions. Version keys: doc, breaking, draft, deprecated, fields, removed.
-// Modes: none, backward, forward, full and their _transitive variants.
+// Modes: none, backward, forward, full and their _transitive variants;
+// without a compatibility: key the mode is full_transitive.
 //
 // # Diagnostics
 //
@@ -180,6 +193,26 @@
 //	                          pattern change is both)
 //	UPCASTER_REQUIRED         outside backward modes, a version not marked
 //	                          breaking can still be upcast from the previous one
+//
+// # Installing
+//
+// In your module: go get github.com/gooutbox/outbox, then go get -tool
+// github.com/gooutbox/outbox/outboxgen, which pins the generator to the
+// runtime's version. Working from a local clone instead, with replace
+// github.com/gooutbox/outbox => ../outbox in your go.mod, go get would still
+// ask the module proxy, so add the dependency with go mod edit -require
+// github.com/gooutbox/outbox@v0.0.0 -tool github.com/gooutbox/outbox/outboxgen
+// -tool github.com/gooutbox/outbox/adapters/cmd/outbox, then go mod tidy.
+//
+// # Layout
+//
+// The outboxgen folder holds the go generate tool and nothing else: the
+// command in this package, its schema parser, compatibility check, code
+// generator and JSON Schema and AsyncAPI export under outboxgen/internal,
+// and its golden tests in outboxgen/testdata (a module of its own, so that
+// the generated code compiles as a user's would; go test ./outboxgen
+// -update rewrites the golden files of outboxgen/testdata/<case>/: review
+// the diff). The templates it renders live in package templates.
 package main
 
 import "os"

@@ -11,6 +11,11 @@
 //
 // The templates live in their own package because go:embed cannot reach a
 // parent directory.
+//
+// The templates folder holds these files and nothing else: everything a
+// generated file says is written here, and a change to generated code is a
+// change to a template (with outboxgen's golden files updated by go test
+// ./outboxgen -update).
 package templates
 
 import "embed"

@@ -1,29 +1,3 @@
-// Package broker opens a broker adapter from a URL, so that choosing a
-// broker is configuration: the relay command and the quickstart take a
-// broker URL and call [Open].
-//
-// Like database/sql's drivers, each adapter registers its schemes with
-// [Register] when it is imported, so a program compiles only the brokers it
-// imports (a blank import is enough):
-//
-//	kafka://host:9092[,host2:9092]        github.com/gooutbox/outbox/adapters/kafka
-//	memory://                             github.com/gooutbox/outbox/adapters/memory (in-process)
-//	amqp://user:pass@host:5672/vhost      github.com/gooutbox/outbox/adapters/amqp (RabbitMQ; amqps:// too)
-//	nats://host:4222                      github.com/gooutbox/outbox/adapters/nats (JetStream)
-//	redis://host:6379/0                   github.com/gooutbox/outbox/adapters/redis (Redis Streams)
-//	postgres://user@host:5432/db          github.com/gooutbox/outbox/adapters/sql (watermill-sql on PostgreSQL)
-//	sqs://host:port                       github.com/gooutbox/outbox/adapters/sqs (SQS FIFO)
-//	sns://host:port                       github.com/gooutbox/outbox/adapters/sqs (SNS FIFO fan-out to SQS FIFO)
-//
-// Kafka and memory are in this module; the others are modules of their own
-// (go get github.com/gooutbox/outbox/adapters/nats, say), so that a program
-// that does not use a broker does not require its client either. [Open]
-// with a scheme nobody registered names the import that provides it. The
-// outbox command (adapters/cmd/outbox) imports every adapter.
-//
-// Each scheme's query parameters are documented in its adapter's package
-// and in the README's broker table. Unknown query parameters are an error,
-// so a typo never silently falls back to a default.
 package broker
 
 import (

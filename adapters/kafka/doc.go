@@ -62,6 +62,20 @@
 //     nobody classified is parked at MaxAttempts, the safe default for a
 //     poison message.
 //
+// # Topics
+//
+// The publisher does not create topics: create each first with the
+// partitions your consumers need (kafka-topics.sh --create --topic order
+// --partitions 8 --bootstrap-server 127.0.0.1:9092), or set
+// [PublisherConfig.AllowAutoTopicCreation] to take the broker's defaults.
+// Until the topic exists the relay logs a Warn line per attempt (Unknown
+// Topic Or Partition (create the topic ..., or set
+// kafka.PublisherConfig.AllowAutoTopicCreation)) and the events wait in the
+// outbox; a [Subscriber] creates the topics it subscribes to. A dead-letter
+// topic gets a message only when one fails for good, so nothing else
+// creates it: give the dead-letter publisher AllowAutoTopicCreation (as
+// examples/readme/billing does) or create it.
+//
 // # Subscribing
 //
 // [NewSubscriber] joins a consumer group ([SubscriberConfig.ConsumerGroup]).

@@ -14,7 +14,9 @@
 //	err = m.AddInbox(billing) // *consumer.Consumer: inbox size, counted at scrape time
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
-// examples/readme/monitor is a complete program.
+// examples/readme/monitor is a complete program: it relays an outbox on
+// SQLite and serves /metrics next to the health checks of package
+// runtime/health (go run ./examples/readme/monitor).
 //
 // # Metrics
 //
@@ -61,6 +63,36 @@
 // empty event_type for a malformed message and an unknown event type (the
 // value would come from a producer's mistake), and an empty reason for the
 // outcomes applied, duplicate and ignored.
+//
+// The defaults: CacheFor 5 s, Timeout 2 s (the queries run concurrently).
+// [Config.ConstLabels] tells several outboxes apart. A replayed message's lag
+// counts from its first commit. outbox_relay_batch_duration_seconds counts
+// the claim unless the batch was claimed ahead, during the previous publish,
+// and the mark of a full batch runs beside the next publish;
+// outbox_consumer_handle_duration_seconds of a message that Consumer.Run
+// applied in a batch is the batch's transaction.
+//
+// # Cost
+//
+// Cost of the metrics on the relay, measured by go test -run '^$' -bench
+// RelayMetrics -benchtime 40x -count 3 ./adapters/metrics/ (-benchtime 8x
+// -count 2 for SQLite) and -bench ObserveBatch -count 3. Each iteration drains
+// 20,000 events (4 topics, 5 event types, 1,000 aggregates) into a publisher
+// that acks at once, once with metrics off and once on, in alternating order;
+// figures are medians per run, on a 2-core machine shared with other work
+// (load average 7–8), so wall-clock rates are noisy and CPU time per event is
+// the steadier measure:
+//
+//	| store | CPU µs/event, off → on | CPU overhead | events/s, off → on (wall) |
+//	|---|---|---|---|
+//	| in-memory (runtimetest.MemoryStore: the relay's own cost, the worst case for the metrics' share) | 2.03 → 2.09, 2.04 → 2.09, 1.94 → 2.15 | +3.1 %, +2.2 %, +10.6 % | 188k → 177k, 192k → 187k, 407k → 352k |
+//	| SQLite (sqlstore.Store, WAL) | 26.7 → 26.1, 25.1 → 24.4 | within noise (−2.4 %, −2.7 %) | 16.1k → 17.8k, 36.0k → 33.7k |
+//	| quiet machine (-benchtime 20x -count 2): in-memory | 1.58 → 1.67, 1.53 → 1.62 | +5.5 %, +6.1 % | 864k → 825k (−4.5 %), 849k → 832k (−1.9 %) |
+//	| quiet machine: SQLite | 27.47 → 27.92, 27.10 → 27.20 | +1.6 %, +0.4 % | 49.4k → 48.0k (−2.8 %), 50.1k → 49.5k (−1.2 %) |
+//
+// ObserveBatch itself costs 71–135 ns per published message (a batch of 1,000:
+// 71–135 µs, 5 allocations, 2.2 KB), mostly the lag histogram's observation:
+// against the 25+ µs per event a database-backed relay spends, well under 1 %.
 //
 // The package depends on prometheus/client_golang; runtime and its
 // subpackages do not.

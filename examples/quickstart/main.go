@@ -8,8 +8,22 @@
 //
 //	committed 17, published 17, rolled back 3, ghosts 0, pending in outbox 0
 //
+// Every third payment is declined, which rolls its event back.
+//
 // With no flags it needs nothing installed: SQLite (pure Go) in a temporary
-// directory and an in-process Kafka-protocol broker (kfake).
+// directory and an in-process Kafka-protocol broker (kfake). -database-url
+// (or $DATABASE_URL) uses PostgreSQL instead, -kafka-brokers host:9092 (or
+// $KAFKA_BROKERS) a real Kafka cluster, and -broker-url (or $BROKER_URL)
+// any broker by URL that the program imports (package adapters/broker).
+//
+// Measured from a cold start (empty module and build caches:
+// GOMODCACHE=$(mktemp -d) GOCACHE=$(mktemp -d)) on an idle 2-vCPU VM,
+// 2026-12-05: go run ./examples/quickstart took 86 s and downloaded 154 MB
+// of module zips (31 modules), three of which are 134 MB of it: the pure-Go
+// SQLite (modernc.org/sqlite, 52 MB) and the compression codecs kafka-go
+// needs (pierrec/lz4, 42 MB, and klauspost/compress, 40 MB, most of both
+// test data). It compiles 404 packages (574 before the adapters moved to
+// modules of their own). With the caches warm it runs in about 3 seconds.
 //
 // With -dashboard it also serves the outbox dashboard (package
 // runtime/dashboard) under /outbox/ at that address, and after the summary

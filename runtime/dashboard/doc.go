@@ -65,4 +65,56 @@
 // ([sqlstore.Query.AfterID]), never an OFFSET or a COUNT per row, and an
 // event page shows at most 64 KiB of payload. Responses carry a
 // Server-Timing header (db and render durations).
+//
+// Page weight and time with 100,000 pending and 1,000 parked events (go test
+// -run '^$' -bench Pages -benchtime 20x ./runtime/dashboard; 2-core machine,
+// the whole request in process):
+//
+//	| view | SQLite | PostgreSQL | page (HTML, uncompressed) |
+//	|---|---|---|---|
+//	| overview, counts read now (first view per SampleInterval) | 169 ms (479 ms loaded) | 52 ms (263 ms loaded) | 20.7 KB |
+//	| overview, last sample reused | 1.2 ms | 1.3 ms | 19.6 KB |
+//	| parked list, 50 rows | 2.3 ms | 2.2 ms | 35.2 KB |
+//	| pending list, the page after row 50,500 | 2.0 ms | 1.9 ms | 25.3 KB |
+//	| search by aggregate id | 22.7 ms | 10.1 ms | 4.2 KB |
+//	| one event | 0.1 ms | 0.3 ms | 4.1 KB |
+//
+// The figures come from one quiet run. The "loaded" figures come from a run
+// while other test suites shared both cores.
+//
+// A fresh read costs what StatsByType (a GROUP BY over the unpublished rows)
+// and Stats (counts over the pending and parked indexes) cost. The two run
+// concurrently, and a cache of SampleInterval bounds how often they run while
+// someone is looking. Run adds one Stats per interval. Rendering takes about 1
+// ms. A search by aggregate walks the primary key, because the outbox has no
+// index on the aggregate (its writers should not pay for one); a search by
+// event id uses the unique index.
+//
+// # Trying it
+//
+// Run the quickstart with go run ./examples/quickstart -dashboard :8080, then
+// open http://localhost:8080/outbox/: with -dashboard the quickstart keeps
+// placing an order every second until Ctrl-C, so the charts move, and
+// -dashboard-actions gets the buttons. The operator command serves it too:
+// outbox dashboard --db URL [--addr 127.0.0.1:8080] [--allow-actions], at
+// the root of its address (http://127.0.0.1:8080/). The sparklines are drawn
+// from an in-memory ring of samples ([Config.History], default 360), one
+// every [Config.SampleInterval] (10s); lists are pages of [Config.PageSize]
+// (50) rows. The dashboard logs each retry and discard
+// ([Config.Logger]). dashboard.png, in this directory, is a screenshot:
+// backlog, lag and parked charts, counts per topic and event type, and a
+// parked event with its last error and retry/discard links.
+//
+// The browser test (TestDashboardInBrowser in examples/quickstart) drives
+// Debian's Chromium headless through chromedp. It runs against SQLite with
+// a real relay and the in-memory broker, where the broker refuses one event
+// for good:
+//
+//  1. load the overview through the /outbox redirect and read the counts;
+//  2. find the parked event and its error, click retry and confirm;
+//  3. reload the event's page until it says published.
+//
+// The test skips when Chromium is missing and fails when
+// OUTBOX_TEST_REQUIRE_INTEGRATION=1. CI installs Chromium.
+// OUTBOX_DASHBOARD_SCREENSHOT=file.png saves the screenshot.
 package dashboard

@@ -35,5 +35,27 @@
 //	  {"name":"database","status":"ok","seconds":0.0008},
 //	  {"name":"backlog","status":"ok","seconds":3.5,"limit_seconds":300}]}
 //
+// A failing readiness report, for a database that does not answer:
+//
+//	{"status":"fail","checks":[
+//	  {"name":"relay","status":"ok","seconds":0.4,"limit_seconds":60},
+//	  {"name":"database","status":"fail","seconds":2,"error":"ping: no answer: context deadline exceeded"},
+//	  {"name":"backlog","status":"fail","seconds":0,"limit_seconds":300,"error":"oldest pending: ..."}]}
+//
+// The program examples/readme/monitor mounts both, at /livez and /readyz,
+// beside the metrics of package adapters/metrics.
+//
+// # A shared backlog
+//
+// The backlog is shared: a broker outage or a replay (outbox replay) fails
+// the backlog check of every instance at once. Where an unready instance is
+// taken out of service (a Kubernetes readiness probe on an application that
+// also serves traffic), build that probe's checker without OldestPending and
+// alert on outbox_oldest_pending_age_seconds instead. A parked message is
+// not pending and does not age, but its aggregate's later events wait behind
+// it: after MaxOldestPending they fail the backlog check, on every relay,
+// until an operator unparks or discards it (outbox parked); alert on
+// outbox_parked_messages to hear of it sooner.
+//
 // The package imports only the standard library and runtime.
 package health

@@ -58,6 +58,22 @@
 // which is the Watermill message UUID and survives every retry). Each such
 // failure repeats at most the batches in flight: two when the relay marks a
 // full batch while it publishes the next.
+// Each aggregate's messages are published again from its first unmarked
+// event on, in order, with the same event ids. runtime/consumer
+// deduplicates for you, with an inbox written in the handler's transaction
+// (exactly-once effects).
+//
+// One more kind of duplicate comes from the network: a write held up in a
+// stalled connection (a proxy that buffers, a partition that heals while
+// TCP still retransmits) can reach the broker after the relay's retry of it
+// and after the aggregate's later events, so a consumer sees that event a
+// second time, out of place (... 24 25 ... 39 24 40, seen through a freezing
+// proxy). NATS JetStream, SQS and Redis drop it (they deduplicate by event
+// id; the Redis publisher for its DedupWindow, 10 minutes by default:
+// TestStalledConnection in adapters/redis reproduces the stall through a
+// freezing proxy); on Kafka (kafka-go has no idempotent producer) and
+// RabbitMQ the inbox drops it, so effects stay exactly once and in order,
+// and a consumer without one must skip events it has already applied.
 //
 // # Deadlines and leases
 //
@@ -74,6 +90,88 @@
 // When Run stops, a store that implements [Releaser] is asked to release
 // the owner's claims, so another relay takes them over at once rather than
 // when the lease ends.
+//
+// # Outages cost seconds, not minutes
+//
+// While nothing can be published no message's retry delay grows, so the
+// backlog goes out within a few seconds of the broker's return. Because
+// every call has a deadline (and so has a consumer's inbox transaction,
+// consumer.Config.TxTimeout), a half-open connection fails a call, which is
+// retried on a new connection, instead of stalling the relay or a
+// partition: sqlstore.Store discards a connection whose call timed out and
+// pings one idle for over a second (500 ms deadline) before it uses it, so
+// every connection frozen at once costs the relay about one StoreTimeout
+// (TestHalfOpenConnectionsCostOneStoreTimeout: resumed 1.0 – 1.5 s after
+// the freeze with a 2-s StoreTimeout; 6.7 – 8 s before).
+//
+// On MySQL/MariaDB give the relay's DSN readTimeout and writeTimeout (about
+// StoreTimeout, e.g. ?readTimeout=10s&writeTimeout=10s; outbox relay sets
+// both to 10s unless its mysql:// URL does): go-sql-driver/mysql's COMMIT
+// and ROLLBACK take no context, so without them a relay whose connection
+// turned half-open inside a lease transaction waits for TCP to give up (the
+// correctness suite's relays use them; without them it saw a relay stuck 16
+// s in one run of five). The server side is guarded too: the lease
+// transaction carries a server timeout of half a lease
+// (idle_in_transaction_session_timeout on PostgreSQL, the session's
+// wait_timeout on MySQL, kept until the COMMIT has been answered), so the
+// server ends a frozen relay's transaction and the other relays take its
+// shards over when its lease runs out.
+//
+// A relay cut off from its broker alone still reaches its database and
+// renews its leases, so they never expire: after [Config.HandOverAfter] it
+// hands its shards over, logs "relay: handed its shards over", claims
+// nothing for as long again, and then joins as a standby.
+// TestRelayCutOffFromItsBrokerHandsOver (adapters/cmd/outbox) runs two
+// outbox relays with the defaults on PostgreSQL and RabbitMQ and holds
+// every byte between the active one and RabbitMQ: it hands over 15.0 s after
+// the first event it could not publish, and the standby publishes all 61
+// events in order per aggregate (without hand-overs: 1 of 61 in 90 s). The
+// correctness suite's brokercut fault does the same to the active relay
+// process (Kafka, LeaseTTL and HandOverAfter 2 s, 5 – 6 s cut, the held
+// bytes delivered late at the end): probes on every shard published 2.2 s
+// after the cut, bound 4.7 s, all 64 shards moved; without hand-overs 5.4 s,
+// after the cut healed, and no shard moved.
+//
+// # Fencing
+//
+// A relay that lost its lease has no write reach the broker after its
+// successor's. The relay gives every publish the end of its lease as the
+// messages' deadline ([Batch.Deadline], which sqlstore.Store sets a tenth
+// of LeaseTTL before the database lets another relay take the shards) and
+// stops waiting then, logging "relay: the lease ended during a publish"
+// (not a broker outage: no hand-over follows). What the broker client still
+// holds is the adapter's to stop, and it differs by broker (the "fenced"
+// column of the table in package adapters/broker):
+//
+//   - Kafka: kafka-go goes on writing the batches of a call whose context
+//     ended, from goroutines of its own, so a relay paused mid-publish
+//     (SIGSTOP, a frozen VM) had them land after its successor's writes of
+//     the same aggregates when it woke (a new user's trial: 1 – 7 stale
+//     records in 5 of 6 runs). The adapters/kafka Publisher now dials
+//     through a gate that refuses any produce request written after the
+//     deadline of the calls made through it (and aborts the connection, so
+//     the broker never gets it whole), and retires its writers the moment a
+//     call is abandoned: their connections are aborted with SO_LINGER 0,
+//     which drops what the kernel still held to send, and new writers serve
+//     the next call (TestAbandonedPublishNeverLands fails without it: 5 of 5
+//     stale records landed). Left open: bytes handed to the kernel before
+//     the deadline that the network holds past it (a partition that heals
+//     after the lease ended while the process is frozen too), and a write
+//     that passed the check in the microseconds before the process froze.
+//   - NATS JetStream, SQS and Redis drop a late write of an event their
+//     deduplication window (10 min, 5 min, 10 min) has seen, and the
+//     successor publishes from the first unmarked event on, so a stale write
+//     either lands before the successor's copy (in order) or is dropped.
+//   - RabbitMQ (amqp://): the adapters/amqp Publisher's connection is fenced
+//     the same way, on AMQP's frames (a basic.publish or content frame after
+//     the deadline is refused and the connection aborted;
+//     TestPublishPastItsDeadlineNeverReachesTheBroker); on amqps:// amqp091
+//     does the TLS above the connection, so the fence sees no frames and a
+//     consumer there uses the inbox (runtime/consumer), which applies each
+//     event once and in order.
+//   - The SQL broker writes each batch with one INSERT under the publish's
+//     context, which database/sql does not send once the context has ended
+//     (PostgreSQL runs it as soon as it arrives).
 //
 // # Per-message results
 //
@@ -133,6 +231,8 @@
 // another topic was acknowledged, and behind it when that one failed or is
 // parked. A batch whose messages share one topic per aggregate (the
 // default: the topic is the aggregate type) is one stage.
+// (TestRunKeepsAnAggregatesOrderAcrossTopics; until 2026-12-02 the later
+// event went out in the same batch.)
 //
 // # One relay, several relays
 //
@@ -162,8 +262,8 @@
 // # Logs and metrics
 //
 // Logs go to [Config.Logger], slog.Default() when it is nil, with constant
-// messages and snake_case attributes (the keys are listed in the README's
-// "Logs" section). Warn: "relay: publish failed" (one line per distinct
+// messages and snake_case attributes (the keys are listed in package
+// runtime's documentation, under Logs). Warn: "relay: publish failed" (one line per distinct
 // error, naming the first failed message: outbox_id, topic, event_id,
 // event_type, messages, published, permanent, error, attempt, and backoff
 // when the relay backs off), "relay: batch failed" (the store failed: error, claimed,
@@ -188,4 +288,25 @@
 // when publishing ended (adapters/metrics turns it into Prometheus metrics,
 // commit-to-publish lag included). [Relay.LastProgress] tells a health
 // check (runtime/health) when the relay last made progress.
+//
+// # Troubleshooting
+//
+// Nothing is published and nothing is logged: with no broker, the relay logs
+// "relay: publish failed ... connection refused" at Warn on slog.Default()
+// once per try (the line is shown in package runtime's documentation, under
+// Logs), within a fraction of a second of the start, and again at each try. While
+// the broker is down the events that failed wait
+// sqlstore.StoreConfig.RetryDelay (1 s) between tries, a delay that does
+// not grow (an outage counts no attempt against an event, and attempt
+// counts the relay's consecutive failed rounds, so it reads 1 when the
+// events waited in between); the relay's own backoff, which grows up to
+// [Config.MaxBackoff] (5 s), applies when the database fails or a round
+// publishes nothing (a broker outage: backoff=93ms ... 4.7s in the log), so
+// the backlog goes out within about MaxBackoff of the broker's return. A
+// RabbitMQ that refuses the password answers only after about 3 s, so each
+// try then takes that long (broker.Open, and so outbox relay, refuses such
+// a URL at start; amqp.Publisher.Connect checks at start in your own
+// program, its error wrapping amqp.ErrAccessRefused). If you see nothing, a
+// discard logger or a level above Warn was configured; also check the
+// store's Stats: a growing OldestPending means the relay cannot publish.
 package relay

@@ -1,26 +1,3 @@
-// Command outbox operates an outbox table: it shows the backlog, lists,
-// retries and discards parked events, purges published rows, replays a range
-// of published events after a broker lost them, runs a relay process and its
-// retention, and creates the tables.
-//
-//	go run github.com/gooutbox/outbox/adapters/cmd/outbox@latest status --db postgres://postgres@127.0.0.1:5432/shop
-//	outbox parked list --db mysql://root@127.0.0.1:3306/shop
-//	outbox list --aggregate-type order --aggregate-id 42
-//	outbox parked retry 1042 1043
-//	outbox replay --from 2026-11-30T10:00:00Z --to 2026-11-30T11:00:00Z --topic orders
-//	outbox relay --broker kafka://127.0.0.1:9092 --retention 7d
-//
-// The database comes from --db or $OUTBOX_DATABASE_URL: postgres://
-// (pgx), mysql://user:pass@host:3306/db (go-sql-driver/mysql; MariaDB
-// too) or sqlite:path/to/file.db. Every command takes --json for output a
-// program reads; --db, --table and --json may come before the command's
-// name too (outbox --db URL list). It exits 0 when it succeeded, 1 on an error, 2 on a usage
-// error, and 3 when "status" found what one of its --fail-if flags names.
-//
-// It lives under adapters (not beside the runtime), in a module of its own,
-// because "relay" opens any broker by URL through package adapters/broker,
-// so it imports every adapter (brokers.go), and with them every broker
-// client; the other commands need only the database drivers.
 package main
 
 import (

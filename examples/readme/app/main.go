@@ -1,6 +1,6 @@
-// Command app is the service of the README's "Use it in your project": it
-// saves an Order with GORM, which writes the order's events to the outbox
-// table in the same transaction, and relays them to Kafka until interrupted.
+// Command app is the service of the README's walk (step 3): it saves an
+// Order with GORM, which writes the order's events to the outbox table in
+// the same transaction, and relays them to Kafka until interrupted.
 //
 //	go run ./examples/readme/app -database-url 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable' -kafka-brokers 127.0.0.1:9092
 package main

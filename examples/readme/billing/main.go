@@ -1,5 +1,5 @@
-// Command billing is the consumer of the README's "Consume events exactly
-// once": it reads the orders events from Kafka in a Watermill router and
+// Command billing is the consumer of the README's walk (step 4) and of
+// package runtime/consumer's documentation: it reads the orders events from Kafka in a Watermill router and
 // writes an Invoice for each OrderPaid, in the same transaction as the inbox
 // entry that makes a redelivered event a no-op.
 //

@@ -1,4 +1,5 @@
-// Command monitor is the README's "Metrics" and "Health checks": a relay
+// Command monitor is the program of the documentation of packages
+// adapters/metrics and runtime/health: a relay
 // whose metrics Prometheus scrapes at /metrics, with liveness at /livez and
 // readiness at /readyz. It runs on SQLite and an in-process broker, with no
 // setup.
