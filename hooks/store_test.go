@@ -36,7 +36,11 @@ func placeOrders(t *testing.T, db *gorm.DB, n int) {
 
 func newStore(t *testing.T, db *gorm.DB) *sqlstore.Store {
 	t.Helper()
-	s, err := sqlstore.NewStore(databasesql.New(sqlDBOf(t, db)), sqlstore.StoreConfig{RetryDelay: 50 * time.Millisecond})
+	drv, err := hooks.NewDriver(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlstore.NewStore(drv, sqlstore.StoreConfig{RetryDelay: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("NewStore: %v", err)
 	}

@@ -12,36 +12,53 @@
 // them with [DecodeRow].
 //
 // It lives under runtime, beside the relay and the consumer that use it,
-// because it needs no ORM: it works on database/sql (a DB, Tx,
-// or any connection with ExecContext, QueryContext and QueryRowContext, as
-// GORM's connection pools have), so a relay process opens a DB and
-// nothing else, and a consumer that uses pgx or sqlc directly gets the same
-// inbox. It does not import GORM, any SQLite driver or the MySQL driver (it
-// knows go-sql-driver/mysql's errors by their type's name); it imports pgx
-// (for LISTEN/NOTIFY).
+// because it needs no ORM and no particular database library: it reaches
+// the database only through a small driver seam ([Executor], [Tx], [Conn],
+// [DB], and [Driver] for drivers that unwrap their users' transactions;
+// see driver.go), with three drivers:
+//
+//   - package runtime/sqlstore/databasesql: database/sql — a *sql.DB, and a
+//     *sql.Tx or *sql.Conn or anything shaped like them (sqlc's DBTX for
+//     database/sql) — on PostgreSQL, MySQL/MariaDB and SQLite;
+//   - package runtime/sqlstore/pgxv5: pgx natively — a *pgxpool.Pool and a
+//     pgx.Tx (sqlc's pgx/v5 target), LISTEN on a pool connection;
+//   - package hooks: GORM (hooks.NewDriver), on GORM's pool and
+//     transactions.
+//
+// So a relay process opens a pool and nothing else, and a service on pgx
+// or sqlc gets the same writer and inbox as one on GORM. The store
+// conformance suite (runtimetest.TestStore) runs through database/sql on
+// each database and through pgx natively on PostgreSQL. The package does
+// not import GORM, any SQLite driver or the MySQL driver (it knows
+// go-sql-driver/mysql's errors by their type's name).
+//
+// Close the [Store] before the pool: a relay's session lock holds one of
+// its connections until then, and pgxpool's Close waits for it.
 //
 // # Use
 //
-//	db, err := sql.Open("pgx", dsn)                              // or GORM's db.DB()
-//	err = sqlstore.MigrateOutbox(ctx, db, sqlstore.Postgres, "") // or run OutboxDDL yourself
-//	store, err := sqlstore.NewStore(db, sqlstore.StoreConfig{})  // the dialect comes from the driver
+//	db, err := sql.Open("pgx", dsn)                               // or pgxv5.New(pool), hooks.NewDriver(gormDB)
+//	drv := databasesql.New(db)
+//	err = sqlstore.MigrateOutbox(ctx, drv, sqlstore.Postgres, "") // or run OutboxDDL yourself
+//	store, err := sqlstore.NewStore(drv, sqlstore.StoreConfig{})  // the dialect comes from the driver
 //	r, err := relay.New(store, publisher, relay.Config{})
 //
-// Without GORM (database/sql, sqlc, pgx's stdlib), write the rows yourself in
-// the business transaction: create a writer once with
+// Without GORM (database/sql, sqlc, pgx), write the rows yourself in the
+// business transaction: create a writer once with
 // NewWriter(sqlstore.Postgres, "", sqlstore.WriterConfig{}), then per
 // transaction build each event's envelope with runtime.NewEnvelope(ctx,
 // runtime.NewEventID(), evt, aggregateType, aggregateID) and call
-// w.Write(ctx, tx, []sqlstore.Row{{Topic: "orders", Envelope: env}}) before
-// tx.Commit(). The [Writer] keeps each aggregate's events in commit order,
-// deduplicates on the event id and refuses an event above
-// [WriterConfig.MaxEventBytes] (1 MB) with an [*EventTooLargeError]
-// (TestWriterRefusesAnEventTooLarge).
+// w.Write(ctx, databasesql.Executor(tx), []sqlstore.Row{{Topic: "orders",
+// Envelope: env}}) — pgxv5.Executor(tx) for a pgx.Tx — before the commit
+// (examples/sqlcpgx is a whole service so). The [Writer] keeps each
+// aggregate's events in commit order, deduplicates on the event id and
+// refuses an event above [WriterConfig.MaxEventBytes] (1 MB) with an
+// [*EventTooLargeError] (TestWriterRefusesAnEventTooLarge).
 //
 // # Dialects
 //
 // A [Dialect] is named by GORM's dialector name or a driver name
-// ([ParseDialect]), or read from a DB's driver ([DialectOf]: pgx's
+// ([ParseDialect]), or read from a *sql.DB's driver ([DialectOf]: pgx's
 // stdlib driver and lib/pq, go-sql-driver/mysql, and the glebarez, modernc
 // and mattn SQLite drivers).
 //

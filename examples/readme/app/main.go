@@ -23,7 +23,6 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
-	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 func main() {
@@ -52,14 +51,14 @@ func run(ctx context.Context, db *gorm.DB, brokers []string) error {
 		return err
 	}
 
-	// The relay reads the outbox through GORM's *sql.DB. It and the
-	// publisher log through slog.Default(): a broker that does not answer
-	// shows as a WARN line per failed attempt.
-	sqlDB, err := db.DB()
+	// The relay reads the outbox through GORM's connection pool. It and
+	// the publisher log through slog.Default(): a broker that does not
+	// answer shows as a WARN line per failed attempt.
+	drv, err := hooks.NewDriver(db)
 	if err != nil {
 		return err
 	}
-	store, err := sqlstore.NewStore(databasesql.New(sqlDB), sqlstore.StoreConfig{})
+	store, err := sqlstore.NewStore(drv, sqlstore.StoreConfig{})
 	if err != nil {
 		return err
 	}
