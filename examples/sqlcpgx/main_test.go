@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
+	"github.com/gooutbox/outbox/hooks/hookstest"
+	"github.com/gooutbox/outbox/runtime"
+)
+
+// TestServicePublishesInCommitOrder runs the service on PostgreSQL through
+// pgx and sqlc with an in-process Kafka, and reads the topic back: the
+// order's two events, in the order their transactions committed, keyed by
+// the order id.
+func TestServicePublishesInCommitOrder(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, hookstest.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokers := kafkatest.NewCluster(t)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(rctx, pool, brokers) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("run did not return within 30s of its cancellation")
+		}
+		pool.Close()
+	})
+
+	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: "order", GroupID: "sqlcpgx-test", MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	rdctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	var types []string
+	var keys []string
+	for range 2 {
+		msg, err := r.ReadMessage(rdctx)
+		if err != nil {
+			t.Fatalf("read topic order: %v (got %v so far)", err, types)
+		}
+		for _, h := range msg.Headers {
+			if h.Key == runtime.MetadataEventType {
+				types = append(types, string(h.Value))
+			}
+		}
+		keys = append(keys, string(msg.Key))
+	}
+	if want := []string{"orders.order_placed", "orders.order_paid"}; len(types) != 2 || types[0] != want[0] || types[1] != want[1] {
+		t.Fatalf("event types %v, want %v (commit order)", types, want)
+	}
+	if keys[0] != keys[1] || keys[0] == "" {
+		t.Fatalf("keys %q: want the order id on both", keys)
+	}
+}
+
+// TestFailedTransactionWritesNoEvent: a PayOrder whose query fails (no
+// such order) rolls its transaction back, event included.
+func TestFailedTransactionWritesNoEvent(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, hookstest.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, schema); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateOutbox(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewService(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := svc.PlaceOrder(ctx, "3.00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.PayOrder(ctx, id+1000); !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatalf("PayOrder(no such order) = %v, want pgx.ErrNoRows", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("%d outbox rows, want 1 (the placed order's; the failed payment's rolled back)", n)
+	}
+}
