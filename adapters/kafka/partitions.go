@@ -13,7 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/gooutbox/outbox/adapters/internal/wait"
+	"github.com/gooutbox/outbox/internal/backoff"
 )
 
 // DefaultPartitionWindow is the default [SubscriberConfig.PartitionWindow].
@@ -479,7 +479,7 @@ func (l *lane) run(ctx context.Context) {
 			}
 			replay = append(again, replay...)
 			l.logger.Trace("message nacked, delivering it and those after it again", watermill.LogFields{"offset": replay[0].Offset})
-			if l.s.cfg.NackResendSleep > 0 && !wait.Sleep(ctx, l.s.cfg.NackResendSleep) {
+			if l.s.cfg.NackResendSleep > 0 && !backoff.Sleep(ctx, l.s.cfg.NackResendSleep) {
 				return
 			}
 		case <-ctx.Done():

@@ -16,7 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/gooutbox/outbox/adapters/internal/wait"
+	"github.com/gooutbox/outbox/internal/backoff"
 )
 
 // SubscriberConfig configures a [Subscriber]. Brokers and ConsumerGroup are
@@ -405,11 +405,11 @@ func (s *Subscriber) consume(ctx context.Context, reader *kafka.Reader, out chan
 // fetch returns the reader's next record, or false when ctx is done first.
 // A failed fetch is logged at WARN on warn (a failure the subscriber
 // handles: a broker that cannot be reached, a rejected session timeout)
-// and tried again after backoff (default 1s): kafka-go retries
-// internally, so what reaches us is an error that outlived its retries.
-func fetch(ctx context.Context, reader *kafka.Reader, warn *slog.Logger, backoff time.Duration) (kafka.Message, bool) {
-	if backoff <= 0 {
-		backoff = time.Second
+// and tried again after delay (default 1s): kafka-go retries internally,
+// so what reaches us is an error that outlived its retries.
+func fetch(ctx context.Context, reader *kafka.Reader, warn *slog.Logger, delay time.Duration) (kafka.Message, bool) {
+	if delay <= 0 {
+		delay = time.Second
 	}
 	for {
 		record, err := reader.FetchMessage(ctx)
@@ -419,8 +419,8 @@ func fetch(ctx context.Context, reader *kafka.Reader, warn *slog.Logger, backoff
 		if ctx.Err() != nil {
 			return kafka.Message{}, false
 		}
-		warn.Warn("kafka: fetch failed, trying again", "error", err.Error(), "backoff", backoff)
-		if !wait.Sleep(ctx, backoff) {
+		warn.Warn("kafka: fetch failed, trying again", "error", err.Error(), "backoff", delay)
+		if !backoff.Sleep(ctx, delay) {
 			return kafka.Message{}, false
 		}
 	}
@@ -455,7 +455,7 @@ func (s *Subscriber) deliver(ctx context.Context, reader *kafka.Reader, record k
 		case <-msg.Nacked():
 			msgCancel()
 			logger.Trace("message nacked, delivering it again", fields)
-			if s.cfg.NackResendSleep > 0 && !wait.Sleep(ctx, s.cfg.NackResendSleep) {
+			if s.cfg.NackResendSleep > 0 && !backoff.Sleep(ctx, s.cfg.NackResendSleep) {
 				return false
 			}
 		case <-ctx.Done():

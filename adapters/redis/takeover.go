@@ -10,7 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/gooutbox/outbox/adapters/internal/wait"
+	"github.com/gooutbox/outbox/internal/backoff"
 )
 
 // takeOverBatch is how many pending entries one XPENDING lists.
@@ -101,7 +101,7 @@ func (s *Subscriber) takeOver(ctx context.Context, topic string, out chan<- *mes
 				return false
 			}
 			logger.Error("list the group's pending entries, trying again", err, nil)
-			if !wait.Sleep(ctx, time.Second) {
+			if !backoff.Sleep(ctx, time.Second) {
 				return false
 			}
 			continue
@@ -125,7 +125,7 @@ func (s *Subscriber) takeOver(ctx context.Context, topic string, out chan<- *mes
 				return false
 			}
 			logger.Error("claim the group's pending entries, trying again", err, nil)
-			if !wait.Sleep(ctx, time.Second) {
+			if !backoff.Sleep(ctx, time.Second) {
 				return false
 			}
 			continue
@@ -176,7 +176,7 @@ func (s *Subscriber) handOut(ctx context.Context, topic string, e goredis.XMessa
 			return true
 		case <-msg.Nacked():
 			cancel()
-			if s.cfg.NackResendSleep > 0 && !wait.Sleep(ctx, s.cfg.NackResendSleep) {
+			if s.cfg.NackResendSleep > 0 && !backoff.Sleep(ctx, s.cfg.NackResendSleep) {
 				return false
 			}
 		case <-ctx.Done():
@@ -192,7 +192,7 @@ func (s *Subscriber) handOut(ctx context.Context, topic string, e goredis.XMessa
 func (s *Subscriber) ack(ctx context.Context, topic, id string, logger watermill.LoggerAdapter) {
 	var err error
 	for try := range 3 {
-		if try > 0 && !wait.Sleep(ctx, 100*time.Millisecond) {
+		if try > 0 && !backoff.Sleep(ctx, 100*time.Millisecond) {
 			break
 		}
 		if err = s.client.XAck(context.WithoutCancel(ctx), topic, s.cfg.ConsumerGroup, id).Err(); err == nil {

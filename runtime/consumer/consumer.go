@@ -18,7 +18,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime"
-	"github.com/gooutbox/outbox/runtime/internal/backoff"
+	"github.com/gooutbox/outbox/internal/backoff"
 	"github.com/gooutbox/outbox/runtime/internal/logattr"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"

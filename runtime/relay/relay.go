@@ -15,7 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gooutbox/outbox/runtime"
-	"github.com/gooutbox/outbox/runtime/internal/backoff"
+	"github.com/gooutbox/outbox/internal/backoff"
 	"github.com/gooutbox/outbox/runtime/internal/logattr"
 )
 

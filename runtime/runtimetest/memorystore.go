@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gooutbox/outbox/runtime"
-	"github.com/gooutbox/outbox/runtime/internal/backoff"
+	"github.com/gooutbox/outbox/internal/backoff"
 	"github.com/gooutbox/outbox/runtime/relay"
 )
 

@@ -1,6 +1,7 @@
 // Package backoff computes the delays between retries that the relay, the
-// consumer and the in-memory store share, and waits them out. It is internal
-// to package runtime.
+// consumer, the in-memory store and the broker adapters share, and waits
+// them out (Sleep). It is internal to the repository: the root module's
+// packages and the nested adapter modules import it.
 package backoff
 
 import (
