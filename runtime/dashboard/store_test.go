@@ -16,9 +16,9 @@ import (
 	_ "github.com/glebarez/go-sqlite"  // the "sqlite" database/sql driver
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
-	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/dashboard"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
@@ -26,9 +26,9 @@ import (
 // openStore returns a store on a fresh, migrated outbox of dialect d.
 func openStore(t testing.TB, d sqlstore.Dialect) (*sqlstore.Store, *sql.DB) {
 	t.Helper()
-	driver, dsn := "sqlite", hookstest.SQLiteDSN(filepath.Join(t.TempDir(), "outbox.db"))
+	driver, dsn := "sqlite", runtimetest.SQLiteDSN(filepath.Join(t.TempDir(), "outbox.db"))
 	if d == sqlstore.Postgres {
-		driver, dsn = "pgx", hookstest.PostgresDSN(t)
+		driver, dsn = "pgx", runtimetest.PostgresDSN(t)
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {

@@ -17,6 +17,16 @@
 // memory until [MemoryStore.DeletePublished] or [MemoryStore.Discard]
 // drops it, and loses them all when the process exits.
 //
+// The database fixtures give a test a database of its own: [PostgresDSN] a
+// fresh PostgreSQL schema and [MySQLDSN] a fresh MySQL/MariaDB database,
+// each dropped when the test ends, and [SQLiteDSN] the DSN of a SQLite
+// file. A server that does not answer skips the test ([Unavailable]), or
+// fails it under OUTBOX_TEST_REQUIRE_INTEGRATION=1 ([RequireIntegration]).
+// They connect through database/sql by driver name, so that this package
+// imports no database driver: the test imports github.com/jackc/pgx/v5/stdlib
+// (driver "pgx") or github.com/go-sql-driver/mysql (driver "mysql"). Package
+// hooks/hookstest wraps them with GORM openers.
+//
 // # Running the repository's tests
 //
 // go test $(go list -m -f '{{.Dir}}/...') runs the tests of every module of
@@ -27,7 +37,9 @@
 //
 //   - OUTBOX_TEST_POSTGRES_DSN selects the PostgreSQL server (default
 //     postgres://postgres@127.0.0.1:5432/test?sslmode=disable; each test
-//     gets its own schema, see package hooks/hookstest);
+//     gets its own schema, see [PostgresDSN]); OUTBOX_TEST_MYSQL_DSN the
+//     MySQL or MariaDB server (default root@tcp(127.0.0.1:3306)/?parseTime=true;
+//     each test gets its own database, see [MySQLDSN]);
 //   - OUTBOX_TEST_KAFKA_BROKERS a real Kafka cluster instead of the
 //     in-process one;
 //   - OUTBOX_TEST_AMQP_URI (default amqp://guest:guest@127.0.0.1:5672/),

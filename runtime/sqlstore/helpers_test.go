@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
-	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 	"github.com/gooutbox/outbox/runtime/sqlstore/pgxv5"
@@ -30,11 +30,11 @@ func openSQL(t testing.TB, d sqlstore.Dialect) *sql.DB {
 	var driver, dsn string
 	switch d {
 	case sqlstore.SQLite:
-		driver, dsn = "sqlite", hookstest.SQLiteDSN(filepath.Join(t.TempDir(), "outbox.db"))
+		driver, dsn = "sqlite", runtimetest.SQLiteDSN(filepath.Join(t.TempDir(), "outbox.db"))
 	case sqlstore.MySQL:
-		driver, dsn = "mysql", hookstest.MySQLDSN(t)
+		driver, dsn = "mysql", runtimetest.MySQLDSN(t)
 	default:
-		driver, dsn = "pgx", hookstest.PostgresDSN(t)
+		driver, dsn = "pgx", runtimetest.PostgresDSN(t)
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
@@ -58,7 +58,7 @@ func migrated(t testing.TB, d sqlstore.Dialect) *sql.DB {
 // native driver, with the outbox table migrated.
 func migratedPgx(t testing.TB) *pgxv5.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), hookstest.PostgresDSN(t))
+	pool, err := pgxpool.New(context.Background(), runtimetest.PostgresDSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
@@ -125,7 +124,7 @@ func awaitTakeover(t *testing.T, db *sql.DB, d sqlstore.Dialect, ttl, limit time
 // wait_timeout, 8 hours by default, and no other relay ever got them.)
 func TestRelayFrozenWithItsLeaseCommitOnTheWayIsTakenOver(t *testing.T) {
 	t.Parallel()
-	dsn := hookstest.MySQLDSN(t)
+	dsn := runtimetest.MySQLDSN(t)
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)

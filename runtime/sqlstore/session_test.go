@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
@@ -28,7 +27,7 @@ func viaProxy(t *testing.T, d sqlstore.Dialect) (direct, proxied *sql.DB, p *run
 	var driver, dsn, pdsn string
 	switch d {
 	case sqlstore.MySQL:
-		driver, dsn = "mysql", hookstest.MySQLDSN(t)
+		driver, dsn = "mysql", runtimetest.MySQLDSN(t)
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
 			t.Fatal(err)
@@ -37,7 +36,7 @@ func viaProxy(t *testing.T, d sqlstore.Dialect) (direct, proxied *sql.DB, p *run
 		cfg.Addr = p.Addr()
 		pdsn = cfg.FormatDSN()
 	default:
-		driver, dsn = "pgx", hookstest.PostgresDSN(t)
+		driver, dsn = "pgx", runtimetest.PostgresDSN(t)
 		u, err := url.Parse(dsn)
 		if err != nil {
 			t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
@@ -407,7 +407,7 @@ func TestStandbysJoiningCostTheActiveRelayNoRenewal(t *testing.T) {
 func TestStandbyRelayListensOnlyOnceActive(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := hookstest.PostgresDSN(t)
+	dsn := runtimetest.PostgresDSN(t)
 	tag := fmt.Sprintf("%d", time.Now().UnixNano())
 	open := func(app string) *sql.DB {
 		db, err := sql.Open("pgx", dsn+"&application_name="+app)
