@@ -22,6 +22,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 type ctxKey struct{}
@@ -184,9 +185,9 @@ func TestRunRetriesFailedPublish(t *testing.T) {
 	// Nothing was published, so no message is to blame: the store counts
 	// no attempt against them (a broker outage grows no retry delay).
 	for _, m := range mem.Messages() {
-		if !m.Published() || m.Attempts != 0 || !strings.Contains(m.LastError, "broker unavailable") {
+		if m.State != sqlstore.StatePublished || m.Attempts != 0 || !strings.Contains(m.LastError, "broker unavailable") {
 			t.Errorf("message %d: published %v, attempts %d, last error %q; want published, 0 attempts, last error %q",
-				m.ID, m.Published(), m.Attempts, m.LastError, "broker unavailable")
+				m.ID, m.State == sqlstore.StatePublished, m.Attempts, m.LastError, "broker unavailable")
 		}
 	}
 

@@ -9,9 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/internal/backoff"
+	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 var (
@@ -71,15 +72,15 @@ type MemoryStore struct {
 }
 
 type memoryRow struct {
-	StoredMessage
+	rowState
 	claim      int64 // the claim holding the row, 0 when none
 	claimOwner string
 	claimUntil time.Time
 	deleted    bool // by DeletePublished or Discard: gone for good
 }
 
-// StoredMessage is a message held by a [MemoryStore] with its delivery state.
-type StoredMessage struct {
+// rowState is a message held by a [MemoryStore] with its delivery state.
+type rowState struct {
 	runtime.OutboxMessage
 	// PublishedAt is when the message was marked as published, or the zero
 	// time while it is pending.
@@ -93,7 +94,7 @@ type StoredMessage struct {
 }
 
 // Published reports whether the message has been marked as published.
-func (m StoredMessage) Published() bool { return !m.PublishedAt.IsZero() }
+func (m rowState) Published() bool { return !m.PublishedAt.IsZero() }
 
 // memoryClaim is the Token of a MemoryStore batch.
 type memoryClaim struct {
@@ -117,7 +118,7 @@ func (s *MemoryStore) Add(msgs ...runtime.OutboxMessage) []int64 {
 		}
 		m.Payload = bytes.Clone(m.Payload)
 		m.Headers = maps.Clone(m.Headers)
-		s.rows = append(s.rows, &memoryRow{StoredMessage: StoredMessage{OutboxMessage: m}})
+		s.rows = append(s.rows, &memoryRow{rowState: rowState{OutboxMessage: m}})
 		ids[i] = m.ID
 	}
 	return ids
@@ -389,21 +390,44 @@ func (s *MemoryStore) Stats(ctx context.Context) (relay.Stats, error) {
 	return st, nil
 }
 
-// Messages returns a copy of every message, published or not, in ID order;
+// Messages returns every message, published or not, in ID order, as
+// sqlstore's operator view of a row has it ([sqlstore.Entry]: state, last
+// error, times, and the parked row that holds a pending one back);
 // deleted messages ([MemoryStore.DeletePublished], [MemoryStore.Discard])
-// are left out.
-func (s *MemoryStore) Messages() []StoredMessage {
+// are left out. The payloads and headers are copies.
+func (s *MemoryStore) Messages() []sqlstore.Entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]StoredMessage, 0, len(s.rows))
+	out := make([]sqlstore.Entry, 0, len(s.rows))
+	parked := map[[2]string]int64{} // aggregate → earliest parked row so far
 	for _, r := range s.rows {
 		if r.deleted {
 			continue
 		}
-		m := r.StoredMessage
-		m.Payload = bytes.Clone(r.Payload)
-		m.Headers = maps.Clone(r.Headers)
-		out = append(out, m)
+		e := sqlstore.Entry{
+			OutboxMessage: r.OutboxMessage, LastError: r.LastError,
+			NextAttemptAt: r.NextAttemptAt, PublishedAt: r.PublishedAt, ParkedAt: r.ParkedAt,
+		}
+		e.Payload = bytes.Clone(r.Payload)
+		e.Headers = maps.Clone(r.Headers)
+		agg := [2]string{r.AggregateType, r.AggregateID}
+		switch {
+		case r.Published():
+			e.State = sqlstore.StatePublished
+		case !r.ParkedAt.IsZero():
+			e.State = sqlstore.StateParked
+			if _, ok := parked[agg]; !ok {
+				parked[agg] = r.ID
+			}
+		case r.Attempts > 0:
+			e.State = sqlstore.StateRetrying
+		default:
+			e.State = sqlstore.StatePending
+		}
+		if e.State == sqlstore.StatePending || e.State == sqlstore.StateRetrying {
+			e.BlockedBy = parked[agg]
+		}
+		out = append(out, e)
 	}
 	return out
 }
