@@ -101,7 +101,7 @@ func New(store Store, pub message.Publisher, cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("%w: nil publisher", ErrInvalidConfig)
 	}
 	notifier, _ := store.(Notifier)
-	if c, ok := store.(interface{ CanNotify() bool }); ok && !c.CanNotify() {
+	if c, ok := store.(NotifyChecker); ok && !c.CanNotify() {
 		notifier = nil
 	}
 	pollDefaulted := cfg.PollInterval == 0
@@ -242,7 +242,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.log.Warn("relay: the last batch's mark failed; its messages will be published again", errAttr(err))
 		}
 	}()
-	shards, _ := r.store.(shardHolder)
+	shards, _ := r.store.(ShardHolder)
 	held := 0 // shards the store said this Run holds, when it tells
 	var cut brokerOutage
 	defer r.held.Store(-1)

@@ -104,6 +104,27 @@ type Failure struct {
 // The relay calls Claim, publishes the batch with no database transaction
 // open, then calls Mark. Implementations must be safe for concurrent use by
 // several relays, in one process or many.
+//
+// # Optional capabilities
+//
+// Claim and Mark are all a store must have. The relay looks for the rest
+// with a type assertion when it starts, each an interface of this package
+// (sqlstore.Store has them all; runtimetest.MemoryStore has
+// InFlightExcluder, Releaser and a Stats method):
+//
+//	capability         method                            the relay then
+//	InFlightExcluder   ExcludesInFlight() (a marker)     claims the next batch while publishing (ClaimRequest.InFlight)
+//	Releaser           Release(ctx, owner)               gives its share back when Run returns
+//	HandOverer         HandOver(ctx, owner)              hands its share over after Config.HandOverAfter of failing publishes
+//	PeerCounter        OthersAlive(ctx, owner)           cuts a publish short for a hand-over only when a peer can take over
+//	ShardHolder        HeldShards(owner)                 logs each change of the shards it holds
+//	Notifier           Listen(ctx, notify)               waits for notifications instead of polling
+//	NotifyChecker      CanNotify()                       polls from the start when a Notifier cannot notify
+//	WakeRequester      RequestWake(ctx, owner)           asks for notifications only while idle
+//
+// Monitoring reads a Stats(ctx) (Stats, error) method, operators' tools
+// Unpark, Discard and DeletePublished (runtimetest.TestStore's Parker,
+// Discarder, StatsReader and Retainer), not the relay.
 type Store interface {
 	// Claim returns pending messages that the caller may publish now (see
 	// [Batch]): never a message of an aggregate whose earlier message is
@@ -181,11 +202,12 @@ type PeerCounter interface {
 	OthersAlive(ctx context.Context, owner string) (int, error)
 }
 
-// shardHolder is implemented by stores that divide the outbox among relays
-// (sqlstore.Store): HeldShards is how many shards owner holds now. Run logs
-// each change at INFO ("relay: shards held"), so that a takeover, a lease
-// lost or a hand-over shows in the logs of both relays.
-type shardHolder interface {
+// ShardHolder is implemented by stores that divide the outbox among relays
+// (sqlstore.Store). Run logs each change at INFO ("relay: shards held"), so
+// that a takeover, a lease lost or a hand-over shows in the logs of both
+// relays.
+type ShardHolder interface {
+	// HeldShards is how many shards owner holds now.
 	HeldShards(owner string) int
 }
 
@@ -204,13 +226,17 @@ type Notifier interface {
 	// configuration (SQLite) returns an error wrapping
 	// errors.ErrUnsupported at once; the relay then stops calling Listen
 	// and polls as it does for a store that is not a Notifier. A store
-	// that knows this before Listen is called also has a method
-	//
-	//	CanNotify() bool
-	//
-	// returning false: [New] then treats it as not a Notifier from the
-	// start (its default poll interval, its "relay: started" log line).
+	// that knows this before Listen is called is also a [NotifyChecker].
 	Listen(ctx context.Context, notify func()) error
+}
+
+// NotifyChecker is implemented by a [Notifier] store that knows before
+// Listen whether it can notify (sqlstore.Store: only on PostgreSQL). When
+// CanNotify reports false, [New] treats the store as not a Notifier from
+// the start (its default poll interval, its "relay: started" log line).
+type NotifyChecker interface {
+	// CanNotify reports whether Listen can wait for notifications.
+	CanNotify() bool
 }
 
 // WakeRequester is implemented by a [Notifier] store whose notifications

@@ -344,3 +344,15 @@ const (
 	failAttempt                    // others were published: count, delay, maybe park
 	failPark                       // permanent: park now
 )
+
+// The relay's optional capabilities (see relay.Store) that a Store has.
+var (
+	_ relay.InFlightExcluder = (*Store)(nil)
+	_ relay.Releaser         = (*Store)(nil)
+	_ relay.HandOverer       = (*Store)(nil)
+	_ relay.PeerCounter      = (*Store)(nil)
+	_ relay.ShardHolder      = (*Store)(nil)
+	_ relay.Notifier         = (*Store)(nil)
+	_ relay.NotifyChecker    = (*Store)(nil)
+	_ relay.WakeRequester    = (*Store)(nil)
+)
