@@ -686,8 +686,17 @@ table too. Safe to run on every deploy.
 
 With --partition-interval (PostgreSQL), a new outbox table is partitioned by
 event time, one partition per interval, so that retention drops whole
-partitions (see "Partitioned outbox" in the README); an existing table that
-is not partitioned is left alone and the command fails.`,
+partitions (see "Partitioned outbox" in the runtime/sqlstore documentation);
+an existing table that is not partitioned is left alone and the command
+fails.
+
+For a team that keeps its schema in its own migration tool, --print writes
+the statements instead of running them (--format sql, or goose for one goose
+file with its Up and Down parts), and --out DIR writes a migration into DIR
+(--format goose: VERSION_gooutbox.sql; golang-migrate:
+VERSION_gooutbox.up.sql and .down.sql; VERSION is --version, by default the
+time now, UTC, as 20060102150405). They need only the dialect: --db, or
+--dialect postgres|mysql|sqlite; nothing is opened.`,
 	}
 	c.run = func(e *env, args []string) error {
 		fs := newFlagSet(e, c)
@@ -696,12 +705,23 @@ is not partitioned is left alone and the command fails.`,
 		var interval time.Duration
 		intervalFlag := fs.ageVar(&interval, "partition-interval", "a table that is not partitioned",
 			"PostgreSQL: create the outbox table partitioned by event time, one partition per `interval` (e.g. 24h, 1d)")
+		print := fs.Bool("print", false, "print the statements instead of running them")
+		out := fs.String("out", "", "write a migration into `dir` instead of running it")
+		format := fs.String("format", "", "with --print: sql (default) or goose; with --out: goose (default) or golang-migrate")
+		dialect := fs.String("dialect", "", "with --print or --out and no --db: the `dialect`, postgres, mysql or sqlite")
+		version := fs.String("version", "", "with --out: the migration's `version` (default: the time now, UTC, 20060102150405)")
 		pos, err := fs.parse(args)
 		if err != nil {
 			return err
 		}
 		if len(pos) > 0 {
 			return usagef("migrate takes no arguments")
+		}
+		if *print || *out != "" {
+			return writeMigration(e, fs, migration{
+				print: *print, out: *out, format: *format, dialect: *dialect, version: *version,
+				inbox: *inbox || *inboxTable != "", inboxTable: *inboxTable, partitioned: interval > 0,
+			})
 		}
 		// Before the database is opened, which creates a SQLite file.
 		if _, _, d, err := parseDatabaseURL(fs.db); err == nil && interval > 0 && d != sqlstore.Postgres {
