@@ -56,18 +56,7 @@ func PostgresDSN(t testing.TB) string {
 	t.Helper()
 	requireDriver(t, "PostgresDSN", "pgx", "github.com/jackc/pgx/v5/stdlib")
 	base := PostgresBaseDSN()
-	admin, err := sql.Open("pgx", base)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = admin.PingContext(ctx)
-		cancel()
-	}
-	if err != nil {
-		if admin != nil {
-			admin.Close()
-		}
-		Unavailable(t, "PostgreSQL", redact(base), "OUTBOX_TEST_POSTGRES_DSN", err)
-	}
+	admin := openAdmin(t, "pgx", base, "PostgreSQL", redact(base), "OUTBOX_TEST_POSTGRES_DSN")
 	schema := "outbox_test_" + randomHex(6)
 	if _, err := admin.Exec(`CREATE SCHEMA ` + schema); err != nil {
 		admin.Close()
@@ -143,18 +132,7 @@ func MySQLDSN(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("parse OUTBOX_TEST_MYSQL_DSN: %v", err)
 	}
-	admin, err := sql.Open("mysql", adminDSN)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = admin.PingContext(ctx)
-		cancel()
-	}
-	if err != nil {
-		if admin != nil {
-			admin.Close()
-		}
-		Unavailable(t, "MySQL", mysqlAddr(base), "OUTBOX_TEST_MYSQL_DSN", err)
-	}
+	admin := openAdmin(t, "mysql", adminDSN, "MySQL", mysqlAddr(base), "OUTBOX_TEST_MYSQL_DSN")
 	name := "outbox_test_" + randomHex(6)
 	if _, err := admin.Exec("CREATE DATABASE " + name + " CHARACTER SET utf8mb4"); err != nil {
 		admin.Close()
@@ -257,4 +235,24 @@ func redact(dsn string) string {
 		return "(unparsable DSN)"
 	}
 	return u.Redacted()
+}
+
+// openAdmin opens the administrative connection of a test server (what, at
+// addr, chosen by envVar) through driver, and ends t through [Unavailable]
+// when the server does not answer within 5s.
+func openAdmin(t testing.TB, driver, dsn, what, addr, envVar string) *sql.DB {
+	t.Helper()
+	admin, err := sql.Open(driver, dsn)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = admin.PingContext(ctx)
+		cancel()
+	}
+	if err != nil {
+		if admin != nil {
+			admin.Close()
+		}
+		Unavailable(t, what, addr, envVar, err)
+	}
+	return admin
 }
