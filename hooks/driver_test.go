@@ -88,3 +88,68 @@ func TestNewDriverRefusesNil(t *testing.T) {
 		t.Fatalf("NewDriver(nil) = %v, want ErrInvalidConfig", err)
 	}
 }
+
+// unwrapped is the model TestDriverUnwrapTx writes.
+type unwrapped struct {
+	ID   int64
+	Name string
+}
+
+// TestDriverUnwrapTx: a GORM session from Driver.UnwrapTx writes in the
+// transaction the driver began, under the given context, and its writes
+// commit and roll back with that transaction; a transaction the driver did
+// not begin gives nil.
+func TestDriverUnwrapTx(t *testing.T) {
+	t.Parallel()
+	for name, open := range map[string]func(testing.TB, *gorm.Config) *gorm.DB{
+		"sqlite": hookstest.SQLite, "postgres": hookstest.Postgres, "mysql": hookstest.MariaDB,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			type key struct{}
+			ctx := context.WithValue(context.Background(), key{}, name)
+			db := open(t, nil)
+			if err := db.AutoMigrate(&unwrapped{}); err != nil {
+				t.Fatal(err)
+			}
+			drv, err := hooks.NewDriver(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, commit := range []bool{true, false} {
+				tx, err := drv.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g := drv.UnwrapTx(ctx, tx)
+				if g == nil {
+					t.Fatal("UnwrapTx of the driver's own transaction = nil")
+				}
+				if got := g.Statement.Context.Value(key{}); got != name {
+					t.Errorf("the session's context carries %v, want %q", got, name)
+				}
+				if err := g.Create(&unwrapped{Name: map[bool]string{true: "committed", false: "rolled back"}[commit]}).Error; err != nil {
+					t.Fatal(err)
+				}
+				if commit {
+					err = tx.Commit(ctx)
+				} else {
+					err = tx.Rollback(ctx)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			var names []string
+			if err := db.Model(&unwrapped{}).Order("id").Pluck("name", &names).Error; err != nil {
+				t.Fatal(err)
+			}
+			if len(names) != 1 || names[0] != "committed" {
+				t.Errorf("rows = %q, want only the committed one", names)
+			}
+			if g := drv.UnwrapTx(ctx, nil); g != nil {
+				t.Errorf("UnwrapTx(nil) = %v, want nil", g)
+			}
+		})
+	}
+}

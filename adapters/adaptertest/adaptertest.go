@@ -395,6 +395,7 @@ type suite struct {
 	ctx context.Context
 	dsn string
 	db  *gorm.DB
+	drv *hooks.Driver // db as the consumer's driver
 	b   *broker.Broker
 	g   broker.Guarantees
 
@@ -428,8 +429,11 @@ func newSuite(t *testing.T, cfg Config) *suite {
 		}
 	})
 	s.db = db
+	drv, err := hooks.NewDriver(db)
+	must(t, err)
+	s.drv = drv
 	must(t, hooks.Migrate(ctx, db, ""))
-	must(t, consumer.Migrate(ctx, db, ""))
+	must(t, consumer.Migrate(ctx, drv, ""))
 	must(t, db.AutoMigrate(&Counter{}, &effect{}))
 	plugin, err := hooks.New(hooks.Config{Topic: func(runtime.Envelope) string { return cfg.Topic }})
 	must(t, err)
@@ -637,9 +641,9 @@ func (s *suite) subscribe() {
 		err := json.Unmarshal(p, &e)
 		return e, err
 	}))
-	c, err := consumer.New(reg, consumer.Config{Name: "conformance", DB: s.db, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	c, err := consumer.New(reg, consumer.Config{Name: "conformance", DB: s.drv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	must(t, err)
-	must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e Stepped, m consumer.Meta) error {
+	must(t, consumer.Handle(c, s.drv, func(ctx context.Context, tx *gorm.DB, e Stepped, m consumer.Meta) error {
 		return tx.Create(&effect{EventID: m.EventID.String(), Aggregate: m.AggregateID, Seq: e.Seq}).Error
 	}))
 	handle := c.HandlerFunc()

@@ -26,6 +26,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/consumer"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // rejecting fails every Publish to topic "bad" for good, and passes the
@@ -64,7 +65,8 @@ func TestScrape(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := consumer.MigrateSQL(ctx, db, "sqlite", ""); err != nil {
+	drv := databasesql.New(db)
+	if err := consumer.Migrate(ctx, drv, ""); err != nil {
 		t.Fatal(err)
 	}
 
@@ -72,13 +74,13 @@ func TestScrape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	billing, err := consumer.New(registry(t), consumer.Config{Name: "billing", SQLDB: db, Dialect: "sqlite", OnOutcome: m.Consumer("billing"), Logger: discard()})
+	billing, err := consumer.New(registry(t), consumer.Config{Name: "billing", DB: drv, OnOutcome: m.Consumer("billing"), Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// order_paid is applied through the inbox; order_shipped has no
 	// handler (ignored).
-	if err := consumer.HandleTx(billing, func(context.Context, *sql.Tx, OrderPaid, consumer.Meta) error { return nil }); err != nil {
+	if err := consumer.Handle(billing, drv, func(context.Context, *sql.Tx, OrderPaid, consumer.Meta) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.AddInbox(billing); err != nil {

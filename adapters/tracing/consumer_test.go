@@ -15,6 +15,7 @@ import (
 
 	"github.com/gooutbox/outbox/adapters/tracing"
 	"github.com/gooutbox/outbox/adapters/tracing/tracingtest"
+	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
@@ -31,18 +32,21 @@ func TestStartHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := hookstest.SQLite(t, nil)
-	if err := consumer.Migrate(ctx, db, ""); err != nil {
+	drv, err := hooks.NewDriver(hookstest.SQLite(t, nil))
+	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := consumer.New(newRegistry(t), consumer.Config{Name: "billing", DB: db, StartHandler: tr.StartHandler,
+	if err := consumer.Migrate(ctx, drv, ""); err != nil {
+		t.Fatal(err)
+	}
+	c, err := consumer.New(newRegistry(t), consumer.Config{Name: "billing", DB: drv, StartHandler: tr.StartHandler,
 		MaxRetries: 1, MinBackoff: 1, MaxBackoff: 1, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var inHandler []trace.SpanContext
 	fail := true
-	err = consumer.Handle(c, func(ctx context.Context, _ *gorm.DB, _ OrderPlaced, _ consumer.Meta) error {
+	err = consumer.Handle(c, drv, func(ctx context.Context, _ *gorm.DB, _ OrderPlaced, _ consumer.Meta) error {
 		inHandler = append(inHandler, trace.SpanContextFromContext(ctx))
 		if fail {
 			fail = false

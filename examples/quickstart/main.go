@@ -145,7 +145,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := hooks.Migrate(ctx, db, ""); err != nil {
 		return err
 	}
-	if err := consumer.Migrate(ctx, db, ""); err != nil {
+	inbox, err := hooks.NewDriver(db) // GORM as the consumer's driver
+	if err != nil {
+		return err
+	}
+	if err := consumer.Migrate(ctx, inbox, ""); err != nil {
 		return err
 	}
 
@@ -368,9 +372,13 @@ func (s *shipping) router(db *gorm.DB, b *broker.Broker, dlq message.Publisher, 
 	if err := Register(reg); err != nil { // generated: every version of every event
 		return nil, err
 	}
+	drv, err := hooks.NewDriver(db) // handlers take a *gorm.DB
+	if err != nil {
+		return nil, err
+	}
 	c, err := consumer.New(reg, consumer.Config{
 		Name:                "shipping",
-		DB:                  db,
+		DB:                  drv,
 		DeadLetterPublisher: dlq,
 		Logger:              log,
 		OnOutcome:           s.outcome,
@@ -378,14 +386,14 @@ func (s *shipping) router(db *gorm.DB, b *broker.Broker, dlq message.Publisher, 
 	if err != nil {
 		return nil, err
 	}
-	err = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, m consumer.Meta) error {
+	err = consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, m consumer.Meta) error {
 		fmt.Fprintf(s.out, "consumed %s v%d  order %-3s customer=%s total=%s\n", m.EventType, m.EventVersion, m.AggregateID, e.Customer, e.Total)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	err = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPaid, m consumer.Meta) error {
+	err = consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e OrderPaid, m consumer.Meta) error {
 		amount := "none"
 		if e.Amount != nil {
 			amount = *e.Amount

@@ -29,14 +29,15 @@ import (
 //	go test -run '^$' -bench ConsumerPostgres -benchtime 5000x ./runtime/consumer
 func BenchmarkConsumerPostgres(b *testing.B) {
 	db := prepare(b, hookstest.Postgres(b, nil))
+	drv := driver(b, db)
 	for _, partitions := range []int{1, 4} {
 		for _, inbox := range []bool{true, false} {
 			name := fmt.Sprintf("inbox=%v/partitions=%d", inbox, partitions)
 			b.Run(name, func(b *testing.B) {
-				c := newConsumer(b, newRegistry(b, 2), consumer.Config{Name: name, DB: db})
+				c := newConsumer(b, newRegistry(b, 2), consumer.Config{Name: name, DB: drv})
 				write := writeEffect(name)
 				if inbox {
-					must(b, consumer.Handle(c, write))
+					must(b, consumer.Handle(c, drv, write))
 				} else {
 					must(b, consumer.HandleWithoutInbox(c, func(ctx context.Context, e PaidV2, m consumer.Meta) error {
 						return write(ctx, db.WithContext(ctx), e, m)
@@ -100,6 +101,7 @@ func BenchmarkConsumerPostgres(b *testing.B) {
 //	go test -run '^$' -bench ConsumerKafkaPostgres -benchtime 20000x ./runtime/consumer
 func BenchmarkConsumerKafkaPostgres(b *testing.B) {
 	db := prepare(b, hookstest.Postgres(b, nil))
+	drv := driver(b, db)
 	brk := &broker{addrs: kafkatest.NewCluster(b)}
 	for _, mode := range []string{"router/members=1", "router/members=4", "router/parallel", "run/batch=100"} {
 		for _, inbox := range []bool{true, false} {
@@ -128,14 +130,14 @@ func BenchmarkConsumerKafkaPostgres(b *testing.B) {
 				// Count applications: members joining redeliver what was
 				// not committed yet (duplicates with the inbox, applied
 				// again without it).
-				c := newConsumer(b, newRegistry(b, 2), consumer.Config{Name: name, DB: db, BatchSize: 100, OnOutcome: func(r consumer.Result) {
+				c := newConsumer(b, newRegistry(b, 2), consumer.Config{Name: name, DB: drv, BatchSize: 100, OnOutcome: func(r consumer.Result) {
 					if r.Outcome == consumer.OutcomeApplied && handled.Add(1) == int64(b.N) {
 						close(done)
 					}
 				}})
 				write := writeEffect(name)
 				if inbox {
-					must(b, consumer.Handle(c, write))
+					must(b, consumer.Handle(c, drv, write))
 				} else {
 					must(b, consumer.HandleWithoutInbox(c, func(ctx context.Context, e PaidV2, m consumer.Meta) error {
 						return write(ctx, db.WithContext(ctx), e, m)

@@ -91,9 +91,10 @@ func TestKafkaCloudEvents(t *testing.T) {
 
 	// A consumer reading through the adapter applies it.
 	db := prepare(t, nil2sqlite(t))
+	drv := driver(t, db)
 	onOutcome, res := results()
-	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db, OnOutcome: onOutcome})
-	must(t, consumer.Handle(c, writeEffect("billing")))
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: drv, OnOutcome: onOutcome})
+	must(t, consumer.Handle(c, drv, writeEffect("billing")))
 	runRouter(t, c, b.subscriber(t, "billing"), b.topic)
 	got := next(t, res)
 	if got.Outcome != consumer.OutcomeApplied || got.MessageUUID != env.EventID.String() ||

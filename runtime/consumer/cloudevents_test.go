@@ -39,10 +39,11 @@ func ceMessage(id string, md map[string]string, payload string) *message.Message
 func TestCloudEventsOnlyMessage(t *testing.T) {
 	t.Parallel()
 	db := prepare(t, nil2sqlite(t))
+	drv := driver(t, db)
 	var o outcomes
-	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db, OnOutcome: o.record})
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: drv, OnOutcome: o.record})
 	var metas []consumer.Meta
-	must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+	must(t, consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
 		metas = append(metas, m)
 		return writeEffect("billing")(ctx, tx, e, m)
 	}))

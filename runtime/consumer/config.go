@@ -2,14 +2,13 @@ package consumer
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
@@ -76,29 +75,14 @@ type Config struct {
 	Name string
 
 	// DB is the database of the inbox and of the handlers' transactions,
-	// for handlers that take a *gorm.DB ([Handle]); handlers registered
-	// with [HandleTx] use its connection pool. PostgreSQL, SQLite, and
-	// MySQL 8 or MariaDB 10.6+ (GORM's "mysql" dialector) are supported;
-	// create the table with [Migrate] or [DDL]. A consumer without GORM
-	// sets SQLDB instead; one with only [HandleWithoutInbox] handlers
-	// needs neither.
+	// through any of the storage layer's drivers: hooks.NewDriver(gormDB)
+	// for handlers that take a *gorm.DB, databasesql.New(sqlDB) for a
+	// *sql.Tx, pgxv5.New(pool) for a pgx.Tx (see [Handle]). PostgreSQL,
+	// SQLite, and MySQL 8 or MariaDB 10.6+ are supported; the dialect is
+	// DB.Dialect(). Create the table with [Migrate] or [DDL]. A consumer
+	// with only [HandleWithoutInbox] handlers leaves it nil.
 	// Default: nil.
-	DB *gorm.DB
-
-	// SQLDB is the database of the inbox and of the handlers'
-	// transactions for a consumer without GORM: its handlers take a
-	// *sql.Tx ([HandleTx]). Set DB or SQLDB, not both; with SQLDB, set
-	// Dialect. Create the table with [MigrateSQL] or [DDL].
-	// Default: nil.
-	SQLDB *sql.DB
-
-	// Dialect is SQLDB's SQL dialect: "postgres" (or "pgx", for pgx's
-	// stdlib driver), "sqlite", or "mysql" (MySQL 8 or MariaDB 10.6+
-	// through github.com/go-sql-driver/mysql, whose DSN must have
-	// parseTime=true). Required with SQLDB; with DB it must be empty or
-	// match DB's dialector.
-	// Default: "".
-	Dialect string
+	DB sqlstore.DB
 
 	// Table is the inbox table, optionally schema-qualified. It must be a
 	// plain SQL identifier.
@@ -425,31 +409,15 @@ func (c Config) Validate() error {
 // dialect returns the inbox dialect of the configured database, "" for
 // none. The error wraps [ErrInvalidConfig] or [ErrUnsupportedDialect].
 func (c Config) dialect() (string, error) {
-	switch {
-	case c.DB != nil && c.SQLDB != nil:
-		return "", fmt.Errorf("%w: set DB or SQLDB, not both", ErrInvalidConfig)
-	case c.SQLDB != nil:
-		if c.Dialect == "" {
-			return "", fmt.Errorf("%w: SQLDB needs Dialect (postgres, sqlite or mysql)", ErrInvalidConfig)
-		}
-		return dialectOf(c.Dialect)
-	case c.DB != nil && c.DB.Dialector != nil:
-		d, err := dialectOf(c.DB.Dialector.Name())
-		if err != nil {
-			return "", err
-		}
-		if c.Dialect != "" {
-			want, err := dialectOf(c.Dialect)
-			if err != nil {
-				return "", err // names the dialect, and wraps ErrUnsupportedDialect
-			}
-			if want != d {
-				return "", fmt.Errorf("%w: Dialect %q does not match DB's dialector %q", ErrInvalidConfig, c.Dialect, c.DB.Dialector.Name())
-			}
-		}
-		return d, nil
-	case c.Dialect != "":
-		return "", fmt.Errorf("%w: Dialect is set but SQLDB is nil", ErrInvalidConfig)
+	if c.DB == nil {
+		return "", nil
 	}
-	return "", nil
+	if v := reflect.ValueOf(c.DB); v.Kind() == reflect.Pointer && v.IsNil() {
+		return "", fmt.Errorf("%w: DB is a nil %T", ErrInvalidConfig, c.DB)
+	}
+	d, err := c.DB.Dialect()
+	if err != nil {
+		return "", fmt.Errorf("%w: DB: %w", ErrInvalidConfig, inboxErr(err))
+	}
+	return dialectOf(string(d))
 }

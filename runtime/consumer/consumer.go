@@ -2,8 +2,6 @@ package consumer
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,13 +13,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
-	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/internal/backoff"
 	"github.com/gooutbox/outbox/runtime/internal/logattr"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
-	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // Consumer applies the events of a topic through typed handlers: it decodes
@@ -36,12 +32,10 @@ import (
 // router handlers) may share one. Register every handler before the first
 // message arrives.
 type Consumer struct {
-	reg   *runtime.Registry
-	cfg   Config
-	db    *gorm.DB        // nil without GORM
-	sqlDB *sql.DB         // cfg.SQLDB, or db's pool; nil without a database
-	sql   *sqlstore.Inbox // nil without a database
-	log   *slog.Logger
+	reg *runtime.Registry
+	cfg Config
+	sql *sqlstore.Inbox // nil without a database (cfg.DB)
+	log *slog.Logger
 
 	mu     sync.RWMutex
 	routes map[string]*route // by event type
@@ -58,8 +52,10 @@ const maxTrackedNacks = 10_000
 // route is the handler of one event type.
 type route struct {
 	kind routeKind
-	// call runs the handler; tx holds the transaction its kind takes.
-	call func(ctx context.Context, tx txs, evt runtime.Event, m Meta) error
+	// call runs the handler; tx is the inbox transaction (nil for
+	// withoutInbox), which the handler of [Handle] gets as its driver's
+	// own transaction type.
+	call func(ctx context.Context, tx sqlstore.Tx, evt runtime.Event, m Meta) error
 }
 
 // routeKind is how a handler gets its inbox transaction.
@@ -67,15 +63,8 @@ type routeKind int
 
 const (
 	withoutInbox routeKind = iota // HandleWithoutInbox: none
-	gormInbox                     // Handle: a GORM transaction of Config.DB
-	sqlInbox                      // HandleTx: a *sql.Tx
+	withInbox                     // Handle: a transaction of Config.DB
 )
-
-// txs is the transaction a handler runs in: one of the fields, or none.
-type txs struct {
-	gorm *gorm.DB
-	sql  *sql.Tx
-}
 
 // New returns a consumer that decodes with reg, configured by cfg. It
 // returns an error wrapping [ErrInvalidConfig] (or [ErrInvalidTable],
@@ -93,12 +82,6 @@ func New(reg *runtime.Registry, cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	sqlDB := cfg.SQLDB
-	if cfg.DB != nil {
-		if sqlDB, err = cfg.DB.DB(); err != nil {
-			return nil, fmt.Errorf("%w: DB has no database/sql pool: %w", ErrInvalidConfig, err)
-		}
-	}
 	var inbox *sqlstore.Inbox
 	if dialect != "" {
 		if inbox, err = sqlstore.NewInbox(sqlstore.Dialect(dialect), cfg.Table, cfg.TxTimeout); err != nil {
@@ -108,8 +91,6 @@ func New(reg *runtime.Registry, cfg Config) (*Consumer, error) {
 	c := &Consumer{
 		reg:    reg,
 		cfg:    cfg,
-		db:     cfg.DB,
-		sqlDB:  sqlDB,
 		sql:    inbox,
 		log:    cfg.Logger.With(slog.String("consumer", cfg.Name)),
 		routes: make(map[string]*route),
@@ -124,60 +105,52 @@ func (c *Consumer) Name() string { return c.cfg.Name }
 // latest registered version of its event: the consumer decodes every
 // version it knows and upcasts it to E before calling fn.
 //
-// fn runs inside a GORM transaction of [Config.DB] whose first statement
-// inserts (consumer name, event id) into the inbox (on MySQL and MariaDB,
-// the first after setting the session's timeouts; see [Config.TxTimeout]);
-// fn must make its database writes through tx, and neither commit nor roll
-// it back. When fn returns
-// nil the transaction commits, its writes and the inbox marker together,
-// and the message is acked. When the marker already exists (a redelivery,
-// or a concurrent duplicate that committed first) fn does not run, nothing
-// commits, and the message is acked. When fn returns an error or panics,
-// the transaction rolls back and fn is retried (see [Config.MaxRetries]).
-// fn may run more than once for one event, but only one run commits.
+// d is the consumer's [Config.DB], as the driver whose transaction type
+// fn takes: a database/sql handler (database/sql itself, or sqlc, whose
+// generated New takes a DBTX a *sql.Tx satisfies) gets a *sql.Tx with
+// databasesql.New(sqlDB), a pgx handler (sqlc's pgx/v5 target) a pgx.Tx
+// with pgxv5.New(pool), a GORM handler a *gorm.DB with
+// hooks.NewDriver(gormDB).
+//
+// fn runs inside a transaction the consumer begins on [Config.DB], whose
+// first statement inserts (consumer name, event id) into the inbox (on
+// MySQL and MariaDB, the first after setting the session's timeouts; see
+// [Config.TxTimeout]); tx is that transaction as d's type
+// (d.UnwrapTx). fn must make its database writes through tx, and neither
+// commit nor roll it back. When fn returns nil the transaction commits,
+// its writes and the inbox marker together, and the message is acked.
+// When the marker already exists (a redelivery, or a concurrent duplicate
+// that committed first) fn does not run, nothing commits, and the message
+// is acked. When fn returns an error or panics, the transaction rolls back
+// and fn is retried (see [Config.MaxRetries]). fn may run more than once
+// for one event, but only one run commits.
 //
 // Each run has [Config.TxTimeout] (30s by default) for the whole
-// transaction: ctx and tx carry the deadline, fn's statements through tx
-// fail once it passes, and the run counts as an inbox failure (retried,
-// then nacked; never dead-lettered). fn should pass ctx to whatever else it
-// waits on: a handler blocked outside the database holds its delivery until
-// it returns.
+// transaction: ctx carries the deadline, and tx was begun with it (a GORM
+// tx carries ctx too), so fn's statements through tx fail once it passes,
+// and the run counts as an inbox failure (retried, then nacked; never
+// dead-lettered). fn should pass ctx to whatever else it waits on: a
+// handler blocked outside the database holds its delivery until it
+// returns.
 //
-// Handle returns an error wrapping [ErrInvalidHandler] when c or fn is nil,
-// the consumer has no DB, E is not the latest registered version of its type, or the type
-// already has a handler. Without GORM, use [HandleTx].
-func Handle[E runtime.Event](c *Consumer, fn func(ctx context.Context, tx *gorm.DB, e E, m Meta) error) error {
+// Handle returns an error wrapping [ErrInvalidHandler] when c, d or fn is
+// nil, the consumer has no DB, d is not its DB, E is not the latest
+// registered version of its type, or the type already has a handler.
+func Handle[TTx any, E runtime.Event](c *Consumer, d sqlstore.Driver[TTx], fn func(ctx context.Context, tx TTx, e E, m Meta) error) error {
 	if err := checkHandler[E](c, fn == nil); err != nil {
 		return err
 	}
-	if c.db == nil {
-		var zero E
-		return fmt.Errorf("%w: %T: a *gorm.DB handler needs Config.DB (use HandleTx with Config.SQLDB, or HandleWithoutInbox for handlers without a database)", ErrInvalidHandler, zero)
+	switch {
+	case c.cfg.DB == nil:
+		return fmt.Errorf("%w: %s: the inbox needs Config.DB (use HandleWithoutInbox for handlers without a database)", ErrInvalidHandler, reflect.TypeFor[E]())
+	case d == nil:
+		return fmt.Errorf("%w: %s: nil driver", ErrInvalidHandler, reflect.TypeFor[E]())
+	case sqlstore.DB(d) != c.cfg.DB:
+		return fmt.Errorf("%w: %s: the driver %T is not the consumer's Config.DB (%T): the handler's transaction is begun on Config.DB", ErrInvalidHandler, reflect.TypeFor[E](), d, c.cfg.DB)
 	}
-	return register(c, gormInbox, func(ctx context.Context, tx txs, e E, m Meta) error { return fn(ctx, tx.gorm, e, m) })
-}
-
-// HandleTx is [Handle] for handlers that take a *sql.Tx: database/sql,
-// sqlc (whose generated New takes a DBTX a *sql.Tx satisfies), or pgx
-// through its stdlib driver. The consumer begins tx on [Config.SQLDB] (or
-// on [Config.DB]'s pool), inserts the inbox marker in it, runs fn, and
-// commits or rolls back; fn makes its writes through tx and neither commits
-// nor rolls it back. Everything Handle says about duplicates, retries and
-// [Config.TxTimeout] holds: ctx carries the deadline, and tx was begun with
-// it, so fn's statements through tx fail once it passes.
-//
-// HandleTx returns an error wrapping [ErrInvalidHandler] when c or fn is
-// nil, the consumer has neither SQLDB nor DB, E is not the latest registered version of its
-// type, or the type already has a handler.
-func HandleTx[E runtime.Event](c *Consumer, fn func(ctx context.Context, tx *sql.Tx, e E, m Meta) error) error {
-	if err := checkHandler[E](c, fn == nil); err != nil {
-		return err
-	}
-	if c.sqlDB == nil {
-		var zero E
-		return fmt.Errorf("%w: %T: the inbox needs Config.SQLDB or Config.DB (use HandleWithoutInbox for handlers without a database)", ErrInvalidHandler, zero)
-	}
-	return register(c, sqlInbox, func(ctx context.Context, tx txs, e E, m Meta) error { return fn(ctx, tx.sql, e, m) })
+	return register(c, withInbox, func(ctx context.Context, tx sqlstore.Tx, e E, m Meta) error {
+		return fn(ctx, d.UnwrapTx(ctx, tx), e, m)
+	})
 }
 
 // HandleWithoutInbox registers fn as the handler of event type E (the latest
@@ -190,7 +163,7 @@ func HandleWithoutInbox[E runtime.Event](c *Consumer, fn func(ctx context.Contex
 	if err := checkHandler[E](c, fn == nil); err != nil {
 		return err
 	}
-	return register(c, withoutInbox, func(ctx context.Context, _ txs, e E, m Meta) error { return fn(ctx, e, m) })
+	return register(c, withoutInbox, func(ctx context.Context, _ sqlstore.Tx, e E, m Meta) error { return fn(ctx, e, m) })
 }
 
 // checkHandler returns an error wrapping [ErrInvalidHandler] for a nil
@@ -206,7 +179,7 @@ func checkHandler[E runtime.Event](c *Consumer, nilFn bool) error {
 	return nil
 }
 
-func register[E runtime.Event](c *Consumer, kind routeKind, fn func(ctx context.Context, tx txs, e E, m Meta) error) error {
+func register[E runtime.Event](c *Consumer, kind routeKind, fn func(ctx context.Context, tx sqlstore.Tx, e E, m Meta) error) error {
 	key, err := keyOf[E]()
 	if err != nil {
 		return err
@@ -221,7 +194,7 @@ func register[E runtime.Event](c *Consumer, kind routeKind, fn func(ctx context.
 	}
 	r := &route{
 		kind: kind,
-		call: func(ctx context.Context, tx txs, evt runtime.Event, m Meta) error {
+		call: func(ctx context.Context, tx sqlstore.Tx, evt runtime.Event, m Meta) error {
 			e, err := convert[E](evt)
 			if err != nil {
 				return err
@@ -496,7 +469,7 @@ func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result,
 // otherwise the handler's error.
 func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m Meta) error {
 	if r.kind == withoutInbox {
-		return c.call(ctx, r, txs{}, evt, m)
+		return c.call(ctx, r, nil, evt, m)
 	}
 	// The deadline covers begin, the marker insert, the handler's
 	// statements and commit: the driver fails each of them once it passes
@@ -508,15 +481,15 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 	// The marker first, then the handler; the session's timeouts (MySQL)
 	// are restored after the transaction (see inboxTx).
 	err := c.bounded(tctx, func() error {
-		return c.inboxTx(tctx, r.kind == gormInbox, func(tx databasesql.Querier, handler txs) error {
-			inserted, err := c.sql.Record(tctx, databasesql.Executor(tx), c.cfg.Name, m.EventID, m.EventType, c.cfg.Clock.Now())
+		return c.inboxTx(tctx, func(tx sqlstore.Tx) error {
+			inserted, err := c.sql.Record(tctx, tx, c.cfg.Name, m.EventID, m.EventType, c.cfg.Clock.Now())
 			if err != nil {
 				return &InboxError{Err: err}
 			}
 			if !inserted {
 				return errDuplicate
 			}
-			if err := c.call(tctx, r, handler, evt, m); err != nil {
+			if err := c.call(tctx, r, tx, evt, m); err != nil {
 				handlerErr = err
 				return err
 			}
@@ -552,10 +525,10 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 	return &InboxError{Err: err}
 }
 
-// inboxTx runs fn in an inbox transaction begun with ctx, through GORM
-// (fn's txs.gorm) or database/sql (txs.sql): it commits when fn returns
-// nil, and rolls back when fn returns an error or panics (the panic goes
-// on). fn calls the inbox's Record or RecordBatch first, and not Restore.
+// inboxTx runs fn in an inbox transaction begun with ctx on [Config.DB]:
+// it commits when fn returns nil, and rolls back when fn returns an error
+// or panics (the panic goes on). fn calls the inbox's Record or
+// RecordBatch first, and not Restore.
 //
 // Where the inbox sets session timeouts (MySQL and MariaDB, which have no
 // SET LOCAL: see [sqlstore.Inbox.Restore]), the transaction runs on a
@@ -565,62 +538,37 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 // server's transaction, and the marker's lock a redelivery waits on, to
 // end within TxTimeout instead of the server's wait_timeout (8 hours by
 // default). A connection whose restore fails is discarded.
-func (c *Consumer) inboxTx(ctx context.Context, viaGORM bool, fn func(tx databasesql.Querier, h txs) error) error {
+func (c *Consumer) inboxTx(ctx context.Context, fn func(tx sqlstore.Tx) error) error {
 	if !c.sql.GuardsSession() {
-		if viaGORM {
-			return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-				return fn(tx.Statement.ConnPool, txs{gorm: tx})
-			})
-		}
-		return c.sqlTransaction(ctx, c.sqlDB, func(tx *sql.Tx) error { return fn(tx, txs{sql: tx}) })
+		return transaction(ctx, c.cfg.DB, fn)
 	}
-	// on runs the transaction on conn, then restores the session.
-	on := func(conn *sql.Conn, begin func(fn func(tx databasesql.Querier, h txs) error) error) error {
-		guarded := false // Record or RecordBatch set the session's timeouts
-		err := begin(func(tx databasesql.Querier, h txs) error {
-			guarded = true
-			return fn(tx, h)
-		})
-		if guarded {
-			if rerr := c.sql.Restore(ctx, databasesql.Executor(conn)); rerr != nil {
-				// The session may keep TxTimeout as its wait_timeout: the
-				// pool must not hand it out again. The transaction's own
-				// outcome is err's.
-				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-			}
-		}
-		return err
-	}
-	if viaGORM {
-		return c.db.WithContext(ctx).Connection(func(cdb *gorm.DB) error {
-			conn, ok := cdb.Statement.ConnPool.(*sql.Conn)
-			if !ok {
-				return fmt.Errorf("GORM's connection %T is not a *sql.Conn", cdb.Statement.ConnPool)
-			}
-			return on(conn, func(fn func(tx databasesql.Querier, h txs) error) error {
-				return cdb.Transaction(func(tx *gorm.DB) error { return fn(tx.Statement.ConnPool, txs{gorm: tx}) })
-			})
-		})
-	}
-	conn, err := c.sqlDB.Conn(ctx)
+	conn, err := c.cfg.DB.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	defer conn.Close()
-	return on(conn, func(fn func(tx databasesql.Querier, h txs) error) error {
-		return c.sqlTransaction(ctx, conn, func(tx *sql.Tx) error { return fn(tx, txs{sql: tx}) })
+	guarded := false // Record or RecordBatch set the session's timeouts
+	defer func() {
+		if guarded {
+			if rerr := c.sql.Restore(ctx, conn); rerr != nil {
+				// The session may keep TxTimeout as its wait_timeout: the
+				// pool must not hand it out again. The transaction's own
+				// outcome is err's.
+				conn.Discard()
+				return
+			}
+		}
+		_ = conn.Close()
+	}()
+	return transaction(ctx, conn, func(tx sqlstore.Tx) error {
+		guarded = true
+		return fn(tx)
 	})
 }
 
-// txBeginner is a *sql.DB or a *sql.Conn.
-type txBeginner interface {
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-}
-
-// sqlTransaction runs fn in a transaction of db, begun with ctx: it commits
+// transaction runs fn in a transaction of db, begun with ctx: it commits
 // when fn returns nil, and rolls back when fn returns an error or panics
 // (the panic goes on).
-func (c *Consumer) sqlTransaction(ctx context.Context, db txBeginner, fn func(tx *sql.Tx) error) (err error) {
+func transaction(ctx context.Context, db sqlstore.Beginner, fn func(tx sqlstore.Tx) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -630,14 +578,14 @@ func (c *Consumer) sqlTransaction(ctx context.Context, db txBeginner, fn func(tx
 		if !committed {
 			// Rollback fails when the deadline already ended the
 			// transaction; the server discards it either way.
-			_ = tx.Rollback()
+			_ = tx.Rollback(ctx)
 		}
 	}()
 	if err := fn(tx); err != nil {
 		return err
 	}
 	committed = true
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
@@ -703,7 +651,7 @@ func (c *Consumer) bounded(tctx context.Context, fn func() error) error {
 
 // call runs a handler, turning a panic into a *PanicError, between
 // [Config.StartHandler] and its end.
-func (c *Consumer) call(ctx context.Context, r *route, tx txs, evt runtime.Event, m Meta) (err error) {
+func (c *Consumer) call(ctx context.Context, r *route, tx sqlstore.Tx, evt runtime.Event, m Meta) (err error) {
 	if c.cfg.StartHandler != nil {
 		var end func(error)
 		ctx, end = c.cfg.StartHandler(ctx, m.Topic, m.Envelope)
@@ -721,7 +669,12 @@ func (c *Consumer) call(ctx context.Context, r *route, tx txs, evt runtime.Event
 func (c *Consumer) ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return c.sqlDB.PingContext(ctx)
+	conn, err := c.cfg.DB.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.PingContext(ctx)
 }
 
 // backoff returns the wait before the given retry (1-based): a random

@@ -59,10 +59,11 @@ func TestHandlerReceivesTheLatestVersion(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := open(t)
-			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db})
+			drv := driver(t, db)
+			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: drv})
 			var got []PaidV2
 			var metas []consumer.Meta
-			must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+			must(t, consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
 				got = append(got, e)
 				metas = append(metas, m)
 				return nil
@@ -93,21 +94,22 @@ func TestHandlerReceivesTheLatestVersion(t *testing.T) {
 func TestHandleRejectsInvalidHandlers(t *testing.T) {
 	t.Parallel()
 	db := prepare(t, nil2sqlite(t))
+	drv := driver(t, db)
 	reg := newRegistry(t, 2)
 	noop := func(context.Context, *gorm.DB, PaidV2, consumer.Meta) error { return nil }
 
-	c := newConsumer(t, reg, consumer.Config{Name: "c", DB: db})
-	if err := consumer.Handle(c, func(context.Context, *gorm.DB, PaidV1, consumer.Meta) error { return nil }); !errors.Is(err, consumer.ErrInvalidHandler) {
+	c := newConsumer(t, reg, consumer.Config{Name: "c", DB: drv})
+	if err := consumer.Handle(c, drv, func(context.Context, *gorm.DB, PaidV1, consumer.Meta) error { return nil }); !errors.Is(err, consumer.ErrInvalidHandler) {
 		t.Errorf("Handle(v1, not latest) = %v, want ErrInvalidHandler", err)
 	}
-	if err := consumer.Handle(c, func(context.Context, *gorm.DB, PaidV3, consumer.Meta) error { return nil }); !errors.Is(err, consumer.ErrInvalidHandler) {
+	if err := consumer.Handle(c, drv, func(context.Context, *gorm.DB, PaidV3, consumer.Meta) error { return nil }); !errors.Is(err, consumer.ErrInvalidHandler) {
 		t.Errorf("Handle(v3, unregistered) = %v, want ErrInvalidHandler", err)
 	}
-	if err := consumer.Handle(c, func(context.Context, *gorm.DB, runtime.Event, consumer.Meta) error { return nil }); !errors.Is(err, consumer.ErrInvalidHandler) {
+	if err := consumer.Handle(c, drv, func(context.Context, *gorm.DB, runtime.Event, consumer.Meta) error { return nil }); !errors.Is(err, consumer.ErrInvalidHandler) {
 		t.Errorf("Handle(interface) = %v, want ErrInvalidHandler", err)
 	}
-	must(t, consumer.Handle(c, noop))
-	if err := consumer.Handle(c, noop); !errors.Is(err, consumer.ErrInvalidHandler) {
+	must(t, consumer.Handle(c, drv, noop))
+	if err := consumer.Handle(c, drv, noop); !errors.Is(err, consumer.ErrInvalidHandler) {
 		t.Errorf("second Handle = %v, want ErrInvalidHandler", err)
 	}
 	if err := consumer.HandleWithoutInbox(c, func(context.Context, *PaidV2, consumer.Meta) error { return nil }); !errors.Is(err, consumer.ErrInvalidHandler) {
@@ -115,19 +117,20 @@ func TestHandleRejectsInvalidHandlers(t *testing.T) {
 	}
 
 	noDB := newConsumer(t, reg, consumer.Config{Name: "c"})
-	if err := consumer.Handle(noDB, noop); !errors.Is(err, consumer.ErrInvalidHandler) {
+	if err := consumer.Handle(noDB, drv, noop); !errors.Is(err, consumer.ErrInvalidHandler) {
 		t.Errorf("Handle without DB = %v, want ErrInvalidHandler", err)
 	}
 	must(t, consumer.HandleWithoutInbox(noDB, func(context.Context, PaidV2, consumer.Meta) error { return nil }))
 
 	// Nil arguments are errors, not panics on every event (found by a new
 	// user's trial: a nil handler dead-lettered every event).
-	fresh := newConsumer(t, reg, consumer.Config{Name: "c2", DB: db})
+	fresh := newConsumer(t, reg, consumer.Config{Name: "c2", DB: drv})
 	for name, err := range map[string]error{
-		"Handle nil fn":             consumer.Handle[PaidV2](fresh, nil),
-		"HandleTx nil fn":           consumer.HandleTx[PaidV2](fresh, nil),
+		"Handle nil fn":             consumer.Handle[*gorm.DB, PaidV2](fresh, drv, nil),
+		"Handle nil driver":         consumer.Handle[*gorm.DB](fresh, nil, noop),
+		"Handle another driver":     consumer.Handle(fresh, driver(t, db), noop),
 		"HandleWithoutInbox nil fn": consumer.HandleWithoutInbox[PaidV2](fresh, nil),
-		"Handle nil consumer":       consumer.Handle(nil, noop),
+		"Handle nil consumer":       consumer.Handle(nil, drv, noop),
 	} {
 		if !errors.Is(err, consumer.ErrInvalidHandler) {
 			t.Errorf("%s = %v, want ErrInvalidHandler", name, err)
@@ -208,12 +211,13 @@ func TestRedeliveryHasNoSecondEffect(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := open(t)
+			drv := driver(t, db)
 			var o outcomes
-			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db, OnOutcome: o.record})
-			must(t, consumer.Handle(c, writeEffect("billing")))
+			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: drv, OnOutcome: o.record})
+			must(t, consumer.Handle(c, drv, writeEffect("billing")))
 			// A second consumer of the same events has its own inbox entries.
-			c2 := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "stats", DB: db, OnOutcome: o.record})
-			must(t, consumer.Handle(c2, writeEffect("stats")))
+			c2 := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "stats", DB: drv, OnOutcome: o.record})
+			must(t, consumer.Handle(c2, drv, writeEffect("stats")))
 
 			msg := paidMessage(t, 2, "o-1", 1)
 			for i := range 3 {
@@ -244,9 +248,10 @@ func TestCrashAfterCommitBeforeAck(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := open(t)
+			drv := driver(t, db)
 			var o outcomes
-			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db, OnOutcome: o.record})
-			must(t, consumer.Handle(c, writeEffect("billing")))
+			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: drv, OnOutcome: o.record})
+			must(t, consumer.Handle(c, drv, writeEffect("billing")))
 
 			// The subscriber: a channel the test feeds, acking or not.
 			deliveries := make(chan *message.Message)
@@ -289,9 +294,10 @@ func TestConcurrentDuplicates(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := open(t)
+			drv := driver(t, db)
 			var o outcomes
-			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db, OnOutcome: o.record, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
-			must(t, consumer.Handle(c, writeEffect("billing")))
+			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: drv, OnOutcome: o.record, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+			must(t, consumer.Handle(c, drv, writeEffect("billing")))
 			h := c.HandlerFunc()
 
 			deliver := func(msgs []*message.Message) {
@@ -359,16 +365,17 @@ func TestHandlerErrorIsRetriedThenDeadLettered(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := open(t)
+			drv := driver(t, db)
 			var o outcomes
 			dlq := &recordingPublisher{}
 			c := newConsumer(t, newRegistry(t, 2), consumer.Config{
-				Name: "billing", DB: db, OnOutcome: o.record,
+				Name: "billing", DB: drv, OnOutcome: o.record,
 				MaxRetries: 2, MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond,
 				DeadLetterPublisher: dlq, DeadLetterTopic: "billing.dlq",
 			})
 			var runs atomic.Int32
 			write := writeEffect("billing")
-			must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+			must(t, consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
 				if err := write(ctx, tx, e, m); err != nil {
 					return err
 				}
@@ -435,11 +442,12 @@ func TestHandlerErrorIsRetriedThenDeadLettered(t *testing.T) {
 func TestRetriedHandlerSucceeds(t *testing.T) {
 	t.Parallel()
 	db := nil2sqlite(t)
+	drv := driver(t, db)
 	var o outcomes
-	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, OnOutcome: o.record, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: drv, OnOutcome: o.record, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
 	var attempts []int
 	write := writeEffect("c")
-	must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+	must(t, consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
 		attempts = append(attempts, m.Attempt)
 		if err := write(ctx, tx, e, m); err != nil {
 			return err
@@ -529,9 +537,10 @@ func TestNewerVersionIsNackedNotLost(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := open(t)
+			drv := driver(t, db)
 			var o outcomes
-			old := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db, OnOutcome: o.record, NackDelay: time.Millisecond})
-			must(t, consumer.Handle(old, writeEffect("billing")))
+			old := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: drv, OnOutcome: o.record, NackDelay: time.Millisecond})
+			must(t, consumer.Handle(old, drv, writeEffect("billing")))
 			msg := paidMessage(t, 3, "o-1", 1)
 			for range 2 {
 				err := old.HandlerFunc()(redeliver(msg))
@@ -548,9 +557,9 @@ func TestNewerVersionIsNackedNotLost(t *testing.T) {
 			}
 
 			// The newer deployment.
-			upgraded := newConsumer(t, newRegistry(t, 3), consumer.Config{Name: "billing", DB: db, OnOutcome: o.record})
+			upgraded := newConsumer(t, newRegistry(t, 3), consumer.Config{Name: "billing", DB: drv, OnOutcome: o.record})
 			var notes []string
-			must(t, consumer.Handle(upgraded, func(ctx context.Context, tx *gorm.DB, e PaidV3, m consumer.Meta) error {
+			must(t, consumer.Handle(upgraded, drv, func(ctx context.Context, tx *gorm.DB, e PaidV3, m consumer.Meta) error {
 				notes = append(notes, e.Note)
 				return writeEffect("billing")(ctx, tx, e.PaidV2, m)
 			}))
@@ -765,11 +774,12 @@ func TestCancelledContextEndsRetriesAndNackDelay(t *testing.T) {
 func TestInboxFailureIsNotDeadLettered(t *testing.T) {
 	t.Parallel()
 	db := nil2sqlite(t)
+	drv := driver(t, db)
 	dlq := &recordingPublisher{}
 	var o outcomes
-	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, Table: "missing_inbox", DeadLetterPublisher: dlq,
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: drv, Table: "missing_inbox", DeadLetterPublisher: dlq,
 		MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, NackDelay: time.Millisecond, OnOutcome: o.record})
-	must(t, consumer.Handle(c, writeEffect("c")))
+	must(t, consumer.Handle(c, drv, writeEffect("c")))
 	err := c.HandlerFunc()(paidMessage(t, 2, "o-1", 1))
 	var ie *consumer.InboxError
 	if !errors.As(err, &ie) {

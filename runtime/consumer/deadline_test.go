@@ -72,15 +72,16 @@ func TestHandlerBlockingPastTxTimeoutIsRetriedNotDeadLettered(t *testing.T) {
 			t.Run(tc.name+"/"+name, func(t *testing.T) {
 				t.Parallel()
 				db := open(t)
+				drv := driver(t, db)
 				dlq := &recordingPublisher{}
 				var o outcomes
 				c := newConsumer(t, newRegistry(t, 2), consumer.Config{
-					Name: "c", DB: db, TxTimeout: txTimeout, MaxRetries: 1,
+					Name: "c", DB: drv, TxTimeout: txTimeout, MaxRetries: 1,
 					MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, NackDelay: time.Millisecond,
 					DeadLetterPublisher: dlq, OnOutcome: o.record,
 				})
 				write := writeEffect("c")
-				must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+				must(t, consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
 					if err := write(ctx, tx, e, m); err != nil {
 						return err
 					}
@@ -127,8 +128,9 @@ func TestTxTimeoutBeyondPostgresRange(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := databases(t)[name](t)
-			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, TxTimeout: 10000 * time.Hour})
-			must(t, consumer.Handle(c, writeEffect("c")))
+			drv := driver(t, db)
+			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: drv, TxTimeout: 10000 * time.Hour})
+			must(t, consumer.Handle(c, drv, writeEffect("c")))
 			if err := c.HandlerFunc()(paidMessage(t, 2, "o-1", 1)); err != nil {
 				t.Fatalf("handler = %v", err)
 			}

@@ -7,10 +7,10 @@ import (
 )
 
 // TestDependencies guards the package's promise: it builds on runtime,
-// Watermill, GORM and the storage layer (runtime/sqlstore) only, so a
-// consumer works with any Watermill subscriber, any GORM dialector and any
-// database/sql driver (HandleTx) without pulling in a broker client, a GORM
-// dialector or a SQLite driver. The storage layer brings the PostgreSQL
+// Watermill and the storage layer (runtime/sqlstore) only, so a consumer
+// works with any Watermill subscriber and any of the storage layer's
+// drivers without pulling in GORM (hooks.NewDriver brings it for GORM
+// handlers), a broker client or a SQLite driver. The storage layer brings the PostgreSQL
 // (pgx, for the relay's LISTEN) and MySQL (its error numbers) client
 // packages, and runtime/relay's types; runtime/sqlstore's own test keeps
 // GORM out of it.
@@ -21,9 +21,9 @@ func TestDependencies(t *testing.T) {
 		"github.com/gooutbox/outbox/hooks",
 		"github.com/segmentio/kafka-go",
 		"github.com/twmb/franz-go",
-		"gorm.io/driver",
+		"gorm.io",
 		"github.com/glebarez",
 		"modernc.org",
 		"github.com/mattn",
-	}, []string{"github.com/gooutbox/outbox/runtime", "github.com/gooutbox/outbox/runtime/sqlstore", "github.com/ThreeDotsLabs/watermill/message", "gorm.io/gorm"})
+	}, []string{"github.com/gooutbox/outbox/runtime", "github.com/gooutbox/outbox/runtime/sqlstore", "github.com/ThreeDotsLabs/watermill/message"})
 }

@@ -70,8 +70,9 @@ func TestConsumerChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db})
-	must(t, consumer.Handle(c, writeEffect("billing")))
+	drv := driver(t, db)
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: drv})
+	must(t, consumer.Handle(c, drv, writeEffect("billing")))
 	b := &broker{addrs: strings.Split(os.Getenv(envChildBrokers), ","), topic: os.Getenv(envChildTopic)}
 	// Four group members share the eight partitions; each applies its
 	// partitions' messages one at a time, in order.

@@ -10,20 +10,20 @@ import (
 // return for a configuration they reject. The error text names the field.
 var ErrInvalidConfig = errors.New("consumer: invalid config")
 
-// ErrInvalidHandler is wrapped by the errors [Handle], [HandleTx] and
+// ErrInvalidHandler is wrapped by the errors [Handle] and
 // [HandleWithoutInbox] return for a handler they cannot register: a second
 // handler for the same event type, an event type the registry does not know,
 // a type that is not the latest version of its event, or (for [Handle]) a
-// consumer without [Config.DB] and (for [HandleTx]) one without a database.
+// consumer without [Config.DB] or a driver that is not its Config.DB.
 var ErrInvalidHandler = errors.New("consumer: invalid handler")
 
-// ErrInvalidTable is wrapped by [New], [Migrate], [MigrateSQL] and [DDL] when the inbox
+// ErrInvalidTable is wrapped by [New], [Migrate] and [DDL] when the inbox
 // table name is not a plain SQL identifier (optionally schema-qualified).
 var ErrInvalidTable = errors.New("consumer: invalid inbox table name")
 
-// ErrUnsupportedDialect is wrapped by [New], [Migrate], [MigrateSQL] and
-// [DDL] for a GORM dialect or [Config.Dialect] the inbox has no SQL for
-// (supported: postgres or pgx, sqlite, mysql).
+// ErrUnsupportedDialect is wrapped by [New], [Migrate] and [DDL] for a
+// dialect the inbox has no SQL for (supported: postgres or pgx, sqlite,
+// mysql), as [DDL]'s argument or [Config.DB]'s.
 var ErrUnsupportedDialect = errors.New("consumer: unsupported database dialect")
 
 // ErrNilEventID is wrapped, together with [runtime.ErrInvalidEnvelope], by

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
@@ -195,13 +196,24 @@ func databases(t *testing.T) map[string]func(t *testing.T) *gorm.DB {
 
 func prepare(t testing.TB, db *gorm.DB) *gorm.DB {
 	t.Helper()
-	if err := consumer.Migrate(context.Background(), db, ""); err != nil {
+	if err := consumer.Migrate(context.Background(), driver(t, db), ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.AutoMigrate(&Effect{}); err != nil {
 		t.Fatal(err)
 	}
 	return db
+}
+
+// driver returns db as the storage layer's driver (hooks.NewDriver): the
+// Config.DB of a consumer with GORM handlers, and their Handle's driver.
+func driver(t testing.TB, db *gorm.DB) *hooks.Driver {
+	t.Helper()
+	drv, err := hooks.NewDriver(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return drv
 }
 
 // writeEffect is the handler most tests use: one row per event.

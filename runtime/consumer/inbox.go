@@ -2,14 +2,10 @@ package consumer
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
-	"gorm.io/gorm"
-
 	"github.com/gooutbox/outbox/runtime/sqlstore"
-	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // validTable checks an inbox table name, optionally schema-qualified
@@ -33,8 +29,8 @@ func inboxErr(err error) error {
 	return err
 }
 
-// Dialects of the inbox, the values [Config.Dialect], [DDL] and
-// [MigrateSQL] take. GORM's dialector names are the same.
+// Dialects of the inbox, the values [DDL] takes. GORM's dialector names
+// are the same.
 const (
 	DialectPostgres = "postgres"
 	DialectSQLite   = "sqlite"
@@ -68,37 +64,19 @@ func DDL(dialect, table string) ([]string, error) {
 
 // Migrate creates the inbox table and its index if they do not exist, in
 // one transaction (on MySQL and MariaDB, whose DDL commits implicitly, one
-// statement). It is safe to run on every start. An empty table means
+// statement), on db in its dialect (db.Dialect()): any driver, as for
+// [Config.DB]. It is safe to run on every start. An empty table means
 // [DefaultTable]. Several consumers (different [Config.Name]) may share one
-// table. Users of database/sql call [MigrateSQL] (or
-// [sqlstore.MigrateInbox]).
-func Migrate(ctx context.Context, db *gorm.DB, table string) error {
+// table. It runs [sqlstore.MigrateInbox].
+func Migrate(ctx context.Context, db sqlstore.DB, table string) error {
 	if db == nil {
-		return fmt.Errorf("consumer: migrate inbox table: %w: nil *gorm.DB", ErrInvalidConfig)
+		return fmt.Errorf("consumer: migrate inbox table: %w: nil DB", ErrInvalidConfig)
 	}
-	stmts, err := DDL(db.Dialector.Name(), table)
+	d, err := Config{DB: db}.dialect()
 	if err != nil {
-		return err
+		return fmt.Errorf("consumer: migrate inbox table: %w", err)
 	}
-	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		for _, s := range stmts {
-			if err := tx.Exec(s).Error; err != nil {
-				return fmt.Errorf("consumer: migrate inbox table: %w", err)
-			}
-		}
-		return nil
-	})
-}
-
-// MigrateSQL is [Migrate] for a database/sql pool: dialect is "postgres"
-// (or "pgx"), "sqlite" or "mysql", as for [Config.Dialect]. It runs
-// [sqlstore.MigrateInbox].
-func MigrateSQL(ctx context.Context, db *sql.DB, dialect, table string) error {
-	d, err := sqlstore.ParseDialect(dialect)
-	if err != nil {
-		return inboxErr(err)
-	}
-	if err := sqlstore.MigrateInbox(ctx, databasesql.New(db), d, table); err != nil {
+	if err := sqlstore.MigrateInbox(ctx, db, sqlstore.Dialect(d), table); err != nil {
 		return fmt.Errorf("consumer: %w", inboxErr(err))
 	}
 	return nil
@@ -111,11 +89,11 @@ func MigrateSQL(ctx context.Context, db *sql.DB, dialect, table string) error {
 // concurrent runs are safe. It returns ctx's error when ctx is done between
 // batches, with the count so far.
 func (c *Consumer) PruneInbox(ctx context.Context) (int64, error) {
-	if c.sqlDB == nil {
+	if c.sql == nil {
 		return 0, fmt.Errorf("consumer: prune inbox: %w: no DB", ErrInvalidConfig)
 	}
 	cutoff := c.cfg.Clock.Now().Add(-c.cfg.InboxRetention).UTC()
-	n, err := c.sql.Prune(ctx, databasesql.Executor(c.sqlDB), c.cfg.Name, cutoff, c.cfg.PruneBatchSize)
+	n, err := c.sql.Prune(ctx, c.cfg.DB, c.cfg.Name, cutoff, c.cfg.PruneBatchSize)
 	if err != nil {
 		return n, fmt.Errorf("consumer: %w", err)
 	}
@@ -127,10 +105,10 @@ func (c *Consumer) PruneInbox(ctx context.Context) (int64, error) {
 // yet. It counts them (see sqlstore.Inbox.Count), so call it at a modest
 // rate: adapters/metrics caches it between scrapes.
 func (c *Consumer) InboxSize(ctx context.Context) (int64, error) {
-	if c.sqlDB == nil {
+	if c.sql == nil {
 		return 0, fmt.Errorf("consumer: inbox size: %w: no DB", ErrInvalidConfig)
 	}
-	n, err := c.sql.Count(ctx, databasesql.Executor(c.sqlDB), c.cfg.Name)
+	n, err := c.sql.Count(ctx, c.cfg.DB, c.cfg.Name)
 	if err != nil {
 		return 0, fmt.Errorf("consumer: %w", err)
 	}

@@ -21,15 +21,16 @@ func TestPruneInbox(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := open(t)
+			drv := driver(t, db)
 			var now atomic.Int64
 			now.Store(t0.UnixNano())
 			clock := runtime.ClockFunc(func() time.Time { return time.Unix(0, now.Load()).UTC() })
-			cfg := consumer.Config{Name: "billing", DB: db, Clock: clock, InboxRetention: time.Hour, PruneBatchSize: 10}
+			cfg := consumer.Config{Name: "billing", DB: drv, Clock: clock, InboxRetention: time.Hour, PruneBatchSize: 10}
 			c := newConsumer(t, newRegistry(t, 2), cfg)
-			must(t, consumer.Handle(c, writeEffect("billing")))
+			must(t, consumer.Handle(c, drv, writeEffect("billing")))
 			cfg.Name = "stats"
 			other := newConsumer(t, newRegistry(t, 2), cfg)
-			must(t, consumer.Handle(other, writeEffect("stats")))
+			must(t, consumer.Handle(other, drv, writeEffect("stats")))
 
 			var old, recent []string
 			for i := range 25 { // processed at t0
@@ -108,17 +109,18 @@ func TestMigrate(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db := open(t) // migrated once already
+			drv := driver(t, db)
 			for range 2 {
-				if err := consumer.Migrate(context.Background(), db, ""); err != nil {
+				if err := consumer.Migrate(context.Background(), drv, ""); err != nil {
 					t.Fatalf("Migrate again = %v", err)
 				}
 			}
-			must(t, consumer.Migrate(context.Background(), db, "custom_inbox"))
+			must(t, consumer.Migrate(context.Background(), drv, "custom_inbox"))
 			if name == "mysql" { // index names are per table, and the table's may take 63 bytes
-				must(t, consumer.Migrate(context.Background(), db, strings.Repeat("x", 63)))
+				must(t, consumer.Migrate(context.Background(), drv, strings.Repeat("x", 63)))
 			}
-			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, Table: "custom_inbox"})
-			must(t, consumer.Handle(c, writeEffect("c")))
+			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: drv, Table: "custom_inbox"})
+			must(t, consumer.Handle(c, drv, writeEffect("c")))
 			must(t, c.HandlerFunc()(paidMessage(t, 2, "o-1", 1)))
 			if n := count(t, db, "custom_inbox"); n != 1 {
 				t.Errorf("custom_inbox = %d entries, want 1", n)

@@ -160,9 +160,10 @@ func TestKafkaCrashAfterCommitBeforeAck(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t, 1)
 	db := prepare(t, nil2sqlite(t))
+	drv := driver(t, db)
 	onOutcome, res := results()
-	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db, OnOutcome: onOutcome})
-	must(t, consumer.Handle(c, writeEffect("billing")))
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: drv, OnOutcome: onOutcome})
+	must(t, consumer.Handle(c, drv, writeEffect("billing")))
 	sent := paidMessage(t, 1, "o-1", 1)
 	must(t, b.publisher(t).Publish(b.topic, sent))
 
@@ -206,14 +207,15 @@ func TestKafkaPoisonMessageDoesNotStallItsPartition(t *testing.T) {
 	dlqTopic := b.topic + ".dlq"
 	b.createTopic(t, dlqTopic, 1)
 	db := prepare(t, nil2sqlite(t))
+	drv := driver(t, db)
 	onOutcome, res := results()
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{
-		Name: "billing", DB: db, OnOutcome: onOutcome,
+		Name: "billing", DB: drv, OnOutcome: onOutcome,
 		MaxRetries: 2, MinBackoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond,
 		DeadLetterPublisher: b.publisher(t), DeadLetterTopic: dlqTopic,
 	})
 	write := writeEffect("billing")
-	must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+	must(t, consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
 		if e.OrderID == "poison" {
 			return errBoom
 		}
@@ -261,9 +263,10 @@ func TestKafkaNewerVersionIsNotAckedNorLost(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t, 1)
 	db := prepare(t, nil2sqlite(t))
+	drv := driver(t, db)
 	onOutcome, res := results()
-	old := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db, OnOutcome: onOutcome, NackDelay: 10 * time.Millisecond})
-	must(t, consumer.Handle(old, writeEffect("billing")))
+	old := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: drv, OnOutcome: onOutcome, NackDelay: 10 * time.Millisecond})
+	must(t, consumer.Handle(old, drv, writeEffect("billing")))
 	newer := paidMessage(t, 3, "o-1", 1)
 	must(t, b.publisher(t).Publish(b.topic, newer))
 
@@ -279,8 +282,8 @@ func TestKafkaNewerVersionIsNotAckedNorLost(t *testing.T) {
 	}
 
 	onOutcome2, res2 := results()
-	upgraded := newConsumer(t, newRegistry(t, 3), consumer.Config{Name: "billing", DB: db, OnOutcome: onOutcome2})
-	must(t, consumer.Handle(upgraded, func(ctx context.Context, tx *gorm.DB, e PaidV3, m consumer.Meta) error {
+	upgraded := newConsumer(t, newRegistry(t, 3), consumer.Config{Name: "billing", DB: drv, OnOutcome: onOutcome2})
+	must(t, consumer.Handle(upgraded, drv, func(ctx context.Context, tx *gorm.DB, e PaidV3, m consumer.Meta) error {
 		return writeEffect("billing")(ctx, tx, e.PaidV2, m)
 	}))
 	runRouter(t, upgraded, b.subscriber(t, "billing"), b.topic)

@@ -82,8 +82,9 @@ func halfOpenRecovers(t *testing.T, admin, viaProxy *gorm.DB, proxy *runtimetest
 	b := newBroker(t, 1)
 	var o outcomes
 	dlq := &recordingPublisher{}
+	drv := driver(t, viaProxy)
 	c := newConsumer(t, newRegistry(t, 2), consumer.Config{
-		Name: "billing", DB: viaProxy, TxTimeout: txTimeout,
+		Name: "billing", DB: drv, TxTimeout: txTimeout,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, NackDelay: 50 * time.Millisecond,
 		DeadLetterPublisher: dlq, OnOutcome: o.record,
 	})
@@ -98,7 +99,7 @@ func halfOpenRecovers(t *testing.T, admin, viaProxy *gorm.DB, proxy *runtimetest
 		resumed = make(chan struct{})
 	)
 	write := writeEffect("billing")
-	must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+	must(t, consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
 		mu.Lock()
 		phase := cutAt[m.EventID.String()]
 		delete(cutAt, m.EventID.String())

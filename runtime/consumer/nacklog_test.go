@@ -112,6 +112,7 @@ func TestLogKeysOfRunFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := nil2sqlite(t)
+			drv := driver(t, db)
 			reg := runtime.NewRegistry()
 			must(t, reg.Register(runtime.Key{Type: paidType, Version: 1}, 2, func([]byte) (runtime.Event, error) {
 				return nil, errUpcast // a hand-written upcaster that fails
@@ -121,11 +122,11 @@ func TestLogKeysOfRunFailure(t *testing.T) {
 			}))
 			h := newRecordHandler()
 			f := newFailures(1)
-			c := newConsumer(t, reg, consumer.Config{Name: "billing", DB: db, Logger: slog.New(h), OnOutcome: f.record,
+			c := newConsumer(t, reg, consumer.Config{Name: "billing", DB: drv, Logger: slog.New(h), OnOutcome: f.record,
 				MaxRetries: -1, NackDelay: time.Millisecond, MaxNackDelay: time.Millisecond})
 			good, bad := paidMessage(t, 2, "o-1", 1), paidMessage(t, tc.version, "o-2", 1)
 			write := writeEffect("billing")
-			must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+			must(t, consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
 				if m.EventID.String() == bad.UUID {
 					return errors.New("card declined")
 				}

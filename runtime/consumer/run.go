@@ -14,7 +14,6 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/internal/logattr"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
-	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // PartitionSubscriber is a subscriber that delivers each partition of a
@@ -44,7 +43,7 @@ var ErrSubscriptionClosed = errors.New("consumer: subscription closed")
 // the subscription first, or the error of SubscribePartitions.
 //
 // A batch is a run of consecutive messages of one stream whose event types
-// have handlers of the same kind ([Handle] or [HandleTx]) and that decode.
+// have handlers registered with [Handle] and that decode.
 // Run begins one transaction (with [Config.TxTimeout] for all of it),
 // inserts the batch's inbox markers in stream order, runs the handler of
 // every message whose marker it inserted, in stream order, in that
@@ -240,7 +239,7 @@ func (c *Consumer) batchable(msg *message.Message, topic string) (batched, bool)
 	return batched{msg: msg, route: r, evt: evt, meta: Meta{Envelope: env, Topic: topic, Attempt: 1}}, true
 }
 
-// applyBatch applies run (at least two messages, one route kind) in one
+// applyBatch applies run (at least two messages with the inbox) in one
 // transaction, then reports and acks each message. When it returns an
 // error, the transaction rolled back and nothing was acked.
 func (c *Consumer) applyBatch(ctx context.Context, run []batched) error {
@@ -253,9 +252,9 @@ func (c *Consumer) applyBatch(ctx context.Context, run []batched) error {
 	}
 	var applied []bool
 	err := c.bounded(tctx, func() error {
-		return c.inboxTx(tctx, run[0].route.kind == gormInbox, func(tx databasesql.Querier, handler txs) error {
+		return c.inboxTx(tctx, func(tx sqlstore.Tx) error {
 			var err error
-			applied, err = c.sql.RecordBatch(tctx, databasesql.Executor(tx), c.cfg.Name, entries, c.cfg.Clock.Now())
+			applied, err = c.sql.RecordBatch(tctx, tx, c.cfg.Name, entries, c.cfg.Clock.Now())
 			if err != nil {
 				return &InboxError{Err: err}
 			}
@@ -263,7 +262,7 @@ func (c *Consumer) applyBatch(ctx context.Context, run []batched) error {
 				if !applied[i] {
 					continue
 				}
-				if err := c.call(tctx, b.route, handler, b.evt, b.meta); err != nil {
+				if err := c.call(tctx, b.route, tx, b.evt, b.meta); err != nil {
 					return fmt.Errorf("event %s (%s): %w", b.meta.EventID, b.meta.EventType, err)
 				}
 			}

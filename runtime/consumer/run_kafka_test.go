@@ -88,11 +88,12 @@ func TestKafkaRunPartitionsInParallelKeepOrder(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t, 4)
 	db := prepare(t, hookstest.Postgres(t, nil))
+	drv := driver(t, db)
 	const orders, perOrder = 40, 25
 	b.publishInOrder(t, orders, perOrder)
 
 	var batched atomic.Int64
-	cfg := consumer.Config{Name: "billing", DB: db, BatchSize: 50, OnOutcome: func(r consumer.Result) {
+	cfg := consumer.Config{Name: "billing", DB: drv, BatchSize: 50, OnOutcome: func(r consumer.Result) {
 		if r.Batch > 1 {
 			batched.Add(1)
 		}
@@ -104,7 +105,7 @@ func TestKafkaRunPartitionsInParallelKeepOrder(t *testing.T) {
 	// (at most 50) spans at most 5 seqs, and A commits at least seqs 1 to
 	// 6 of every order before it holds.
 	a := newConsumer(t, newRegistry(t, 2), cfg)
-	must(t, consumer.Handle(a, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+	must(t, consumer.Handle(a, drv, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
 		if e.Seq >= 12 {
 			select {
 			case <-second.assigned:
@@ -117,7 +118,7 @@ func TestKafkaRunPartitionsInParallelKeepOrder(t *testing.T) {
 		return write(ctx, tx, e, m)
 	}))
 	bc := newConsumer(t, newRegistry(t, 2), cfg)
-	must(t, consumer.Handle(bc, write))
+	must(t, consumer.Handle(bc, drv, write))
 
 	stopA := runInBackground(t, a, b.subscriber(t, "billing"), b.topic)
 	waitEffects(t, db, orders*6)
@@ -164,15 +165,16 @@ func TestKafkaRunCrashMidBatch(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t, 2)
 	db := prepare(t, hookstest.Postgres(t, nil))
+	drv := driver(t, db)
 	const orders, perOrder = 10, 20
 	sent := b.publishInOrder(t, orders, perOrder)
 
 	var o outcomes
-	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: db, BatchSize: 20, OnOutcome: o.record})
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DB: drv, BatchSize: 20, OnOutcome: o.record})
 	var crash atomic.Pointer[context.CancelFunc]
 	crashAt := sent[9][3].UUID // order-3's 10th event
 	write := writeEffect("billing")
-	must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+	must(t, consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
 		if err := write(ctx, tx, e, m); err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package consumer_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -90,31 +89,6 @@ func acked(t *testing.T, streams [][]*message.Message) int {
 	return n
 }
 
-// runHandlers are the two kinds of inbox handler Run batches.
-var runHandlers = []struct {
-	name     string
-	register func(t *testing.T, c *consumer.Consumer, db *gorm.DB, wrap func(ctx context.Context, e PaidV2, m consumer.Meta) error)
-}{
-	{"Handle", func(t *testing.T, c *consumer.Consumer, db *gorm.DB, wrap func(ctx context.Context, e PaidV2, m consumer.Meta) error) {
-		write := writeEffect(c.Name())
-		must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
-			if err := write(ctx, tx, e, m); err != nil {
-				return err
-			}
-			return wrap(ctx, e, m)
-		}))
-	}},
-	{"HandleTx", func(t *testing.T, c *consumer.Consumer, db *gorm.DB, wrap func(ctx context.Context, e PaidV2, m consumer.Meta) error) {
-		write := writeEffectTx(c.Name(), db.Dialector.Name())
-		must(t, consumer.HandleTx(c, func(ctx context.Context, tx *sql.Tx, e PaidV2, m consumer.Meta) error {
-			if err := write(ctx, tx, e, m); err != nil {
-				return err
-			}
-			return wrap(ctx, e, m)
-		}))
-	}},
-}
-
 // TestRunBatchesAppliesOnceInOrder: Run applies three partitions in
 // parallel, ten messages per transaction, with duplicates inside batches
 // (an event already applied before Run, and an event repeated within its
@@ -123,54 +97,53 @@ var runHandlers = []struct {
 // acked, and the duplicates are reported as such.
 func TestRunBatchesAppliesOnceInOrder(t *testing.T) {
 	t.Parallel()
-	for dbName, open := range databases(t) {
-		for _, h := range runHandlers {
-			t.Run(dbName+"/"+h.name, func(t *testing.T) {
-				t.Parallel()
-				db := open(t)
-				var o outcomes
-				c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, BatchSize: 10, OnOutcome: o.record})
-				h.register(t, c, db, func(context.Context, PaidV2, consumer.Meta) error { return nil })
+	for name, open := range drivers(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			d := open(t)
+			db := d.gorm
+			var o outcomes
+			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: d.drv, BatchSize: 10, OnOutcome: o.record})
+			must(t, d.handle(c, nil))
 
-				const orders, perOrder = 6, 12
-				streams := partitioned(t, 3, orders, perOrder)
-				// The first event of stream 0 was applied before Run.
-				must(t, c.HandlerFunc()(redeliver(streams[0][0])))
-				// Stream 1 repeats its 3rd and 4th messages right after
-				// them, and again at the end.
-				s := streams[1]
-				streams[1] = append(append(slices.Clone(s[:4]), redeliver(s[2]), redeliver(s[3])), s[4:]...)
-				streams[1] = append(streams[1], redeliver(s[2]))
-				total := 0
-				for _, s := range streams {
-					total += len(s)
-				}
+			const orders, perOrder = 6, 12
+			streams := partitioned(t, 3, orders, perOrder)
+			// The first event of stream 0 was applied before Run.
+			must(t, c.HandlerFunc()(redeliver(streams[0][0])))
+			// Stream 1 repeats its 3rd and 4th messages right after
+			// them, and again at the end.
+			s := streams[1]
+			streams[1] = append(append(slices.Clone(s[:4]), redeliver(s[2]), redeliver(s[3])), s[4:]...)
+			streams[1] = append(streams[1], redeliver(s[2]))
+			total := 0
+			for _, s := range streams {
+				total += len(s)
+			}
 
-				if err := c.Run(context.Background(), streamSubscriber{streams}, "orders"); !errors.Is(err, consumer.ErrSubscriptionClosed) {
-					t.Fatalf("Run = %v, want ErrSubscriptionClosed", err)
+			if err := c.Run(context.Background(), streamSubscriber{streams}, "orders"); !errors.Is(err, consumer.ErrSubscriptionClosed) {
+				t.Fatalf("Run = %v, want ErrSubscriptionClosed", err)
+			}
+			checkOrder(t, effects(t, db), orders, perOrder)
+			if n := acked(t, streams); n != total {
+				t.Errorf("acked %d of %d messages", n, total)
+			}
+			counts := o.counts()
+			if diff := cmp.Diff(map[string]int{"applied": orders * perOrder, "duplicate": 1 + 3}, counts); diff != "" {
+				t.Errorf("outcomes (-want +got):\n%s", diff)
+			}
+			batched := 0
+			for _, r := range o.results {
+				if r.Batch > 1 {
+					batched++
 				}
-				checkOrder(t, effects(t, db), orders, perOrder)
-				if n := acked(t, streams); n != total {
-					t.Errorf("acked %d of %d messages", n, total)
-				}
-				counts := o.counts()
-				if diff := cmp.Diff(map[string]int{"applied": orders * perOrder, "duplicate": 1 + 3}, counts); diff != "" {
-					t.Errorf("outcomes (-want +got):\n%s", diff)
-				}
-				batched := 0
-				for _, r := range o.results {
-					if r.Batch > 1 {
-						batched++
-					}
-				}
-				if batched < total-10 {
-					t.Errorf("%d of %d messages applied in batches, want nearly all", batched, total)
-				}
-				if n := count(t, db, consumer.DefaultTable); n != orders*perOrder {
-					t.Errorf("inbox entries = %d, want %d", n, orders*perOrder)
-				}
-			})
-		}
+			}
+			if batched < total-10 {
+				t.Errorf("%d of %d messages applied in batches, want nearly all", batched, total)
+			}
+			if n := count(t, db, consumer.DefaultTable); n != orders*perOrder {
+				t.Errorf("inbox entries = %d, want %d", n, orders*perOrder)
+			}
+		})
 	}
 }
 
@@ -181,68 +154,67 @@ func TestRunBatchesAppliesOnceInOrder(t *testing.T) {
 // exactly once (none lost with the rollback, none applied twice), in order.
 func TestRunHandlerFailsMidBatch(t *testing.T) {
 	t.Parallel()
-	for dbName, open := range databases(t) {
-		for _, h := range runHandlers {
-			t.Run(dbName+"/"+h.name, func(t *testing.T) {
-				t.Parallel()
-				db := open(t)
-				var o outcomes
-				dlq := &recordingPublisher{}
-				c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, BatchSize: 8, OnOutcome: o.record,
-					DeadLetterPublisher: dlq, MaxRetries: 2, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
-				const orders, perOrder = 4, 6
-				streams := partitioned(t, 2, orders, perOrder)
-				flaky, poison := streams[0][3].UUID, streams[1][5].UUID
-				var flakyRuns atomic.Int32
-				h.register(t, c, db, func(_ context.Context, _ PaidV2, m consumer.Meta) error {
-					switch m.EventID.String() {
-					case flaky:
-						if flakyRuns.Add(1) == 1 {
-							return errBoom // after its write: rolled back
-						}
-					case poison:
-						return fmt.Errorf("poison: %w", errBoom)
+	for name, open := range drivers(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			d := open(t)
+			db := d.gorm
+			var o outcomes
+			dlq := &recordingPublisher{}
+			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: d.drv, BatchSize: 8, OnOutcome: o.record,
+				DeadLetterPublisher: dlq, MaxRetries: 2, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+			const orders, perOrder = 4, 6
+			streams := partitioned(t, 2, orders, perOrder)
+			flaky, poison := streams[0][3].UUID, streams[1][5].UUID
+			var flakyRuns atomic.Int32
+			must(t, d.handle(c, func(_ context.Context, _ PaidV2, m consumer.Meta) error {
+				switch m.EventID.String() {
+				case flaky:
+					if flakyRuns.Add(1) == 1 {
+						return errBoom // after its write: rolled back
 					}
-					return nil
-				})
+				case poison:
+					return fmt.Errorf("poison: %w", errBoom)
+				}
+				return nil
+			}))
 
-				if err := c.Run(context.Background(), streamSubscriber{streams}, "orders"); !errors.Is(err, consumer.ErrSubscriptionClosed) {
-					t.Fatalf("Run = %v, want ErrSubscriptionClosed", err)
+			if err := c.Run(context.Background(), streamSubscriber{streams}, "orders"); !errors.Is(err, consumer.ErrSubscriptionClosed) {
+				t.Fatalf("Run = %v, want ErrSubscriptionClosed", err)
+			}
+			got := effects(t, db)
+			var seqs = map[string][]int{}
+			ids := map[string]int{}
+			for _, e := range got {
+				seqs[e.OrderID] = append(seqs[e.OrderID], e.Seq)
+				ids[e.EventID]++
+			}
+			for id, n := range ids {
+				if n != 1 {
+					t.Errorf("event %s applied %d times", id, n)
 				}
-				got := effects(t, db)
-				var seqs = map[string][]int{}
-				ids := map[string]int{}
-				for _, e := range got {
-					seqs[e.OrderID] = append(seqs[e.OrderID], e.Seq)
-					ids[e.EventID]++
+			}
+			// Stream 1's 6th message is order 3's (odd orders go to
+			// stream 1; it interleaves orders 1 and 3) 3rd event.
+			for o := range orders {
+				want := []int{1, 2, 3, 4, 5, 6}
+				if o == 3 {
+					want = []int{1, 2, 4, 5, 6}
 				}
-				for id, n := range ids {
-					if n != 1 {
-						t.Errorf("event %s applied %d times", id, n)
-					}
+				if diff := cmp.Diff(want, seqs[orderName(o)]); diff != "" {
+					t.Errorf("%s: seqs applied (-want +got):\n%s", orderName(o), diff)
 				}
-				// Stream 1's 6th message is order 3's (odd orders go to
-				// stream 1; it interleaves orders 1 and 3) 3rd event.
-				for o := range orders {
-					want := []int{1, 2, 3, 4, 5, 6}
-					if o == 3 {
-						want = []int{1, 2, 4, 5, 6}
-					}
-					if diff := cmp.Diff(want, seqs[orderName(o)]); diff != "" {
-						t.Errorf("%s: seqs applied (-want +got):\n%s", orderName(o), diff)
-					}
-				}
-				if dl := dlq.topic("c.dlq"); len(dl) != 1 || dl[0].UUID != poison {
-					t.Errorf("dead-lettered %d messages, want the poison one", len(dl))
-				}
-				if diff := cmp.Diff(map[string]int{"applied": orders*perOrder - 1, "dead_lettered": 1}, o.counts()); diff != "" {
-					t.Errorf("outcomes (-want +got):\n%s", diff)
-				}
-				if n := acked(t, streams); n != orders*perOrder {
-					t.Errorf("acked %d of %d", n, orders*perOrder)
-				}
-			})
-		}
+			}
+			if dl := dlq.topic("c.dlq"); len(dl) != 1 || dl[0].UUID != poison {
+				t.Errorf("dead-lettered %d messages, want the poison one", len(dl))
+			}
+			if diff := cmp.Diff(map[string]int{"applied": orders*perOrder - 1, "dead_lettered": 1}, o.counts()); diff != "" {
+				t.Errorf("outcomes (-want +got):\n%s", diff)
+			}
+			if n := acked(t, streams); n != orders*perOrder {
+				t.Errorf("acked %d of %d", n, orders*perOrder)
+			}
+		})
 	}
 }
 
@@ -253,14 +225,15 @@ func TestRunHandlerFailsMidBatch(t *testing.T) {
 func TestRunRetriesWhatItWouldNack(t *testing.T) {
 	t.Parallel()
 	db := prepare(t, nil2sqlite(t))
+	drv := driver(t, db)
 	var o outcomes
-	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db, BatchSize: 5, OnOutcome: o.record,
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: drv, BatchSize: 5, OnOutcome: o.record,
 		MaxRetries: -1, NackDelay: time.Millisecond, MaxNackDelay: time.Millisecond})
 	streams := partitioned(t, 2, 2, 5)
 	stuck := streams[0][2].UUID
 	var failures atomic.Int32
 	write := writeEffect("c")
-	must(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
+	must(t, consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e PaidV2, m consumer.Meta) error {
 		if m.EventID.String() == stuck && failures.Add(1) <= 3 {
 			// A statement error the handler returns: with no dead-letter
 			// publisher, the message fails (router: nack).
@@ -285,8 +258,9 @@ func TestRunRetriesWhatItWouldNack(t *testing.T) {
 func TestRunStopsOnCancel(t *testing.T) {
 	t.Parallel()
 	db := prepare(t, nil2sqlite(t))
-	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: db})
-	must(t, consumer.Handle(c, writeEffect("c")))
+	drv := driver(t, db)
+	c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "c", DB: drv})
+	must(t, consumer.Handle(c, drv, writeEffect("c")))
 	ctx, cancel := context.WithCancel(context.Background())
 	streams := make(chan (<-chan *message.Message))
 	sub := subscribeFunc(func(ctx context.Context, topic string) (<-chan (<-chan *message.Message), error) {

@@ -21,7 +21,9 @@ import (
 // retention run their own statements on) that also turns its users'
 // transactions into an [Executor] ([Driver.UnwrapExecutor]), which is how
 // a [Writer] writes inside the business transaction and an [Inbox] records
-// inside the handler's. The conformance suite
+// inside the handler's, and turns a [Tx] it began back into its users'
+// transaction type ([Driver.UnwrapTx]), which is how a consumer that
+// begins the inbox transaction hands it to a handler. The conformance suite
 // (runtime/runtimetest.TestStore) runs the store through each driver.
 
 // Executor runs statements: a transaction, a connection or a pool, wrapped
@@ -130,6 +132,13 @@ type Driver[TTx any] interface {
 	DB
 	// UnwrapExecutor returns an executor that runs statements in tx.
 	UnwrapExecutor(tx TTx) Executor
+	// UnwrapTx returns the driver's own transaction under tx, for
+	// handlers that take the driver's transaction type: tx must have been
+	// begun by this driver (its BeginTx, or the BeginTx of one of its
+	// Conns); ctx is the context statements through the result run under
+	// where the transaction type carries one (GORM's). For a tx of another
+	// driver it returns the zero TTx.
+	UnwrapTx(ctx context.Context, tx Tx) TTx
 }
 
 // txBeginner is an [Executor] outside any transaction (a pool or a

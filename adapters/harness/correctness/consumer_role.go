@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/gooutbox/outbox/adapters/kafka"
+	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
 )
@@ -43,9 +44,13 @@ func runConsumer(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 	if err := Register(reg); err != nil {
 		return fmt.Errorf("register events: %w", err)
 	}
+	drv, err := hooks.NewDriver(db)
+	if err != nil {
+		return fmt.Errorf("driver: %w", err)
+	}
 	c, err := consumer.New(reg, consumer.Config{
 		Name:       consumerName,
-		DB:         db,
+		DB:         drv,
 		MaxRetries: 5,
 		MinBackoff: 20 * time.Millisecond,
 		MaxBackoff: 500 * time.Millisecond,
@@ -58,17 +63,17 @@ func runConsumer(ctx context.Context, cfg childConfig, log *slog.Logger) error {
 	apply := func(ctx context.Context, tx *gorm.DB, m consumer.Meta) error {
 		return appendApplyLog(ctx, tx, m.EventID.String(), m.AggregateID, m.EventType)
 	}
-	err = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, _ AccountOpened, m consumer.Meta) error {
+	err = consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, _ AccountOpened, m consumer.Meta) error {
 		return apply(ctx, tx, m)
 	})
 	if err == nil {
-		err = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, _ Deposited, m consumer.Meta) error { return apply(ctx, tx, m) })
+		err = consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, _ Deposited, m consumer.Meta) error { return apply(ctx, tx, m) })
 	}
 	if err == nil {
-		err = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, _ Audited, m consumer.Meta) error { return apply(ctx, tx, m) })
+		err = consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, _ Audited, m consumer.Meta) error { return apply(ctx, tx, m) })
 	}
 	if err == nil {
-		err = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, _ Noted, m consumer.Meta) error { return apply(ctx, tx, m) })
+		err = consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, _ Noted, m consumer.Meta) error { return apply(ctx, tx, m) })
 	}
 	if err != nil {
 		return fmt.Errorf("handlers: %w", err)

@@ -34,7 +34,11 @@ type outbox struct {
 
 // setupInbox creates the consumer's inbox table on cdb.
 func setupInbox(ctx context.Context, cdb *gorm.DB) error {
-	if err := consumer.Migrate(ctx, cdb, ""); err != nil {
+	drv, err := hooks.NewDriver(cdb)
+	if err != nil {
+		return fmt.Errorf("migrate inbox: %w", err)
+	}
+	if err := consumer.Migrate(ctx, drv, ""); err != nil {
 		return fmt.Errorf("migrate inbox: %w", err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/adapters/kafka"
+	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
 )
@@ -37,7 +38,11 @@ const (
 // consumerSection is section 4: runtime/consumer reading from kfake.
 func (b *bench) consumerSection(ctx context.Context) error {
 	o := b.o
-	if err := consumer.Migrate(ctx, b.plain, ""); err != nil {
+	drv, err := hooks.NewDriver(b.plain)
+	if err != nil {
+		return err
+	}
+	if err := consumer.Migrate(ctx, drv, ""); err != nil {
 		return err
 	}
 	if err := b.plain.AutoMigrate(&Effect{}); err != nil {
@@ -127,7 +132,11 @@ func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, name str
 	var first, last time.Time
 	var mu sync.Mutex
 	done := make(chan struct{})
-	c, err := consumer.New(reg, consumer.Config{Name: name, DB: b.plain, Logger: quietLogger(), BatchSize: consumeRunBatchSize, OnOutcome: func(r consumer.Result) {
+	drv, err := hooks.NewDriver(b.plain)
+	if err != nil {
+		return 0, err
+	}
+	c, err := consumer.New(reg, consumer.Config{Name: name, DB: drv, Logger: quietLogger(), BatchSize: consumeRunBatchSize, OnOutcome: func(r consumer.Result) {
 		if r.Outcome != consumer.OutcomeApplied {
 			failed.Add(1)
 			return
@@ -149,7 +158,7 @@ func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, name str
 		return tx.WithContext(ctx).Create(&Effect{Consumer: name, EventID: m.EventID.String(), Amount: e.Amount}).Error
 	}
 	if inbox {
-		err = consumer.Handle(c, write)
+		err = consumer.Handle(c, drv, write)
 	} else {
 		err = consumer.HandleWithoutInbox(c, func(ctx context.Context, e Paid, m consumer.Meta) error {
 			return write(ctx, b.plain, e, m)

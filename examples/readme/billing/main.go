@@ -23,6 +23,7 @@ import (
 
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/examples/readme/orders"
+	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
 )
@@ -55,7 +56,11 @@ func run(ctx context.Context, db *gorm.DB, brokers []string) error {
 	if err := db.AutoMigrate(&Invoice{}); err != nil {
 		return err
 	}
-	if err := consumer.Migrate(ctx, db, ""); err != nil { // the inbox table
+	drv, err := hooks.NewDriver(db) // GORM as the consumer's database: handlers take a *gorm.DB
+	if err != nil {
+		return err
+	}
+	if err := consumer.Migrate(ctx, drv, ""); err != nil { // the inbox table
 		return err
 	}
 
@@ -70,11 +75,11 @@ func run(ctx context.Context, db *gorm.DB, brokers []string) error {
 		return err
 	}
 	defer dlq.Close()
-	c, err := consumer.New(reg, consumer.Config{Name: "billing", DB: db, DeadLetterPublisher: dlq})
+	c, err := consumer.New(reg, consumer.Config{Name: "billing", DB: drv, DeadLetterPublisher: dlq})
 	if err != nil {
 		return err
 	}
-	err = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e orders.OrderPaid, m consumer.Meta) error {
+	err = consumer.Handle(c, drv, func(ctx context.Context, tx *gorm.DB, e orders.OrderPaid, m consumer.Meta) error {
 		// Commits with the inbox entry: a redelivered event writes nothing.
 		return tx.Create(&Invoice{OrderID: m.AggregateID, Amount: e.Amount}).Error
 	})

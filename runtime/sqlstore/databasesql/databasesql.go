@@ -9,7 +9,7 @@
 //
 // Wrap the pool once with [New] and hand it to sqlstore.NewStore and the
 // Migrate functions; wrap a business transaction with [Executor] (or
-// [DB.UnwrapExecutor]) to write its events with a sqlstore.Writer or
+// [DB.UnwrapExecutor], for a *sql.Tx) to write its events with a sqlstore.Writer or
 // record them with a sqlstore.Inbox:
 //
 //	db, err := sql.Open("pgx", dsn)
@@ -46,7 +46,9 @@ type Querier interface {
 }
 
 // DB is a *sql.DB as the storage layer's driver: a sqlstore.DB and a
-// sqlstore.Driver[Querier]. It is safe for concurrent use.
+// sqlstore.Driver[*sql.Tx]. It is safe for concurrent use. For the
+// executor of GORM's pools or of a *sql.Conn, use the free function
+// [Executor].
 type DB struct {
 	db      *sql.DB
 	dialect sqlstore.Dialect
@@ -86,8 +88,17 @@ func (d *DB) Dialect() (sqlstore.Dialect, error) {
 // unlimited.
 func (d *DB) MaxConns() int { return d.db.Stats().MaxOpenConnections }
 
-// UnwrapExecutor implements sqlstore.Driver: it is [Executor].
-func (d *DB) UnwrapExecutor(tx Querier) sqlstore.Executor { return Executor(tx) }
+// UnwrapExecutor implements sqlstore.Driver: it is [Executor] of tx.
+func (d *DB) UnwrapExecutor(tx *sql.Tx) sqlstore.Executor { return Executor(tx) }
+
+// UnwrapTx implements sqlstore.Driver: the *sql.Tx under a transaction
+// that d or one of its Conns began, nil for any other.
+func (d *DB) UnwrapTx(_ context.Context, t sqlstore.Tx) *sql.Tx {
+	if t, ok := t.(*tx); ok {
+		return t.tx
+	}
+	return nil
+}
 
 // ExecContext implements sqlstore.Executor.
 func (d *DB) ExecContext(ctx context.Context, query string, args ...any) (sqlstore.Result, error) {
@@ -274,6 +285,6 @@ func (c *conn) IsClosed() bool {
 }
 
 var (
-	_ sqlstore.Driver[Querier] = (*DB)(nil)
+	_ sqlstore.Driver[*sql.Tx] = (*DB)(nil)
 	_ sqlstore.Listener        = (*conn)(nil)
 )

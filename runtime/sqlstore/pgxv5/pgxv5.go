@@ -43,7 +43,8 @@ type DBTX interface {
 }
 
 // Pool is a *pgxpool.Pool as the storage layer's driver: a sqlstore.DB and
-// a sqlstore.Driver[DBTX]. It is safe for concurrent use.
+// a sqlstore.Driver[pgx.Tx]. It is safe for concurrent use. For the
+// executor of a pool or connection, use the free function [Executor].
 type Pool struct {
 	pool *pgxpool.Pool
 }
@@ -66,8 +67,17 @@ func (p *Pool) Dialect() (sqlstore.Dialect, error) { return sqlstore.Postgres, n
 // MaxConns implements sqlstore.DB: the pool's MaxConns.
 func (p *Pool) MaxConns() int { return int(p.pool.Config().MaxConns) }
 
-// UnwrapExecutor implements sqlstore.Driver: it is [Executor].
-func (p *Pool) UnwrapExecutor(tx DBTX) sqlstore.Executor { return Executor(tx) }
+// UnwrapExecutor implements sqlstore.Driver: it is [Executor] of tx.
+func (p *Pool) UnwrapExecutor(tx pgx.Tx) sqlstore.Executor { return Executor(tx) }
+
+// UnwrapTx implements sqlstore.Driver: the pgx.Tx under a transaction
+// that p or one of its Conns began, nil for any other.
+func (p *Pool) UnwrapTx(_ context.Context, t sqlstore.Tx) pgx.Tx {
+	if t, ok := t.(*tx); ok {
+		return t.tx
+	}
+	return nil
+}
 
 // ExecContext implements sqlstore.Executor.
 func (p *Pool) ExecContext(ctx context.Context, query string, args ...any) (sqlstore.Result, error) {
@@ -293,6 +303,6 @@ func (c *conn) WaitForNotification(ctx context.Context) error {
 func (c *conn) IsClosed() bool { return c.c.Conn().IsClosed() }
 
 var (
-	_ sqlstore.Driver[DBTX] = (*Pool)(nil)
-	_ sqlstore.Listener     = (*conn)(nil)
+	_ sqlstore.Driver[pgx.Tx] = (*Pool)(nil)
+	_ sqlstore.Listener       = (*conn)(nil)
 )
