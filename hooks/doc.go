@@ -162,7 +162,7 @@
 // relation "orders" does not exist (PostgreSQL) or no such table: orders
 // (SQLite): the tables are not created for you. Create your own with
 // db.AutoMigrate(&Order{}) (or your migrations), the outbox with [Migrate]
-// (without GORM, sqlstore.MigrateOutbox) or the statements of
+// (without GORM, sqlstore.Migrate) or the statements of
 // sqlstore.OutboxDDL, and a consumer's inbox with consumer.Migrate or
 // consumer.DDL. All are idempotent, but for one statement of OutboxDDL on
 // MySQL/MariaDB (the relays table's ADD COLUMN session_lock, which fails with

@@ -179,7 +179,7 @@ func sqliteStore(b *testing.B, msgs []runtime.OutboxMessage) relay.Store {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = db.Close() })
-	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.SQLite, Outbox: true}); err != nil {
 		b.Fatal(err)
 	}
 	w, err := sqlstore.NewWriter(sqlstore.SQLite, "", sqlstore.WriterConfig{})

@@ -81,7 +81,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := sqlstore.MigrateOutbox(context.Background(), databasesql.New(db), sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.Migrate(context.Background(), databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.SQLite, Outbox: true}); err != nil {
 		t.Fatal(err)
 	}
 	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})

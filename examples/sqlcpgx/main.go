@@ -160,7 +160,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, brokers []string) error {
 
 // migrateOutbox creates the outbox tables through the pgx driver.
 func migrateOutbox(ctx context.Context, pool *pgxpool.Pool) error {
-	return sqlstore.MigrateOutbox(ctx, pgxv5.New(pool), sqlstore.Postgres, "")
+	return sqlstore.Migrate(ctx, pgxv5.New(pool), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true})
 }
 
 func envOr(name, def string) string {

@@ -67,7 +67,7 @@ func DDL(dialect, table string) ([]string, error) {
 // statement), on db in its dialect (db.Dialect()): any driver, as for
 // [Config.DB]. It is safe to run on every start. An empty table means
 // [DefaultTable]. Several consumers (different [Config.Name]) may share one
-// table. It runs [sqlstore.MigrateInbox].
+// table. It runs [sqlstore.Migrate].
 func Migrate(ctx context.Context, db sqlstore.DB, table string) error {
 	if db == nil {
 		return fmt.Errorf("consumer: migrate inbox table: %w: nil DB", ErrInvalidConfig)
@@ -76,7 +76,7 @@ func Migrate(ctx context.Context, db sqlstore.DB, table string) error {
 	if err != nil {
 		return fmt.Errorf("consumer: migrate inbox table: %w", err)
 	}
-	if err := sqlstore.MigrateInbox(ctx, db, sqlstore.Dialect(d), table); err != nil {
+	if err := sqlstore.Migrate(ctx, db, sqlstore.Schema{Dialect: sqlstore.Dialect(d), Inbox: true, InboxTable: table}); err != nil {
 		return fmt.Errorf("consumer: %w", inboxErr(err))
 	}
 	return nil

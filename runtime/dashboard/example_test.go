@@ -29,7 +29,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.SQLite, Outbox: true}); err != nil {
 		log.Fatal(err)
 	}
 	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})

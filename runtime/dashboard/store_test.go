@@ -36,7 +36,7 @@ func openStore(t testing.TB, d sqlstore.Dialect) (*sqlstore.Store, *sql.DB) {
 	}
 	t.Cleanup(func() { db.Close() })
 	ctx := context.Background()
-	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), d, ""); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: d, Outbox: true}); err != nil {
 		t.Fatal(err)
 	}
 	s, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})

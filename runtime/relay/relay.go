@@ -14,8 +14,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
-	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/internal/backoff"
+	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/internal/logattr"
 )
 

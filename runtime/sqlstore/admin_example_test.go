@@ -20,7 +20,7 @@ func exampleOutbox(ctx context.Context) (*sqlstore.Store, func(), error) {
 		return nil, nil, err
 	}
 	fail := func(err error) (*sqlstore.Store, func(), error) { remove(); return nil, nil, err }
-	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.SQLite, Outbox: true}); err != nil {
 		return fail(err)
 	}
 	w, err := sqlstore.NewWriter(sqlstore.SQLite, "", sqlstore.WriterConfig{})

@@ -39,7 +39,7 @@
 //
 //	db, err := sql.Open("pgx", dsn)                               // or pgxv5.New(pool), hooks.NewDriver(gormDB)
 //	drv := databasesql.New(db)
-//	err = sqlstore.MigrateOutbox(ctx, drv, sqlstore.Postgres, "") // or run OutboxDDL yourself
+//	err = sqlstore.Migrate(ctx, drv, sqlstore.Schema{Outbox: true}) // or run Schema.DDL in your migration tool
 //	store, err := sqlstore.NewStore(drv, sqlstore.StoreConfig{})  // the dialect comes from the driver
 //	r, err := relay.New(store, publisher, relay.Config{})
 //
@@ -147,7 +147,7 @@
 // replaced in about a second on PostgreSQL and MySQL/MariaDB. Each relay
 // registers its session lock (pg_try_advisory_lock, GET_LOCK) in the relays
 // table's session_lock column (after upgrading, run outbox migrate or
-// [MigrateOutbox], which adds it), and a relay that finds a registered
+// [Migrate], which adds it), and a relay that finds a registered
 // relay's lock free, and still free 750 ms later, takes its shards: a
 // standby, or the dead relay's own restart (TestDeadRelayIsTakenOverInASecond:
 // 0.83 – 1.04 s on PostgreSQL, 0.96 – 1.09 s on MariaDB, with the default
@@ -201,7 +201,7 @@
 //
 // # Schema
 //
-// [MigrateOutbox] (or [OutboxDDL], for users who run their own migrations)
+// [Migrate] (or [OutboxDDL], for users who run their own migrations)
 // creates the table with a unique index on event_id and partial indexes on
 // pending, blocked (waiting or parked) and parked rows; the two small tables
 // relays share it through (<table>_leases, one row per shard, and
@@ -234,7 +234,7 @@
 // back are found through a virtual column, blocked (1 on an unpublished row
 // that failed or is parked, NULL otherwise), indexed with the aggregate.
 //
-// The inbox table ([InboxDDL], [MigrateInbox]) has one row per applied
+// The inbox table ([InboxDDL], [Migrate]) has one row per applied
 // event and consumer, keyed (consumer, event_id), with an index on
 // (consumer, processed_at) for [Inbox.Prune].
 //
@@ -363,7 +363,7 @@
 // # Partitioned outbox
 //
 // On PostgreSQL the outbox table can instead be partitioned by event time
-// ([MigratePartitionedOutbox], or "outbox migrate --partition-interval
+// ([Migrate], or "outbox migrate --partition-interval
 // 24h"), so that retention drops whole partitions instead of deleting rows:
 // no dead tuples, no VACUUM work, and the table shrinks. The partition key
 // is the event id: event ids are UUIDv7 ([runtime.NewEventID]), whose first
@@ -380,7 +380,7 @@
 // versions and events past the partitions created ahead.
 //
 // Nothing else changes: [NewWriter], [NewStore], the admin operations and
-// [MigrateOutbox] (which leaves a partitioned table as it is) work on either
+// [Migrate] (which leaves a partitioned table as it is) work on either
 // table. A [Store] asks once whether its table is partitioned; if so its
 // marks also bound the event ids (BETWEEN the batch's smallest and largest),
 // so that PostgreSQL reads only the partitions that hold the batch.
@@ -410,7 +410,7 @@
 // event's time (its id), not from its publication, and rows are kept up to
 // one Interval longer than the age (a partition goes once its newest
 // possible event is older than the age). Partitioning is chosen when the
-// table is created: [MigratePartitionedOutbox] refuses an existing plain
+// table is created: [Migrate] refuses an existing plain
 // table ([ErrNotPartitioned]) and changes nothing in it. Each partition
 // adds a few locks and index probes to every statement that cannot prune
 // it (the claim reads every partition's pending index), so keep a few
@@ -419,7 +419,7 @@
 // happen to fall in a time partition's range (1 chance in millions for a
 // random UUID) are dropped with that partition.
 //
-// [MigratePartitionedOutbox] has a runnable example
+// [Migrate] has a runnable example
 // (ExampleMigratePartitionedOutbox). On a partitioned table the bounded
 // marks pay: with the 15 partitions of the comparison below (600,000 events,
 // two runs each, the bound switched off by a temporary patch for the

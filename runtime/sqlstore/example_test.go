@@ -39,7 +39,7 @@ func ExampleNewStore() {
 	}
 	defer remove()
 	ctx := context.Background()
-	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), "", ""); err != nil { // dialect from the driver, default table
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Outbox: true}); err != nil { // dialect from the driver, default table
 		fmt.Println(err)
 		return
 	}
@@ -113,7 +113,7 @@ func ExampleInbox_Record() {
 	}
 	defer remove()
 	ctx := context.Background()
-	if err := sqlstore.MigrateInbox(ctx, databasesql.New(db), sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.SQLite, Inbox: true}); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -48,7 +48,7 @@ func openSQL(t testing.TB, d sqlstore.Dialect) *sql.DB {
 func migrated(t testing.TB, d sqlstore.Dialect) *sql.DB {
 	t.Helper()
 	db := openSQL(t, d)
-	if err := sqlstore.MigrateOutbox(context.Background(), databasesql.New(db), d, ""); err != nil {
+	if err := sqlstore.Migrate(context.Background(), databasesql.New(db), sqlstore.Schema{Dialect: d, Outbox: true}); err != nil {
 		t.Fatal(err)
 	}
 	return db
@@ -64,7 +64,7 @@ func migratedPgx(t testing.TB) *pgxv5.Pool {
 	}
 	t.Cleanup(pool.Close)
 	drv := pgxv5.New(pool)
-	if err := sqlstore.MigrateOutbox(context.Background(), drv, sqlstore.Postgres, ""); err != nil {
+	if err := sqlstore.Migrate(context.Background(), drv, sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true}); err != nil {
 		t.Fatal(err)
 	}
 	return drv

@@ -74,12 +74,12 @@ func InboxDDL(d Dialect, table string) ([]string, error) {
 	}, nil
 }
 
-// MigrateInbox creates the inbox table and its index if they do not exist,
+// migrateInbox creates the inbox table and its index if they do not exist,
 // in one transaction (on MySQL and MariaDB, whose DDL commits implicitly,
 // one statement). It is safe to run on every start. An empty d means
 // [DialectOf] db; an empty table means [InboxDefaultTable]. Several
 // consumers may share one table.
-func MigrateInbox(ctx context.Context, db DB, d Dialect, table string) error {
+func migrateInbox(ctx context.Context, db DB, d Dialect, table string) error {
 	if nilDB(db) {
 		return errNilDB
 	}
@@ -95,7 +95,7 @@ func MigrateInbox(ctx context.Context, db DB, d Dialect, table string) error {
 	return inTx(ctx, db, func(tx Tx) error { return MigrateInboxTx(ctx, tx, d, table) })
 }
 
-// MigrateInboxTx is [MigrateInbox] in the caller's transaction tx (a
+// MigrateInboxTx is [Migrate] in the caller's transaction tx (a
 // Tx, or a GORM transaction's connection pool); d must be set.
 func MigrateInboxTx(ctx context.Context, tx Executor, d Dialect, table string) error {
 	stmts, err := InboxDDL(d, table)

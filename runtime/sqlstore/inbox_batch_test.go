@@ -25,7 +25,7 @@ func TestInboxRecordBatch(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := openSQL(t, d)
-			if err := sqlstore.MigrateInbox(ctx, databasesql.New(db), d, ""); err != nil {
+			if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: d, Inbox: true}); err != nil {
 				t.Fatal(err)
 			}
 			inbox, err := sqlstore.NewInbox(d, "", 30*time.Second)

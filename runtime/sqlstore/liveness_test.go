@@ -131,7 +131,7 @@ func TestRelayFrozenWithItsLeaseCommitOnTheWayIsTakenOver(t *testing.T) {
 	}
 	t.Cleanup(func() { db.Close() })
 	ctx := context.Background()
-	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.MySQL, ""); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.MySQL, Outbox: true}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := mysql.ParseDSN(dsn)

@@ -23,7 +23,7 @@ type Schema struct {
 	// Default: [DefaultTable].
 	OutboxTable string
 	// Partitioned, on PostgreSQL, creates a new outbox table partitioned by
-	// event time (see [MigratePartitionedOutbox]); an existing table that
+	// event time, one partition per Interval; an existing table that
 	// is not partitioned is an error wrapping [ErrNotPartitioned]. Its
 	// partitions are created at run time, so DDL refuses it. Default: nil,
 	// a plain table.
@@ -38,10 +38,17 @@ type Schema struct {
 // errEmptySchema is the error of a Schema that names no table.
 var errEmptySchema = fmt.Errorf("%w: the schema names no table (set Outbox or Inbox)", ErrInvalidConfig)
 
-// Migrate creates the tables of s in db if they do not exist: the outbox
-// (as [MigrateOutbox], or [MigratePartitionedOutbox] with s.Partitioned)
-// and the inbox ([MigrateInbox]). It is safe to run on every start; each
-// part runs in a transaction of its own.
+// Migrate creates the tables of s in db if they do not exist. The outbox:
+// the table, its indexes, its lease tables and (PostgreSQL) its wake-up
+// register, in one transaction (on MySQL and MariaDB, whose DDL commits
+// implicitly, the statements are idempotent instead; concurrent runs on
+// PostgreSQL are serialised by an advisory lock), or with s.Partitioned a
+// table partitioned by time (see "Partitioned outbox" in the package
+// documentation: on an existing table that is not partitioned it changes
+// nothing and returns an error wrapping [ErrNotPartitioned]). The inbox:
+// its table and index. It is safe to run on every start. In a transaction
+// of the caller's (a migration tool's step, GORM's), use [MigrateOutboxTx]
+// and [MigrateInboxTx].
 func Migrate(ctx context.Context, db DB, s Schema) error {
 	if nilDB(db) {
 		return errNilDB
@@ -62,16 +69,16 @@ func Migrate(ctx context.Context, db DB, s Schema) error {
 			if d != Postgres {
 				return fmt.Errorf("%w: a partitioned outbox is PostgreSQL only (the database is %s)", ErrInvalidConfig, d)
 			}
-			err = MigratePartitionedOutbox(ctx, db, s.OutboxTable, *s.Partitioned)
+			err = migratePartitionedOutbox(ctx, db, s.OutboxTable, *s.Partitioned)
 		} else {
-			err = MigrateOutbox(ctx, db, d, s.OutboxTable)
+			err = migrateOutbox(ctx, db, d, s.OutboxTable)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	if s.Inbox {
-		return MigrateInbox(ctx, db, d, s.InboxTable)
+		return migrateInbox(ctx, db, d, s.InboxTable)
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ const (
 	DefaultPartitionLockTimeout = 200 * time.Millisecond
 )
 
-// ErrNotPartitioned is wrapped by the error of [MigratePartitionedOutbox]
+// ErrNotPartitioned is wrapped by the error of [Migrate]
 // when the table already exists and is not partitioned: partitioning is
 // chosen when the table is created.
 var ErrNotPartitioned = errors.New("sqlstore: the outbox table exists and is not partitioned")
@@ -132,7 +132,7 @@ func partitionName(table string, start time.Time) string {
 	return qualify(table, baseName(table)+"_"+strings.ToLower(start.UTC().Format("20060102t1504")))
 }
 
-// MigratePartitionedOutbox is [MigrateOutbox] for PostgreSQL with the outbox
+// migratePartitionedOutbox is [Migrate] for PostgreSQL with the outbox
 // table partitioned by time (see "Partitioned outbox" in the package
 // documentation), for a table that does not exist yet: it creates the
 // partitioned table, its DEFAULT partition and the partitions of the
@@ -141,10 +141,10 @@ func partitionName(table string, start time.Time) string {
 // on an existing table that is not partitioned it changes nothing and
 // returns an error wrapping [ErrNotPartitioned] (partitioning an existing
 // table means copying it: create a new table and move the writers over).
-// [MigrateOutbox] on a partitioned table is harmless, and [NewStore],
+// [Migrate] on a partitioned table is harmless, and [NewStore],
 // [NewWriter] and [NewRetention] need nothing more. An empty table means
 // [DefaultTable].
-func MigratePartitionedOutbox(ctx context.Context, db DB, table string, cfg PartitionConfig) error {
+func migratePartitionedOutbox(ctx context.Context, db DB, table string, cfg PartitionConfig) error {
 	if nilDB(db) {
 		return errNilDB
 	}

@@ -15,7 +15,7 @@ import (
 // retention that creates the days ahead and drops the days older than a
 // week whose events are all published. Writers, relays and the operator
 // command need nothing more. (Not run: it needs PostgreSQL.)
-func ExampleMigratePartitionedOutbox() {
+func ExampleMigrate_partitioned() {
 	ctx := context.Background()
 	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/shop")
 	if err != nil {
@@ -23,7 +23,7 @@ func ExampleMigratePartitionedOutbox() {
 		return
 	}
 	defer db.Close()
-	if err := sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(db), "", sqlstore.PartitionConfig{Interval: 24 * time.Hour}); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Outbox: true, Partitioned: &sqlstore.PartitionConfig{Interval: 24 * time.Hour}}); err != nil {
 		fmt.Println(err) // wraps sqlstore.ErrNotPartitioned if a plain outbox table exists
 		return
 	}

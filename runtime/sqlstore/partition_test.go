@@ -28,7 +28,7 @@ import (
 func partitioned(t testing.TB) *sql.DB {
 	t.Helper()
 	db := openSQL(t, sqlstore.Postgres)
-	if err := sqlstore.MigratePartitionedOutbox(context.Background(), databasesql.New(db), "", sqlstore.PartitionConfig{Interval: time.Hour, Ahead: 2}); err != nil {
+	if err := sqlstore.Migrate(context.Background(), databasesql.New(db), sqlstore.Schema{Outbox: true, Partitioned: &sqlstore.PartitionConfig{Interval: time.Hour, Ahead: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	return db
@@ -117,10 +117,10 @@ func TestMigratePartitionedOutbox(t *testing.T) {
 	if parts["outbox_messages_default"] != "DEFAULT" {
 		t.Errorf("no DEFAULT partition: %v", parts)
 	}
-	if err := sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(db), "", sqlstore.PartitionConfig{Interval: time.Hour, Ahead: 2}); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Outbox: true, Partitioned: &sqlstore.PartitionConfig{Interval: time.Hour, Ahead: 2}}); err != nil {
 		t.Errorf("second migration: %v", err)
 	}
-	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.Postgres, ""); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true}); err != nil {
 		t.Errorf("MigrateOutbox on the partitioned table: %v", err)
 	}
 	if got := partitionsOf(t, db); len(got) != len(parts) {
@@ -128,12 +128,12 @@ func TestMigratePartitionedOutbox(t *testing.T) {
 	}
 
 	plain := migrated(t, sqlstore.Postgres)
-	err := sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(plain), "", sqlstore.PartitionConfig{})
+	err := sqlstore.Migrate(ctx, databasesql.New(plain), sqlstore.Schema{Outbox: true, Partitioned: &sqlstore.PartitionConfig{}})
 	if !errors.Is(err, sqlstore.ErrNotPartitioned) {
 		t.Errorf("MigratePartitionedOutbox on a plain table = %v, want ErrNotPartitioned", err)
 	}
 	for _, bad := range []sqlstore.PartitionConfig{{Interval: time.Second}, {Interval: time.Minute + time.Microsecond}, {Ahead: -1}} {
-		if err := sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(db), "", bad); err == nil {
+		if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Outbox: true, Partitioned: &bad}); err == nil {
 			t.Errorf("MigratePartitionedOutbox(%+v) accepted", bad)
 		}
 	}
@@ -149,7 +149,7 @@ func TestChangedIntervalLeavesNoGap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := partitioned(t) // hourly, 2 ahead
-	if err := sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(db), "", sqlstore.PartitionConfig{Interval: 24 * time.Hour, Ahead: 2}); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Outbox: true, Partitioned: &sqlstore.PartitionConfig{Interval: 24 * time.Hour, Ahead: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	hour := time.Now().UTC().Truncate(time.Hour)

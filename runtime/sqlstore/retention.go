@@ -68,7 +68,7 @@ type RetentionConfig struct {
 	OnPass func(RetentionResult)
 
 	// Partitions configures the retention of a partitioned outbox table
-	// (PostgreSQL, [MigratePartitionedOutbox]), which a pass detects: it
+	// (PostgreSQL, [Migrate]), which a pass detects: it
 	// creates the partitions ahead, drops the partitions whose events are
 	// all older than PublishedAge and published, and deletes published
 	// rows older than PublishedAge batch by batch from the DEFAULT
@@ -117,7 +117,7 @@ type RetentionResult struct {
 // few dozen point reads, not a walk over the young published rows. Run it beside the relay
 // (the operator command's "relay --retention") or on its own; several
 // can run at once. On a partitioned PostgreSQL outbox
-// ([MigratePartitionedOutbox]) it drops whole partitions instead: see
+// ([Migrate]) it drops whole partitions instead: see
 // "Partitioned outbox" in the package documentation.
 type Retention struct {
 	store *Store

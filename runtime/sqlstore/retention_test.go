@@ -68,7 +68,7 @@ func TestRetentionDeletesOnlyOldPublishedAndOldInbox(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Inbox markers: consumers a and b, one old and one new each.
-			if err := sqlstore.MigrateInbox(ctx, databasesql.New(db), d, ""); err != nil {
+			if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: d, Inbox: true}); err != nil {
 				t.Fatal(err)
 			}
 			inbox, err := sqlstore.NewInbox(d, "", time.Minute)

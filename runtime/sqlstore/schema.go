@@ -132,7 +132,7 @@ func seedLeases(table, conflict string) string {
 // statements bring a table created by an earlier version up to date, and
 // are idempotent but for one on MySQL/MariaDB: the ALTER TABLE ... ADD
 // COLUMN session_lock of the relays table fails with error 1060 (duplicate
-// column) once applied, which [MigrateOutbox] ignores; a migration tool
+// column) once applied, which [Migrate] ignores; a migration tool
 // runs it once. An empty table means [DefaultTable]. It returns an
 // error wrapping [ErrInvalidTable] or [ErrUnsupportedDialect].
 func OutboxDDL(d Dialect, table string) ([]string, error) {
@@ -149,13 +149,13 @@ func OutboxDDL(d Dialect, table string) ([]string, error) {
 	return impl.ddl(table), nil
 }
 
-// MigrateOutbox creates the outbox table, its indexes, its lease tables
+// migrateOutbox creates the outbox table, its indexes, its lease tables
 // and (PostgreSQL) its wake-up register if they do not exist, in one
 // transaction (on MySQL and MariaDB, whose DDL commits implicitly, the
 // statements are idempotent instead). Concurrent runs on PostgreSQL are
 // serialised by an advisory lock. It is safe to run on every start. An
 // empty d means [DialectOf] db; an empty table means [DefaultTable].
-func MigrateOutbox(ctx context.Context, db DB, d Dialect, table string) error {
+func migrateOutbox(ctx context.Context, db DB, d Dialect, table string) error {
 	if nilDB(db) {
 		return errNilDB
 	}
@@ -171,7 +171,7 @@ func MigrateOutbox(ctx context.Context, db DB, d Dialect, table string) error {
 	return inTx(ctx, db, func(tx Tx) error { return MigrateOutboxTx(ctx, tx, d, table) })
 }
 
-// MigrateOutboxTx is [MigrateOutbox] in the caller's transaction tx (a
+// MigrateOutboxTx is [Migrate] in the caller's transaction tx (a
 // Tx, or a GORM transaction's connection pool), for migration tools
 // that run each step in a transaction of their own; d must be set.
 func MigrateOutboxTx(ctx context.Context, tx Executor, d Dialect, table string) error {

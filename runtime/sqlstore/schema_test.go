@@ -46,10 +46,10 @@ func TestMigrateInCallersTransaction(t *testing.T) {
 					t.Fatalf("tables exist = %v after the transaction (commit %v)", got, commit)
 				}
 			}
-			if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), "", ""); err != nil {
+			if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Outbox: true}); err != nil {
 				t.Errorf("MigrateOutbox again: %v", err)
 			}
-			if err := sqlstore.MigrateInbox(ctx, databasesql.New(db), "", ""); err != nil {
+			if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Inbox: true}); err != nil {
 				t.Errorf("MigrateInbox again: %v", err)
 			}
 		})

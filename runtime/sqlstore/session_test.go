@@ -54,7 +54,7 @@ func viaProxy(t *testing.T, d sqlstore.Dialect) (direct, proxied *sql.DB, p *run
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxied.Close() })
-	if err := sqlstore.MigrateOutbox(context.Background(), databasesql.New(direct), d, ""); err != nil {
+	if err := sqlstore.Migrate(context.Background(), databasesql.New(direct), sqlstore.Schema{Dialect: d, Outbox: true}); err != nil {
 		t.Fatal(err)
 	}
 	return direct, proxied, p
@@ -500,7 +500,7 @@ func TestMigrateAddsTheSessionLockColumn(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := 0; i < 2; i++ {
-				if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), d, ""); err != nil {
+				if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: d, Outbox: true}); err != nil {
 					t.Fatalf("MigrateOutbox %d over an earlier relays table: %v", i+1, err)
 				}
 			}

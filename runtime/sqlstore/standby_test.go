@@ -419,7 +419,7 @@ func TestStandbyRelayListensOnlyOnceActive(t *testing.T) {
 	}
 	appA, appB := "active-"+tag, "standby-"+tag
 	dbA, dbB := open(appA), open(appB)
-	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(dbA), sqlstore.Postgres, ""); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(dbA), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true}); err != nil {
 		t.Fatal(err)
 	}
 	listeners := func(app string) int {

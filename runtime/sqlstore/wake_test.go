@@ -299,7 +299,7 @@ func TestListenWakesTheRelayAfterARequest(t *testing.T) {
 	defer cancel()
 	db := openSQL(t, sqlstore.Postgres)
 	const table = "settle_outbox"
-	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.Postgres, table); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true, OutboxTable: table}); err != nil {
 		t.Fatal(err)
 	}
 	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{Table: table})
@@ -359,7 +359,7 @@ func TestMigrateDropsTheNotifyTrigger(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.Postgres, ""); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true}); err != nil {
 		t.Fatal(err)
 	}
 	var triggers, functions int

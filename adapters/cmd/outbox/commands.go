@@ -736,16 +736,16 @@ time now, UTC, as 20060102150405). They need only the dialect: --db, or
 		defer db.Close()
 		switch {
 		case interval > 0:
-			err = sqlstore.MigratePartitionedOutbox(e.ctx, databasesql.New(db.db), fs.table, sqlstore.PartitionConfig{Interval: interval})
+			err = sqlstore.Migrate(e.ctx, databasesql.New(db.db), sqlstore.Schema{Outbox: true, OutboxTable: fs.table, Partitioned: &sqlstore.PartitionConfig{Interval: interval}})
 		default:
-			err = sqlstore.MigrateOutbox(e.ctx, databasesql.New(db.db), db.dialect, fs.table)
+			err = sqlstore.Migrate(e.ctx, databasesql.New(db.db), sqlstore.Schema{Dialect: db.dialect, Outbox: true, OutboxTable: fs.table})
 		}
 		if err != nil {
 			return err
 		}
 		created := []string{db.table}
 		if *inbox || *inboxTable != "" {
-			if err := sqlstore.MigrateInbox(e.ctx, databasesql.New(db.db), db.dialect, *inboxTable); err != nil {
+			if err := sqlstore.Migrate(e.ctx, databasesql.New(db.db), sqlstore.Schema{Dialect: db.dialect, Inbox: true, InboxTable: *inboxTable}); err != nil {
 				return err
 			}
 			created = append(created, cmp.Or(*inboxTable, sqlstore.InboxDefaultTable))

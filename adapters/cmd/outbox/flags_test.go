@@ -255,7 +255,7 @@ func TestJanitorInboxOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := sqlstore.MigrateInbox(context.Background(), databasesql.New(db), sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.Migrate(context.Background(), databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.SQLite, Inbox: true}); err != nil {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-48 * time.Hour).UTC()

@@ -236,7 +236,7 @@ the relay until TCP gives up.`,
 		}
 		defer db.Close() // after the relay: releases its leases
 		if *migrate {
-			if err := sqlstore.MigrateOutbox(e.ctx, databasesql.New(db.db), db.dialect, fs.table); err != nil {
+			if err := sqlstore.Migrate(e.ctx, databasesql.New(db.db), sqlstore.Schema{Dialect: db.dialect, Outbox: true, OutboxTable: fs.table}); err != nil {
 				return err
 			}
 		}

@@ -27,7 +27,7 @@ const (
 
 // retentionRun is the retention comparison (-retention-compare N). For a
 // plain outbox table with delete-based retention, and for a table
-// partitioned by day (sqlstore.MigratePartitionedOutbox) whose retention
+// partitioned by day (sqlstore.Migrate with Schema.Partitioned) whose retention
 // drops partitions, it:
 //
 //  1. fills the table with N events in time order, their UUIDv7 event ids
@@ -72,7 +72,7 @@ func retentionLayout(ctx context.Context, o options, partitioned bool, out io.Wr
 	first := now.Add(-retentionDays * 24 * time.Hour)
 	if partitioned {
 		layout = "partitioned by day, partition drop"
-		if err := sqlstore.MigratePartitionedOutbox(ctx, databasesql.New(db), table, sqlstore.PartitionConfig{Interval: 24 * time.Hour}); err != nil {
+		if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Outbox: true, OutboxTable: table, Partitioned: &sqlstore.PartitionConfig{Interval: 24 * time.Hour}}); err != nil {
 			return err
 		}
 		// The past days' partitions, as they would have been created
@@ -83,7 +83,7 @@ func retentionLayout(ctx context.Context, o options, partitioned bool, out io.Wr
 				return err
 			}
 		}
-	} else if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.Postgres, table); err != nil {
+	} else if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true, OutboxTable: table}); err != nil {
 		return err
 	}
 	vlog := func(format string, args ...any) {

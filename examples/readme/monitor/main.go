@@ -54,7 +54,7 @@ func main() {
 // run relays the outbox of db and serves its metrics and health on ln
 // until ctx is cancelled.
 func run(ctx context.Context, db *sql.DB, ln net.Listener) error {
-	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.SQLite, Outbox: true}); err != nil {
 		return err
 	}
 	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{Dialect: sqlstore.SQLite})

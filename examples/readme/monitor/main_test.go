@@ -30,7 +30,7 @@ func TestRun(t *testing.T) {
 	defer db.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := sqlstore.MigrateOutbox(ctx, databasesql.New(db), sqlstore.SQLite, ""); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.SQLite, Outbox: true}); err != nil {
 		t.Fatal(err)
 	}
 	w, err := sqlstore.NewWriter(sqlstore.SQLite, "", sqlstore.WriterConfig{})

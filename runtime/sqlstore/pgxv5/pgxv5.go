@@ -7,7 +7,7 @@
 //
 //	pool, err := pgxpool.New(ctx, dsn)
 //	drv := pgxv5.New(pool)
-//	err = sqlstore.MigrateOutbox(ctx, drv, sqlstore.Postgres, "")
+//	err = sqlstore.Migrate(ctx, drv, sqlstore.Schema{Outbox: true})
 //	store, err := sqlstore.NewStore(drv, sqlstore.StoreConfig{})
 //	...
 //	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
