@@ -525,70 +525,13 @@ func (c *Consumer) attempt(ctx context.Context, r *route, evt runtime.Event, m M
 	return &InboxError{Err: err}
 }
 
-// inboxTx runs fn in an inbox transaction begun with ctx on [Config.DB]:
-// it commits when fn returns nil, and rolls back when fn returns an error
-// or panics (the panic goes on). fn calls the inbox's Record or
-// RecordBatch first, and not Restore.
-//
-// Where the inbox sets session timeouts (MySQL and MariaDB, which have no
-// SET LOCAL: see [sqlstore.Inbox.Restore]), the transaction runs on a
-// connection of its own, and the session's own values are restored on it
-// after the transaction ends, not before its COMMIT: the COMMIT is sent
-// under them, so a COMMIT that a half-open connection swallows leaves the
-// server's transaction, and the marker's lock a redelivery waits on, to
-// end within TxTimeout instead of the server's wait_timeout (8 hours by
-// default). A connection whose restore fails is discarded.
+// inboxTx runs fn in an inbox transaction begun with ctx on [Config.DB]
+// (see [sqlstore.Inbox.InTx], which on MySQL and MariaDB also bounds it on
+// the server): it commits when fn returns nil, and rolls back when fn
+// returns an error or panics (the panic goes on). fn calls the inbox's
+// Record or RecordBatch first.
 func (c *Consumer) inboxTx(ctx context.Context, fn func(tx sqlstore.Tx) error) error {
-	if !c.sql.GuardsSession() {
-		return transaction(ctx, c.cfg.DB, fn)
-	}
-	conn, err := c.cfg.DB.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	guarded := false // Record or RecordBatch set the session's timeouts
-	defer func() {
-		if guarded {
-			if rerr := c.sql.Restore(ctx, conn); rerr != nil {
-				// The session may keep TxTimeout as its wait_timeout: the
-				// pool must not hand it out again. The transaction's own
-				// outcome is err's.
-				conn.Discard()
-				return
-			}
-		}
-		_ = conn.Close()
-	}()
-	return transaction(ctx, conn, func(tx sqlstore.Tx) error {
-		guarded = true
-		return fn(tx)
-	})
-}
-
-// transaction runs fn in a transaction of db, begun with ctx: it commits
-// when fn returns nil, and rolls back when fn returns an error or panics
-// (the panic goes on).
-func transaction(ctx context.Context, db sqlstore.Beginner, fn func(tx sqlstore.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			// Rollback fails when the deadline already ended the
-			// transaction; the server discards it either way.
-			_ = tx.Rollback(ctx)
-		}
-	}()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	committed = true
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+	return c.sql.InTx(ctx, c.cfg.DB, fn)
 }
 
 // errTxDeadline is the cause of an inbox transaction's context when its

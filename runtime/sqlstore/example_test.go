@@ -104,7 +104,8 @@ func ExampleDecodeRow() {
 }
 
 // An inbox makes a handler's transaction apply each event once per
-// consumer: the marker insert is its first statement.
+// consumer: the marker insert is its first statement, in a transaction of
+// InTx (which, on MySQL and MariaDB, also bounds it on the server).
 func ExampleInbox_Record() {
 	db, remove, err := exampleDB()
 	if err != nil {
@@ -113,7 +114,8 @@ func ExampleInbox_Record() {
 	}
 	defer remove()
 	ctx := context.Background()
-	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.SQLite, Inbox: true}); err != nil {
+	drv := databasesql.New(db)
+	if err := sqlstore.Migrate(ctx, drv, sqlstore.Schema{Dialect: sqlstore.SQLite, Inbox: true}); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -124,22 +126,14 @@ func ExampleInbox_Record() {
 	}
 	eventID := runtime.NewEventID()
 	for range 2 { // the same event, delivered twice
-		tx, err := db.BeginTx(ctx, nil)
+		var applied bool
+		err := inbox.InTx(ctx, drv, func(tx sqlstore.Tx) error {
+			var err error
+			applied, err = inbox.Record(ctx, tx, "billing", eventID, "orders.order_paid", time.Now())
+			// ... the handler's writes, through tx, when applied ...
+			return err
+		})
 		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		applied, err := inbox.Record(ctx, databasesql.Executor(tx), "billing", eventID, "orders.order_paid", time.Now())
-		if err == nil {
-			err = inbox.Restore(ctx, databasesql.Executor(tx))
-		}
-		if err != nil {
-			_ = tx.Rollback()
-			fmt.Println(err)
-			return
-		}
-		// ... the handler's writes, through tx, when applied ...
-		if err := tx.Commit(); err != nil {
 			fmt.Println(err)
 			return
 		}

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -123,9 +122,9 @@ type Inbox struct {
 	// pgGuard is set when insert also bounds the transaction on the server
 	// (PostgreSQL): Record then adds the timeout arguments.
 	pgGuard bool
-	// guard and unguard, when set (MySQL, MariaDB), run before the insert
-	// and before the transaction ends: they set, then restore, the
-	// session's timeouts.
+	// guard and unguard, when set (MySQL, MariaDB), run on the
+	// connection of [Inbox.InTx] before its transaction begins and after
+	// it ends: they set, then restore, the session's timeouts.
 	guard, unguard string
 	prune          string
 	count          string
@@ -138,7 +137,8 @@ type Inbox struct {
 
 // NewInbox returns the inbox of table (empty: [InboxDefaultTable]) in
 // dialect d. txTimeout bounds, on the server, a transaction in which
-// [Inbox.Record] inserted a marker (see Record); it must be positive. It returns
+// [Inbox.Record] inserted a marker (see Record and [Inbox.InTx]); it must
+// be positive. It returns
 // an error wrapping [ErrInvalidTable] or [ErrUnsupportedDialect].
 func NewInbox(d Dialect, table string, txTimeout time.Duration) (*Inbox, error) {
 	if table == "" {
@@ -196,7 +196,8 @@ func NewInbox(d Dialect, table string, txTimeout time.Duration) (*Inbox, error) 
 		// MySQL has no SET LOCAL: the session's wait_timeout (how long the
 		// server waits for a client's next statement, in a transaction or
 		// not) and innodb_lock_wait_timeout are set to txTimeout for the
-		// transaction and restored before it ends. A client that vanished
+		// transaction by InTx, on the transaction's connection, and
+		// restored there after it ends. A client that vanished
 		// mid-transaction is disconnected, its transaction rolled back and
 		// its marker's lock released, within txTimeout of its last
 		// statement; a redelivery waiting on a lock gives up within
@@ -220,37 +221,29 @@ func NewInbox(d Dialect, table string, txTimeout time.Duration) (*Inbox, error) 
 const mysqlMaxWaitTimeout = 31536000
 
 // Record inserts the inbox marker of consumer's event in tx (the handler's
-// transaction: a Tx, or a GORM transaction's connection pool), with
-// processed time now, after setting the session's timeouts where that takes
-// a statement of its own, and reports whether it inserted one (false: the
-// event was applied before). It should be the first statement of the
-// transaction: a concurrent delivery of the same event then waits on the
-// marker until this transaction ends.
+// transaction: one from [Inbox.InTx], or any Tx or GORM transaction's
+// connection pool), with processed time now, and reports whether it
+// inserted one (false: the event was applied before). It should be the
+// first statement of the transaction: a concurrent delivery of the same
+// event then waits on the marker until this transaction ends.
 //
 // On PostgreSQL the insert also sets, for the rest of the transaction,
 // statement_timeout and idle_in_transaction_session_timeout to the inbox's
-// transaction timeout; on MySQL it sets the session's wait_timeout and
-// innodb_lock_wait_timeout, which [Inbox.Restore] puts back. When Record
-// returns without error, call Restore (before the transaction ends, or
-// after on its connection: see Restore); when it returns an error it has
-// restored them itself.
+// transaction timeout, so the server ends a transaction its client
+// abandoned and releases the marker. MySQL and MariaDB have no SET LOCAL:
+// there [Inbox.InTx] bounds the transaction on the server instead.
 func (s *Inbox) Record(ctx context.Context, tx Executor, consumer string, eventID uuid.UUID, eventType string, now time.Time) (applied bool, err error) {
-	if s.guard != "" {
-		if _, err := tx.ExecContext(ctx, s.guard); err != nil {
-			return false, fmt.Errorf("sqlstore: inbox: set session timeouts: %w", err)
-		}
-	}
 	args := []any{consumer, eventID.String(), eventType, now.UTC()}
 	if s.pgGuard {
 		args = append(args, s.txTimeoutMS, s.txTimeoutMS)
 	}
 	res, err := tx.ExecContext(ctx, s.insert, args...)
 	if err != nil {
-		return false, errors.Join(fmt.Errorf("sqlstore: inbox: insert marker: %w", err), s.Restore(ctx, tx))
+		return false, fmt.Errorf("sqlstore: inbox: insert marker: %w", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return false, errors.Join(fmt.Errorf("sqlstore: inbox: insert marker: rows affected: %w", err), s.Restore(ctx, tx))
+		return false, fmt.Errorf("sqlstore: inbox: insert marker: rows affected: %w", err)
 	}
 	return n > 0, nil
 }
@@ -270,13 +263,11 @@ type InboxEntry struct {
 // whether it inserted it (false: the event was applied before, or its id
 // appears earlier in entries). On PostgreSQL and SQLite that is one
 // INSERT ... ON CONFLICT DO NOTHING RETURNING statement; on MySQL and
-// MariaDB, one INSERT IGNORE per entry, after setting the session's
-// timeouts once. Markers are inserted in the order of entries, so two
-// transactions marking overlapping runs of the same stream in the same
-// order wait on each other instead of deadlocking. As with Record: call it
-// first in the transaction, and call [Inbox.Restore] when it returns
-// without error (before the transaction ends, or after on its
-// connection). entries must hold at most [MaxInboxBatch] entries.
+// MariaDB, one INSERT IGNORE per entry. Markers are inserted in the order
+// of entries, so two transactions marking overlapping runs of the same
+// stream in the same order wait on each other instead of deadlocking. As
+// with Record: call it first in the transaction, best one from
+// [Inbox.InTx]. entries must hold at most [MaxInboxBatch] entries.
 func (s *Inbox) RecordBatch(ctx context.Context, tx Executor, consumer string, entries []InboxEntry, now time.Time) (applied []bool, err error) {
 	if len(entries) > MaxInboxBatch {
 		return nil, fmt.Errorf("sqlstore: inbox: %d entries in one batch, more than %d", len(entries), MaxInboxBatch)
@@ -294,17 +285,14 @@ func (s *Inbox) RecordBatch(ctx context.Context, tx Executor, consumer string, e
 		return applied, nil
 	}
 	if s.dialect == MySQL {
-		if _, err := tx.ExecContext(ctx, s.guard); err != nil {
-			return nil, fmt.Errorf("sqlstore: inbox: set session timeouts: %w", err)
-		}
 		for _, e := range unique {
 			res, err := tx.ExecContext(ctx, s.insert, consumer, e.EventID.String(), e.EventType, now.UTC())
 			if err != nil {
-				return nil, errors.Join(fmt.Errorf("sqlstore: inbox: insert marker: %w", err), s.Restore(ctx, tx))
+				return nil, fmt.Errorf("sqlstore: inbox: insert marker: %w", err)
 			}
 			n, err := res.RowsAffected()
 			if err != nil {
-				return nil, errors.Join(fmt.Errorf("sqlstore: inbox: insert marker: rows affected: %w", err), s.Restore(ctx, tx))
+				return nil, fmt.Errorf("sqlstore: inbox: insert marker: rows affected: %w", err)
 			}
 			applied[first[e.EventID]] = n > 0
 		}
@@ -365,27 +353,73 @@ func (s *Inbox) RecordBatch(ctx context.Context, tx Executor, consumer string, e
 	return applied, nil
 }
 
-// GuardsSession reports whether [Inbox.Record] and [Inbox.RecordBatch] set
-// session timeouts that [Inbox.Restore] must put back (MySQL and MariaDB,
-// which have no SET LOCAL).
-func (s *Inbox) GuardsSession() bool { return s.unguard != "" }
-
-// Restore undoes what [Inbox.Record] set on the session (MySQL); elsewhere
-// it does nothing. Call it in the transaction before it ends, or on its
-// connection (a Conn) after it ended: the COMMIT is then sent under
-// the transaction timeout, so that when the connection turns half-open and
-// the COMMIT never arrives the server still ends the transaction, and
-// releases the marker's lock, within that timeout (runtime/consumer does
-// this). When it fails the connection is usually gone (a deadline); if it
-// is not, the session keeps the transaction timeout as its wait_timeout
-// and lock wait, which costs a reconnect after that long idle: discard
-// such a connection.
-func (s *Inbox) Restore(ctx context.Context, tx Executor) error {
-	if s.unguard == "" {
-		return nil
+// InTx runs fn in a transaction begun with ctx on db, for an inbox's
+// [Inbox.Record] or [Inbox.RecordBatch] and the handler's writes: it
+// commits when fn returns nil, and rolls back when fn returns an error or
+// panics (the panic goes on). tx is db's transaction: a driver's UnwrapTx
+// turns it into the handler's own type (*sql.Tx, pgx.Tx, *gorm.DB).
+//
+// On PostgreSQL and SQLite that is all. MySQL and MariaDB have no SET
+// LOCAL, so there InTx also bounds the transaction on the server: it takes
+// a connection of its own, sets that session's wait_timeout and
+// innodb_lock_wait_timeout to the inbox's transaction timeout (in whole
+// seconds, rounded up) before BEGIN, and puts the session's own values
+// back after the transaction ended, not before its COMMIT. The COMMIT is
+// thus sent under the short timeouts: when the connection turns half-open
+// and the COMMIT never arrives, the server still ends the transaction, and
+// releases the marker's lock a redelivery waits on, within the timeout
+// instead of its wait_timeout (8 hours by default). A connection whose
+// timeouts could not be put back is discarded, never returned to the pool.
+func (s *Inbox) InTx(ctx context.Context, db DB, fn func(tx Tx) error) (err error) {
+	if nilDB(db) {
+		return errNilDB
 	}
-	if _, err := tx.ExecContext(ctx, s.unguard); err != nil {
-		return fmt.Errorf("sqlstore: inbox: restore session timeouts: %w", err)
+	if s.guard == "" {
+		return transact(ctx, db, fn)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlstore: inbox: connect: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, s.guard); err != nil {
+		conn.Discard()
+		return fmt.Errorf("sqlstore: inbox: set session timeouts: %w", err)
+	}
+	defer func() {
+		if _, rerr := conn.ExecContext(ctx, s.unguard); rerr != nil {
+			// Usually the connection is gone (a deadline). If it is
+			// not, the session keeps the short timeouts: the pool must
+			// not hand it out again. The transaction's outcome is err.
+			conn.Discard()
+			return
+		}
+		_ = conn.Close()
+	}()
+	return transact(ctx, conn, fn)
+}
+
+// transact runs fn in a transaction of db, begun with ctx: it commits when
+// fn returns nil, and rolls back when fn returns an error or panics (the
+// panic goes on). fn's error is returned as it is.
+func transact(ctx context.Context, db Beginner, fn func(tx Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlstore: inbox: begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// Rollback fails when a deadline already ended the
+			// transaction; the server discards it either way.
+			_ = tx.Rollback(ctx)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	committed = true
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("sqlstore: inbox: commit: %w", err)
 	}
 	return nil
 }

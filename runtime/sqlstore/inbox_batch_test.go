@@ -48,9 +48,6 @@ func TestInboxRecordBatch(t *testing.T) {
 					tx.Rollback()
 					t.Fatalf("RecordBatch: %v", err)
 				}
-				if err := inbox.Restore(ctx, databasesql.Executor(tx)); err != nil {
-					t.Fatal(err)
-				}
 				end := tx.Rollback
 				if commit {
 					end = tx.Commit
