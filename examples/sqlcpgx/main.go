@@ -3,12 +3,15 @@
 // pgx/v5 into package db), its transactions pgx's, and it writes its
 // events into the outbox in the same pgx.Tx through the storage layer's
 // native pgx driver (package runtime/sqlstore/pgxv5); the relay reads the
-// outbox through the same *pgxpool.Pool and publishes to Kafka.
+// outbox through the same *pgxpool.Pool and publishes to Kafka. The
+// payments side consumes those events and applies each OrderPaid once: its
+// handler takes the inbox's pgx.Tx and writes through sqlc's
+// Queries.WithTx, so the payment row and the inbox marker commit together.
 //
 //	go run ./examples/sqlcpgx -database-url postgres://postgres@127.0.0.1:5432/test
 //
 // It places an order and pays it (two transactions, two events), then
-// relays until interrupted. Without -kafka-brokers it starts an
+// relays and consumes until interrupted. Without -kafka-brokers it starts an
 // in-process Kafka-protocol broker. Regenerate package db with
 // `sqlc generate` in this directory (sqlc.yaml).
 package main
@@ -32,6 +35,7 @@ import (
 	"github.com/gooutbox/outbox/examples/readme/orders"
 	"github.com/gooutbox/outbox/examples/sqlcpgx/db"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/consumer"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"github.com/gooutbox/outbox/runtime/sqlstore/pgxv5"
@@ -117,8 +121,37 @@ func (s *Service) record(ctx context.Context, tx pgx.Tx, id int64, evt runtime.E
 	return err
 }
 
+// NewPayments returns the payments consumer on pool: an inbox in the same
+// database, and a handler of OrderPaid that records the payment through
+// sqlc in the inbox's transaction. Create the inbox table with
+// [migrateOutbox] first.
+func NewPayments(pool *pgxpool.Pool) (*consumer.Consumer, error) {
+	reg := runtime.NewRegistry()
+	if err := orders.Register(reg); err != nil { // generated: every version of every event
+		return nil, err
+	}
+	drv := pgxv5.New(pool) // handlers take a pgx.Tx
+	c, err := consumer.New(reg, consumer.Config{Name: "payments", DB: drv})
+	if err != nil {
+		return nil, err
+	}
+	queries := db.New(pool)
+	err = consumer.Handle(c, drv, func(ctx context.Context, tx pgx.Tx, e orders.OrderPaid, m consumer.Meta) error {
+		id, err := strconv.ParseInt(m.AggregateID, 10, 64)
+		if err != nil {
+			return fmt.Errorf("order id %q: %w", m.AggregateID, err)
+		}
+		// Commits with the inbox marker: a redelivered event writes nothing.
+		return queries.WithTx(tx).RecordPayment(ctx, db.RecordPaymentParams{OrderID: id, Amount: e.Amount})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // run creates the tables, places and pays an order, and relays the outbox
-// to brokers until ctx is cancelled.
+// to brokers and consumes it until ctx is cancelled.
 func run(ctx context.Context, pool *pgxpool.Pool, brokers []string) error {
 	if _, err := pool.Exec(ctx, schema); err != nil {
 		return fmt.Errorf("schema: %w", err)
@@ -155,12 +188,39 @@ func run(ctx context.Context, pool *pgxpool.Pool, brokers []string) error {
 	if err != nil {
 		return err
 	}
-	return rl.Run(ctx)
+
+	// The payments side: a consumer group on the topic, a goroutine per
+	// partition, each message applied in a pgx transaction with its
+	// inbox marker.
+	payments, err := NewPayments(pool)
+	if err != nil {
+		return err
+	}
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: brokers, ConsumerGroup: "payments"})
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	// Whichever of the two ends first (a cancelled ctx, or an error)
+	// ends the other.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	consumed := make(chan error, 1)
+	go func() {
+		defer cancel()
+		consumed <- payments.Run(ctx, sub, "order")
+	}()
+	err = rl.Run(ctx)
+	cancel()
+	if cerr := <-consumed; err == nil {
+		err = cerr
+	}
+	return err
 }
 
-// migrateOutbox creates the outbox tables through the pgx driver.
+// migrateOutbox creates the outbox and inbox tables through the pgx driver.
 func migrateOutbox(ctx context.Context, pool *pgxpool.Pool) error {
-	return sqlstore.Migrate(ctx, pgxv5.New(pool), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true})
+	return sqlstore.Migrate(ctx, pgxv5.New(pool), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true, Inbox: true})
 }
 
 func envOr(name, def string) string {

@@ -31,6 +31,17 @@ func (q *Queries) GetOrder(ctx context.Context, id int64) (Order, error) {
 	return i, err
 }
 
+const getPayment = `-- name: GetPayment :one
+SELECT order_id, amount FROM payments WHERE order_id = $1
+`
+
+func (q *Queries) GetPayment(ctx context.Context, orderID int64) (Payment, error) {
+	row := q.db.QueryRow(ctx, getPayment, orderID)
+	var i Payment
+	err := row.Scan(&i.OrderID, &i.Amount)
+	return i, err
+}
+
 const payOrder = `-- name: PayOrder :one
 UPDATE orders SET status = 'paid' WHERE id = $1 RETURNING total
 `
@@ -40,4 +51,18 @@ func (q *Queries) PayOrder(ctx context.Context, id int64) (string, error) {
 	var total string
 	err := row.Scan(&total)
 	return total, err
+}
+
+const recordPayment = `-- name: RecordPayment :exec
+INSERT INTO payments (order_id, amount) VALUES ($1, $2)
+`
+
+type RecordPaymentParams struct {
+	OrderID int64
+	Amount  string
+}
+
+func (q *Queries) RecordPayment(ctx context.Context, arg RecordPaymentParams) error {
+	_, err := q.db.Exec(ctx, recordPayment, arg.OrderID, arg.Amount)
+	return err
 }

@@ -1,5 +1,5 @@
 -- The service's own table. The outbox tables come from
--- sqlstore.MigrateOutbox (or `outbox migrate --print` for a migration tool).
+-- sqlstore.Migrate (or `outbox migrate --print` for a migration tool).
 CREATE TABLE IF NOT EXISTS orders (
     id     BIGSERIAL PRIMARY KEY,
     total  TEXT NOT NULL,
