@@ -6,9 +6,12 @@
 // writes through ([sqlstore.Writer]); GORM users hand the relay's store db.DB().
 //
 // The hooks folder holds everything of gooutbox that imports GORM: this
-// plugin, its Migrate, and the test databases of package hooks/hookstest.
-// Nothing under runtime imports GORM but the consumer's GORM handlers; the
-// storage layer and the relay work on database/sql.
+// plugin, its Migrate, GORM as a driver of the storage layer ([NewDriver]:
+// the relay's store and the consumer's inbox on a *gorm.DB, with handlers
+// that take a *gorm.DB), and the GORM test databases of package
+// hooks/hookstest (on runtime/runtimetest's). Nothing under runtime imports
+// GORM: the storage layer, the relay and the consumer work through the
+// driver seam of runtime/sqlstore.
 //
 // # Use
 //

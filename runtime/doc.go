@@ -168,12 +168,19 @@
 //
 // The runtime folder is the core: events, the envelope, the registry, the
 // recorder (this package), the relay (runtime/relay), the SQL storage layer
-// (runtime/sqlstore), the consumer and its inbox (runtime/consumer), the
-// health checks (runtime/health), the dashboard (runtime/dashboard), the
-// helpers of generated code (runtime/outboxgenrt) and test helpers
-// (runtime/runtimetest). This package, its root, imports only the standard
-// library and github.com/google/uuid; GORM belongs under hooks (the
-// consumer's GORM handlers aside), broker clients under adapters.
+// behind its driver seam (runtime/sqlstore, with the database/sql and pgx v5
+// drivers in runtime/sqlstore/databasesql and runtime/sqlstore/pgxv5), the
+// consumer and its inbox (runtime/consumer), the health checks
+// (runtime/health), the dashboard (runtime/dashboard), the helpers of
+// generated code (runtime/outboxgenrt) and the test kit
+// (runtime/runtimetest: the store conformance suite, the in-memory store,
+// the test databases). This package, its root, imports only the standard
+// library and github.com/google/uuid. Nothing under runtime imports GORM
+// (everything GORM is under hooks) or a broker client (under adapters).
+// Observability follows the dependency: what needs only the standard
+// library (health checks, the dashboard, slog lines) is here; what is built
+// on a vendor SDK (Prometheus, OpenTelemetry) is a nested module under
+// adapters.
 //
 // # Name
 //

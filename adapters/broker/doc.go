@@ -2,6 +2,17 @@
 // broker is configuration: the relay command and the quickstart take a
 // broker URL and call [Open].
 //
+// It is the entry to the adapters folder, whose rule is: what connects the
+// outbox to a broker, through Watermill, and what is built on a vendor SDK.
+// The root module holds Kafka (adapters/kafka, with its in-process broker
+// adapters/kafka/kafkatest), the in-process memory broker, this package
+// and the adapters' conformance suite (adapters/adaptertest); each heavy
+// client is a nested module a program requires only when it imports it
+// (adapters/amqp, nats, redis, sql, sqs), as are adapters/metrics
+// (Prometheus), adapters/tracing (OpenTelemetry), the operator command
+// (adapters/cmd/outbox, which imports every adapter) and adapters/harness
+// (the correctness suite and the benchmark program).
+//
 // Like database/sql's drivers, each adapter registers its schemes with
 // [Register] when it is imported, so a program compiles only the brokers it
 // imports (a blank import is enough):

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -125,8 +124,7 @@ type Publisher struct {
 
 	// mu is held for reading by every Publish in flight and for writing by
 	// Close, so Close waits for in-flight publishes.
-	mu     sync.RWMutex
-	closed bool
+	gate publishing.Gate // Publish calls and Close
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -214,13 +212,12 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // connection is back ([PublisherConfig.ReconnectWait]). A message that
 // fails this way may still be stored (it was sent and its PubAck is
 // missing); its republish is then acknowledged as a duplicate.
-func (p *Publisher) Publish(topic string, msgs ...*message.Message) (err error) {
-	defer func() { err = publishing.Classify(err, transient) }()
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
-		return ErrPublisherClosed
-	}
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	return p.gate.Publish(ErrPublisherClosed, transient, func() error { return p.publish(topic, msgs) })
+}
+
+// publish is [Publisher.Publish] within the gate: no Close runs meanwhile.
+func (p *Publisher) publish(topic string, msgs []*message.Message) (err error) {
 	subject, err := Subject(topic)
 	if err != nil {
 		return runtime.Permanent(fmt.Errorf("nats: publish: %w", err))
@@ -362,16 +359,12 @@ func (p *Publisher) Ping(ctx context.Context) error {
 // Close waits for in-flight Publish calls, then closes the connection if
 // the Publisher opened it. It is safe to call more than once.
 func (p *Publisher) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
+	return p.gate.Close(func() error {
+		if p.ownsConn {
+			p.nc.Close()
+		}
 		return nil
-	}
-	p.closed = true
-	if p.ownsConn {
-		p.nc.Close()
-	}
-	return nil
+	})
 }
 
 // transient reports whether a publish error is the server's or the

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -199,8 +198,7 @@ type Publisher struct {
 	now       func() time.Time
 	window    string // DedupWindow in milliseconds; "" when disabled
 
-	mu     sync.RWMutex
-	closed bool
+	gate publishing.Gate // Publish calls and Close
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -264,13 +262,12 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // deduplication key is not kept, so its retry is added. When a message fails
 // before it is sent, the later messages of its aggregate are not sent
 // either. After [Publisher.Close], Publish returns [ErrPublisherClosed].
-func (p *Publisher) Publish(topic string, msgs ...*message.Message) (err error) {
-	defer func() { err = publishing.Classify(err, transient) }()
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
-		return ErrPublisherClosed
-	}
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	return p.gate.Publish(ErrPublisherClosed, transient, func() error { return p.publish(topic, msgs) })
+}
+
+// publish is [Publisher.Publish] within the gate: no Close runs meanwhile.
+func (p *Publisher) publish(topic string, msgs []*message.Message) (err error) {
 	if topic == "" {
 		return runtime.Permanent(fmt.Errorf("redis: publish: empty topic"))
 	}
@@ -477,18 +474,15 @@ func (p *Publisher) Ping(ctx context.Context) error {
 // Close waits for in-flight Publish calls, then closes the client if the
 // Publisher created it. It is safe to call more than once.
 func (p *Publisher) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
-	p.closed = true
-	if p.ownClient {
+	return p.gate.Close(func() error {
+		if !p.ownClient {
+			return nil
+		}
 		if err := p.client.Close(); err != nil {
 			return fmt.Errorf("redis: close client: %w", err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // transient reports whether a publish error is the server's or the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -108,8 +107,7 @@ type Publisher struct {
 
 	// mu is held for reading by every Publish in flight and for writing by
 	// Close, so Close waits for in-flight publishes.
-	mu     sync.RWMutex
-	closed bool
+	gate publishing.Gate // Publish calls and Close
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -158,13 +156,12 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // (when CreateQueue is off) fails it with a retryable error. The requests run
 // under the messages' contexts (msg.Context()): Publish stops when any of
 // them is done. After Close, Publish returns [ErrPublisherClosed].
-func (p *Publisher) Publish(topic string, msgs ...*message.Message) (err error) {
-	defer func() { err = publishing.Classify(err, transient) }()
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
-		return ErrPublisherClosed
-	}
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	return p.gate.Publish(ErrPublisherClosed, transient, func() error { return p.publish(topic, msgs) })
+}
+
+// publish is [Publisher.Publish] within the gate: no Close runs meanwhile.
+func (p *Publisher) publish(topic string, msgs []*message.Message) (err error) {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -229,12 +226,7 @@ func (p *Publisher) sendBatch(ctx context.Context, name, url string, batch []*en
 
 // Close waits for in-flight Publish calls. It is safe to call more than
 // once; Publish calls made after Close return [ErrPublisherClosed].
-func (p *Publisher) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	return nil
-}
+func (p *Publisher) Close() error { return p.gate.Close(nil) }
 
 // entryIndex parses a batch result entry id.
 func entryIndex(id *string, n int) (int, bool) {

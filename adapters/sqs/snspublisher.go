@@ -116,8 +116,7 @@ type SNSPublisher struct {
 	subMu      sync.Mutex
 	subscribed map[string]time.Time // topic ARN → when a subscription was last seen
 
-	mu     sync.RWMutex
-	closed bool
+	gate publishing.Gate // Publish calls and Close
 }
 
 var _ message.Publisher = (*SNSPublisher)(nil)
@@ -177,13 +176,12 @@ func NewSNSPublisher(cfg SNSPublisherConfig) (*SNSPublisher, error) {
 // minutes), message format and error classification are those of
 // [Publisher.Publish]. A topic whose name is invalid fails the whole call
 // permanently; one whose ARN cannot be had fails it retryably.
-func (p *SNSPublisher) Publish(topic string, msgs ...*message.Message) (err error) {
-	defer func() { err = publishing.Classify(err, transient) }()
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
-		return ErrPublisherClosed
-	}
+func (p *SNSPublisher) Publish(topic string, msgs ...*message.Message) error {
+	return p.gate.Publish(ErrPublisherClosed, transient, func() error { return p.publish(topic, msgs) })
+}
+
+// publish is [SNSPublisher.Publish] within the gate: no Close runs meanwhile.
+func (p *SNSPublisher) publish(topic string, msgs []*message.Message) (err error) {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -244,12 +242,7 @@ func (p *SNSPublisher) sendBatch(ctx context.Context, arn string, batch []*entry
 }
 
 // Close waits for in-flight Publish calls. It is safe to call more than once.
-func (p *SNSPublisher) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	return nil
-}
+func (p *SNSPublisher) Close() error { return p.gate.Close(nil) }
 
 // topicCache resolves Watermill topics to SNS topic ARNs.
 type topicCache struct {

@@ -10,6 +10,12 @@
 //
 // Every third payment is declined, which rolls its event back.
 //
+// It is the first program of the examples folder, whose rule is: programs
+// a user reads and copies, each run by its tests (this one, the README's
+// programs in examples/readme, and a sqlc + pgx service in
+// examples/sqlcpgx); fault harnesses and benchmarks live in
+// adapters/harness.
+//
 // With no flags it needs nothing installed: SQLite (pure Go) in a temporary
 // directory and an in-process Kafka-protocol broker (kfake). -database-url
 // (or $DATABASE_URL) uses PostgreSQL instead, -kafka-brokers host:9092 (or
