@@ -100,17 +100,7 @@ func TestServicePublishesInCommitOrder(t *testing.T) {
 // writes nothing, and the failure leaves neither row nor marker behind.
 func TestPaymentAppliedOnce(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, hookstest.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := pool.Exec(ctx, schema); err != nil {
-		t.Fatal(err)
-	}
-	if err := migrateOutbox(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t)
 	payments, err := NewPayments(pool)
 	if err != nil {
 		t.Fatal(err)
@@ -159,17 +149,7 @@ func TestPaymentAppliedOnce(t *testing.T) {
 // such order) rolls its transaction back, event included.
 func TestFailedTransactionWritesNoEvent(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, hookstest.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := pool.Exec(ctx, schema); err != nil {
-		t.Fatal(err)
-	}
-	if err := migrateOutbox(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t)
 	svc, err := NewService(pool)
 	if err != nil {
 		t.Fatal(err)
@@ -188,4 +168,24 @@ func TestFailedTransactionWritesNoEvent(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d outbox rows, want 1 (the placed order's; the failed payment's rolled back)", n)
 	}
+}
+
+// migratedPool returns a pool on a test database of its own holding the
+// service's tables and the outbox and inbox tables, closed at the test's
+// end.
+func migratedPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, hookstest.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, schema); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateOutbox(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return pool
 }
