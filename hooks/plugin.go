@@ -66,6 +66,15 @@ type Config struct {
 	// (sqlstore.WriterConfig.MaxEventBytes): negative means no limit.
 	// Default: 1,000,000 ([sqlstore.DefaultMaxEventBytes]).
 	MaxEventBytes int
+
+	// LogicalMessages, when not empty, writes each event as a
+	// transactional logical decoding message with this prefix instead of
+	// an outbox row, for the change-data-capture relay in messages mode
+	// (package runtime/sqlstore/pgcdc; its default prefix is "gooutbox").
+	// PostgreSQL only. It is the writer's
+	// (sqlstore.WriterConfig.LogicalMessages), where the trade-offs are
+	// described. Default: "" (rows).
+	LogicalMessages string
 }
 
 func (c *Config) setDefaults() {
@@ -758,7 +767,7 @@ func (p *Plugin) writer(d sqlstore.Dialect) (*sqlstore.Writer, error) {
 	if w, ok := p.writers.Load(d); ok {
 		return w.(*sqlstore.Writer), nil
 	}
-	w, err := sqlstore.NewWriter(d, p.cfg.Table, sqlstore.WriterConfig{SkipOrderLocks: p.noOrderLocks, MaxEventBytes: p.cfg.MaxEventBytes, ValidateTopic: p.cfg.ValidateTopic})
+	w, err := sqlstore.NewWriter(d, p.cfg.Table, sqlstore.WriterConfig{SkipOrderLocks: p.noOrderLocks, MaxEventBytes: p.cfg.MaxEventBytes, ValidateTopic: p.cfg.ValidateTopic, LogicalMessages: p.cfg.LogicalMessages})
 	if err != nil {
 		return nil, err
 	}

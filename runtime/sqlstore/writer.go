@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -64,6 +66,22 @@ type WriterConfig struct {
 	// will take. Pass the broker's own rules: adapters/kafka's
 	// ValidateTopic for Kafka. Default: nil, no check.
 	ValidateTopic func(topic string) error
+
+	// LogicalMessages, when not empty, makes Write emit each event as a
+	// transactional logical decoding message with this prefix
+	// (PostgreSQL's pg_logical_emit_message(true, prefix, content), the
+	// content from [EncodeLogicalMessage]) instead of inserting an outbox
+	// row: the change-data-capture relay in messages mode (package
+	// runtime/sqlstore/pgcdc, Mode Messages, with the same prefix:
+	// pgcdc.DefaultMessagePrefix, "gooutbox") reads them from the
+	// transaction log, and no outbox row exists. The messages commit or
+	// roll back with the transaction, in commit order like rows; without
+	// rows there is nothing to retain, replay, show on the dashboard or
+	// list in the operator command, and no de-duplication of event ids
+	// (Write reports every event as written). PostgreSQL only: NewWriter
+	// returns an error wrapping [ErrUnsupportedDialect] for the others.
+	// Default: "" (rows).
+	LogicalMessages string
 }
 
 // TopicError is the error of a [Writer.Write] with a row whose topic
@@ -116,6 +134,8 @@ type Writer struct {
 	maxBytes   int // MaxEventBytes; negative: no limit
 	topicOK    func(string) error
 	wake       *writerWake // PostgreSQL: notifies a waiting relay; nil elsewhere
+	// prefix is WriterConfig.LogicalMessages: emit messages, not rows.
+	prefix string
 }
 
 // NewWriter returns a writer of table (empty: [DefaultTable]) in dialect d.
@@ -132,6 +152,13 @@ func NewWriter(d Dialect, table string, cfg WriterConfig) (*Writer, error) {
 		return nil, err
 	}
 	w := &Writer{d: impl, table: table, orderLocks: !cfg.SkipOrderLocks, maxBytes: cmp.Or(cfg.MaxEventBytes, DefaultMaxEventBytes), topicOK: cfg.ValidateTopic}
+	if cfg.LogicalMessages != "" {
+		if d != Postgres {
+			return nil, fmt.Errorf("%w: logical decoding messages (WriterConfig.LogicalMessages) need PostgreSQL, not %s", ErrUnsupportedDialect, d)
+		}
+		w.prefix = cfg.LogicalMessages
+		return w, nil
+	}
 	if d == Postgres {
 		w.wake = newWriterWake(table)
 	}
@@ -174,6 +201,9 @@ func (w *Writer) Write(ctx context.Context, q Executor, rows []Row) (inserted ma
 			}
 		}
 	}
+	if w.prefix != "" {
+		return w.emit(ctx, q, rows)
+	}
 	inserted, err = w.d.write(ctx, q, w.table, rows, w.orderLocks)
 	if err != nil || len(inserted) == 0 || w.wake == nil {
 		return inserted, err
@@ -182,4 +212,40 @@ func (w *Writer) Write(ctx context.Context, q Executor, rows []Row) (inserted ma
 		return nil, fmt.Errorf("insert into %s: %w", w.table, err)
 	}
 	return inserted, nil
+}
+
+// emit writes rows as logical decoding messages (WriterConfig.LogicalMessages),
+// in their order, in one statement.
+func (w *Writer) emit(ctx context.Context, q Executor, rows []Row) (map[uuid.UUID]bool, error) {
+	var stmt strings.Builder
+	stmt.WriteString(`SELECT pg_logical_emit_message(true, $1::text, v.m) FROM (VALUES `)
+	args := make([]any, 0, len(rows)+1)
+	args = append(args, w.prefix)
+	now := time.Now().UTC()
+	written := make(map[uuid.UUID]bool, len(rows))
+	for i, r := range rows {
+		h, err := EncodeHeaders(r.Envelope.Headers)
+		if err != nil {
+			return nil, err
+		}
+		content, err := EncodeLogicalMessage(RowValues{
+			EventID: r.Envelope.EventID.String(), EventType: r.Envelope.EventType, EventVersion: r.Envelope.EventVersion,
+			AggregateType: r.Envelope.AggregateType, AggregateID: r.Envelope.AggregateID, Topic: r.Topic,
+			Payload: r.Envelope.Payload, Headers: h, OccurredAt: r.Envelope.OccurredAt, CreatedAt: now,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			stmt.WriteString(", ")
+		}
+		fmt.Fprintf(&stmt, "($%d::text)", i+2)
+		args = append(args, string(content))
+		written[r.Envelope.EventID] = true
+	}
+	stmt.WriteString(`) AS v (m)`)
+	if _, err := q.ExecContext(ctx, stmt.String(), args...); err != nil {
+		return nil, fmt.Errorf("sqlstore: emit logical decoding messages: %w", err)
+	}
+	return written, nil
 }

@@ -21,6 +21,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/google/uuid v1.6.0
 	github.com/gooutbox/outbox/adapters/metrics v0.0.0-00010101000000-000000000000
+	github.com/gooutbox/outbox/runtime/sqlstore/pgcdc v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/rabbitmq/amqp091-go v1.10.0
@@ -59,6 +60,8 @@ require (
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -102,6 +105,8 @@ require (
 )
 
 replace github.com/gooutbox/outbox => ../../..
+
+replace github.com/gooutbox/outbox/runtime/sqlstore/pgcdc => ../../../runtime/sqlstore/pgcdc
 
 replace github.com/gooutbox/outbox/adapters/amqp => ../../amqp
 

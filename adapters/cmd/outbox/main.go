@@ -56,7 +56,7 @@ type command struct {
 
 // commands returns the subcommands by name.
 func commands() map[string]*command {
-	cs := []*command{statusCommand(), listCommand(), parkedCommand(), purgeCommand(), replayCommand(), relayCommand(), janitorCommand(), migrateCommand(), dashboardCommand(), devCommand()}
+	cs := []*command{statusCommand(), listCommand(), parkedCommand(), purgeCommand(), replayCommand(), relayCommand(), janitorCommand(), migrateCommand(), cdcCommand(), dashboardCommand(), devCommand()}
 	m := make(map[string]*command, len(cs))
 	for _, c := range cs {
 		m[c.name] = c

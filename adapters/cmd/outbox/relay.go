@@ -26,6 +26,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
+	"github.com/gooutbox/outbox/runtime/sqlstore/pgcdc"
 )
 
 // openBroker opens the relay's publisher on the broker at url
@@ -178,6 +179,7 @@ the relay until TCP gives up.`,
 		fs.BoolVar(&scfg.DeletePublished, "delete-published", false, "delete a message once published instead of marking it: faster, but no replay and no deduplication of a re-saved published event (the consumers' inbox still applies it once)")
 		allowLocal := fs.Bool("allow-local-broker", false, "allow a broker only this process can read (memory://), for a demo: what it publishes is marked published in the outbox and gone when the relay exits")
 		migrate := fs.Bool("migrate", false, "create the outbox table if it does not exist")
+		cdcMode := fs.String("cdc", "", "PostgreSQL: relay by tailing the transaction log instead of polling, from the `mode`'s events: table (the outbox table's rows) or messages (logical decoding messages); sets up the replication slot first (see outbox help cdc)")
 		verbose := fs.Bool("v", false, "debug logs")
 		listen := fs.String("listen", "", "serve /metrics, /livez and /readyz on this `address` (host:port; default: off)")
 		var maxBacklog time.Duration
@@ -206,6 +208,20 @@ the relay until TCP gives up.`,
 		if maxDelay := cmp.Or(scfg.MaxRetryDelay, 30*time.Second); scfg.RetryDelay > maxDelay {
 			return &flagError{Flag: "--retry-delay", Value: retryDelay.text,
 				Want: fmt.Sprintf("at most --max-retry-delay (%v), which caps it (leave the flag out for the default, 1s)", maxDelay)}
+		}
+		var cdcCfg *pgcdc.Config
+		if *cdcMode != "" {
+			_, dsn, d, err := parseDatabaseURL(fs.db)
+			if err != nil {
+				return err
+			}
+			if d != sqlstore.Postgres {
+				return &flagError{Flag: "--cdc", Value: *cdcMode, Want: "a postgres:// --db: the CDC relay streams from PostgreSQL's logical replication (on MySQL and MariaDB, leave the flag out for the polling relay)"}
+			}
+			cdcCfg = &pgcdc.Config{ConnString: dsn, Table: fs.table, Mode: pgcdc.Mode(*cdcMode)}
+			if err := cdcCfg.Validate(); err != nil {
+				return &flagError{Flag: "--cdc", Value: *cdcMode, Want: "table or messages (" + err.Error() + ")"}
+			}
 		}
 		if scfg.DeletePublished && rf.published > 0 {
 			return usagef("--retention has nothing to delete with --delete-published")
@@ -242,8 +258,10 @@ the relay until TCP gives up.`,
 		}
 		// A missing table fails every claim the same way: the relay stops
 		// here, and the command prints the hint.
-		if err := checkTables(e.ctx, db); err != nil {
-			return stoppedOr(e, log, err)
+		if cdcCfg == nil || cdcCfg.Mode != pgcdc.Messages { // messages mode has no table
+			if err := checkTables(e.ctx, db); err != nil {
+				return stoppedOr(e, log, err)
+			}
 		}
 		ret, err := rf.retention(db, log)
 		if err != nil {
@@ -285,7 +303,17 @@ the relay until TCP gives up.`,
 			}
 			cfg.OnBatch = m.ObserveBatch
 		}
-		r, err := relay.New(db.store, pub, cfg)
+		var store relay.Store = db.store
+		if cdcCfg != nil {
+			cdcCfg.Logger = log
+			cs, err := pgcdc.Open(e.ctx, *cdcCfg)
+			if err != nil {
+				return err
+			}
+			defer cs.Close() // after the relay
+			store = cs
+		}
+		r, err := relay.New(store, pub, cfg)
 		if err != nil {
 			return usageError{err.Error()}
 		}

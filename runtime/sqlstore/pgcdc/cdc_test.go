@@ -1,0 +1,293 @@
+package pgcdc_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/pgcdc"
+	"github.com/gooutbox/outbox/runtime/sqlstore/pgxv5"
+)
+
+// TestPublishesInCommitOrder: the relay on a CDC store publishes the
+// committed events in the order their transactions committed (not the
+// order their rows were inserted), each transaction's in order, and never
+// a rolled-back one; and each message is the one the polling relay
+// publishes for the same row, to the byte: id, metadata and payload.
+func TestPublishesInCommitOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, pgcdc.Table)
+	e.cfg.SkipMarking = true // the rows stay pending for the polling relay
+	store := e.open(t)
+	pub := &broker{}
+	runRelay(t, store, pub)
+
+	a1, b1, c1, a2, a3 := event("a", 1), event("b", 1), event("c", 1), event("a", 2), event("a", 3)
+	txA, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.writeTx(t, txA, a1) // inserted first, committed second
+	e.write(t, false, b1)
+	if err := txA.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.write(t, true, c1) // rolled back
+	e.write(t, false, a2, a3)
+
+	want := []string{b1.EventID.String(), a1.EventID.String(), a2.EventID.String(), a3.EventID.String()}
+	until(t, "four events published", func() bool { return len(pub.ids()) >= len(want) })
+	if diff := cmp.Diff(want, pub.ids()); diff != "" {
+		t.Fatalf("published event ids, in order (-commit order +got):\n%s", diff)
+	}
+
+	// The polling relay, on the same rows (the CDC relay marks none of
+	// them), publishes the same messages.
+	poll, err := sqlstore.NewStore(pgxv5.New(e.pool), sqlstore.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer poll.Close()
+	polled := &broker{}
+	stop := runRelay(t, poll, polled)
+	until(t, "the polling relay's four", func() bool { return len(polled.ids()) >= len(want) })
+	stop()
+	byID := map[string]*message.Message{}
+	for _, m := range polled.messages() {
+		byID[m.UUID] = m
+	}
+	for _, m := range pub.messages() {
+		p := byID[m.UUID]
+		if p == nil {
+			t.Fatalf("event %s: the polling relay did not publish it", m.UUID)
+		}
+		if diff := cmp.Diff(map[string]string(p.Metadata), map[string]string(m.Metadata)); diff != "" {
+			t.Errorf("event %s: metadata (-polling +cdc):\n%s", m.UUID, diff)
+		}
+		if string(p.Payload) != string(m.Payload) {
+			t.Errorf("event %s: payload %s, the polling relay's %s", m.UUID, m.Payload, p.Payload)
+		}
+	}
+}
+
+// TestRestartRepeatsNothingPublished: the slot's position moves only past
+// events the broker acknowledged. A store closed while the broker refuses
+// the later events leaves them to the next store on the slot, which
+// publishes exactly those, in order, and none of the acknowledged ones
+// again. The rows of the published events, and only those, get their
+// published_at.
+func TestRestartRepeatsNothingPublished(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, pgcdc.Table)
+	store := e.open(t)
+	pub := &broker{}
+	stop := runRelay(t, store, pub)
+
+	var evs []runtime.Envelope
+	for n := range 6 {
+		evs = append(evs, event("x", n))
+	}
+	for _, ev := range evs[:3] {
+		e.write(t, false, ev)
+	}
+	until(t, "the first three published", func() bool { return len(pub.ids()) == 3 })
+	until(t, "the first three rows marked published", func() bool { return e.publishedRows(t) == 3 })
+	first := e.slotLSN(t)
+	refused := make(chan struct{}, 1)
+	pub.mu.Lock()
+	pub.fn = func([]*message.Message) error {
+		select {
+		case refused <- struct{}{}:
+		default:
+		}
+		return errBroker
+	}
+	pub.mu.Unlock()
+	for _, ev := range evs[3:] {
+		e.write(t, false, ev)
+	}
+	<-refused // the relay tried the fourth, and the broker refused it
+	stop()
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the slot's position past the first three", func() bool { return e.slotLSN(t) != first })
+
+	next := &broker{}
+	runRelay(t, e.open(t), next)
+	until(t, "the last three published", func() bool { return len(next.ids()) >= 3 })
+	want := []string{evs[3].EventID.String(), evs[4].EventID.String(), evs[5].EventID.String()}
+	if diff := cmp.Diff(want, next.ids()); diff != "" {
+		t.Fatalf("published after the restart (-the unacknowledged, in order +got):\n%s", diff)
+	}
+	until(t, "all six rows marked published", func() bool { return e.publishedRows(t) == 6 })
+}
+
+// TestStandbyTakesTheSlotOver: a second store on the slot stands by while
+// the first streams, takes the slot over once the first is closed, and
+// publishes from where the first confirmed: the next event, not the first
+// store's again.
+func TestStandbyTakesTheSlotOver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, pgcdc.Table)
+	active := e.open(t)
+	pub := &broker{}
+	stop := runRelay(t, active, pub)
+	until(t, "the first store streaming", func() bool { return active.Confirmed() != 0 })
+	standby := e.open(t)
+	until(t, "the second store standing by", standby.Standby)
+	next := &broker{}
+	runRelay(t, standby, next)
+
+	e1 := event("s", 1)
+	e.write(t, false, e1)
+	until(t, "the first event published", func() bool { return len(pub.ids()) == 1 })
+	stop()
+	if err := active.Close(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the standby streaming", func() bool { return !standby.Standby() })
+	e2 := event("s", 2)
+	e.write(t, false, e2)
+	until(t, "the second event published", func() bool { return len(next.ids()) >= 1 })
+	if diff := cmp.Diff([]string{e2.EventID.String()}, next.ids()); diff != "" {
+		t.Fatalf("published by the store that took over (-want +got):\n%s", diff)
+	}
+}
+
+// TestMessagesMode: with the writer's LogicalMessages, the events travel
+// as logical decoding messages: the relay publishes them in commit order,
+// the rolled-back one never, and the outbox table stays empty.
+func TestMessagesMode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, pgcdc.Messages)
+	pub := &broker{}
+	runRelay(t, e.open(t), pub)
+	m1, m2, m3, gone := event("m", 1), event("m", 2), event("n", 1), event("m", 9)
+	e.write(t, false, m1)
+	e.write(t, true, gone)
+	e.write(t, false, m2, m3)
+	want := []string{m1.EventID.String(), m2.EventID.String(), m3.EventID.String()}
+	until(t, "three events published", func() bool { return len(pub.ids()) >= len(want) })
+	if diff := cmp.Diff(want, pub.ids()); diff != "" {
+		t.Fatalf("published (-commit order +got):\n%s", diff)
+	}
+	got := pub.messages()[0]
+	env, err := runtime.EnvelopeFromMetadata(got.UUID, got.Metadata, got.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.AggregateID != "m" || env.Headers[runtime.MetadataCorrelationID] != "m-1" || string(env.Payload) != string(m1.Payload) {
+		t.Errorf("first message's envelope %+v, want m1's", env)
+	}
+	var rows int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_messages`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Errorf("%d outbox rows in messages mode, want none", rows)
+	}
+}
+
+// TestIdleSlotFollowsTheDatabase: with nothing written to the outbox
+// while other tables are busy, the slot's confirmed position follows the
+// server's WAL, so an idle outbox keeps no WAL from being recycled.
+func TestIdleSlotFollowsTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, pgcdc.Table)
+	e.cfg.Heartbeat = 200 * time.Millisecond
+	e.open(t)
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE busy (id BIGSERIAL PRIMARY KEY, v TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if _, err := e.pool.Exec(ctx, `INSERT INTO busy (v) SELECT repeat('x', 200) FROM generate_series(1, 500)`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var after string
+	if err := e.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the slot's position past the busy table's writes", func() bool {
+		var past bool
+		err := e.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, e.cfg.Slot, after).Scan(&past)
+		return err == nil && past
+	})
+}
+
+// TestErrorsNameTheFix: a role without REPLICATION gets ErrReplicationRole
+// from Claim, naming the grant; Drop of a slot in use gets ErrSlotActive.
+func TestErrorsNameTheFix(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, pgcdc.Table)
+	if err := pgcdc.Setup(ctx, e.cfg); err != nil {
+		t.Fatal(err)
+	}
+
+	role := "pgcdc_norepl_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	if _, err := e.pool.Exec(ctx, `CREATE ROLE `+role+` LOGIN`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = e.pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+role) })
+	u, err := url.Parse(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	cfg := e.cfg
+	cfg.ConnString = u.String()
+	s, err := pgcdc.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	until(t, "the stream's error", func() bool { return s.Err() != nil })
+	_, err = s.Claim(ctx, relay.ClaimRequest{Owner: "o", Limit: 10})
+	if !errors.Is(err, pgcdc.ErrReplicationRole) || !strings.Contains(err.Error(), "ALTER ROLE") {
+		t.Errorf("Claim as a role without REPLICATION = %v, want ErrReplicationRole naming ALTER ROLE", err)
+	}
+
+	active := e.open(t)
+	until(t, "the store streaming", func() bool { return active.Confirmed() != 0 })
+	if err := pgcdc.Drop(ctx, e.cfg); !errors.Is(err, pgcdc.ErrSlotActive) {
+		t.Errorf("Drop of a slot in use = %v, want ErrSlotActive", err)
+	}
+}
+
+// TestConfigValidate: bad configurations fail with ErrInvalidConfig naming
+// the field.
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []struct {
+		cfg  pgcdc.Config
+		want string
+	}{
+		{pgcdc.Config{}, "ConnString"},
+		{pgcdc.Config{ConnString: "x", Mode: "rows"}, "Mode"},
+		{pgcdc.Config{ConnString: "x", Slot: "Bad-Slot"}, "Slot"},
+		{pgcdc.Config{ConnString: "x", Publication: "a b"}, "Publication"},
+		{pgcdc.Config{ConnString: "x", Table: "a;b"}, "Table"},
+		{pgcdc.Config{ConnString: "x", Lease: -1}, "Lease"},
+	} {
+		err := c.cfg.Validate()
+		if !errors.Is(err, pgcdc.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalidConfig naming %s", c.cfg, err, c.want)
+		}
+	}
+	if err := (pgcdc.Config{ConnString: "x"}).Validate(); err != nil {
+		t.Errorf("Validate of the defaults: %v", err)
+	}
+}

@@ -1,0 +1,107 @@
+// Package pgcdc relays the outbox by tailing PostgreSQL's transaction log
+// (change data capture) instead of polling the outbox table: a
+// [relay.Store] that streams from a logical replication slot through the
+// pgoutput plugin, with github.com/jackc/pglogrepl. Give it to relay.New in
+// place of sqlstore.Store; the publishers, the adapters, the envelope, the
+// headers and the consumers are the same, and a consumer cannot tell which
+// relay published a message (TestPublishesInCommitOrder compares the two
+// byte for byte).
+//
+//	store, err := pgcdc.Open(ctx, pgcdc.Config{ConnString: dsn}) // sets up the slot and the publication
+//	if err != nil { ... }
+//	defer store.Close()
+//	r, err := relay.New(store, publisher, relay.Config{})
+//	err = r.Run(ctx)
+//
+// The log is commit order by construction, so events are published in the
+// order their transactions committed (each transaction's in the order
+// written), reading it costs the database no queries, and no row is
+// updated when it is published. The price: a slot keeps the server's WAL
+// from the oldest event not yet confirmed, which a stopped relay lets grow
+// (see Slot hygiene), and wal_level must be logical.
+//
+// # Two modes
+//
+// In [Table] mode (the default) the store streams the rows the writers
+// insert into the outbox table: the GORM plugin and sqlstore.Writer need no
+// change. The rows stay, to replay, to inspect, and for the polling relay
+// to take over; the store sets published_at on the published ones in one
+// UPDATE per 200ms, off the relay's path ([Config.SkipMarking]), so that
+// retention, the dashboard and the operator command see them as the
+// polling relay's.
+//
+// In [Messages] mode the writers emit each event as a transactional
+// logical decoding message (pg_logical_emit_message(true, prefix, ...)) in
+// the business transaction instead of a row (sqlstore.WriterConfig's or
+// hooks.Config's LogicalMessages): the message commits or rolls back with
+// the transaction, and no outbox row, index or retention job exists. Nothing
+// is left to replay, show on the dashboard or list in the operator command
+// once the slot has moved past it, and event ids are not de-duplicated at
+// write time. Choose it for volume, when the broker is the record; choose
+// Table mode when the outbox table is one.
+//
+// # Delivery
+//
+// The store holds the events of committed transactions in memory (at most
+// [Config.MaxBuffered]) and hands the relay, per aggregate, a prefix of its
+// unpublished ones. The slot's position (its confirmed_flush_lsn, sent in
+// standby status updates: every [Config.StatusInterval], soon after a mark,
+// and when the store closes) moves past a transaction only once the broker
+// acknowledged all its events and every earlier transaction's. So a crash
+// loses nothing, and the next store on the slot publishes again only the
+// events not confirmed: at-least-once, as with the polling relay, with the
+// consumers' inbox making it exactly-once in effect
+// (TestRestartRepeatsNothingPublished).
+//
+// A message that fails is tried again after [Config.RetryDelay], doubled
+// per attempt up to [Config.MaxRetryDelay], and its aggregate's later
+// events wait with it; other aggregates go on. The slot cannot skip an
+// event and come back to it, so a message the broker refuses for good is
+// logged at Error and retried every MaxRetryDelay, holding its aggregate
+// (and the slot's position) back: parking it in a table, with the
+// operator command's retry and discard, is not built yet.
+//
+// # Fail-over
+//
+// A slot streams to one connection at a time. A second store on the same
+// slot (another process) stands by ([Store.Standby]; Claim returns an
+// empty batch) and tries to take the slot every second. When the active
+// process dies, the server ends its WAL sender at once and the standby
+// streams within about a second, from the confirmed position. When it is
+// paused (SIGSTOP) or cut off, its connection stays open until the server's
+// wal_sender_timeout (60s by default) ends it; the standby takes over
+// within that plus a second. A batch may be published only until its
+// [relay.Batch.Deadline], [Config.Lease] (20s) after its claim, and not
+// after its stream ended ([relay.Batch.Lost]): keep Lease below
+// wal_sender_timeout, so that a paused relay that wakes after a standby
+// took over drops its batch instead of publishing it behind later events.
+//
+// # Slot hygiene
+//
+// [Setup] (run by [Open]) creates the publication (Table mode: on the
+// outbox table, inserts only) and the slot (pgoutput), each unless it
+// exists; [Drop] drops both. A slot streams what commits after it exists:
+// create it before the writers start, or let the polling relay publish
+// what the table held before. While the outbox is idle the store confirms
+// the server's position from its keepalives, and every [Config.Heartbeat]
+// writes an empty non-transactional message, so that a slot on an idle
+// outbox in a busy database keeps no WAL (TestIdleSlotFollowsTheDatabase).
+// A stopped relay's slot does keep WAL, without bound unless the server's
+// max_slot_wal_keep_size sets one; past it the server invalidates the
+// slot. The errors that need an operator name the fix: [ErrWALLevel],
+// [ErrReplicationRole], [ErrSlotActive] (Drop of a slot in use; a standby
+// only waits), [ErrSlotInvalidated] and [ErrNoSlot].
+//
+// # MySQL and MariaDB
+//
+// No maintained Go client of MySQL's binary log is available to this
+// project, so the polling relay (sqlstore.Store) is the MySQL path. To tail
+// the binary log instead, run Debezium's MySQL connector on the outbox
+// table with its outbox event router, mapping the columns of
+// sqlstore.OutboxDDL: the envelope travels in them unchanged.
+//
+// # Layout
+//
+// pgcdc is a module of its own, so that a program that polls does not
+// require the replication protocol's library.
+package pgcdc

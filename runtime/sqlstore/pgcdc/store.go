@@ -1,0 +1,366 @@
+package pgcdc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/relay"
+)
+
+// standbyRetry is how often a standby store tries to take the slot.
+const standbyRetry = time.Second
+
+// statusDelay is how soon after a mark that moved the confirmed position
+// the stream sends it to the server.
+const statusDelay = 50 * time.Millisecond
+
+// txn is a committed transaction of the stream holding events.
+type txn struct {
+	// end is the transaction's end LSN: once its events and every earlier
+	// transaction's are published, the server may forget up to it.
+	end pglogrepl.LSN
+	// left counts its events not yet published.
+	left int
+	// commit is its commit time, for the lag in seconds.
+	commit time.Time
+}
+
+// entry is one event of the stream.
+type entry struct {
+	msg runtime.OutboxMessage
+	tx  *txn // nil for an orphan: a claim of an earlier stream
+	// claimed: in a batch the relay has not marked yet.
+	claimed bool
+	// done: published (or repeated one that was); left out of claims.
+	done bool
+	// waitFor is a claimed entry of an earlier stream that this one
+	// repeats: it waits for that one's mark (see [Store.restart]).
+	waitFor *entry
+	// retryAt is when a failed entry may be claimed again; attempts
+	// counts its failures that were its own.
+	retryAt  time.Time
+	attempts int
+}
+
+// aggregate identifies an aggregate, whose events keep their order.
+type aggregate struct{ typ, id string }
+
+func aggregateOf(m runtime.OutboxMessage) aggregate {
+	return aggregate{m.AggregateType, m.AggregateID}
+}
+
+// Store is a [relay.Store] that streams the outbox from a PostgreSQL
+// logical replication slot: give it to [relay.New] in place of
+// sqlstore.Store. See the package documentation.
+type Store struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	pending  []*entry         // the stream's events, in commit order
+	txns     []*txn           // unconfirmed transactions, in commit order
+	inflight map[int64]*entry // claimed entries by ID, orphans included
+	// confirmed is the position up to which every event was published
+	// (or the stream held none): the flush position sent to the server.
+	confirmed pglogrepl.LSN
+	standby   bool  // another process holds the slot
+	streaming bool  // a stream is open
+	fault     error // the last stream's error that needs an operator
+	lost      chan struct{}
+	interrupt func() // cuts the stream's wait short, to send a status
+	space     chan struct{}
+	fresh     chan struct{} // new events arrived (for Listen)
+	lastBeat  time.Time
+
+	// The marker's queue (see [Config.SkipMarking]).
+	markMu   sync.Mutex
+	toMark   []int64
+	markDone chan struct{}
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Open checks cfg, sets up the slot and the publication ([Setup]), and
+// starts streaming from the slot in the background; Close stops it. It
+// returns an error wrapping [ErrInvalidConfig], [ErrWALLevel] or
+// [ErrSlotInvalidated], or the server's error, without starting. Another
+// process streaming from the slot is no error: the store stands by and
+// takes the slot over when it is free.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	if err := Setup(ctx, cfg); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := &Store{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		inflight: map[int64]*entry{},
+		lost:     make(chan struct{}),
+		space:    make(chan struct{}, 1),
+		fresh:    make(chan struct{}, 1),
+		cancel:   cancel,
+		done:     make(chan struct{}),
+		markDone: make(chan struct{}),
+	}
+	close(s.lost) // no stream yet: nothing claimed from one
+	go s.run(sctx)
+	go s.mark(sctx)
+	return s, nil
+}
+
+// Close stops streaming and closes the replication connection; the
+// server keeps the slot, at the position last confirmed. Unpublished
+// events are streamed again by the next store on the slot.
+func (s *Store) Close() error {
+	s.cancel()
+	<-s.done
+	<-s.markDone
+	return nil
+}
+
+// Claim returns the stream's events that may be published now, in commit
+// order: for each aggregate a prefix of its unpublished events, none
+// waiting for a retry. It returns an empty batch with ClaimAgainIn while
+// another process holds the slot, and the last stream's error while one
+// that needs an operator ([ErrWALLevel], [ErrReplicationRole],
+// [ErrSlotInvalidated], [ErrNoSlot]) keeps it from streaming.
+func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fault != nil && !s.streaming {
+		return relay.Batch{}, s.fault
+	}
+	if s.standby {
+		return relay.Batch{ClaimAgainIn: standbyRetry}, nil
+	}
+	now := time.Now()
+	blocked := map[aggregate]bool{}
+	var b relay.Batch
+	var bytes int64
+	for _, e := range s.pending {
+		if e.done {
+			continue
+		}
+		k := aggregateOf(e.msg)
+		if blocked[k] {
+			continue
+		}
+		if e.claimed || e.waitFor != nil || now.Before(e.retryAt) {
+			blocked[k] = true
+			continue
+		}
+		n := int64(len(e.msg.Payload))
+		if len(b.Messages) >= req.Limit || (req.MaxBytes > 0 && len(b.Messages) > 0 && bytes+n > req.MaxBytes) {
+			break
+		}
+		e.claimed = true
+		s.inflight[e.msg.ID] = e
+		bytes += n
+		m := e.msg
+		m.Attempts = e.attempts
+		b.Messages = append(b.Messages, m)
+	}
+	if len(b.Messages) > 0 {
+		b.Deadline = now.Add(s.cfg.Lease)
+		b.Lost = s.lost
+	}
+	return b, nil
+}
+
+// Mark records the outcome of a batch: published events are done, and the
+// position the server may forget up to moves past every transaction whose
+// events are all done; failed ones wait for their retry, and their
+// aggregates' later events with them.
+func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for _, id := range o.Published {
+		e := s.inflight[id]
+		if e == nil {
+			continue
+		}
+		delete(s.inflight, id)
+		e.claimed = false
+		s.published(e)
+	}
+	s.queueMark(o.Published)
+	whole := len(o.Published) == 0
+	for _, f := range o.Failed {
+		e := s.inflight[f.ID]
+		if e == nil {
+			continue
+		}
+		delete(s.inflight, f.ID)
+		e.claimed = false
+		if !f.Transient && !whole {
+			e.attempts++
+		}
+		delay := s.retryDelay(max(e.attempts, 1))
+		if f.Permanent {
+			// The slot cannot skip an event and come back to it: the
+			// event, and its aggregate's later ones, wait as long as
+			// the store waits for anything.
+			delay = s.cfg.MaxRetryDelay
+			s.log.Error("pgcdc: the broker refused an event for good; it and its aggregate's later events are retried every MaxRetryDelay",
+				slog.Int64("outbox_id", e.msg.ID), slog.String("event_id", e.msg.EventID.String()),
+				slog.String("aggregate_type", e.msg.AggregateType), slog.String("aggregate_id", e.msg.AggregateID),
+				slog.Any("error", f.Err))
+		}
+		e.retryAt = now.Add(delay)
+		if e.tx == nil {
+			s.released(e)
+		}
+	}
+	s.compact()
+	return nil
+}
+
+// published records e as published.
+func (s *Store) published(e *entry) {
+	if e.tx == nil { // an orphan: its repeat in the current stream is done too
+		for _, c := range s.pending {
+			if c.waitFor == e {
+				c.waitFor = nil
+				s.published(c)
+			}
+		}
+		return
+	}
+	if e.done {
+		return
+	}
+	e.done = true
+	e.tx.left--
+	old := s.confirmed
+	for len(s.txns) > 0 && s.txns[0].left == 0 {
+		s.confirmed = max(s.confirmed, s.txns[0].end)
+		s.txns = s.txns[1:]
+	}
+	if s.confirmed > old && s.interrupt != nil {
+		s.interrupt()
+	}
+}
+
+// released hands the retry of a failed orphan to its repeat.
+func (s *Store) released(e *entry) {
+	for _, c := range s.pending {
+		if c.waitFor == e {
+			c.waitFor = nil
+			c.retryAt, c.attempts = e.retryAt, e.attempts
+		}
+	}
+}
+
+// compact drops the done entries once they are many.
+func (s *Store) compact() {
+	n := 0
+	for _, e := range s.pending {
+		if !e.done {
+			n++
+		}
+	}
+	if n == len(s.pending) {
+		return
+	}
+	kept := make([]*entry, 0, n)
+	for _, e := range s.pending {
+		if !e.done {
+			kept = append(kept, e)
+		}
+	}
+	s.pending = kept
+	if n < s.cfg.MaxBuffered {
+		select {
+		case s.space <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// retryDelay is the wait before the attempt-th retry: RetryDelay doubled
+// per attempt, at most MaxRetryDelay, less up to a quarter at random.
+func (s *Store) retryDelay(attempt int) time.Duration {
+	d := s.cfg.RetryDelay << min(attempt-1, 30)
+	if d <= 0 || d > s.cfg.MaxRetryDelay {
+		d = s.cfg.MaxRetryDelay
+	}
+	return d - time.Duration(rand.Int64N(int64(d)/4+1))
+}
+
+// Listen calls notify once, then whenever the stream delivers events,
+// until ctx is done: the relay then claims at once instead of polling.
+func (s *Store) Listen(ctx context.Context, notify func()) error {
+	notify()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.fresh:
+			notify()
+		}
+	}
+}
+
+// CanNotify reports true: the stream wakes the relay ([relay.NotifyChecker]).
+func (s *Store) CanNotify() bool { return true }
+
+// Stats reports the events decoded and not yet published (Pending), the
+// ones with a failed attempt (Retrying), and the age of the oldest
+// unconfirmed transaction's commit (OldestPending). Nothing is parked.
+func (s *Store) Stats(ctx context.Context) (relay.Stats, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st relay.Stats
+	for _, e := range s.pending {
+		if !e.done {
+			st.Pending++
+			if e.attempts > 0 {
+				st.Retrying++
+			}
+		}
+	}
+	if len(s.txns) > 0 {
+		st.OldestPending = time.Since(s.txns[0].commit)
+	}
+	return st, nil
+}
+
+// Confirmed returns the position up to which every event of the stream was
+// published: what the store last told, or is about to tell, the server.
+func (s *Store) Confirmed() pglogrepl.LSN {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.confirmed
+}
+
+// Standby reports whether another process holds the slot, so that this
+// store waits to take it over.
+func (s *Store) Standby() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.standby
+}
+
+// Err returns the last stream's error that needs an operator, nil when
+// none (or the stream has recovered).
+func (s *Store) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fault
+}
+
+// errClosed ends a stream when the store closes.
+var errClosed = errors.New("pgcdc: store closed")

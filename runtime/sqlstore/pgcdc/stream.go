@@ -1,0 +1,350 @@
+package pgcdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/gooutbox/outbox/internal/backoff"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+// run streams until ctx is done, opening the stream again after it ends:
+// at once as a standby, after a backoff after an error.
+func (s *Store) run(ctx context.Context) {
+	defer close(s.done)
+	failures := 0
+	for ctx.Err() == nil {
+		err := s.stream(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := standbyRetry
+		switch {
+		case errors.Is(err, ErrSlotActive):
+			s.mu.Lock()
+			was := s.standby
+			s.standby, s.fault = true, nil
+			s.mu.Unlock()
+			if !was {
+				s.log.Info("pgcdc: standing by: another process streams from the slot; this one takes it over when it is free", slog.String("slot", s.cfg.Slot))
+			}
+			failures = 0
+		default:
+			failures++
+			wait = min(s.cfg.MaxRetryDelay, s.cfg.RetryDelay<<min(failures-1, 10))
+			s.mu.Lock()
+			s.standby = false
+			if needsOperator(err) {
+				s.fault = err
+			}
+			s.mu.Unlock()
+			s.log.Warn("pgcdc: stream ended; opening it again", slog.String("slot", s.cfg.Slot), slog.Any("error", err), slog.Int("attempt", failures), slog.Duration("backoff", wait))
+		}
+		if !backoff.Sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+// connect opens the replication connection.
+func (s *Store) connect(ctx context.Context) (*pgconn.PgConn, error) {
+	pc, err := pgconn.ParseConfig(s.cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("pgcdc: connection string: %w", err)
+	}
+	pc.RuntimeParams["replication"] = "database"
+	pc.RuntimeParams["application_name"] = "gooutbox-cdc"
+	// The values of timestamptz columns as decodeInsert reads them.
+	pc.RuntimeParams["DateStyle"] = "ISO"
+	pc.RuntimeParams["TimeZone"] = "UTC"
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, classify(fmt.Errorf("pgcdc: connect for replication: %w", err), &s.cfg)
+	}
+	return conn, nil
+}
+
+// stream opens a stream from the slot and reads it until it fails or ctx
+// is done.
+func (s *Store) stream(ctx context.Context) (err error) {
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	args := []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'"}
+	if s.cfg.Mode == Messages {
+		args = append(args, "messages 'true'")
+	}
+	// Position 0: the slot's own, confirmed_flush_lsn.
+	if err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
+		return classify(fmt.Errorf("pgcdc: start replication from slot %q: %w", s.cfg.Slot, err), &s.cfg)
+	}
+	defer func() {
+		if ctx.Err() != nil {
+			// Closing: tell the server how far the events were published,
+			// so that the next stream repeats nothing published.
+			_ = pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: s.Confirmed()})
+		}
+	}()
+	lost := s.restart()
+	defer func() {
+		s.mu.Lock()
+		s.streaming = false
+		s.interrupt = nil
+		s.mu.Unlock()
+		close(lost) // batches claimed from this stream stop publishing
+	}()
+	s.log.Info("pgcdc: streaming", slog.String("slot", s.cfg.Slot), slog.String("mode", string(s.cfg.Mode)), slog.String("from", s.Confirmed().String()))
+
+	relations := map[uint32]*pglogrepl.RelationMessage{}
+	var open *openTxn
+	var sent pglogrepl.LSN // the position last sent to the server
+	var lastSent time.Time
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// A status every StatusInterval (and at once when the server asks
+		// for one), and soon after a mark moved the position.
+		confirmed := s.Confirmed()
+		now := time.Now()
+		if !now.Before(lastSent.Add(s.cfg.StatusInterval)) || (confirmed != sent && !now.Before(lastSent.Add(statusDelay))) {
+			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed}); err != nil {
+				return fmt.Errorf("pgcdc: send standby status: %w", err)
+			}
+			sent, lastSent = confirmed, now
+		}
+		deadline := lastSent.Add(s.cfg.StatusInterval)
+		if confirmed != sent {
+			deadline = lastSent.Add(statusDelay)
+		}
+		if open == nil && s.full() {
+			// Read on once the relay has caught up; the status keeps the
+			// connection alive meanwhile.
+			t := time.NewTimer(time.Until(deadline))
+			select {
+			case <-ctx.Done():
+			case <-s.space:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		if open == nil {
+			s.beat(ctx)
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		s.mu.Lock()
+		s.interrupt = cancel
+		s.mu.Unlock()
+		raw, err := conn.ReceiveMessage(rctx)
+		s.mu.Lock()
+		s.interrupt = nil
+		s.mu.Unlock()
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) || rctx.Err() != nil {
+				continue // a status is due, or a mark moved the position
+			}
+			return fmt.Errorf("pgcdc: receive: %w", err)
+		}
+		switch msg := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return classify(fmt.Errorf("pgcdc: stream: %w", pgconn.ErrorResponseToPgError(msg)), &s.cfg)
+		case *pgproto3.CopyDone:
+			return fmt.Errorf("pgcdc: the server ended the stream")
+		case *pgproto3.CopyData:
+			if len(msg.Data) == 0 {
+				continue
+			}
+			switch msg.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("pgcdc: keepalive: %w", err)
+				}
+				if open == nil {
+					// Everything before the server's position was decoded
+					// and sent: with nothing of ours outstanding, the slot
+					// may move on with the rest of the database's WAL.
+					s.idle(pkm.ServerWALEnd)
+				}
+				if pkm.ReplyRequested {
+					lastSent = time.Time{}
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("pgcdc: xlog data: %w", err)
+				}
+				if open, err = s.decode(xld, relations, open); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// openTxn is the transaction being read from the stream.
+type openTxn struct {
+	msgs []sqlstore.RowValues
+}
+
+// decode applies one pgoutput message of the stream.
+func (s *Store) decode(xld pglogrepl.XLogData, relations map[uint32]*pglogrepl.RelationMessage, open *openTxn) (*openTxn, error) {
+	m, err := pglogrepl.Parse(xld.WALData)
+	if err != nil {
+		return open, fmt.Errorf("pgcdc: decode at %s: %w", xld.WALStart, err)
+	}
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		relations[m.RelationID] = m
+	case *pglogrepl.BeginMessage:
+		return &openTxn{}, nil
+	case *pglogrepl.InsertMessage:
+		rel := relations[m.RelationID]
+		if rel == nil {
+			return open, fmt.Errorf("pgcdc: insert into relation %d before its description", m.RelationID)
+		}
+		if s.cfg.Mode != Table || open == nil {
+			return open, nil
+		}
+		row, err := decodeInsert(rel, m.Tuple)
+		if err != nil {
+			return open, err
+		}
+		open.msgs = append(open.msgs, row)
+	case *pglogrepl.LogicalDecodingMessage:
+		if m.Prefix != s.cfg.MessagePrefix || s.cfg.Mode != Messages {
+			return open, nil
+		}
+		if !m.Transactional || open == nil {
+			// A heartbeat (or a message outside a transaction): nothing
+			// to publish; with nothing outstanding, the slot moves on.
+			if open == nil {
+				s.idle(m.LSN)
+			}
+			return open, nil
+		}
+		row, err := sqlstore.DecodeLogicalMessage(m.Content)
+		if err != nil {
+			return open, fmt.Errorf("pgcdc: logical message at %s: %w", m.LSN, err)
+		}
+		row.ID = int64(m.LSN)
+		open.msgs = append(open.msgs, row)
+	case *pglogrepl.CommitMessage:
+		if open != nil {
+			if err := s.commit(open.msgs, m.TransactionEndLSN, m.CommitTime); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+	return open, nil
+}
+
+// restart starts a stream's bookkeeping: the events of an earlier stream
+// are streamed again from the slot's position, so they are dropped, except
+// those the relay is publishing (claimed), which become orphans: their
+// repeats wait for their marks. It returns the channel closed when this
+// stream ends.
+func (s *Store) restart() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.inflight {
+		e.tx = nil
+	}
+	s.pending, s.txns = nil, nil
+	s.standby, s.streaming, s.fault = false, true, nil
+	s.lost = make(chan struct{})
+	s.lastBeat = time.Now()
+	return s.lost
+}
+
+// commit appends a committed transaction's events.
+func (s *Store) commit(rows []sqlstore.RowValues, end pglogrepl.LSN, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(rows) == 0 {
+		if len(s.txns) == 0 {
+			s.confirmed = max(s.confirmed, end)
+		}
+		return nil
+	}
+	t := &txn{end: end, left: len(rows), commit: at}
+	for _, r := range rows {
+		m, err := sqlstore.DecodeRow(r)
+		if err != nil {
+			return fmt.Errorf("pgcdc: transaction ending at %s: %w", end, err)
+		}
+		e := &entry{msg: m, tx: t}
+		if o := s.inflight[m.ID]; o != nil && o.tx == nil {
+			e.waitFor = o
+		}
+		s.pending = append(s.pending, e)
+	}
+	s.txns = append(s.txns, t)
+	select {
+	case s.fresh <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// idle moves the confirmed position to lsn when no event is outstanding.
+func (s *Store) idle(lsn pglogrepl.LSN) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.txns) == 0 && lsn > s.confirmed {
+		s.confirmed = lsn
+	}
+}
+
+// full reports whether the buffer holds MaxBuffered unpublished events.
+func (s *Store) full() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.pending {
+		if !e.done {
+			n++
+		}
+	}
+	return n >= s.cfg.MaxBuffered
+}
+
+// beat writes a heartbeat message when the store has been idle for
+// Heartbeat (see [Config.Heartbeat]).
+func (s *Store) beat(ctx context.Context) {
+	s.mu.Lock()
+	due := s.cfg.Heartbeat > 0 && len(s.txns) == 0 && time.Since(s.lastBeat) >= s.cfg.Heartbeat
+	if due {
+		s.lastBeat = time.Now()
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(bctx, s.cfg.ConnString)
+	if err == nil {
+		_, err = conn.Exec(bctx, `SELECT pg_logical_emit_message(false, $1, '')`, s.cfg.MessagePrefix)
+		conn.Close(context.WithoutCancel(ctx))
+	}
+	if err != nil {
+		s.log.Warn("pgcdc: heartbeat failed", slog.String("slot", s.cfg.Slot), slog.Any("error", err))
+	}
+}
