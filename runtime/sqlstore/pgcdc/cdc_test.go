@@ -103,7 +103,6 @@ func TestRestartRepeatsNothingPublished(t *testing.T) {
 	}
 	until(t, "the first three published", func() bool { return len(pub.ids()) == 3 })
 	until(t, "the first three rows marked published", func() bool { return e.publishedRows(t) == 3 })
-	first := e.slotLSN(t)
 	refused := make(chan struct{}, 1)
 	pub.mu.Lock()
 	pub.fn = func([]*message.Message) error {
@@ -122,7 +121,6 @@ func TestRestartRepeatsNothingPublished(t *testing.T) {
 	if err := store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the slot's position past the first three", func() bool { return e.slotLSN(t) != first })
 
 	next := &broker{}
 	runRelay(t, e.open(t), next)

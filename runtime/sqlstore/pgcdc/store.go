@@ -14,8 +14,13 @@ import (
 	"github.com/gooutbox/outbox/runtime/relay"
 )
 
-// standbyRetry is how often a standby store tries to take the slot.
+// standbyRetry is how often a standby store tries to take the slot, and
+// how soon its relay claims again.
 const standbyRetry = time.Second
+
+// startingRetry is how soon the relay claims again while the store's
+// stream is opening.
+const startingRetry = 20 * time.Millisecond
 
 // statusDelay is how soon after a mark that moved the confirmed position
 // the stream sends it to the server.
@@ -70,14 +75,17 @@ type Store struct {
 	// confirmed is the position up to which every event was published
 	// (or the stream held none): the flush position sent to the server.
 	confirmed pglogrepl.LSN
-	standby   bool  // another process holds the slot
-	streaming bool  // a stream is open
-	fault     error // the last stream's error that needs an operator
-	lost      chan struct{}
-	interrupt func() // cuts the stream's wait short, to send a status
-	space     chan struct{}
-	fresh     chan struct{} // new events arrived (for Listen)
-	lastBeat  time.Time
+	// unpublished counts the current stream's events not yet published,
+	// doneN those published but still in pending (compact drops them).
+	unpublished, doneN int
+	standby            bool  // another process holds the slot
+	streaming          bool  // a stream is open
+	fault              error // the last stream's error that needs an operator
+	lost               chan struct{}
+	interrupt          func() // cuts the stream's wait short, to send a status
+	space              chan struct{}
+	fresh              chan struct{} // new events arrived (for Listen)
+	lastBeat           time.Time
 
 	// The marker's queue (see [Config.SkipMarking]).
 	markMu   sync.Mutex
@@ -142,8 +150,14 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	if s.fault != nil && !s.streaming {
 		return relay.Batch{}, s.fault
 	}
-	if s.standby {
+	switch {
+	case s.standby:
 		return relay.Batch{ClaimAgainIn: standbyRetry}, nil
+	case !s.streaming:
+		// Nothing may be published while no stream is open (its events
+		// are streamed again when one is): the stream is starting, or
+		// opening again after an error.
+		return relay.Batch{ClaimAgainIn: startingRetry}, nil
 	}
 	now := time.Now()
 	blocked := map[aggregate]bool{}
@@ -244,6 +258,8 @@ func (s *Store) published(e *entry) {
 	}
 	e.done = true
 	e.tx.left--
+	s.unpublished--
+	s.doneN++
 	old := s.confirmed
 	for len(s.txns) > 0 && s.txns[0].left == 0 {
 		s.confirmed = max(s.confirmed, s.txns[0].end)
@@ -264,25 +280,19 @@ func (s *Store) released(e *entry) {
 	}
 }
 
-// compact drops the done entries once they are many.
+// compact drops the done entries once they are a quarter of pending, and
+// tells the stream when the buffer has room again.
 func (s *Store) compact() {
-	n := 0
-	for _, e := range s.pending {
-		if !e.done {
-			n++
+	if s.doneN > 0 && s.doneN*4 >= len(s.pending) {
+		kept := make([]*entry, 0, len(s.pending)-s.doneN)
+		for _, e := range s.pending {
+			if !e.done {
+				kept = append(kept, e)
+			}
 		}
+		s.pending, s.doneN = kept, 0
 	}
-	if n == len(s.pending) {
-		return
-	}
-	kept := make([]*entry, 0, n)
-	for _, e := range s.pending {
-		if !e.done {
-			kept = append(kept, e)
-		}
-	}
-	s.pending = kept
-	if n < s.cfg.MaxBuffered {
+	if s.unpublished < s.cfg.MaxBuffered {
 		select {
 		case s.space <- struct{}{}:
 		default:
@@ -332,6 +342,8 @@ func (s *Store) Stats(ctx context.Context) (relay.Stats, error) {
 			}
 		}
 	}
+	// Pending is what a stream delivered; what it has not yet delivered
+	// shows in the slot's lag (Status).
 	if len(s.txns) > 0 {
 		st.OldestPending = time.Since(s.txns[0].commit)
 	}

@@ -84,8 +84,11 @@ func (s *Store) stream(ctx context.Context) (err error) {
 	if s.cfg.Mode == Messages {
 		args = append(args, "messages 'true'")
 	}
-	// Position 0: the slot's own, confirmed_flush_lsn.
-	if err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
+	// From what this store knows was published, or the slot's own
+	// position (confirmed_flush_lsn) when that is later: the server
+	// starts from the later of the two, so a mark that the last stream
+	// could not send repeats nothing.
+	if err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, s.Confirmed(), pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
 		return classify(fmt.Errorf("pgcdc: start replication from slot %q: %w", s.cfg.Slot, err), &s.cfg)
 	}
 	defer func() {
@@ -108,7 +111,15 @@ func (s *Store) stream(ctx context.Context) (err error) {
 	relations := map[uint32]*pglogrepl.RelationMessage{}
 	var open *openTxn
 	var sent pglogrepl.LSN // the position last sent to the server
-	var lastSent time.Time
+	var lastSent, readDeadline time.Time
+	netConn := conn.Conn()
+	interrupt := func() { _ = netConn.SetReadDeadline(time.Now()) }
+	s.mu.Lock()
+	s.interrupt = interrupt
+	s.mu.Unlock()
+	// ctx's end interrupts the wait too.
+	stopWatch := context.AfterFunc(ctx, interrupt)
+	defer stopWatch()
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -142,21 +153,24 @@ func (s *Store) stream(ctx context.Context) (err error) {
 		if open == nil {
 			s.beat(ctx)
 		}
-		rctx, cancel := context.WithDeadline(ctx, deadline)
-		s.mu.Lock()
-		s.interrupt = cancel
-		s.mu.Unlock()
-		raw, err := conn.ReceiveMessage(rctx)
-		s.mu.Lock()
-		s.interrupt = nil
-		s.mu.Unlock()
-		cancel()
+		// The wait ends at the deadline, or at once when a mark moves the
+		// position (interrupt); a read that times out leaves the
+		// connection usable. The deadline is the connection's, not a
+		// context's, which would cost a goroutine per message.
+		if !deadline.Equal(readDeadline) {
+			if err := netConn.SetReadDeadline(deadline); err != nil {
+				return fmt.Errorf("pgcdc: set read deadline: %w", err)
+			}
+			readDeadline = deadline
+		}
+		raw, err := conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if pgconn.Timeout(err) || rctx.Err() != nil {
-				continue // a status is due, or a mark moved the position
+			if pgconn.Timeout(err) {
+				readDeadline = time.Time{} // an interrupt may have set another
+				continue                   // a status is due, or a mark moved the position
 			}
 			return fmt.Errorf("pgcdc: receive: %w", err)
 		}
@@ -267,6 +281,7 @@ func (s *Store) restart() chan struct{} {
 		e.tx = nil
 	}
 	s.pending, s.txns = nil, nil
+	s.unpublished, s.doneN = 0, 0
 	s.standby, s.streaming, s.fault = false, true, nil
 	s.lost = make(chan struct{})
 	s.lastBeat = time.Now()
@@ -296,6 +311,7 @@ func (s *Store) commit(rows []sqlstore.RowValues, end pglogrepl.LSN, at time.Tim
 		s.pending = append(s.pending, e)
 	}
 	s.txns = append(s.txns, t)
+	s.unpublished += len(rows)
 	select {
 	case s.fresh <- struct{}{}:
 	default:
@@ -316,13 +332,7 @@ func (s *Store) idle(lsn pglogrepl.LSN) {
 func (s *Store) full() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for _, e := range s.pending {
-		if !e.done {
-			n++
-		}
-	}
-	return n >= s.cfg.MaxBuffered
+	return s.unpublished >= s.cfg.MaxBuffered
 }
 
 // beat writes a heartbeat message when the store has been idle for

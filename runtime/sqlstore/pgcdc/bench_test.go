@@ -1,0 +1,124 @@
+package pgcdc_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/pgcdc"
+	"github.com/gooutbox/outbox/runtime/sqlstore/pgxv5"
+)
+
+// countingBroker acknowledges everything and counts it.
+type countingBroker struct{ n chan int }
+
+func (b countingBroker) Publish(_ string, msgs ...*message.Message) error {
+	b.n <- len(msgs)
+	return nil
+}
+
+func (countingBroker) Close() error { return nil }
+
+// BenchmarkDrain drains a backlog of 20,000 events of 1,000 aggregates,
+// written in transactions of 10, through a relay with the README's
+// defaults and a broker that acknowledges at once: the polling relay
+// (sqlstore.Store) and the CDC relay in each mode, on the same PostgreSQL,
+// one after the other in one process. It reports events/s; the ratio of
+// cdc to polling is the figure to compare.
+func BenchmarkDrain(b *testing.B) {
+	const events, perTx, aggregates = 20000, 10, 1000
+	for _, kind := range []string{"polling", "cdc-table", "cdc-messages"} {
+		b.Run(kind, func(b *testing.B) {
+			var total time.Duration
+			for b.Loop() {
+				total += drainOnce(b, kind, events, perTx, aggregates)
+			}
+			b.ReportMetric(float64(events*b.N)/total.Seconds(), "events/s")
+		})
+	}
+}
+
+// drainOnce writes the backlog, then times its drain.
+func drainOnce(b *testing.B, kind string, events, perTx, aggregates int) time.Duration {
+	b.StopTimer()
+	defer b.StartTimer()
+	ctx := context.Background()
+	mode := pgcdc.Table
+	if kind == "cdc-messages" {
+		mode = pgcdc.Messages
+	}
+	e := newEnv(b, mode)
+	if kind != "polling" {
+		if err := pgcdc.Setup(ctx, e.cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg := sqlstore.WriterConfig{}
+	if mode == pgcdc.Messages && kind != "polling" {
+		cfg.LogicalMessages = pgcdc.DefaultMessagePrefix
+	}
+	w, err := sqlstore.NewWriter(sqlstore.Postgres, "", cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < events; i += perTx {
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			rows := make([]sqlstore.Row, perTx)
+			for j := range rows {
+				env := event(fmt.Sprint((i+j)%aggregates), i+j)
+				rows[j] = sqlstore.Row{Envelope: env, Topic: "orders"}
+			}
+			_, err := w.Write(ctx, pgxv5.Executor(tx), rows)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	var store relay.Store
+	if kind == "polling" {
+		s, err := sqlstore.NewStore(pgxv5.New(e.pool), sqlstore.StoreConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		store = s
+	} else {
+		s, err := pgcdc.Open(ctx, e.cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		store = s
+	}
+	pub := countingBroker{n: make(chan int, 1024)}
+	r, err := relay.New(store, pub, relay.Config{Logger: discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	b.StartTimer()
+	start := time.Now()
+	go func() { done <- r.Run(rctx) }()
+	for got := 0; got < events; {
+		got += <-pub.n
+	}
+	took := time.Since(start)
+	b.StopTimer()
+	cancel()
+	go func() {
+		for range pub.n {
+		}
+	}()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	return took
+}
