@@ -3,6 +3,7 @@ package pgcdc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -288,4 +289,81 @@ func TestConfigValidate(t *testing.T) {
 	if err := (pgcdc.Config{ConnString: "x"}).Validate(); err != nil {
 		t.Errorf("Validate of the defaults: %v", err)
 	}
+}
+
+// TestWALSenderTerminated: pg_terminate_backend of the slot's WAL sender,
+// again and again while events are written and published, costs a
+// reconnect each time: every committed event is published, each
+// aggregate's in commit order (a repeat of the unconfirmed tail is
+// allowed, never an event before an earlier one of its aggregate after
+// that one was published).
+func TestWALSenderTerminated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, pgcdc.Table)
+	e.cfg.RetryDelay = 10 * time.Millisecond
+	store := e.open(t)
+	pub := &broker{}
+	runRelay(t, store, pub)
+
+	const aggregates, perAggregate = 5, 40
+	var want []runtime.Envelope
+	seq := map[string]int{} // event id → its place in its aggregate
+	kills := 0
+	for n := range perAggregate {
+		for a := range aggregates {
+			ev := event(fmt.Sprint("k", a), n)
+			want = append(want, ev)
+			seq[ev.EventID.String()] = n
+			e.write(t, false, ev)
+		}
+		if n%8 == 4 {
+			var killed bool
+			err := e.pool.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(active_pid)), false) FROM pg_replication_slots WHERE slot_name = $1 AND active`, e.cfg.Slot).Scan(&killed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if killed {
+				kills++
+			}
+		}
+	}
+	if kills == 0 {
+		t.Fatal("no WAL sender was terminated: the test tested nothing")
+	}
+	seen := func() map[string]bool {
+		m := map[string]bool{}
+		for _, id := range pub.ids() {
+			m[id] = true
+		}
+		return m
+	}
+	until(t, "every event published", func() bool {
+		s := seen()
+		for _, ev := range want {
+			if !s[ev.EventID.String()] {
+				return false
+			}
+		}
+		return true
+	})
+	// Per aggregate, the first publish of each event is in commit order.
+	byID := map[string]runtime.Envelope{}
+	for _, ev := range want {
+		byID[ev.EventID.String()] = ev
+	}
+	last := map[string]int{}
+	first := map[string]bool{}
+	for _, id := range pub.ids() {
+		if first[id] {
+			continue // a repeat of the unconfirmed tail
+		}
+		first[id] = true
+		ev, n := byID[id], seq[id]
+		if prev, ok := last[ev.AggregateID]; ok && n != prev+1 {
+			t.Fatalf("aggregate %s: event %d published after event %d", ev.AggregateID, n, prev)
+		}
+		last[ev.AggregateID] = n
+	}
+	t.Logf("%d WAL senders terminated; %d publishes of %d events", kills, len(pub.ids()), len(want))
 }

@@ -78,6 +78,7 @@ type Store struct {
 	// unpublished counts the current stream's events not yet published,
 	// doneN those published but still in pending (compact drops them).
 	unpublished, doneN int
+	gen                int   // streams opened
 	standby            bool  // another process holds the slot
 	streaming          bool  // a stream is open
 	fault              error // the last stream's error that needs an operator

@@ -22,9 +22,13 @@ func (s *Store) run(ctx context.Context) {
 	defer close(s.done)
 	failures := 0
 	for ctx.Err() == nil {
+		gen := s.generation()
 		err := s.stream(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if s.generation() != gen {
+			failures = 0 // it streamed: a new failure starts a new streak
 		}
 		wait := standbyRetry
 		switch {
@@ -283,6 +287,7 @@ func (s *Store) restart() chan struct{} {
 	s.pending, s.txns = nil, nil
 	s.unpublished, s.doneN = 0, 0
 	s.standby, s.streaming, s.fault = false, true, nil
+	s.gen++
 	s.lost = make(chan struct{})
 	s.lastBeat = time.Now()
 	return s.lost
@@ -357,4 +362,11 @@ func (s *Store) beat(ctx context.Context) {
 	if err != nil {
 		s.log.Warn("pgcdc: heartbeat failed", slog.String("slot", s.cfg.Slot), slog.Any("error", err))
 	}
+}
+
+// generation counts the streams opened.
+func (s *Store) generation() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen
 }
