@@ -179,6 +179,7 @@ the relay until TCP gives up.`,
 		fs.BoolVar(&scfg.DeletePublished, "delete-published", false, "delete a message once published instead of marking it: faster, but no replay and no deduplication of a re-saved published event (the consumers' inbox still applies it once)")
 		allowLocal := fs.Bool("allow-local-broker", false, "allow a broker only this process can read (memory://), for a demo: what it publishes is marked published in the outbox and gone when the relay exits")
 		migrate := fs.Bool("migrate", false, "create the outbox table if it does not exist")
+		cdcSlot := fs.String("cdc-slot", "", "with --cdc: the replication `slot` (default: <table>_cdc; the publication has its name)")
 		cdcMode := fs.String("cdc", "", "PostgreSQL: relay by tailing the transaction log instead of polling, from the `mode`'s events: table (the outbox table's rows) or messages (logical decoding messages); sets up the replication slot first (see outbox help cdc)")
 		verbose := fs.Bool("v", false, "debug logs")
 		listen := fs.String("listen", "", "serve /metrics, /livez and /readyz on this `address` (host:port; default: off)")
@@ -218,10 +219,13 @@ the relay until TCP gives up.`,
 			if d != sqlstore.Postgres {
 				return &flagError{Flag: "--cdc", Value: *cdcMode, Want: "a postgres:// --db: the CDC relay streams from PostgreSQL's logical replication (on MySQL and MariaDB, leave the flag out for the polling relay)"}
 			}
-			cdcCfg = &pgcdc.Config{ConnString: dsn, Table: fs.table, Mode: pgcdc.Mode(*cdcMode)}
+			cdcCfg = &pgcdc.Config{ConnString: dsn, Table: fs.table, Mode: pgcdc.Mode(*cdcMode), Slot: *cdcSlot}
 			if err := cdcCfg.Validate(); err != nil {
 				return &flagError{Flag: "--cdc", Value: *cdcMode, Want: "table or messages (" + err.Error() + ")"}
 			}
+		}
+		if *cdcSlot != "" && cdcCfg == nil {
+			return usagef("--cdc-slot needs --cdc")
 		}
 		if scfg.DeletePublished && rf.published > 0 {
 			return usagef("--retention has nothing to delete with --delete-published")
