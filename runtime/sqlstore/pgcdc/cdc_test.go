@@ -241,7 +241,18 @@ func TestErrorsNameTheFix(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `CREATE ROLE `+role+` LOGIN`); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = e.pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+role) })
+	t.Cleanup(func() {
+		_, _ = e.pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = e.pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+role)
+	})
+	// It may read and mark the outbox: only replication is refused.
+	var schema string
+	if err := e.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `GRANT USAGE ON SCHEMA `+schema+` TO `+role+`; GRANT SELECT, UPDATE ON outbox_messages TO `+role); err != nil {
+		t.Fatal(err)
+	}
 	u, err := url.Parse(e.dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -55,11 +55,26 @@
 //
 // A message that fails is tried again after [Config.RetryDelay], doubled
 // per attempt up to [Config.MaxRetryDelay], and its aggregate's later
-// events wait with it; other aggregates go on. The slot cannot skip an
-// event and come back to it, so a message the broker refuses for good is
-// logged at Error and retried every MaxRetryDelay, holding its aggregate
-// (and the slot's position) back: parking it in a table, with the
-// operator command's retry and discard, is not built yet.
+// events wait with it; other aggregates go on.
+//
+// # Parking
+//
+// The slot cannot skip an event and come back to it, but in [Table] mode
+// the outbox table holds every event. A message the broker refuses for
+// good is parked in its row (parked_at and last_error, as the polling
+// relay parks it), and its aggregate is diverted to the table: its later
+// events are set aside as they stream (their rows held with
+// next_attempt_at 'infinity' and a last_error that says why, written before
+// the slot moves past them), so the slot goes on and nothing overtakes the
+// parked event. The operator command and the dashboard show the parked row
+// as they do the polling relay's ("outbox parked"). Once an operator
+// retries or discards it (outbox parked retry|discard), the store
+// publishes the aggregate's pending rows from the table, in id order
+// (looking every second), then streams the aggregate again. The diverted
+// aggregates are read from the table when the store opens, so a restart
+// keeps them held (TestParkedEventHoldsItsAggregate). In [Messages] mode
+// there is no row to park: such a message is logged at Error and retried
+// every MaxRetryDelay, holding its aggregate and the slot's position back.
 //
 // # Fail-over
 //

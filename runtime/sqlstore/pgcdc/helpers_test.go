@@ -209,6 +209,15 @@ func (b *broker) Publish(_ string, msgs ...*message.Message) error {
 	defer b.mu.Unlock()
 	if b.fn != nil {
 		if err := b.fn(msgs); err != nil {
+			// The messages a per-message failure acknowledged are in.
+			var each runtime.PublishErrors
+			if errors.As(err, &each) {
+				for i, m := range msgs {
+					if each[i] == nil {
+						b.got = append(b.got, m.Copy())
+					}
+				}
+			}
 			return err
 		}
 	}

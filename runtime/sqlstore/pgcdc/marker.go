@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // markEvery is how often the marker sets published_at on the rows
@@ -15,9 +13,11 @@ const markEvery = 200 * time.Millisecond
 // markBatch is the most rows one marking statement updates.
 const markBatch = 5000
 
-// published queues the rows of published events for the marker.
-func (s *Store) queueMark(ids []int64) {
-	if s.cfg.Mode != Table || s.cfg.SkipMarking || len(ids) == 0 {
+// queueMark queues the rows of published events for the marker; force
+// queues them even with SkipMarking (rows published from the table, which
+// the store must not read as pending again).
+func (s *Store) queueMark(ids []int64, force bool) {
+	if s.cfg.Mode != Table || (s.cfg.SkipMarking && !force) || len(ids) == 0 {
 		return
 	}
 	s.markMu.Lock()
@@ -29,12 +29,6 @@ func (s *Store) queueMark(ids []int64) {
 // relay's path, until ctx is done, then once more.
 func (s *Store) mark(ctx context.Context) {
 	defer close(s.markDone)
-	var conn *pgx.Conn
-	defer func() {
-		if conn != nil {
-			conn.Close(context.Background())
-		}
-	}()
 	t := time.NewTicker(markEvery)
 	defer t.Stop()
 	for {
@@ -44,6 +38,9 @@ func (s *Store) mark(ctx context.Context) {
 			stopping = true
 		case <-t.C:
 		}
+		if err := s.hold(ctx); err != nil {
+			s.log.Warn("pgcdc: holding events behind parked ones failed; trying again", slog.Any("error", err))
+		}
 		s.markMu.Lock()
 		ids := s.toMark
 		s.toMark = nil
@@ -51,20 +48,10 @@ func (s *Store) mark(ctx context.Context) {
 		for len(ids) > 0 {
 			n := min(len(ids), markBatch)
 			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			var err error
-			if conn == nil || conn.IsClosed() {
-				conn, err = pgx.Connect(mctx, s.cfg.ConnString)
-			}
-			if err == nil {
-				_, err = conn.Exec(mctx, `UPDATE `+s.cfg.Table+` SET published_at = now() WHERE id = ANY($1) AND published_at IS NULL`, ids[:n])
-			}
+			_, err := s.db.Exec(mctx, `UPDATE `+s.cfg.Table+` SET published_at = now(), next_attempt_at = NULL WHERE id = ANY($1) AND published_at IS NULL`, ids[:n])
 			cancel()
 			if err != nil {
 				s.log.Warn("pgcdc: marking published rows failed; trying again", slog.Int("rows", len(ids)), slog.Any("error", err))
-				if conn != nil {
-					conn.Close(context.Background())
-					conn = nil
-				}
 				s.markMu.Lock()
 				s.toMark = append(ids, s.toMark...)
 				s.markMu.Unlock()

@@ -3,12 +3,15 @@ package pgcdc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
@@ -52,6 +55,11 @@ type entry struct {
 	// counts its failures that were its own.
 	retryAt  time.Time
 	attempts int
+	// fromTable: a row of a diverted aggregate, read from the table
+	// (see park.go), not from the stream.
+	fromTable bool
+	// held: set aside behind a parked event, waiting for its hold.
+	held bool
 }
 
 // aggregate identifies an aggregate, whose events keep their order.
@@ -93,6 +101,15 @@ type Store struct {
 	toMark   []int64
 	markDone chan struct{}
 
+	// db is the store's plain connections (marking, parking, holding,
+	// the heartbeat).
+	db *pgxpool.Pool
+	// Parking (Table mode, see park.go), under mu.
+	diverted map[aggregate]*diversion
+	tableq   []*entry // rows of diverted aggregates to publish, in id order
+	toHold   []*entry // events set aside, waiting for their holds
+	parkDone chan struct{}
+
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -111,8 +128,20 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := Setup(ctx, cfg); err != nil {
 		return nil, err
 	}
+	pc, err := pgxpool.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("pgcdc: connection string: %w", err)
+	}
+	pc.MaxConns = 3
+	db, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("pgcdc: connect: %w", err)
+	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Store{
+		db:       db,
+		diverted: map[aggregate]*diversion{},
+		parkDone: make(chan struct{}),
 		cfg:      cfg,
 		log:      cfg.Logger,
 		inflight: map[int64]*entry{},
@@ -124,8 +153,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		markDone: make(chan struct{}),
 	}
 	close(s.lost) // no stream yet: nothing claimed from one
+	if err := s.loadDiverted(ctx); err != nil {
+		cancel()
+		db.Close()
+		return nil, err
+	}
 	go s.run(sctx)
 	go s.mark(sctx)
+	if cfg.Mode == Table {
+		go s.pollParked(sctx)
+	} else {
+		close(s.parkDone)
+	}
 	return s, nil
 }
 
@@ -136,6 +175,8 @@ func (s *Store) Close() error {
 	s.cancel()
 	<-s.done
 	<-s.markDone
+	<-s.parkDone
+	s.db.Close()
 	return nil
 }
 
@@ -164,12 +205,14 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	blocked := map[aggregate]bool{}
 	var b relay.Batch
 	var bytes int64
-	for _, e := range s.pending {
-		if e.done {
+	// The rows of released parked aggregates first (their later events
+	// are held: they do not stream), then the stream.
+	for _, e := range append(s.tableq[:len(s.tableq):len(s.tableq)], s.pending...) {
+		if e.done || e.held {
 			continue
 		}
 		k := aggregateOf(e.msg)
-		if blocked[k] {
+		if blocked[k] || (!e.fromTable && s.diverted[k] != nil) {
 			continue
 		}
 		if e.claimed || e.waitFor != nil || now.Before(e.retryAt) {
@@ -202,6 +245,7 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	var streamed, fromTable []int64
 	for _, id := range o.Published {
 		e := s.inflight[id]
 		if e == nil {
@@ -209,11 +253,31 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 		}
 		delete(s.inflight, id)
 		e.claimed = false
+		if e.fromTable {
+			s.publishedFromTable(e)
+			fromTable = append(fromTable, id)
+			continue
+		}
 		s.published(e)
+		streamed = append(streamed, id)
 	}
-	s.queueMark(o.Published)
+	s.queueMark(streamed, false)
+	s.queueMark(fromTable, true)
 	whole := len(o.Published) == 0
-	for _, f := range o.Failed {
+	// The permanent failures first: an aggregate they park holds its
+	// later failed events too.
+	failed := slices.Clone(o.Failed)
+	slices.SortStableFunc(failed, func(a, b relay.Failure) int {
+		switch {
+		case a.Permanent == b.Permanent:
+			return 0
+		case a.Permanent:
+			return -1
+		}
+		return 1
+	})
+	var parkErr error
+	for _, f := range failed {
 		e := s.inflight[f.ID]
 		if e == nil {
 			continue
@@ -225,22 +289,34 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 		}
 		delay := s.retryDelay(max(e.attempts, 1))
 		if f.Permanent {
-			// The slot cannot skip an event and come back to it: the
-			// event, and its aggregate's later ones, wait as long as
-			// the store waits for anything.
-			delay = s.cfg.MaxRetryDelay
-			s.log.Error("pgcdc: the broker refused an event for good; it and its aggregate's later events are retried every MaxRetryDelay",
-				slog.Int64("outbox_id", e.msg.ID), slog.String("event_id", e.msg.EventID.String()),
-				slog.String("aggregate_type", e.msg.AggregateType), slog.String("aggregate_id", e.msg.AggregateID),
-				slog.Any("error", f.Err))
+			if s.cfg.Mode == Table {
+				err := s.park(ctx, e, f.Err)
+				if err == nil {
+					continue
+				}
+				parkErr = err // tried again after the retry delay
+			} else {
+				// Messages mode has no row to park: the event, and its
+				// aggregate's later ones, wait as long as the store
+				// waits for anything.
+				delay = s.cfg.MaxRetryDelay
+				s.log.Error("pgcdc: the broker refused an event for good; in messages mode it and its aggregate's later events are retried every MaxRetryDelay",
+					slog.String("event_id", e.msg.EventID.String()),
+					slog.String("aggregate_type", e.msg.AggregateType), slog.String("aggregate_id", e.msg.AggregateID),
+					slog.Any("error", f.Err))
+			}
+		}
+		if d := s.diverted[aggregateOf(e.msg)]; d != nil && !e.fromTable && e.tx != nil {
+			s.setAside(e, d) // behind an event parked in this batch
+			continue
 		}
 		e.retryAt = now.Add(delay)
-		if e.tx == nil {
+		if e.tx == nil && !e.fromTable {
 			s.released(e)
 		}
 	}
 	s.compact()
-	return nil
+	return parkErr
 }
 
 // published records e as published.
@@ -269,6 +345,22 @@ func (s *Store) published(e *entry) {
 	if s.confirmed > old && s.interrupt != nil {
 		s.interrupt()
 	}
+}
+
+// publishedFromTable records a row of a diverted aggregate as published.
+func (s *Store) publishedFromTable(e *entry) {
+	k := aggregateOf(e.msg)
+	if d := s.diverted[k]; d != nil {
+		delete(d.queued, e.msg.ID)
+		d.sent[e.msg.ID] = true
+	}
+	kept := s.tableq[:0]
+	for _, o := range s.tableq {
+		if o != e {
+			kept = append(kept, o)
+		}
+	}
+	s.tableq = kept
 }
 
 // released hands the retry of a failed orphan to its repeat.
@@ -329,8 +421,10 @@ func (s *Store) Listen(ctx context.Context, notify func()) error {
 func (s *Store) CanNotify() bool { return true }
 
 // Stats reports the events decoded and not yet published (Pending), the
-// ones with a failed attempt (Retrying), and the age of the oldest
-// unconfirmed transaction's commit (OldestPending). Nothing is parked.
+// ones with a failed attempt (Retrying), the age of the oldest unconfirmed
+// transaction's commit (OldestPending), and in Parked the aggregates held
+// behind a parked event (their rows in the table say how many events:
+// sqlstore.Store's Stats on the same table counts them).
 func (s *Store) Stats(ctx context.Context) (relay.Stats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -348,6 +442,7 @@ func (s *Store) Stats(ctx context.Context) (relay.Stats, error) {
 	if len(s.txns) > 0 {
 		st.OldestPending = time.Since(s.txns[0].commit)
 	}
+	st.Parked = int64(len(s.diverted))
 	return st, nil
 }
 

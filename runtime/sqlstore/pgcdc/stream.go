@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -310,10 +309,13 @@ func (s *Store) commit(rows []sqlstore.RowValues, end pglogrepl.LSN, at time.Tim
 			return fmt.Errorf("pgcdc: transaction ending at %s: %w", end, err)
 		}
 		e := &entry{msg: m, tx: t}
-		if o := s.inflight[m.ID]; o != nil && o.tx == nil {
+		if o := s.inflight[m.ID]; o != nil && o.tx == nil && !o.fromTable {
 			e.waitFor = o
 		}
 		s.pending = append(s.pending, e)
+		if d := s.diverted[aggregateOf(m)]; d != nil {
+			s.setAside(e, d) // behind a parked event: its row holds it
+		}
 	}
 	s.txns = append(s.txns, t)
 	s.unpublished += len(rows)
@@ -354,12 +356,7 @@ func (s *Store) beat(ctx context.Context) {
 	}
 	bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(bctx, s.cfg.ConnString)
-	if err == nil {
-		_, err = conn.Exec(bctx, `SELECT pg_logical_emit_message(false, $1, '')`, s.cfg.MessagePrefix)
-		conn.Close(context.WithoutCancel(ctx))
-	}
-	if err != nil {
+	if _, err := s.db.Exec(bctx, `SELECT pg_logical_emit_message(false, $1, '')`, s.cfg.MessagePrefix); err != nil {
 		s.log.Warn("pgcdc: heartbeat failed", slog.String("slot", s.cfg.Slot), slog.Any("error", err))
 	}
 }

@@ -1,0 +1,306 @@
+package pgcdc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+// Parking, in Table mode. The slot cannot skip an event and come back to
+// it, but the outbox table holds every event: a message the broker refuses
+// for good is parked in its row (parked_at, as the polling relay parks),
+// and its aggregate is diverted to the table. The aggregate's later events
+// are set aside as they stream (their rows held, next_attempt_at
+// 'infinity', before the slot moves past them), so that the slot goes on
+// and no later event overtakes the parked one. Once an operator retried or
+// discarded the parked row (outbox parked retry|discard, sqlstore's Unpark
+// or Discard), the store publishes the aggregate's pending rows from the
+// table, in id order, then streams it again. The diverted aggregates are
+// read from the table when the store opens, so a restart keeps them.
+
+// parkPoll is how often the store looks at the diverted aggregates'
+// rows for ones an operator released.
+const parkPoll = time.Second
+
+// heldError is the last_error of a row set aside behind a parked one.
+const heldError = "held behind an earlier parked event of its aggregate (pgcdc)"
+
+// diversion is an aggregate whose events go through the table.
+type diversion struct {
+	// asides counts the events set aside so far: the poller ends the
+	// diversion only when none was set aside while it looked.
+	asides int
+	// queued holds the rows of the aggregate handed to the relay from
+	// the table, by id; sent those it published, whose published_at the
+	// marker may not have written yet.
+	queued, sent map[int64]bool
+}
+
+func newDiversion() *diversion {
+	return &diversion{queued: map[int64]bool{}, sent: map[int64]bool{}}
+}
+
+// loadDiverted reads the aggregates that have a parked or held row.
+func (s *Store) loadDiverted(ctx context.Context) error {
+	if s.cfg.Mode != Table {
+		return nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT aggregate_type, aggregate_id FROM `+s.cfg.Table+`
+		WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)`)
+	if err != nil {
+		return fmt.Errorf("pgcdc: read parked aggregates: %w", err)
+	}
+	aggs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (aggregate, error) {
+		var a aggregate
+		err := r.Scan(&a.typ, &a.id)
+		return a, err
+	})
+	if err != nil {
+		return fmt.Errorf("pgcdc: read parked aggregates: %w", err)
+	}
+	for _, a := range aggs {
+		s.diverted[a] = newDiversion()
+	}
+	return nil
+}
+
+// park parks e's row and diverts its aggregate. It runs under s.mu (a
+// rare path: the statement is short). On error nothing changed.
+func (s *Store) park(ctx context.Context, e *entry, cause error) error {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := s.db.Exec(pctx, `UPDATE `+s.cfg.Table+` SET parked_at = now(), attempts = attempts + 1, last_error = $2
+		WHERE id = $1 AND published_at IS NULL`, e.msg.ID, truncateError(cause))
+	if err != nil {
+		return fmt.Errorf("pgcdc: park event %s (row %d): %w", e.msg.EventID, e.msg.ID, err)
+	}
+	k := aggregateOf(e.msg)
+	d := s.diverted[k]
+	if d == nil {
+		d = newDiversion()
+		s.diverted[k] = d
+	}
+	s.log.Error("pgcdc: the broker refused an event for good; it is parked, and its aggregate's later events wait behind it until an operator retries or discards it (outbox parked)",
+		slog.Int64("outbox_id", e.msg.ID), slog.String("event_id", e.msg.EventID.String()),
+		slog.String("aggregate_type", e.msg.AggregateType), slog.String("aggregate_id", e.msg.AggregateID),
+		slog.Any("error", cause))
+	if e.fromTable {
+		s.dropQueued(k)
+		return nil
+	}
+	// The parked row is in the table: the stream is done with it.
+	s.release(e)
+	// The aggregate's later events in the buffer are set aside.
+	for _, o := range s.pending {
+		if !o.done && !o.claimed && !o.held && aggregateOf(o.msg) == k {
+			s.setAside(o, d)
+		}
+	}
+	return nil
+}
+
+// setAside holds e, an event of diverted aggregate d, in the table: the
+// marker writes its hold, then releases it from the stream.
+func (s *Store) setAside(e *entry, d *diversion) {
+	e.held = true
+	d.asides++
+	s.toHold = append(s.toHold, e)
+}
+
+// release ends e's part in the stream without publishing it (its row
+// holds it): the slot may move past it.
+func (s *Store) release(e *entry) {
+	if e.done || e.tx == nil {
+		return
+	}
+	e.done = true
+	e.tx.left--
+	s.unpublished--
+	s.doneN++
+	old := s.confirmed
+	for len(s.txns) > 0 && s.txns[0].left == 0 {
+		s.confirmed = max(s.confirmed, s.txns[0].end)
+		s.txns = s.txns[1:]
+	}
+	if s.confirmed > old && s.interrupt != nil {
+		s.interrupt()
+	}
+}
+
+// hold writes the holds of the events set aside, then releases them from
+// the stream. It runs in the marker's goroutine.
+func (s *Store) hold(ctx context.Context) error {
+	s.mu.Lock()
+	es := s.toHold
+	s.toHold = nil
+	s.mu.Unlock()
+	if len(es) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(es))
+	for i, e := range es {
+		ids[i] = e.msg.ID
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_, err := s.db.Exec(hctx, `UPDATE `+s.cfg.Table+` SET next_attempt_at = 'infinity', last_error = $2
+		WHERE id = ANY($1) AND published_at IS NULL AND parked_at IS NULL`, ids, heldError)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.toHold = append(es, s.toHold...)
+		return fmt.Errorf("pgcdc: hold %d events behind parked ones: %w", len(es), err)
+	}
+	for _, e := range es {
+		s.release(e)
+	}
+	return nil
+}
+
+// dropQueued forgets the rows of k handed out from the table but not
+// claimed: the aggregate is parked again.
+func (s *Store) dropQueued(k aggregate) {
+	kept := s.tableq[:0]
+	for _, e := range s.tableq {
+		if aggregateOf(e.msg) == k && !e.claimed {
+			if d := s.diverted[k]; d != nil {
+				delete(d.queued, e.msg.ID)
+			}
+			continue
+		}
+		kept = append(kept, e)
+	}
+	s.tableq = kept
+}
+
+// pollParked looks, every parkPoll, at the diverted aggregates' rows: one
+// whose first pending row is no longer parked is published from the
+// table, in id order, and one with no pending row left streams again.
+func (s *Store) pollParked(ctx context.Context) {
+	defer close(s.parkDone)
+	t := time.NewTicker(parkPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		type look struct {
+			k      aggregate
+			asides int
+		}
+		var looks []look
+		for k, d := range s.diverted {
+			looks = append(looks, look{k, d.asides})
+		}
+		s.mu.Unlock()
+		for _, l := range looks {
+			if err := s.pollAggregate(ctx, l.k, l.asides); err != nil && ctx.Err() == nil {
+				s.log.Warn("pgcdc: reading a parked aggregate's rows failed", slog.String("aggregate_type", l.k.typ), slog.String("aggregate_id", l.k.id), slog.Any("error", err))
+			}
+		}
+	}
+}
+
+// pollAggregate looks at diverted aggregate k's pending rows; asides is
+// its count of set-aside events before the query.
+func (s *Store) pollAggregate(ctx context.Context, k aggregate, asides int) error {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rows, err := s.db.Query(qctx, `SELECT id, event_id::text, event_type, event_version, aggregate_type, aggregate_id, topic, payload,
+		coalesce(headers, ''), occurred_at, created_at, attempts, parked_at IS NOT NULL
+		FROM `+s.cfg.Table+` WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NULL ORDER BY id LIMIT 1000`, k.typ, k.id)
+	if err != nil {
+		return err
+	}
+	type pendingRow struct {
+		r      sqlstore.RowValues
+		parked bool
+	}
+	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pendingRow, error) {
+		var p pendingRow
+		err := row.Scan(&p.r.ID, &p.r.EventID, &p.r.EventType, &p.r.EventVersion, &p.r.AggregateType, &p.r.AggregateID, &p.r.Topic,
+			&p.r.Payload, &p.r.Headers, &p.r.OccurredAt, &p.r.CreatedAt, &p.r.Attempts, &p.parked)
+		return p, err
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.diverted[k]
+	if d == nil {
+		return nil
+	}
+	left := got[:0]
+	for _, p := range got {
+		if !d.sent[p.r.ID] {
+			left = append(left, p)
+		}
+	}
+	got = left
+	if len(got) == 0 {
+		// Nothing left in the table: stream it again, unless an event
+		// was set aside while the query ran (its row, committed after
+		// the query began, would be left behind), or rows from the table
+		// are still in flight.
+		if d.asides == asides && len(d.queued) == 0 && !s.holding(k) {
+			delete(s.diverted, k)
+			s.log.Info("pgcdc: a parked aggregate's events are all published; it streams again",
+				slog.String("aggregate_type", k.typ), slog.String("aggregate_id", k.id))
+		}
+		return nil
+	}
+	if got[0].parked {
+		return nil // still parked
+	}
+	added := false
+	for _, p := range got {
+		if p.parked {
+			break // a later row parked on its own: it waits its turn
+		}
+		if d.queued[p.r.ID] {
+			continue
+		}
+		m, err := sqlstore.DecodeRow(p.r)
+		if err != nil {
+			return err
+		}
+		d.queued[p.r.ID] = true
+		s.tableq = append(s.tableq, &entry{msg: m, fromTable: true, attempts: p.r.Attempts})
+		added = true
+	}
+	if added {
+		select {
+		case s.fresh <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// holding reports whether an event of k waits for its hold.
+func (s *Store) holding(k aggregate) bool {
+	for _, e := range s.toHold {
+		if aggregateOf(e.msg) == k {
+			return true
+		}
+	}
+	return false
+}
+
+// truncateError is err's text, cut to a size a row's last_error keeps.
+func truncateError(err error) string {
+	msg := err.Error()
+	if len(msg) > 1000 {
+		msg = msg[:1000]
+	}
+	return msg
+}
