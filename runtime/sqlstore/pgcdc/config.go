@@ -110,13 +110,21 @@ type Config struct {
 	RetryDelay    time.Duration
 	MaxRetryDelay time.Duration
 
+	// SenderTimeout sets the server's wal_sender_timeout for this store's
+	// stream: how long the server waits on a silent stream before ending
+	// it, and so how long a paused or cut-off relay keeps a standby from
+	// taking the slot over. StatusInterval and Lease default below it.
+	// Default: 0, the server's own (60s unless configured).
+	SenderTimeout time.Duration
+
 	// Lease is how long after its claim a batch may be published
 	// ([relay.Batch.Deadline]): a relay paused past it (a stopped
 	// process) drops the batch instead of publishing it after a standby
 	// took the slot over and published later events. Keep it below the
-	// server's wal_sender_timeout, after which the server ends a silent
-	// stream and a standby may take the slot.
-	// Default: 20s ([DefaultLease]).
+	// stream's wal_sender_timeout (SenderTimeout), after which the server
+	// ends a silent stream and a standby may take the slot.
+	// Default: 20s ([DefaultLease]), or half of SenderTimeout when that
+	// is less.
 	Lease time.Duration
 
 	// SkipMarking, in [Table] mode, leaves published_at unset on the rows
@@ -164,6 +172,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.StatusInterval == 0 {
 		c.StatusInterval = DefaultStatusInterval
+		if c.SenderTimeout > 0 {
+			c.StatusInterval = min(c.StatusInterval, c.SenderTimeout/3)
+		}
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = DefaultHeartbeat
@@ -179,6 +190,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
+		if c.SenderTimeout > 0 {
+			c.Lease = min(c.Lease, c.SenderTimeout/2)
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -201,8 +215,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Slot %q: a replication slot name is 1 to 63 lower-case letters, digits and underscores", ErrInvalidConfig, c.Slot)
 	case !identifier.MatchString(c.Publication):
 		return fmt.Errorf("%w: Publication %q is not a plain SQL identifier", ErrInvalidConfig, c.Publication)
-	case c.StatusInterval < 0, c.MaxBuffered < 0, c.RetryDelay < 0, c.MaxRetryDelay < 0, c.Lease < 0:
-		return fmt.Errorf("%w: StatusInterval, MaxBuffered, RetryDelay, MaxRetryDelay and Lease must not be negative", ErrInvalidConfig)
+	case c.StatusInterval < 0, c.MaxBuffered < 0, c.RetryDelay < 0, c.MaxRetryDelay < 0, c.Lease < 0, c.SenderTimeout < 0:
+		return fmt.Errorf("%w: StatusInterval, MaxBuffered, RetryDelay, MaxRetryDelay, Lease and SenderTimeout must not be negative", ErrInvalidConfig)
+	case c.SenderTimeout > 0 && (c.Lease >= c.SenderTimeout || c.StatusInterval >= c.SenderTimeout):
+		return fmt.Errorf("%w: Lease (%v) and StatusInterval (%v) must be below SenderTimeout (%v): a batch must end before a standby may take the slot, and a status must keep the stream alive", ErrInvalidConfig, c.Lease, c.StatusInterval, c.SenderTimeout)
 	}
 	return nil
 }

@@ -83,13 +83,18 @@
 // empty batch) and tries to take the slot every second. When the active
 // process dies, the server ends its WAL sender at once and the standby
 // streams within about a second, from the confirmed position. When it is
-// paused (SIGSTOP) or cut off, its connection stays open until the server's
-// wal_sender_timeout (60s by default) ends it; the standby takes over
-// within that plus a second. A batch may be published only until its
-// [relay.Batch.Deadline], [Config.Lease] (20s) after its claim, and not
-// after its stream ended ([relay.Batch.Lost]): keep Lease below
-// wal_sender_timeout, so that a paused relay that wakes after a standby
-// took over drops its batch instead of publishing it behind later events.
+// paused (SIGSTOP) or cut off, its connection stays open until the
+// stream's wal_sender_timeout ends it ([Config.SenderTimeout]; the
+// server's 60s by default); the standby takes over within that plus a
+// second. A batch may be published only until its [relay.Batch.Deadline],
+// [Config.Lease] after its claim (20s, below SenderTimeout), and not after
+// its stream ended ([relay.Batch.Lost]), so that a paused relay that wakes
+// after a standby took over drops its batch instead of publishing it
+// behind later events. TestRelayProcessesKilledAndPaused runs three relay
+// processes on one slot with SenderTimeout 3s while events are written:
+// one killed, one paused past the timeout and resumed; every event reaches
+// the broker, and each aggregate's events follow one another there (the
+// successor's re-send of the unconfirmed tail aside).
 //
 // # Slot hygiene
 //

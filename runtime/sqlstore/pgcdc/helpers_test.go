@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +27,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envChild) != "" {
+		runChild()
+	}
 	dropLeftovers()
 	runtimetest.Main(m)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -68,6 +69,9 @@ func (s *Store) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	// The values of timestamptz columns as decodeInsert reads them.
 	pc.RuntimeParams["DateStyle"] = "ISO"
 	pc.RuntimeParams["TimeZone"] = "UTC"
+	if s.cfg.SenderTimeout > 0 {
+		pc.RuntimeParams["wal_sender_timeout"] = strconv.FormatInt(max(1, s.cfg.SenderTimeout.Milliseconds()), 10)
+	}
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
 		return nil, classify(fmt.Errorf("pgcdc: connect for replication: %w", err), &s.cfg)
