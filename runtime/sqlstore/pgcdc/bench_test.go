@@ -3,6 +3,8 @@ package pgcdc_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,4 +123,120 @@ func drainOnce(b *testing.B, kind string, events, perTx, aggregates int) time.Du
 		b.Fatal(err)
 	}
 	return took
+}
+
+// stampBroker records when each message arrived.
+type stampBroker struct {
+	mu  sync.Mutex
+	got map[string]time.Time
+}
+
+func (b *stampBroker) Publish(_ string, msgs ...*message.Message) error {
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, m := range msgs {
+		if _, ok := b.got[m.UUID]; !ok {
+			b.got[m.UUID] = now
+		}
+	}
+	return nil
+}
+
+func (*stampBroker) Close() error { return nil }
+
+func (b *stampBroker) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.got)
+}
+
+// BenchmarkLatency measures commit → broker latency at 1,000 events/s (one
+// event per transaction, 100 aggregates, 3 s), with the README's defaults:
+// the polling relay (woken by LISTEN/NOTIFY) and the CDC relay in table
+// mode, one after the other in one process. It reports p50 and p99 in ms.
+func BenchmarkLatency(b *testing.B) {
+	const rate, seconds, aggregates = 1000, 3, 100
+	for _, kind := range []string{"polling", "cdc-table"} {
+		b.Run(kind, func(b *testing.B) {
+			var lat []time.Duration
+			for b.Loop() {
+				lat = append(lat, latencyOnce(b, kind, rate, seconds, aggregates)...)
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+		})
+	}
+}
+
+func latencyOnce(b *testing.B, kind string, rate, seconds, aggregates int) []time.Duration {
+	ctx := context.Background()
+	e := newEnv(b, pgcdc.Table)
+	var store relay.Store
+	if kind == "polling" {
+		s, err := sqlstore.NewStore(pgxv5.New(e.pool), sqlstore.StoreConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		store = s
+	} else {
+		s, err := pgcdc.Open(ctx, e.cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		store = s
+	}
+	pub := &stampBroker{got: map[string]time.Time{}}
+	r, err := relay.New(store, pub, relay.Config{Logger: discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}()
+	w, err := sqlstore.NewWriter(sqlstore.Postgres, "", sqlstore.WriterConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Warm up: the relay is running and listening.
+	time.Sleep(500 * time.Millisecond)
+	committed := map[string]time.Time{}
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for i := range rate * seconds {
+		<-tick.C
+		ev := event(fmt.Sprint(i%aggregates), i)
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			_, err := w.Write(ctx, pgxv5.Executor(tx), []sqlstore.Row{{Envelope: ev, Topic: "orders"}})
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		committed[ev.EventID.String()] = time.Now()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for pub.count() < len(committed) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling until the deadline
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	lat := make([]time.Duration, 0, len(committed))
+	for id, at := range committed {
+		got, ok := pub.got[id]
+		if !ok {
+			b.Fatalf("event %s not published within 30s", id)
+		}
+		lat = append(lat, max(0, got.Sub(at)))
+	}
+	return lat
 }
