@@ -41,6 +41,22 @@ type StatsSource interface {
 	Stats(ctx context.Context) (relay.Stats, error)
 }
 
+// SlotLagSource reports how far behind the database a change-data-capture
+// relay's replication slot is: *pgcdc.Store (package
+// runtime/sqlstore/pgcdc) implements it.
+type SlotLagSource interface {
+	// SlotLag returns the WAL written since the slot's confirmed position
+	// (what the slot keeps from being recycled) and the age of the oldest
+	// event the relay has read and not yet published (0 when none).
+	SlotLag(ctx context.Context) (bytes int64, age time.Duration, err error)
+}
+
+// slotLag is a SlotLagSource's answer.
+type slotLag struct {
+	bytes int64
+	age   time.Duration
+}
+
 // Inbox reports the size of a consumer's inbox: *consumer.Consumer
 // implements it.
 type Inbox interface {
@@ -58,6 +74,12 @@ type Config struct {
 	// oldest pending age) when the registry is scraped, at most once per
 	// CacheFor. Default: nil, no outbox gauges.
 	Store StatsSource
+
+	// SlotLag is asked for the CDC relay's slot gauges
+	// (outbox_cdc_slot_lag_bytes, outbox_cdc_slot_lag_seconds) when the
+	// registry is scraped, at most once per CacheFor. Default: nil, no
+	// slot gauges.
+	SlotLag SlotLagSource
 
 	// Inboxes are asked for their size (outbox_inbox_messages) when the
 	// registry is scraped, at most once per CacheFor each. A consumer that
@@ -167,6 +189,8 @@ type Metrics struct {
 	inboxNames                                                     []string
 	shardsDesc                                                     *prometheus.Desc
 	relay                                                          atomic.Pointer[ShardHolder]
+	slotBytesDesc, slotAgeDesc, slotUpDesc                         *prometheus.Desc
+	slot                                                           *cached[slotLag]
 }
 
 // ShardHolder tells how many of the outbox's shards a relay holds:
@@ -235,8 +259,18 @@ func New(cfg Config) (*Metrics, error) {
 	m.inboxDesc = prometheus.NewDesc("outbox_inbox_messages", "Entries in a consumer's inbox (applied events not pruned yet), at the last count.", []string{"consumer"}, cl)
 	m.inboxUpDesc = prometheus.NewDesc("outbox_inbox_stats_up", "1 when the last count of a consumer's inbox succeeded within the timeout, 0 otherwise.", []string{"consumer"}, cl)
 	m.shardsDesc = prometheus.NewDesc("outbox_relay_shards_held", "Shards of the outbox this relay holds (0: standing by), at its last claim.", nil, cl)
+	m.slotBytesDesc = prometheus.NewDesc("outbox_cdc_slot_lag_bytes", "WAL written since the CDC relay's replication slot's confirmed position: what the slot keeps, at the last query.", nil, cl)
+	m.slotAgeDesc = prometheus.NewDesc("outbox_cdc_slot_lag_seconds", "Age of the oldest event the CDC relay has read and not yet published (0 when none), at the last query.", nil, cl)
+	m.slotUpDesc = prometheus.NewDesc("outbox_cdc_slot_stats_up", "1 when the last query for the slot gauges succeeded within the timeout, 0 otherwise.", nil, cl)
 	if cfg.Store != nil {
 		m.stats = &cached[relay.Stats]{fetch: cfg.Store.Stats}
+	}
+	if cfg.SlotLag != nil {
+		src := cfg.SlotLag
+		m.slot = &cached[slotLag]{fetch: func(ctx context.Context) (slotLag, error) {
+			b, a, err := src.SlotLag(ctx)
+			return slotLag{b, a}, err
+		}}
 	}
 	for _, in := range cfg.Inboxes {
 		m.inboxes = append(m.inboxes, &cached[int64]{fetch: in.InboxSize})
@@ -293,6 +327,11 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 			ch <- d
 		}
 	}
+	if m.slot != nil {
+		for _, d := range []*prometheus.Desc{m.slotBytesDesc, m.slotAgeDesc, m.slotUpDesc} {
+			ch <- d
+		}
+	}
 	ch <- m.inboxDesc // described even without inboxes: AddInbox may add some
 	ch <- m.inboxUpDesc
 	ch <- m.shardsDesc // SetRelay may come later
@@ -321,6 +360,16 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(m.oldestDesc, prometheus.GaugeValue, st.OldestPending.Seconds())
 			}
 			ch <- prometheus.MustNewConstMetric(m.statsUpDesc, prometheus.GaugeValue, up(ok))
+		})
+	}
+	if m.slot != nil {
+		wg.Go(func() {
+			l, ok := m.slot.get(m.cfg.CacheFor, m.cfg.Timeout)
+			if ok {
+				ch <- prometheus.MustNewConstMetric(m.slotBytesDesc, prometheus.GaugeValue, float64(l.bytes))
+				ch <- prometheus.MustNewConstMetric(m.slotAgeDesc, prometheus.GaugeValue, l.age.Seconds())
+			}
+			ch <- prometheus.MustNewConstMetric(m.slotUpDesc, prometheus.GaugeValue, up(ok))
 		})
 	}
 	m.inboxMu.Lock()

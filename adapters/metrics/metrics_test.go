@@ -467,3 +467,54 @@ func TestShardsHeld(t *testing.T) {
 		}
 	}
 }
+
+// slotLagFake is a SlotLagSource whose answer the test sets.
+type slotLagFake struct {
+	mu    sync.Mutex
+	bytes int64
+	age   time.Duration
+	err   error
+}
+
+func (f *slotLagFake) SlotLag(context.Context) (int64, time.Duration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bytes, f.age, f.err
+}
+
+// TestSlotLag: the CDC slot's lag in bytes and seconds is scraped from
+// Config.SlotLag, and a failing source reports outbox_cdc_slot_stats_up 0
+// without the gauges.
+func TestSlotLag(t *testing.T) {
+	src := &slotLagFake{bytes: 4096, age: 1500 * time.Millisecond}
+	m, err := metrics.New(metrics.Config{SlotLag: src, CacheFor: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	names := []string{"outbox_cdc_slot_lag_bytes", "outbox_cdc_slot_lag_seconds", "outbox_cdc_slot_stats_up"}
+	want := `# HELP outbox_cdc_slot_lag_bytes WAL written since the CDC relay's replication slot's confirmed position: what the slot keeps, at the last query.
+# TYPE outbox_cdc_slot_lag_bytes gauge
+outbox_cdc_slot_lag_bytes 4096
+# HELP outbox_cdc_slot_lag_seconds Age of the oldest event the CDC relay has read and not yet published (0 when none), at the last query.
+# TYPE outbox_cdc_slot_lag_seconds gauge
+outbox_cdc_slot_lag_seconds 1.5
+# HELP outbox_cdc_slot_stats_up 1 when the last query for the slot gauges succeeded within the timeout, 0 otherwise.
+# TYPE outbox_cdc_slot_stats_up gauge
+outbox_cdc_slot_stats_up 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	src.mu.Lock()
+	src.err = errors.New("database down")
+	src.mu.Unlock() // CacheFor is 1ns: the next scrape queries again
+	want = `# HELP outbox_cdc_slot_stats_up 1 when the last query for the slot gauges succeeded within the timeout, 0 otherwise.
+# TYPE outbox_cdc_slot_stats_up gauge
+outbox_cdc_slot_stats_up 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+}

@@ -300,14 +300,8 @@ the relay until TCP gives up.`,
 			return stoppedOr(e, log, err)
 		}
 		defer closeBroker()
-		var m *metrics.Metrics
-		if *listen != "" {
-			if m, err = metrics.New(metrics.Config{Store: db.store}); err != nil {
-				return err
-			}
-			cfg.OnBatch = m.ObserveBatch
-		}
 		var store relay.Store = db.store
+		mcfg := metrics.Config{Store: db.store}
 		if cdcCfg != nil {
 			cdcCfg.Logger = log
 			cs, err := pgcdc.Open(e.ctx, *cdcCfg)
@@ -315,8 +309,16 @@ the relay until TCP gives up.`,
 				return err
 			}
 			defer cs.Close() // after the relay
-			store = cs
+			store, mcfg.SlotLag = cs, cs
 		}
+		var m *metrics.Metrics
+		if *listen != "" {
+			if m, err = metrics.New(mcfg); err != nil {
+				return err
+			}
+			cfg.OnBatch = m.ObserveBatch
+		}
+
 		r, err := relay.New(store, pub, cfg)
 		if err != nil {
 			return usageError{err.Error()}

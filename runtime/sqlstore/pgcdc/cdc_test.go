@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -377,4 +378,33 @@ func TestWALSenderTerminated(t *testing.T) {
 		last[ev.AggregateID] = n
 	}
 	t.Logf("%d WAL senders terminated; %d publishes of %d events", kills, len(pub.ids()), len(want))
+}
+
+// TestSlotLag: while the broker refuses, the slot keeps the WAL of the
+// unpublished event (bytes) and the event ages (seconds); once it is
+// published, the age is 0.
+func TestSlotLag(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, pgcdc.Table)
+	store := e.open(t)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	pub := &broker{fn: func([]*message.Message) error {
+		if refuse.Load() {
+			return errBroker
+		}
+		return nil
+	}}
+	runRelay(t, store, pub)
+	e.write(t, false, event("l", 1))
+	until(t, "a lag while the broker refuses", func() bool {
+		b, age, err := store.SlotLag(ctx)
+		return err == nil && b > 0 && age > 0
+	})
+	refuse.Store(false)
+	until(t, "no lag in seconds once published", func() bool {
+		_, age, err := store.SlotLag(ctx)
+		return err == nil && age == 0 && len(pub.ids()) == 1
+	})
 }

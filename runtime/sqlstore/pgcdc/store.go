@@ -472,3 +472,22 @@ func (s *Store) Err() error {
 
 // errClosed ends a stream when the store closes.
 var errClosed = errors.New("pgcdc: store closed")
+
+// SlotLag returns the WAL the server wrote since the slot's confirmed
+// position (what the slot keeps from being recycled) and the age of the
+// oldest event read from the stream and not yet published (0 when none):
+// adapters/metrics' outbox_cdc_slot_lag_bytes and
+// outbox_cdc_slot_lag_seconds.
+func (s *Store) SlotLag(ctx context.Context) (bytes int64, age time.Duration, err error) {
+	err = s.db.QueryRow(ctx, `SELECT coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, 0)
+		FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Scan(&bytes)
+	if err != nil {
+		return 0, 0, fmt.Errorf("pgcdc: slot lag of %q: %w", s.cfg.Slot, err)
+	}
+	s.mu.Lock()
+	if len(s.txns) > 0 {
+		age = time.Since(s.txns[0].commit)
+	}
+	s.mu.Unlock()
+	return bytes, age, nil
+}
