@@ -108,7 +108,9 @@
 // outbox in a busy database keeps no WAL (TestIdleSlotFollowsTheDatabase).
 // A stopped relay's slot does keep WAL, without bound unless the server's
 // max_slot_wal_keep_size sets one; past it the server invalidates the
-// slot. The errors that need an operator name the fix: [ErrWALLevel],
+// slot. Watch it: [Store.SlotLag] (adapters/metrics' Config.SlotLag:
+// outbox_cdc_slot_lag_bytes and outbox_cdc_slot_lag_seconds) and "outbox
+// cdc status" report the WAL the slot keeps. The errors that need an operator name the fix: [ErrWALLevel],
 // [ErrReplicationRole], [ErrSlotActive] (Drop of a slot in use; a standby
 // only waits), [ErrSlotInvalidated] and [ErrNoSlot].
 //
