@@ -117,12 +117,14 @@ type Config struct {
 	// Default: 0, the server's own (60s unless configured).
 	SenderTimeout time.Duration
 
-	// Lease is how long after its claim a batch may be published
-	// ([relay.Batch.Deadline]): a relay paused past it (a stopped
-	// process) drops the batch instead of publishing it after a standby
-	// took the slot over and published later events. Keep it below the
-	// stream's wal_sender_timeout (SenderTimeout), after which the server
-	// ends a silent stream and a standby may take the slot.
+	// Lease is how long after the server was last heard from on the
+	// stream (every status update asks it for a reply) the store hands
+	// out events and a batch may be published ([relay.Batch.Deadline]): a
+	// relay paused past it (a stopped process) neither claims from its
+	// buffer nor goes on publishing when it wakes, after a standby may
+	// have taken the slot over and published later events. Keep it below
+	// the stream's wal_sender_timeout (SenderTimeout), after which the
+	// server ends a silent stream and a standby may take the slot.
 	// Default: 20s ([DefaultLease]), or half of SenderTimeout when that
 	// is less.
 	Lease time.Duration

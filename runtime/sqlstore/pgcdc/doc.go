@@ -86,11 +86,13 @@
 // paused (SIGSTOP) or cut off, its connection stays open until the
 // stream's wal_sender_timeout ends it ([Config.SenderTimeout]; the
 // server's 60s by default); the standby takes over within that plus a
-// second. A batch may be published only until its [relay.Batch.Deadline],
-// [Config.Lease] after its claim (20s, below SenderTimeout), and not after
-// its stream ended ([relay.Batch.Lost]), so that a paused relay that wakes
-// after a standby took over drops its batch instead of publishing it
-// behind later events. TestRelayProcessesKilledAndPaused runs three relay
+// second. The store hands out events, and a batch may be published, only
+// until [Config.Lease] (20s, below SenderTimeout) after the server was
+// last heard from on the stream ([relay.Batch.Deadline]; each status
+// update asks the server for a reply), and not after its stream ended
+// ([relay.Batch.Lost]): a paused relay that wakes after a standby took
+// over neither claims from its buffer nor goes on with its batch, so
+// nothing it had lands behind later events. TestRelayProcessesKilledAndPaused runs three relay
 // processes on one slot with SenderTimeout 3s while events are written:
 // one killed, one paused past the timeout and resumed; every event reaches
 // the broker, and each aggregate's events follow one another there (the

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -180,6 +181,7 @@ func TestRelayProcessesKilledAndPaused(t *testing.T) {
 	// and the log ends with the aggregate's last event.
 	prev := map[string]int{} // aggregate → the event last on the log
 	byRelay := map[string]int{}
+	logOf := map[string][]string{} // aggregate → its events on the log, for a failure's message
 	for rows.Next() {
 		var id, agg, rl string
 		if err := rows.Scan(&id, &agg, &rl); err != nil {
@@ -187,9 +189,10 @@ func TestRelayProcessesKilledAndPaused(t *testing.T) {
 		}
 		byRelay[rl]++
 		n := seq[id]
+		logOf[agg] = append(logOf[agg], fmt.Sprintf("%d(%s)", n, strings.TrimPrefix(rl, "relay-")))
 		p, ok := prev[agg]
 		if (!ok && n != 0) || (ok && n > p+1) {
-			t.Errorf("aggregate %s: event %d landed (from %s) after event %d", agg, n, rl, p)
+			t.Errorf("aggregate %s: event %d landed (from %s) after event %d; its log: %v", agg, n, rl, p, logOf[agg])
 		}
 		prev[agg] = n
 	}

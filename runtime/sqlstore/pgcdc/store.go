@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -86,15 +87,18 @@ type Store struct {
 	// unpublished counts the current stream's events not yet published,
 	// doneN those published but still in pending (compact drops them).
 	unpublished, doneN int
-	gen                int   // streams opened
-	standby            bool  // another process holds the slot
-	streaming          bool  // a stream is open
-	fault              error // the last stream's error that needs an operator
-	lost               chan struct{}
-	interrupt          func() // cuts the stream's wait short, to send a status
-	space              chan struct{}
-	fresh              chan struct{} // new events arrived (for Listen)
-	lastBeat           time.Time
+	gen                int // streams opened
+	// heard is when the server was last heard from on the stream (Unix
+	// nanoseconds): a batch may be published only until Lease after it.
+	heard     atomic.Int64
+	standby   bool  // another process holds the slot
+	streaming bool  // a stream is open
+	fault     error // the last stream's error that needs an operator
+	lost      chan struct{}
+	interrupt func() // cuts the stream's wait short, to send a status
+	space     chan struct{}
+	fresh     chan struct{} // new events arrived (for Listen)
+	lastBeat  time.Time
 
 	// The marker's queue (see [Config.SkipMarking]).
 	markMu   sync.Mutex
@@ -202,6 +206,14 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 		return relay.Batch{ClaimAgainIn: startingRetry}, nil
 	}
 	now := time.Now()
+	// The lease counts from the last word of the server, not from the
+	// claim: a process paused past Lease (a standby may have the slot by
+	// now) hands out nothing from its buffer when it wakes, before its
+	// stream has noticed that the server ended it.
+	heard := time.Unix(0, s.heard.Load())
+	if now.Sub(heard) >= s.cfg.Lease {
+		return relay.Batch{ClaimAgainIn: startingRetry}, nil
+	}
 	blocked := map[aggregate]bool{}
 	var b relay.Batch
 	var bytes int64
@@ -231,7 +243,7 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 		b.Messages = append(b.Messages, m)
 	}
 	if len(b.Messages) > 0 {
-		b.Deadline = now.Add(s.cfg.Lease)
+		b.Deadline = heard.Add(s.cfg.Lease)
 		b.Lost = s.lost
 	}
 	return b, nil

@@ -117,6 +117,7 @@ func (s *Store) stream(ctx context.Context) (err error) {
 
 	relations := map[uint32]*pglogrepl.RelationMessage{}
 	var open *openTxn
+	var clock serverClock
 	var sent pglogrepl.LSN // the position last sent to the server
 	var lastSent, readDeadline time.Time
 	netConn := conn.Conn()
@@ -136,7 +137,9 @@ func (s *Store) stream(ctx context.Context) (err error) {
 		confirmed := s.Confirmed()
 		now := time.Now()
 		if !now.Before(lastSent.Add(s.cfg.StatusInterval)) || (confirmed != sent && !now.Before(lastSent.Add(statusDelay))) {
-			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed}); err != nil {
+			// A reply (a keepalive) proves the stream alive, which
+			// Claim's lease counts from (see Store.heard).
+			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed, ReplyRequested: true}); err != nil {
 				return fmt.Errorf("pgcdc: send standby status: %w", err)
 			}
 			sent, lastSent = confirmed, now
@@ -196,6 +199,7 @@ func (s *Store) stream(ctx context.Context) (err error) {
 				if err != nil {
 					return fmt.Errorf("pgcdc: keepalive: %w", err)
 				}
+				clock.heard(s, pkm.ServerTime)
 				if open == nil {
 					// Everything before the server's position was decoded
 					// and sent: with nothing of ours outstanding, the slot
@@ -210,6 +214,7 @@ func (s *Store) stream(ctx context.Context) (err error) {
 				if err != nil {
 					return fmt.Errorf("pgcdc: xlog data: %w", err)
 				}
+				clock.heard(s, xld.ServerTime)
 				if open, err = s.decode(xld, relations, open); err != nil {
 					return err
 				}
@@ -293,6 +298,7 @@ func (s *Store) restart() chan struct{} {
 	s.gen++
 	s.lost = make(chan struct{})
 	s.lastBeat = time.Now()
+	s.heard.Store(time.Now().UnixNano())
 	return s.lost
 }
 
@@ -370,4 +376,26 @@ func (s *Store) generation() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.gen
+}
+
+// serverClock turns the server's send times into this process's clock.
+type serverClock struct {
+	offset time.Duration // local time minus the server's, at the first message
+	set    bool
+}
+
+// heard records that the server sent a message at sent (its clock): the
+// lease counts from when it was sent, not from when it was read, so a
+// message that waited in the socket through a pause proves nothing about
+// the stream after it. The first message of a stream, read right after
+// it started, sets the offset between the clocks.
+func (c *serverClock) heard(s *Store, sent time.Time) {
+	now := time.Now()
+	if !c.set {
+		c.offset, c.set = now.Sub(sent), true
+	}
+	at := min(sent.Add(c.offset).UnixNano(), now.UnixNano())
+	if at > s.heard.Load() {
+		s.heard.Store(at)
+	}
 }
