@@ -1,9 +1,11 @@
 package pgcdc
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"time"
@@ -65,10 +67,17 @@ func (s *Store) connect(ctx context.Context) (*pgconn.PgConn, error) {
 		return nil, fmt.Errorf("pgcdc: connection string: %w", err)
 	}
 	pc.RuntimeParams["replication"] = "database"
-	pc.RuntimeParams["application_name"] = "gooutbox-cdc"
+	if pc.RuntimeParams["application_name"] == "" {
+		pc.RuntimeParams["application_name"] = "gooutbox-cdc"
+	}
 	// The values of timestamptz columns as decodeInsert reads them.
 	pc.RuntimeParams["DateStyle"] = "ISO"
 	pc.RuntimeParams["TimeZone"] = "UTC"
+	// Read the stream in large chunks: a busy stream is many small
+	// messages, and a read per 8 KB costs a system call each.
+	pc.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, 256<<10), w)
+	}
 	if s.cfg.SenderTimeout > 0 {
 		pc.RuntimeParams["wal_sender_timeout"] = strconv.FormatInt(max(1, s.cfg.SenderTimeout.Milliseconds()), 10)
 	}
