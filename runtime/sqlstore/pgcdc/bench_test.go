@@ -83,22 +83,7 @@ func drainOnce(b *testing.B, kind string, events, perTx, aggregates int) time.Du
 			b.Fatal(err)
 		}
 	}
-	var store relay.Store
-	if kind == "polling" {
-		s, err := sqlstore.NewStore(pgxv5.New(e.pool), sqlstore.StoreConfig{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
-		store = s
-	} else {
-		s, err := pgcdc.Open(ctx, e.cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
-		store = s
-	}
+	store := openStore(b, e, kind)
 	pub := countingBroker{n: make(chan int, 1024)}
 	r, err := relay.New(store, pub, relay.Config{Logger: discard})
 	if err != nil {
@@ -173,22 +158,7 @@ func BenchmarkLatency(b *testing.B) {
 func latencyOnce(b *testing.B, kind string, rate, seconds, aggregates int) []time.Duration {
 	ctx := context.Background()
 	e := newEnv(b, pgcdc.Table)
-	var store relay.Store
-	if kind == "polling" {
-		s, err := sqlstore.NewStore(pgxv5.New(e.pool), sqlstore.StoreConfig{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
-		store = s
-	} else {
-		s, err := pgcdc.Open(ctx, e.cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
-		store = s
-	}
+	store := openStore(b, e, kind)
 	pub := &stampBroker{got: map[string]time.Time{}}
 	r, err := relay.New(store, pub, relay.Config{Logger: discard})
 	if err != nil {
@@ -239,4 +209,24 @@ func latencyOnce(b *testing.B, kind string, rate, seconds, aggregates int) []tim
 		lat = append(lat, max(0, got.Sub(at)))
 	}
 	return lat
+}
+
+// openStore opens the store of kind ("polling", or a CDC kind) on e,
+// closed when b ends.
+func openStore(b *testing.B, e *env, kind string) relay.Store {
+	b.Helper()
+	if kind == "polling" {
+		s, err := sqlstore.NewStore(pgxv5.New(e.pool), sqlstore.StoreConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return s
+	}
+	s, err := pgcdc.Open(context.Background(), e.cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
 }

@@ -112,8 +112,8 @@ func (s *Store) setAside(e *entry, d *diversion) {
 	s.toHold = append(s.toHold, e)
 }
 
-// release ends e's part in the stream without publishing it (its row
-// holds it): the slot may move past it.
+// release ends e's part in the stream, published or held in its row: the
+// slot may move past it once every earlier event's part has ended too.
 func (s *Store) release(e *entry) {
 	if e.done || e.tx == nil {
 		return

@@ -342,21 +342,7 @@ func (s *Store) published(e *entry) {
 		}
 		return
 	}
-	if e.done {
-		return
-	}
-	e.done = true
-	e.tx.left--
-	s.unpublished--
-	s.doneN++
-	old := s.confirmed
-	for len(s.txns) > 0 && s.txns[0].left == 0 {
-		s.confirmed = max(s.confirmed, s.txns[0].end)
-		s.txns = s.txns[1:]
-	}
-	if s.confirmed > old && s.interrupt != nil {
-		s.interrupt()
-	}
+	s.release(e)
 }
 
 // publishedFromTable records a row of a diverted aggregate as published.
