@@ -2,7 +2,6 @@ package pgcdc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -219,28 +218,31 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 	var bytes int64
 	// The rows of released parked aggregates first (their later events
 	// are held: they do not stream), then the stream.
-	for _, e := range append(s.tableq[:len(s.tableq):len(s.tableq)], s.pending...) {
-		if e.done || e.held {
-			continue
+scan:
+	for _, list := range [2][]*entry{s.tableq, s.pending} {
+		for _, e := range list {
+			if e.done || e.held {
+				continue
+			}
+			k := aggregateOf(e.msg)
+			if blocked[k] || (!e.fromTable && s.diverted[k] != nil) {
+				continue
+			}
+			if e.claimed || e.waitFor != nil || now.Before(e.retryAt) {
+				blocked[k] = true
+				continue
+			}
+			n := int64(len(e.msg.Payload))
+			if len(b.Messages) >= req.Limit || (req.MaxBytes > 0 && len(b.Messages) > 0 && bytes+n > req.MaxBytes) {
+				break scan
+			}
+			e.claimed = true
+			s.inflight[e.msg.ID] = e
+			bytes += n
+			m := e.msg
+			m.Attempts = e.attempts
+			b.Messages = append(b.Messages, m)
 		}
-		k := aggregateOf(e.msg)
-		if blocked[k] || (!e.fromTable && s.diverted[k] != nil) {
-			continue
-		}
-		if e.claimed || e.waitFor != nil || now.Before(e.retryAt) {
-			blocked[k] = true
-			continue
-		}
-		n := int64(len(e.msg.Payload))
-		if len(b.Messages) >= req.Limit || (req.MaxBytes > 0 && len(b.Messages) > 0 && bytes+n > req.MaxBytes) {
-			break
-		}
-		e.claimed = true
-		s.inflight[e.msg.ID] = e
-		bytes += n
-		m := e.msg
-		m.Attempts = e.attempts
-		b.Messages = append(b.Messages, m)
 	}
 	if len(b.Messages) > 0 {
 		b.Deadline = heard.Add(s.cfg.Lease)
@@ -467,9 +469,6 @@ func (s *Store) Err() error {
 	defer s.mu.Unlock()
 	return s.fault
 }
-
-// errClosed ends a stream when the store closes.
-var errClosed = errors.New("pgcdc: store closed")
 
 // SlotLag returns the WAL the server wrote since the slot's confirmed
 // position (what the slot keeps from being recycled) and the age of the

@@ -143,8 +143,8 @@ func (s *Store) stream(ctx context.Context) (err error) {
 		}
 		// A status every StatusInterval (and at once when the server asks
 		// for one), and soon after a mark moved the position.
-		confirmed := s.Confirmed()
 		now := time.Now()
+		confirmed, full, beat := s.loopState(now, open == nil)
 		if !now.Before(lastSent.Add(s.cfg.StatusInterval)) || (confirmed != sent && !now.Before(lastSent.Add(statusDelay))) {
 			// A reply (a keepalive) proves the stream alive, which
 			// Claim's lease counts from (see Store.heard).
@@ -157,7 +157,7 @@ func (s *Store) stream(ctx context.Context) (err error) {
 		if confirmed != sent {
 			deadline = lastSent.Add(statusDelay)
 		}
-		if open == nil && s.full() {
+		if open == nil && full {
 			// Read on once the relay has caught up; the status keeps the
 			// connection alive meanwhile.
 			t := time.NewTimer(time.Until(deadline))
@@ -169,7 +169,7 @@ func (s *Store) stream(ctx context.Context) (err error) {
 			t.Stop()
 			continue
 		}
-		if open == nil {
+		if beat {
 			s.beat(ctx)
 		}
 		// The wait ends at the deadline, or at once when a mark moves the
@@ -354,25 +354,22 @@ func (s *Store) idle(lsn pglogrepl.LSN) {
 	}
 }
 
-// full reports whether the buffer holds MaxBuffered unpublished events.
-func (s *Store) full() bool {
+// loopState reads, under one lock, what the stream's loop needs each
+// turn: the confirmed position, whether the buffer holds MaxBuffered
+// unpublished events, and, between transactions (idle), whether a
+// heartbeat is due (see [Config.Heartbeat]; it then counts as sent).
+func (s *Store) loopState(now time.Time, idle bool) (confirmed pglogrepl.LSN, full, beat bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.unpublished >= s.cfg.MaxBuffered
+	beat = idle && s.cfg.Heartbeat > 0 && len(s.txns) == 0 && now.Sub(s.lastBeat) >= s.cfg.Heartbeat
+	if beat {
+		s.lastBeat = now
+	}
+	return s.confirmed, s.unpublished >= s.cfg.MaxBuffered, beat
 }
 
-// beat writes a heartbeat message when the store has been idle for
-// Heartbeat (see [Config.Heartbeat]).
+// beat writes a heartbeat message.
 func (s *Store) beat(ctx context.Context) {
-	s.mu.Lock()
-	due := s.cfg.Heartbeat > 0 && len(s.txns) == 0 && time.Since(s.lastBeat) >= s.cfg.Heartbeat
-	if due {
-		s.lastBeat = time.Now()
-	}
-	s.mu.Unlock()
-	if !due {
-		return
-	}
 	bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := s.db.Exec(bctx, `SELECT pg_logical_emit_message(false, $1, '')`, s.cfg.MessagePrefix); err != nil {
