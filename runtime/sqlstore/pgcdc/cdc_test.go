@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"github.com/gooutbox/outbox/runtime/sqlstore/pgcdc"
 	"github.com/gooutbox/outbox/runtime/sqlstore/pgxv5"
@@ -407,4 +409,55 @@ func TestSlotLag(t *testing.T) {
 		_, age, err := store.SlotLag(ctx)
 		return err == nil && age == 0 && len(pub.ids()) == 1
 	})
+}
+
+// TestHalfOpenStreamReopens: when the replication connection turns
+// half-open (the network drops every byte both ways, no reset), the store
+// takes it for dead once the server leaves its status updates unanswered,
+// opens the stream again, takes the slot once the server's
+// wal_sender_timeout ended the old WAL sender, and publishes what was
+// committed meanwhile, after what came before it. A store that waited on
+// the silent connection would never publish again.
+func TestHalfOpenStreamReopens(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, pgcdc.Table)
+	u, err := url.Parse(e.dsn)
+	if err != nil {
+		t.Fatalf("the test database's DSN is not a URL: %v", err)
+	}
+	proxy := runtimetest.StartProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	cfg := e.cfg // e.cfg, without the proxy, drops the slot at the end
+	cfg.ConnString = u.String()
+	cfg.SenderTimeout = 2 * time.Second
+	cfg.StatementTimeout = time.Second
+	cfg.RetryDelay = 10 * time.Millisecond
+	cfg.StatusInterval = 0 // its default, a third of SenderTimeout
+	store, err := pgcdc.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	// The proxy closes the frozen connections first, so that the pool's
+	// close need not wait out pgx's 15s for their goodbyes.
+	t.Cleanup(proxy.Close)
+	pub := &broker{}
+	runRelay(t, store, pub)
+
+	before := event("h", 0)
+	e.write(t, false, before)
+	until(t, "the first event published", func() bool { return len(pub.ids()) > 0 })
+	if n := proxy.Blackhole(); n == 0 {
+		t.Fatal("the store has no connection through the proxy to freeze")
+	}
+	after := event("h", 1)
+	e.write(t, false, after)
+	until(t, "the event committed after the freeze published", func() bool {
+		return slices.Contains(pub.ids(), after.EventID.String())
+	})
+	ids := pub.ids()
+	if ids[0] != before.EventID.String() {
+		t.Fatalf("published %v: want %s first", ids, before.EventID)
+	}
+	until(t, "both rows marked published", func() bool { return e.publishedRows(t) == 2 })
 }

@@ -34,6 +34,8 @@ const (
 	DefaultRetryDelay     = time.Second
 	DefaultMaxRetryDelay  = time.Minute
 	DefaultLease          = 20 * time.Second
+	// DefaultStatementTimeout is [Config.StatementTimeout]'s default.
+	DefaultStatementTimeout = 10 * time.Second
 	// DefaultMessagePrefix is the prefix of the logical decoding messages
 	// of [Messages] mode.
 	DefaultMessagePrefix = "gooutbox"
@@ -141,6 +143,14 @@ type Config struct {
 	// Default: false.
 	SkipMarking bool
 
+	// StatementTimeout bounds each statement the store runs on its plain
+	// connections: marking rows published, parking and holding rows, the
+	// heartbeat. A statement on a connection that stopped answering (a
+	// half-open connection, say) fails after it, and the next one opens a
+	// new connection.
+	// Default: 10s ([DefaultStatementTimeout]).
+	StatementTimeout time.Duration
+
 	// Logger receives the store's log lines.
 	// Default: slog.Default().
 	Logger *slog.Logger
@@ -196,6 +206,9 @@ func (c *Config) setDefaults() {
 			c.Lease = min(c.Lease, c.SenderTimeout/2)
 		}
 	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = DefaultStatementTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -217,8 +230,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Slot %q: a replication slot name is 1 to 63 lower-case letters, digits and underscores", ErrInvalidConfig, c.Slot)
 	case !identifier.MatchString(c.Publication):
 		return fmt.Errorf("%w: Publication %q is not a plain SQL identifier", ErrInvalidConfig, c.Publication)
-	case c.StatusInterval < 0, c.MaxBuffered < 0, c.RetryDelay < 0, c.MaxRetryDelay < 0, c.Lease < 0, c.SenderTimeout < 0:
-		return fmt.Errorf("%w: StatusInterval, MaxBuffered, RetryDelay, MaxRetryDelay, Lease and SenderTimeout must not be negative", ErrInvalidConfig)
+	case c.StatusInterval < 0, c.MaxBuffered < 0, c.RetryDelay < 0, c.MaxRetryDelay < 0, c.Lease < 0, c.SenderTimeout < 0, c.StatementTimeout < 0:
+		return fmt.Errorf("%w: StatusInterval, MaxBuffered, RetryDelay, MaxRetryDelay, Lease, SenderTimeout and StatementTimeout must not be negative", ErrInvalidConfig)
 	case c.SenderTimeout > 0 && (c.Lease >= c.SenderTimeout || c.StatusInterval >= c.SenderTimeout):
 		return fmt.Errorf("%w: Lease (%v) and StatusInterval (%v) must be below SenderTimeout (%v): a batch must end before a standby may take the slot, and a status must keep the stream alive", ErrInvalidConfig, c.Lease, c.StatusInterval, c.SenderTimeout)
 	}

@@ -86,7 +86,11 @@
 // paused (SIGSTOP) or cut off, its connection stays open until the
 // stream's wal_sender_timeout ends it ([Config.SenderTimeout]; the
 // server's 60s by default); the standby takes over within that plus a
-// second. The store hands out events, and a batch may be published, only
+// second. A store whose own connection goes silent (half-open: the
+// network drops every byte, no reset) takes it for dead once the server
+// leaves two status intervals' worth of its status updates unanswered,
+// and opens the stream again, from the same or another process, once the
+// server ended the old one (TestHalfOpenStreamReopens). The store hands out events, and a batch may be published, only
 // until [Config.Lease] (20s, below SenderTimeout) after the server was
 // last heard from on the stream ([relay.Batch.Deadline]; each status
 // update asks the server for a reply), and not after its stream ended

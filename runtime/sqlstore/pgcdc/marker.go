@@ -47,7 +47,7 @@ func (s *Store) mark(ctx context.Context) {
 		s.markMu.Unlock()
 		for len(ids) > 0 {
 			n := min(len(ids), markBatch)
-			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StatementTimeout)
 			_, err := s.db.Exec(mctx, `UPDATE `+s.cfg.Table+` SET published_at = now(), next_attempt_at = NULL WHERE id = ANY($1) AND published_at IS NULL`, ids[:n])
 			cancel()
 			if err != nil {

@@ -72,7 +72,7 @@ func (s *Store) loadDiverted(ctx context.Context) error {
 // park parks e's row and diverts its aggregate. It runs under s.mu (a
 // rare path: the statement is short). On error nothing changed.
 func (s *Store) park(ctx context.Context, e *entry, cause error) error {
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
 	defer cancel()
 	_, err := s.db.Exec(pctx, `UPDATE `+s.cfg.Table+` SET parked_at = now(), attempts = attempts + 1, last_error = $2
 		WHERE id = $1 AND published_at IS NULL`, e.msg.ID, truncateError(cause))
@@ -146,7 +146,7 @@ func (s *Store) hold(ctx context.Context) error {
 	for i, e := range es {
 		ids[i] = e.msg.ID
 	}
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StatementTimeout)
 	defer cancel()
 	_, err := s.db.Exec(hctx, `UPDATE `+s.cfg.Table+` SET next_attempt_at = 'infinity', last_error = $2
 		WHERE id = ANY($1) AND published_at IS NULL AND parked_at IS NULL`, ids, heldError)
@@ -212,7 +212,7 @@ func (s *Store) pollParked(ctx context.Context) {
 // pollAggregate looks at diverted aggregate k's pending rows; asides is
 // its count of set-aside events before the query.
 func (s *Store) pollAggregate(ctx context.Context, k aggregate, asides int) error {
-	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
 	defer cancel()
 	rows, err := s.db.Query(qctx, `SELECT id, event_id::text, event_type, event_version, aggregate_type, aggregate_id, topic, payload,
 		coalesce(headers, ''), occurred_at, created_at, attempts, parked_at IS NOT NULL

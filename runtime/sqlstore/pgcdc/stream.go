@@ -129,6 +129,14 @@ func (s *Store) stream(ctx context.Context) (err error) {
 	var clock serverClock
 	var sent pglogrepl.LSN // the position last sent to the server
 	var lastSent, readDeadline time.Time
+	// asked is when the first status that asked for a reply went out with
+	// nothing heard from the server since: a server that leaves them
+	// unanswered for deadAfter is taken for gone (a half-open
+	// connection, a frozen network), and the stream is opened again, which
+	// the server's wal_sender_timeout lets take the slot once it ended
+	// the old one.
+	var asked time.Time
+	deadAfter := 2 * s.cfg.StatusInterval
 	netConn := conn.Conn()
 	interrupt := func() { _ = netConn.SetReadDeadline(time.Now()) }
 	s.mu.Lock()
@@ -152,6 +160,9 @@ func (s *Store) stream(ctx context.Context) (err error) {
 				return fmt.Errorf("pgcdc: send standby status: %w", err)
 			}
 			sent, lastSent = confirmed, now
+			if asked.IsZero() {
+				asked = now
+			}
 		}
 		deadline := lastSent.Add(s.cfg.StatusInterval)
 		if confirmed != sent {
@@ -188,11 +199,15 @@ func (s *Store) stream(ctx context.Context) (err error) {
 				return ctx.Err()
 			}
 			if pgconn.Timeout(err) {
+				if !asked.IsZero() && time.Since(asked) > deadAfter {
+					return fmt.Errorf("pgcdc: the server left the stream's status updates unanswered for %v: taking the connection for dead", time.Since(asked).Round(time.Millisecond))
+				}
 				readDeadline = time.Time{} // an interrupt may have set another
 				continue                   // a status is due, or a mark moved the position
 			}
 			return fmt.Errorf("pgcdc: receive: %w", err)
 		}
+		asked = time.Time{}
 		switch msg := raw.(type) {
 		case *pgproto3.ErrorResponse:
 			return classify(fmt.Errorf("pgcdc: stream: %w", pgconn.ErrorResponseToPgError(msg)), &s.cfg)
@@ -370,7 +385,7 @@ func (s *Store) loopState(now time.Time, idle bool) (confirmed pglogrepl.LSN, fu
 
 // beat writes a heartbeat message.
 func (s *Store) beat(ctx context.Context) {
-	bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	bctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
 	defer cancel()
 	if _, err := s.db.Exec(bctx, `SELECT pg_logical_emit_message(false, $1, '')`, s.cfg.MessagePrefix); err != nil {
 		s.log.Warn("pgcdc: heartbeat failed", slog.String("slot", s.cfg.Slot), slog.Any("error", err))
