@@ -30,6 +30,11 @@ require (
 )
 
 require (
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
+)
+
+require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/Rican7/retry v0.3.1 // indirect
 	github.com/ThreeDotsLabs/watermill-amqp/v3 v3.0.2 // indirect
@@ -58,6 +63,7 @@ require (
 	github.com/glebarez/go-sqlite v1.21.2 // indirect
 	github.com/glebarez/sqlite v1.11.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/gooutbox/outbox/runtime/sqlstore/pgcdc v0.0.0-00010101000000-000000000000
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -107,3 +113,5 @@ replace github.com/gooutbox/outbox/adapters/redis => ../redis
 replace github.com/gooutbox/outbox/adapters/sql => ../sql
 
 replace github.com/gooutbox/outbox/adapters/sqs => ../sqs
+
+replace github.com/gooutbox/outbox/runtime/sqlstore/pgcdc => ../../runtime/sqlstore/pgcdc

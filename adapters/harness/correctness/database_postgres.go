@@ -107,10 +107,10 @@ func (postgresDB) uuidText(col string) string { return col + "::text" }
 func (postgresDB) clockSQL() string { return `SELECT clock_timestamp()` }
 
 // terminate ends every relay backend with pg_terminate_backend, found by
-// the relays' application_name.
+// the relays' application_name (the CDC relays' start with it).
 func (postgresDB) terminate(ctx context.Context, db *gorm.DB, app string, _ *runtimetest.Proxy) (int64, error) {
 	var n int64
-	err := db.WithContext(ctx).Raw(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ?) t`, app).Scan(&n).Error
+	err := db.WithContext(ctx).Raw(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE left(application_name, length(?)) = ?) t`, app, app).Scan(&n).Error
 	if err != nil {
 		return 0, fmt.Errorf("terminate relay backends: %w", err)
 	}

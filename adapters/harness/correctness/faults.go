@@ -134,6 +134,8 @@ type faultEnv struct {
 	// brokerProxies are the relays' ways to the broker, one per relay.
 	brokerProxies []*brokerProxy
 	relayApp      string // the relays' application_name
+	kind          string // the relays' kind (-relay)
+	slot          string // the CDC relays' slot
 	partitions    int
 	writeTO       time.Duration
 	maxMsg        int
@@ -425,7 +427,7 @@ func (e *faultEnv) delay() func(context.Context) error {
 // plus 5 s passed, and records the result. check, when set, runs as soon as the probes are
 // published (or the wait gave up) and adds its note and error.
 func (e *faultEnv) measure(ctx context.Context, healthy time.Duration, fault string, faultAt time.Time, hold time.Duration, heal func() error, check func() (string, error)) error {
-	bound, from := livenessBound(fault, len(e.relays), e.ob.sdb.name())
+	bound, from := livenessBound(fault, len(e.relays), e.ob.sdb.name(), e.kind)
 	bound += healthy
 	l := livenessResult{Fault: fault, At: faultAt.Sub(e.start), Held: hold, Bound: bound, Healthy: healthy, From: from}
 	ids, err := e.workload.probe(ctx, fmt.Sprintf("probe-%s-%d", fault, faultAt.Sub(e.start).Milliseconds()))
@@ -513,7 +515,7 @@ func (e *faultEnv) brokerCut(r int, hold time.Duration) measuredFault {
 		proxy := e.brokerProxies[r]
 		proxy.Pause()
 		var check func() (string, error)
-		if len(e.relays) > 1 {
+		if len(e.relays) > 1 && e.kind != relayCDC { // a CDC relay keeps its slot
 			check = e.takenOver(ctx, before, fmt.Sprintf("relay-%d cut off; ", r), fmt.Sprintf("relay-%d was cut off from the broker: its hand-over", r))
 		}
 		err = e.measure(ctx, healthy, faultBrokerCut, time.Now(), hold, func() error { proxy.Resume(); return nil }, check)
@@ -527,7 +529,7 @@ func (e *faultEnv) brokerCut(r int, hold time.Duration) measuredFault {
 // some, with MaxActiveRelays, hold no shard) one that holds shards, r when
 // it does, so that the takeover is exercised.
 func (e *faultEnv) shardHolder(ctx context.Context, r int) (int, map[int]string, error) {
-	before, err := e.ob.leaseOwners(ctx, e.db)
+	before, err := e.owners(ctx)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -545,7 +547,7 @@ func (e *faultEnv) shardHolder(ctx context.Context, r int) (int, map[int]string,
 // takeover"), was exercised. The note starts with prefix.
 func (e *faultEnv) takenOver(ctx context.Context, before map[int]string, prefix, what string) func() (string, error) {
 	return func() (string, error) {
-		after, err := e.ob.leaseOwners(ctx, e.db)
+		after, err := e.owners(ctx)
 		if err != nil {
 			return "", err
 		}
@@ -572,8 +574,8 @@ func (e *faultEnv) holding(r int, owners map[int]string) (int, error) {
 		held[o] = true
 	}
 	first := -1
-	for i, p := range e.relays {
-		o, err := p.owner()
+	for i := range e.relays {
+		o, err := e.ownerOf(i)
 		if err != nil {
 			return 0, err
 		}
@@ -686,4 +688,27 @@ func (e *faultEnv) post(ctx context.Context, path string, q url.Values) error {
 		return fmt.Errorf("control %s: %s", path, resp.Status)
 	}
 	return nil
+}
+
+// owners reads who holds what: shard to lease owner for polling relays,
+// and for CDC relays shard 0 to the slot's holder (the application_name
+// of its stream), none while no relay streams.
+func (e *faultEnv) owners(ctx context.Context) (map[int]string, error) {
+	if e.kind != relayCDC {
+		return e.ob.leaseOwners(ctx, e.db)
+	}
+	holder, err := slotHolder(ctx, e.db, e.slot)
+	if err != nil || holder == "" {
+		return map[int]string{}, err
+	}
+	return map[int]string{0: holder}, nil
+}
+
+// ownerOf returns what owners names relay i's current process by: its
+// lease owner id (from its log), or its CDC application_name.
+func (e *faultEnv) ownerOf(i int) (string, error) {
+	if e.kind == relayCDC {
+		return cdcOwner(e.relayApp, e.relays[i].name), nil
+	}
+	return e.relays[i].owner()
 }

@@ -136,6 +136,9 @@ func (e *faultEnv) netsplit(r int, hold time.Duration) measuredFault {
 		at := time.Now()
 		dropped := proxy.droppedFrames()
 		check := e.noteTakeover(ctx, before, fmt.Sprintf("relay-%d split %s; ", r, mid), fmt.Sprintf("relay-%d was split from the broker: its hand-over", r))
+		if e.kind == relayCDC { // a CDC relay keeps its slot
+			check = func() (string, error) { return fmt.Sprintf("(relay-%d split %s, keeping its slot)", r, mid), nil }
+		}
 		err = e.measure(ctx, healthy, faultNetsplit, at, hold, func() error { proxy.Heal(); return nil }, check)
 		time.Sleep(settle)
 		e.logf("%6.2fs netsplit: relay-%d's proxy dropped %d frames of connections it reset or closed before they were set up", time.Since(e.start).Seconds(), r, proxy.droppedFrames()-dropped)
@@ -179,6 +182,9 @@ func (e *faultEnv) crash(r int) measuredFault {
 // afterRenewal waits (up to 2 renewal intervals) until relay r renews its
 // leases, polling their expiry every 10 ms, and says how it went.
 func (e *faultEnv) afterRenewal(ctx context.Context, r int) string {
+	if e.kind == relayCDC {
+		return "at once (a CDC relay has no lease)"
+	}
 	owner, err := e.relays[r].owner()
 	if err != nil || owner == "" {
 		return "at once (owner unknown)"

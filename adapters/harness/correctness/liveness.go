@@ -56,7 +56,10 @@ const (
 // livenessBound returns the bound of a measured fault with relays relay
 // processes on database db ("postgres" or "mysql"), and from what it is
 // measured: "fault" (the fault's start) or "heal" (its end).
-func livenessBound(fault string, relays int, db string) (time.Duration, string) {
+func livenessBound(fault string, relays int, db, kind string) (time.Duration, string) {
+	if kind == relayCDC {
+		return cdcBound(fault, relays)
+	}
 	bound, from := baseBound(fault, relays)
 	if db == "mysql" && bound > 0 && fault != faultCrash { // issue 33's crash bound holds on both
 		bound += mysqlSlack

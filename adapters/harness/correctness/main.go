@@ -28,6 +28,7 @@
 //	go run ./adapters/harness/correctness -scenario longtx -relays 1 -paths enqueue
 //	go run ./adapters/harness/correctness -matrix -q -duration 20s   # the presets below, one table
 //	go run ./adapters/harness/correctness -db mysql           # the outbox on MySQL or MariaDB
+//	go run ./adapters/harness/correctness -relay cdc          # CDC relays on a replication slot
 //
 // -scenario picks the faults (all, none, or a list of kill, stop,
 // partition, ambiguous, longtx, poison, consumer, dbfreeze, dbrefuse,
@@ -251,8 +252,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if opt.Matrix {
 		return runMatrix(ctx, opt, stdout)
 	}
-	fmt.Fprintf(stdout, "correctness: seed %d (replay with -seed %d), db %s, scenario %s, paths %s, %d relays, batch %d, %v load\n",
-		opt.Seed, opt.Seed, opt.DB, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays, opt.BatchSize, opt.Duration)
+	fmt.Fprintf(stdout, "correctness: seed %d (replay with -seed %d), db %s, scenario %s, paths %s, %d %s relays, batch %d, %v load\n",
+		opt.Seed, opt.Seed, opt.DB, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays, opt.Relay, opt.BatchSize, opt.Duration)
 	res, err := runSuite(ctx, opt)
 	if err != nil {
 		fmt.Fprintln(stderr, "correctness:", err)
@@ -352,6 +353,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&opt.MaxAttempts, "max-attempts", opt.MaxAttempts, "sqlstore.StoreConfig.MaxAttempts of the relays (0: never park transient failures)")
 	fs.IntVar(&opt.MaxActiveRelays, "max-active-relays", opt.MaxActiveRelays, "sqlstore.StoreConfig.MaxActiveRelays of the relays (0: its default, 1: one publishes, the others stand by; 64: every relay takes a share)")
 	fs.DurationVar(&opt.Pace, "pace", opt.Pace, "mean pause of a writer between transactions")
+	fs.StringVar(&opt.Relay, "relay", opt.Relay, "the relays: poll (sqlstore, leases on shards) or cdc (pgcdc: one logical replication slot, one relay streaming, the others standing by; PostgreSQL with wal_level = logical)")
 	fs.StringVar(&opt.DB, "db", "postgres", "the outbox's database: postgres, or mysql (MySQL 8 or MariaDB; the consumer's inbox stays on PostgreSQL)")
 	fs.StringVar(&opt.BaseDSN, "database-url", hookstest.PostgresBaseDSN(), "PostgreSQL; each run creates a fresh schema in it (with -db mysql, the consumer's)")
 	fs.StringVar(&opt.MySQLDSN, "mysql-dsn", hookstest.MySQLBaseDSN(), "MySQL or MariaDB for -db mysql (go-sql-driver DSN); each run creates a fresh database on it")
@@ -364,6 +366,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return opt, err
 	}
 	if _, err := databaseOf(opt.DB); err != nil {
+		return opt, err
+	}
+	if err := opt.checkRelay(); err != nil {
 		return opt, err
 	}
 	faults, err := parseScenario(*scenario)

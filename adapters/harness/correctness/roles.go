@@ -31,6 +31,15 @@ const (
 	roleConsumer = "consumer"
 )
 
+// Kinds of relay (-relay).
+const (
+	// relayPoll is the polling relay: sqlstore.Store, leases on shards.
+	relayPoll = "poll"
+	// relayCDC is the CDC relay: pgcdc.Store in Table mode, one
+	// replication slot streamed by one relay while the others stand by.
+	relayCDC = "cdc"
+)
+
 // topic is the one topic every event goes to: the aggregate type of
 // Account and of the enqueued events.
 const topic = aggregateType
@@ -67,6 +76,10 @@ type childConfig struct {
 	WriteTimeout time.Duration
 	// StoreTimeout is the relays' relay.Config.StoreTimeout.
 	StoreTimeout time.Duration
+	// Relay is the relays' kind, a -relay value: relayPoll or relayCDC.
+	Relay string
+	// Slot is the CDC relays' replication slot (-relay cdc).
+	Slot string
 	// BrokerVia, when set, is where a relay's Kafka connections go: its
 	// own fault proxy in the driving process, for every connection,
 	// whatever address the broker's metadata names (one broker).

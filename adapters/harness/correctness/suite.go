@@ -45,6 +45,7 @@ type options struct {
 	Faults     map[string]bool
 	Paths      map[string]bool // write paths of the writers
 	DB         string          // the outbox's database: "postgres" (default) or "mysql"
+	Relay      string          // the relays' kind: relayPoll (default) or relayCDC
 	BaseDSN    string          // PostgreSQL; a fresh schema is created in it (the consumer's in every case)
 	MySQLDSN   string          // MySQL or MariaDB with -db mysql; a fresh database is created on it
 	Keep       bool            // keep the schema and the logs even when the run passes
@@ -57,7 +58,7 @@ type options struct {
 func defaultOptions() options {
 	faults, _ := parseScenario("all")
 	paths, _ := parsePaths("all")
-	return options{Name: "run", Paths: paths,
+	return options{Name: "run", Paths: paths, Relay: relayPoll,
 		Duration: 45 * time.Second, Drain: 45 * time.Second,
 		Relays: 3, Writers: 6, Hot: 3, BatchSize: 10, Partitions: 4,
 		Pace: 15 * time.Millisecond, Faults: faults,
@@ -211,6 +212,21 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 		return nil, err
 	}
 	defer ob.close()
+	var slot string
+	if opt.Relay == relayCDC {
+		// The slot before the writers: it streams what commits after it.
+		slot = cdcSlot(schema)
+		dropSlot, err := setupCDC(ctx, dsn, slot)
+		if err != nil {
+			return nil, err
+		}
+		// Deferred before the processes' stop, so run after it.
+		defer func() {
+			if derr := dropSlot(); derr != nil {
+				err = errors.Join(err, fmt.Errorf("drop the run's slot %s: %w", slot, derr))
+			}
+		}()
+	}
 
 	// The relays reach the database through a fault proxy, under an
 	// application_name of this run's own on PostgreSQL.
@@ -243,6 +259,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 		BatchSize: opt.BatchSize, MaxAttempts: opt.MaxAttempts, MaxActiveRelays: opt.MaxActiveRelays,
 		WriteTimeout: writeTimeout,
 		StoreTimeout: relayStoreTimeout,
+		Relay:        opt.Relay, Slot: slot,
 	}
 	relayCfg := cfg
 	relayCfg.DSN = relayDSN
@@ -280,7 +297,7 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	// Load and faults.
 	wl := newWorkload(db, sdb, ob, opt.Seed, opt.Pace, opt.Hot, opt.Paths, opt.maxBacklog())
 	env := &faultEnv{relays: relays, consumer: consumerProc, control: control, workload: wl,
-		db: db, ob: ob, proxy: proxy, brokerProxies: brokerProxies, relayApp: relayApp, excl: make(chan struct{}, 1),
+		db: db, ob: ob, proxy: proxy, brokerProxies: brokerProxies, relayApp: relayApp, kind: opt.Relay, slot: slot, excl: make(chan struct{}, 1),
 		partitions: opt.Partitions, writeTO: writeTimeout, maxMsg: maxMessageBytes, logf: logf}
 	faultRNG := rand.New(rand.NewPCG(uint64(opt.Seed), 0xfa17))
 	plan := env.plan(faultRNG, opt.Faults, opt.Duration)

@@ -3,7 +3,10 @@ package pgcdc
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // markEvery is how often the marker sets published_at on the rows
@@ -25,12 +28,22 @@ func (s *Store) queueMark(ids []int64, force bool) {
 	s.markMu.Unlock()
 }
 
+// seenPatience is how many marker passes a row the stream delivered may
+// stay out of sight of the store's statements before it is given up for
+// gone (deleted) with a warning. A row is out of sight for a moment after
+// its transaction's commit record reached the stream: PostgreSQL makes a
+// transaction visible to other sessions just after it flushes the commit
+// record, which the WAL sender may already have sent.
+const seenPatience = 50
+
 // mark sets published_at on the queued rows every markEvery, off the
-// relay's path, until ctx is done, then once more.
+// relay's path, until ctx is done, then once more. A row not yet visible
+// to the marker's statement is marked on a later pass.
 func (s *Store) mark(ctx context.Context) {
 	defer close(s.markDone)
 	t := time.NewTicker(markEvery)
 	defer t.Stop()
+	unseen := map[int64]int{} // row → passes it was out of sight
 	for {
 		stopping := false
 		select {
@@ -45,22 +58,60 @@ func (s *Store) mark(ctx context.Context) {
 		ids := s.toMark
 		s.toMark = nil
 		s.markMu.Unlock()
+		var later []int64
 		for len(ids) > 0 {
 			n := min(len(ids), markBatch)
-			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StatementTimeout)
-			_, err := s.db.Exec(mctx, `UPDATE `+s.cfg.Table+` SET published_at = now(), next_attempt_at = NULL WHERE id = ANY($1) AND published_at IS NULL`, ids[:n])
-			cancel()
+			missing, err := s.updateSeen(ctx, `published_at = now(), next_attempt_at = NULL`, `published_at IS NULL`, ids[:n])
 			if err != nil {
 				s.log.Warn("pgcdc: marking published rows failed; trying again", slog.Int("rows", len(ids)), slog.Any("error", err))
-				s.markMu.Lock()
-				s.toMark = append(ids, s.toMark...)
-				s.markMu.Unlock()
+				later = append(later, ids...)
 				break
 			}
+			retry := map[int64]bool{}
+			for _, id := range missing {
+				if unseen[id]++; unseen[id] < seenPatience {
+					retry[id] = true
+					later = append(later, id)
+				} else {
+					delete(unseen, id)
+					s.log.Warn("pgcdc: a published row is not in the table (deleted?); it stays unmarked", slog.Int64("outbox_id", id))
+				}
+			}
+			done := ids[:n]
+			if len(retry) > 0 {
+				done = slices.DeleteFunc(slices.Clone(done), func(id int64) bool { return retry[id] })
+			}
+			for _, id := range done {
+				delete(unseen, id)
+			}
+			s.marked(done)
 			ids = ids[n:]
+		}
+		if len(later) > 0 {
+			s.markMu.Lock()
+			s.toMark = append(later, s.toMark...)
+			s.markMu.Unlock()
 		}
 		if stopping {
 			return
 		}
 	}
+}
+
+// updateSeen runs UPDATE Table SET set WHERE id = ANY(ids) AND cond and
+// returns the ids of ids that no row of the table has in the statement's
+// snapshot: rows not visible yet (see seenPatience), or deleted.
+func (s *Store) updateSeen(ctx context.Context, set, cond string, ids []int64, args ...any) (missing []int64, err error) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StatementTimeout)
+	defer cancel()
+	rows, err := s.db.Query(uctx, `WITH u AS (UPDATE `+s.cfg.Table+` SET `+set+` WHERE id = ANY($1) AND `+cond+` RETURNING id)
+		SELECT i FROM unnest($1::bigint[]) AS i WHERE NOT EXISTS (SELECT 1 FROM `+s.cfg.Table+` o WHERE o.id = i)`, append([]any{ids}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	missing, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	return missing, nil
 }

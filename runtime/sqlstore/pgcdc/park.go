@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -74,10 +75,14 @@ func (s *Store) loadDiverted(ctx context.Context) error {
 func (s *Store) park(ctx context.Context, e *entry, cause error) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
 	defer cancel()
-	_, err := s.db.Exec(pctx, `UPDATE `+s.cfg.Table+` SET parked_at = now(), attempts = attempts + 1, last_error = $2
+	tag, err := s.db.Exec(pctx, `UPDATE `+s.cfg.Table+` SET parked_at = now(), attempts = attempts + 1, last_error = $2
 		WHERE id = $1 AND published_at IS NULL`, e.msg.ID, truncateError(cause))
 	if err != nil {
 		return fmt.Errorf("pgcdc: park event %s (row %d): %w", e.msg.EventID, e.msg.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		// Not visible yet (see seenPatience), or deleted: tried again.
+		return fmt.Errorf("pgcdc: park event %s: row %d is not in the table, or not yet visible", e.msg.EventID, e.msg.ID)
 	}
 	k := aggregateOf(e.msg)
 	d := s.diverted[k]
@@ -115,13 +120,30 @@ func (s *Store) setAside(e *entry, d *diversion) {
 // release ends e's part in the stream, published or held in its row: the
 // slot may move past it once every earlier event's part has ended too.
 func (s *Store) release(e *entry) {
+	if s.finish(e) {
+		s.settle(e)
+	}
+}
+
+// finish takes e out of the claims and the buffer's count; it reports
+// whether e was a current stream's event not finished before.
+func (s *Store) finish(e *entry) bool {
 	if e.done || e.tx == nil {
-		return
+		return false
 	}
 	e.done = true
-	e.tx.left--
 	s.unpublished--
 	s.doneN++
+	return true
+}
+
+// settle ends e's part in its transaction, and moves the confirmed
+// position past the transactions whose every event's part has ended.
+func (s *Store) settle(e *entry) {
+	if e.tx == nil {
+		return // of an earlier stream, whose transactions are gone
+	}
+	e.tx.left--
 	old := s.confirmed
 	for len(s.txns) > 0 && s.txns[0].left == 0 {
 		s.confirmed = max(s.confirmed, s.txns[0].end)
@@ -146,19 +168,29 @@ func (s *Store) hold(ctx context.Context) error {
 	for i, e := range es {
 		ids[i] = e.msg.ID
 	}
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StatementTimeout)
-	defer cancel()
-	_, err := s.db.Exec(hctx, `UPDATE `+s.cfg.Table+` SET next_attempt_at = 'infinity', last_error = $2
-		WHERE id = ANY($1) AND published_at IS NULL AND parked_at IS NULL`, ids, heldError)
+	missing, err := s.updateSeen(ctx, `next_attempt_at = 'infinity', last_error = $2`, `published_at IS NULL AND parked_at IS NULL`, ids, heldError)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
 		s.toHold = append(es, s.toHold...)
 		return fmt.Errorf("pgcdc: hold %d events behind parked ones: %w", len(es), err)
 	}
+	var later []*entry
 	for _, e := range es {
+		if slices.Contains(missing, e.msg.ID) {
+			// Not visible yet (see seenPatience): its hold is written on
+			// a later pass, before the slot moves past it. A row gone
+			// for good is let go: the aggregate's rows are read from the
+			// table once it is released anyway.
+			if e.unseen++; e.unseen < seenPatience {
+				later = append(later, e)
+				continue
+			}
+			s.log.Warn("pgcdc: an event to hold behind a parked one is not in the table (deleted?)", slog.Int64("outbox_id", e.msg.ID))
+		}
 		s.release(e)
 	}
+	s.toHold = append(later, s.toHold...)
 	return nil
 }
 

@@ -58,8 +58,10 @@ type entry struct {
 	// fromTable: a row of a diverted aggregate, read from the table
 	// (see park.go), not from the stream.
 	fromTable bool
-	// held: set aside behind a parked event, waiting for its hold.
-	held bool
+	// held: set aside behind a parked event, waiting for its hold;
+	// unseen counts the holds that did not find its row yet.
+	held   bool
+	unseen int
 }
 
 // aggregate identifies an aggregate, whose events keep their order.
@@ -103,6 +105,11 @@ type Store struct {
 	markMu   sync.Mutex
 	toMark   []int64
 	markDone chan struct{}
+	// awaiting are the events published whose published_at the marker
+	// has not written yet, by row id (under mu): the slot moves past
+	// them only once it has, so that a crash in between leaves no
+	// published row looking pending (it is published again instead).
+	awaiting map[int64]*entry
 
 	// db is the store's plain connections (marking, parking, holding,
 	// the heartbeat).
@@ -154,6 +161,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cancel:   cancel,
 		done:     make(chan struct{}),
 		markDone: make(chan struct{}),
+		awaiting: map[int64]*entry{},
 	}
 	close(s.lost) // no stream yet: nothing claimed from one
 	if err := s.loadDiverted(ctx); err != nil {
@@ -344,7 +352,30 @@ func (s *Store) published(e *entry) {
 		}
 		return
 	}
-	s.release(e)
+	if !s.marking() {
+		s.release(e)
+		return
+	}
+	if s.finish(e) {
+		s.awaiting[e.msg.ID] = e // settled once its row is marked
+	}
+}
+
+// marking reports whether the marker writes published_at on the rows
+// of the published events (Table mode, unless SkipMarking).
+func (s *Store) marking() bool { return s.cfg.Mode == Table && !s.cfg.SkipMarking }
+
+// marked settles the events of the rows ids, whose published_at the
+// marker wrote (or gave up on).
+func (s *Store) marked(ids []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if e := s.awaiting[id]; e != nil {
+			delete(s.awaiting, id)
+			s.settle(e)
+		}
+	}
 }
 
 // publishedFromTable records a row of a diverted aggregate as published.

@@ -109,8 +109,10 @@ func (s *Store) stream(ctx context.Context) (err error) {
 	}
 	defer func() {
 		if ctx.Err() != nil {
-			// Closing: tell the server how far the events were published,
-			// so that the next stream repeats nothing published.
+			// Closing: tell the server how far the events were published
+			// (once the marker's last pass marked their rows), so that
+			// the next stream repeats nothing published.
+			<-s.markDone
 			_ = pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: s.Confirmed()})
 		}
 	}()
@@ -316,6 +318,9 @@ func (s *Store) restart() chan struct{} {
 	for _, e := range s.inflight {
 		e.tx = nil
 	}
+	for _, e := range s.awaiting {
+		e.tx = nil // its repeat in the new stream takes its place
+	}
 	s.pending, s.txns = nil, nil
 	s.unpublished, s.doneN = 0, 0
 	s.standby, s.streaming, s.fault = false, true, nil
@@ -347,12 +352,19 @@ func (s *Store) commit(rows []sqlstore.RowValues, end pglogrepl.LSN, at time.Tim
 			e.waitFor = o
 		}
 		s.pending = append(s.pending, e)
+		s.unpublished++
+		if a := s.awaiting[m.ID]; a != nil && a.tx == nil {
+			// Published by an earlier stream, its row not marked yet:
+			// not published again; settled when the row is.
+			s.awaiting[m.ID] = e
+			s.finish(e)
+			continue
+		}
 		if d := s.diverted[aggregateOf(m)]; d != nil {
 			s.setAside(e, d) // behind a parked event: its row holds it
 		}
 	}
 	s.txns = append(s.txns, t)
-	s.unpublished += len(rows)
 	select {
 	case s.fresh <- struct{}{}:
 	default:
