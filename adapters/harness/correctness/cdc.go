@@ -142,3 +142,17 @@ func (o options) checkRelay() error {
 	}
 	return nil
 }
+
+// cdcTailBound is what CDC relays may publish twice beyond the polling
+// relay's bound: each time a stream ends (a relay killed, stopped,
+// frozen, or its connections ended by a database fault) the next one
+// repeats the slot's unconfirmed tail, which holds, besides the batches
+// in flight that the polling relay's bound counts, the events published
+// since the marker's last pass and the status after it (markEvery plus
+// pgcdc's 50ms status delay). At the run's mean rate, with a 2x margin:
+// ~0.5s of events per ended stream.
+func cdcTailBound(events int, opt options, f faultCounts) int {
+	ended := f.Kills + f.Stops + f.Crashes + f.Freezes + f.dbFaults()*opt.Relays + f.LongTx*opt.Relays
+	perSecond := float64(events) / opt.Duration.Seconds()
+	return ended * (int(perSecond/2) + 1)
+}

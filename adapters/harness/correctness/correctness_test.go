@@ -15,6 +15,7 @@ import (
 	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/pgcdc"
 )
 
 // TestMain lets the test binary serve as the suite's child processes: when
@@ -41,6 +42,9 @@ const (
 	// envPaths selects the write paths, as -paths does: "all" (default),
 	// "save" or "enqueue".
 	envPaths = "OUTBOX_CORRECTNESS_PATHS"
+	// envRelay selects the relays, as -relay does: "poll" (default) or
+	// "cdc".
+	envRelay = "OUTBOX_CORRECTNESS_RELAY"
 	// envLong runs the soak tier: 3 minutes of load, 4 relays, 8 writers
 	// (beyond CI's long tier, runtimetest.EnvLong, which runs the core
 	// tier).
@@ -67,6 +71,17 @@ func TestCorrectness(t *testing.T) {
 func TestCorrectnessMySQL(t *testing.T) {
 	runtimetest.SkipUnlessLong(t, "the correctness suite's core tier on MySQL")
 	testCorrectness(t, "mysql")
+}
+
+// TestCorrectnessCDC runs the core tier as TestCorrectness does with CDC
+// relays (-relay cdc): three relay processes on one logical replication
+// slot of the run (pgcdc, Table mode), one streaming while the others
+// stand by, under every fault; the holder of the slot stands for the
+// holder of the shards, and the liveness bounds are made of pgcdc's
+// settings (cdcBound). It needs wal_level = logical.
+func TestCorrectnessCDC(t *testing.T) {
+	runtimetest.SkipUnlessLong(t, "the correctness suite's core tier with CDC relays")
+	testCorrectness(t, "postgres", func(o *options) { o.Name, o.Relay = "cdc", relayCDC })
 }
 
 // TestCorrectnessSharing runs the core tier as TestCorrectness does with
@@ -120,6 +135,12 @@ func testCorrectness(t *testing.T, db string, with ...func(*options)) {
 		}
 		opt.Relays = n
 	}
+	if s := os.Getenv(envRelay); s != "" {
+		opt.Relay = s
+		if err := opt.checkRelay(); err != nil {
+			t.Fatalf("%s: %v", envRelay, err)
+		}
+	}
 	if s := os.Getenv(envPaths); s != "" {
 		paths, err := parsePaths(s)
 		if err != nil {
@@ -129,12 +150,15 @@ func testCorrectness(t *testing.T, db string, with ...func(*options)) {
 	}
 	var progress strings.Builder
 	opt.Verbose = &progress
-	t.Logf("seed %d (replay: %s=%d), db %s, scenario %s, paths %s, %d relays (at most %d active; 0: the default, 1)",
-		opt.Seed, envSeed, opt.Seed, opt.DB, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays, opt.MaxActiveRelays)
+	t.Logf("seed %d (replay: %s=%d), db %s, scenario %s, paths %s, %d %s relays (at most %d active; 0: the default, 1)",
+		opt.Seed, envSeed, opt.Seed, opt.DB, scenarioName(opt.Faults), pathsName(opt.Paths), opt.Relays, opt.Relay, opt.MaxActiveRelays)
 
 	ctx, cancel := context.WithTimeout(context.Background(), opt.Duration+opt.Drain+2*time.Minute)
 	defer cancel()
 	res, err := runSuite(ctx, opt)
+	if errors.Is(err, pgcdc.ErrWALLevel) {
+		hookstest.Unavailable(t, "PostgreSQL with wal_level = logical (ALTER SYSTEM SET wal_level = logical, then a restart; .ci/run does it)", redact(opt.BaseDSN), "OUTBOX_TEST_POSTGRES_DSN", err)
+	}
 	if errors.Is(err, errUnavailable) {
 		if db == "mysql" { // the error says which of the two did not answer
 			hookstest.Unavailable(t, "MySQL or PostgreSQL", "its address", "OUTBOX_TEST_MYSQL_DSN or OUTBOX_TEST_POSTGRES_DSN", err)

@@ -188,6 +188,41 @@
 // $OUTBOX_TEST_POSTGRES_DSN or the local test database); each run uses a
 // fresh schema.
 //
+// # CDC relays
+//
+// With -relay cdc the relays are CDC relays (pgcdc, Table mode) on one
+// logical replication slot of the run, created before the writers start
+// and dropped at the end whatever the outcome: one relay streams, the
+// others stand by, and the holder of the slot (pg_replication_slots'
+// active_pid, named by its application_name) stands for the holder of the
+// shards. They run with SenderTimeout 3s (so a status every 1s, a
+// silent stream taken for dead after 2s, a lease of 1.5s), RetryDelay
+// 100ms, MaxRetryDelay 1s and StatementTimeout 2s; a standby tries the
+// slot every second, and the probes wait for the marker's published_at
+// (every 200ms). The bounds (cdc.go), before the control probe's time,
+// each ending with a claim, a marker pass and the 1s of slack:
+//
+//	stop, freeze   several relays, from the SIGSTOP: the server ends the
+//	               silent stream (SenderTimeout, looked at every half of
+//	               it) + a standby's try = 6.9s; one relay, from the
+//	               SIGCONT: MaxRetryDelay + MaxBackoff = 3.4s.
+//	crash          a standby's try (the server ends a dead relay's
+//	               stream at once) = 2.4s; one relay: its restart.
+//	terminate      a standby's try + MaxBackoff = 3.4s, from the fault.
+//	dbrefuse       MaxRetryDelay + a standby's try + MaxBackoff = 4.4s,
+//	               from the heal.
+//	dbfreeze       the server ends the stream (4.5s) + a standby's try +
+//	               the marker's frozen statement (StatementTimeout) =
+//	               8.9s, from the fault.
+//	brokerdown,    a CDC relay keeps its slot while its broker fails:
+//	brokercut,     MaxRetryDelay + MaxBackoff + the write timeout = 4.4s,
+//	netsplit       from the heal.
+//
+// The duplicates' bound adds, per stream ended, half a second of events
+// at the run's mean rate (cdcTailBound): the next stream repeats the
+// slot's unconfirmed tail. TestCorrectnessCDC is the core tier with CDC
+// relays.
+//
 // # MySQL and MariaDB
 //
 // With -db mysql the accounts, the ledger, the outbox and the relays are on
@@ -321,6 +356,7 @@ func matrix(base options) []options {
 		preset("enqueue", "none", "enqueue", 1, nil),
 		preset("enqueue-longtx", "longtx", "enqueue", 1, nil),
 		preset("partition-max-attempts", "partition", "save", 1, func(o *options) { o.MaxAttempts, o.Unpark = 1, true }),
+		preset("cdc", "all", "all", 3, func(o *options) { o.Relay = relayCDC }),
 	}
 }
 

@@ -437,6 +437,9 @@ func runSuite(ctx context.Context, opt options) (res *result, err error) {
 	res.DupBound = opt.BatchSize * (2*(res.Faults.Kills+res.Faults.Stops) + res.Faults.Outages*opt.Relays +
 		int(res.Faults.Rejected) + int(res.Faults.Delayed) + 2*res.Faults.dbFaults()*opt.Relays + 6*res.Faults.BrokerCuts +
 		6*(res.Faults.Freezes+res.Faults.Netsplits) + 2*res.Faults.Crashes)
+	if opt.Relay == relayCDC {
+		res.DupBound += cdcTailBound(len(ledger), opt, res.Faults)
+	}
 	res.Failures = append(res.Failures, res.Report.failures(res.DupBound)...)
 	if res.Poison > 0 && res.Parked+res.Discarded < int64(res.Poison) {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d poison events committed but %d messages parked", res.Poison, res.Parked+res.Discarded))

@@ -34,10 +34,11 @@
 // logical decoding message (pg_logical_emit_message(true, prefix, ...)) in
 // the business transaction instead of a row (sqlstore.WriterConfig's or
 // hooks.Config's LogicalMessages): the message commits or rolls back with
-// the transaction, and no outbox row, index or retention job exists. Nothing
-// is left to replay, show on the dashboard or list in the operator command
-// once the slot has moved past it, and event ids are not de-duplicated at
-// write time. Choose it for volume, when the broker is the record; choose
+// the transaction, and the writers insert no outbox row: no index to
+// maintain, no retention job (the table only parks what the broker refuses
+// for good; see Parking). Nothing is left to replay, show on the dashboard
+// or list in the operator command once the slot has moved past it, and
+// event ids are not de-duplicated at write time. Choose it for volume, when the broker is the record; choose
 // Table mode when the outbox table is one.
 //
 // # Delivery
@@ -59,22 +60,28 @@
 //
 // # Parking
 //
-// The slot cannot skip an event and come back to it, but in [Table] mode
-// the outbox table holds every event. A message the broker refuses for
-// good is parked in its row (parked_at and last_error, as the polling
-// relay parks it), and its aggregate is diverted to the table: its later
-// events are set aside as they stream (their rows held with
-// next_attempt_at 'infinity' and a last_error that says why, written before
-// the slot moves past them), so the slot goes on and nothing overtakes the
-// parked event. The operator command and the dashboard show the parked row
-// as they do the polling relay's ("outbox parked"). Once an operator
-// retries or discards it (outbox parked retry|discard), the store
-// publishes the aggregate's pending rows from the table, in id order
-// (looking every second), then streams the aggregate again. The diverted
-// aggregates are read from the table when the store opens, so a restart
-// keeps them held (TestParkedEventHoldsItsAggregate). In [Messages] mode
-// there is no row to park: such a message is logged at Error and retried
-// every MaxRetryDelay, holding its aggregate and the slot's position back.
+// The slot cannot skip an event and come back to it, but a table can
+// hold it. A message the broker refuses for good is parked in its row of
+// the outbox table (parked_at and last_error, as the polling relay parks
+// it), and its aggregate is diverted to the table: its later events are
+// set aside as they stream (their rows held with next_attempt_at
+// 'infinity' and a last_error that says why, written before the slot
+// moves past them), so the slot goes on and nothing overtakes the parked
+// event. The operator command and the dashboard show the parked row as
+// they do the polling relay's ("outbox parked"). Once an operator retries
+// or discards it (outbox parked retry|discard), the store publishes the
+// aggregate's pending rows from the table, in id order (looking every
+// second), then streams the aggregate again. The diverted aggregates are
+// read from the table when the store opens, so a restart keeps them held
+// (TestParkedEventHoldsItsAggregate, in both modes).
+//
+// In [Table] mode the rows are the writers'. In [Messages] mode an event
+// has no row until it is parked or held: the store inserts one into
+// [Config.Table] then, with the message's position in the log as its id,
+// so the table must exist (sqlstore.Migrate or "outbox migrate" creates
+// it; the writers never insert into it). Without it, such a message is
+// logged at Error and retried every MaxRetryDelay, holding its aggregate
+// and the slot's position back.
 //
 // # Fail-over
 //

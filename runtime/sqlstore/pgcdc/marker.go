@@ -20,7 +20,7 @@ const markBatch = 5000
 // queues them even with SkipMarking (rows published from the table, which
 // the store must not read as pending again).
 func (s *Store) queueMark(ids []int64, force bool) {
-	if s.cfg.Mode != Table || (s.cfg.SkipMarking && !force) || len(ids) == 0 {
+	if !force && !s.marking() || len(ids) == 0 {
 		return
 	}
 	s.markMu.Lock()

@@ -8,21 +8,28 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
-// Parking, in Table mode. The slot cannot skip an event and come back to
-// it, but the outbox table holds every event: a message the broker refuses
-// for good is parked in its row (parked_at, as the polling relay parks),
-// and its aggregate is diverted to the table. The aggregate's later events
-// are set aside as they stream (their rows held, next_attempt_at
-// 'infinity', before the slot moves past them), so that the slot goes on
-// and no later event overtakes the parked one. Once an operator retried or
-// discarded the parked row (outbox parked retry|discard, sqlstore's Unpark
-// or Discard), the store publishes the aggregate's pending rows from the
+// Parking. The slot cannot skip an event and come back to it, but a
+// table can hold it: a message the broker refuses for good is parked in
+// its row of the outbox table (parked_at, as the polling relay parks), and
+// its aggregate is diverted to the table. The aggregate's later events are
+// set aside as they stream (their rows held, next_attempt_at 'infinity',
+// before the slot moves past them), so that the slot goes on and no later
+// event overtakes the parked one. Once an operator retried or discarded
+// the parked row (outbox parked retry|discard, sqlstore's Unpark or
+// Discard), the store publishes the aggregate's pending rows from the
 // table, in id order, then streams it again. The diverted aggregates are
 // read from the table when the store opens, so a restart keeps them.
+//
+// In Table mode the rows are the writers'. In Messages mode an event has
+// no row until it is parked or held: the store inserts it then, with its
+// message's position in the log (its LSN, the event's id in the store) as
+// the row's id, so that a repeat of the stream after a restart finds the
+// row it wrote and writes nothing twice.
 
 // parkPoll is how often the store looks at the diverted aggregates'
 // rows for ones an operator released.
@@ -48,8 +55,17 @@ func newDiversion() *diversion {
 
 // loadDiverted reads the aggregates that have a parked or held row.
 func (s *Store) loadDiverted(ctx context.Context) error {
-	if s.cfg.Mode != Table {
-		return nil
+	if s.cfg.Mode == Messages {
+		var exists bool
+		if err := s.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.cfg.Table).Scan(&exists); err != nil {
+			return fmt.Errorf("pgcdc: look for the table %s: %w", s.cfg.Table, err)
+		}
+		s.parkTable = exists
+		if !exists {
+			s.log.Warn("pgcdc: no outbox table to park in: a message the broker refuses for good is retried every MaxRetryDelay, holding its aggregate back; create the table (sqlstore.Migrate, outbox migrate) to park it instead",
+				slog.String("table", s.cfg.Table))
+			return nil
+		}
 	}
 	rows, err := s.db.Query(ctx, `SELECT DISTINCT aggregate_type, aggregate_id FROM `+s.cfg.Table+`
 		WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)`)
@@ -75,12 +91,20 @@ func (s *Store) loadDiverted(ctx context.Context) error {
 func (s *Store) park(ctx context.Context, e *entry, cause error) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
 	defer cancel()
-	tag, err := s.db.Exec(pctx, `UPDATE `+s.cfg.Table+` SET parked_at = now(), attempts = attempts + 1, last_error = $2
-		WHERE id = $1 AND published_at IS NULL`, e.msg.ID, truncateError(cause))
+	var n int64
+	var err error
+	if s.cfg.Mode == Messages && !e.fromTable {
+		n, err = s.insertRows(pctx, []*entry{e}, "now()", "NULL", truncateError(cause))
+	} else {
+		var tag pgconn.CommandTag
+		tag, err = s.db.Exec(pctx, `UPDATE `+s.cfg.Table+` SET parked_at = now(), attempts = attempts + 1, last_error = $2
+			WHERE id = $1 AND published_at IS NULL`, e.msg.ID, truncateError(cause))
+		n = tag.RowsAffected()
+	}
 	if err != nil {
 		return fmt.Errorf("pgcdc: park event %s (row %d): %w", e.msg.EventID, e.msg.ID, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		// Not visible yet (see seenPatience), or deleted: tried again.
 		return fmt.Errorf("pgcdc: park event %s: row %d is not in the table, or not yet visible", e.msg.EventID, e.msg.ID)
 	}
@@ -168,7 +192,15 @@ func (s *Store) hold(ctx context.Context) error {
 	for i, e := range es {
 		ids[i] = e.msg.ID
 	}
-	missing, err := s.updateSeen(ctx, `next_attempt_at = 'infinity', last_error = $2`, `published_at IS NULL AND parked_at IS NULL`, ids, heldError)
+	var missing []int64
+	var err error
+	if s.cfg.Mode == Messages {
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StatementTimeout)
+		_, err = s.insertRows(hctx, es, "NULL", "'infinity'", heldError)
+		cancel()
+	} else {
+		missing, err = s.updateSeen(ctx, `next_attempt_at = 'infinity', last_error = $2`, `published_at IS NULL AND parked_at IS NULL`, ids, heldError)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -335,4 +367,50 @@ func truncateError(err error) string {
 		msg = msg[:1000]
 	}
 	return msg
+}
+
+// insertRows writes the rows of events of Messages mode, which have none,
+// in one transaction: parked (parkedAt "now()") or held (nextAttemptAt
+// "'infinity'"), with lastError. A row that exists already (written
+// before a restart: same id) is kept. It returns the rows of es that the
+// table holds now.
+func (s *Store) insertRows(ctx context.Context, es []*entry, parkedAt, nextAttemptAt, lastError string) (int64, error) {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit, a no-op
+	var n int64
+	for _, e := range es {
+		m := e.msg
+		headers, err := sqlstore.EncodeHeaders(m.Headers)
+		if err != nil {
+			return 0, fmt.Errorf("event %s: %w", m.EventID, err)
+		}
+		var hv any
+		if headers != "" {
+			hv = headers
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO `+s.cfg.Table+` (id, event_id, event_type, event_version, aggregate_type, aggregate_id, shard,
+			topic, payload, headers, occurred_at, created_at, attempts, parked_at, next_attempt_at, last_error)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, `+parkedAt+`, `+nextAttemptAt+`, $14)
+			ON CONFLICT DO NOTHING`,
+			m.ID, m.EventID, m.EventType, m.EventVersion, m.AggregateType, m.AggregateID, sqlstore.ShardOf(m.AggregateType, m.AggregateID),
+			m.Topic, string(m.Payload), hv, m.OccurredAt, m.CreatedAt, e.attempts, lastError)
+		if err != nil {
+			return 0, fmt.Errorf("event %s: %w", m.EventID, err)
+		}
+		var same bool
+		if err := tx.QueryRow(ctx, `SELECT event_id = $2 FROM `+s.cfg.Table+` WHERE id = $1`, m.ID, m.EventID).Scan(&same); err != nil {
+			return 0, fmt.Errorf("event %s: read its row back: %w", m.EventID, err)
+		}
+		if !same {
+			return 0, fmt.Errorf("event %s: row %d of %s holds another event: the table's own rows reach the ids Messages mode parks at (log positions); park in a table of its own (Config.Table)", m.EventID, m.ID, s.cfg.Table)
+		}
+		n++
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, err
+	}
+	return n, nil
 }

@@ -118,7 +118,10 @@ type Store struct {
 	diverted map[aggregate]*diversion
 	tableq   []*entry // rows of diverted aggregates to publish, in id order
 	toHold   []*entry // events set aside, waiting for their holds
-	parkDone chan struct{}
+	// parkTable: there is a table to park in (always in Table mode; in
+	// Messages mode, when Table exists at Open).
+	parkTable bool
+	parkDone  chan struct{}
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -149,19 +152,20 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Store{
-		db:       db,
-		diverted: map[aggregate]*diversion{},
-		parkDone: make(chan struct{}),
-		cfg:      cfg,
-		log:      cfg.Logger,
-		inflight: map[int64]*entry{},
-		lost:     make(chan struct{}),
-		space:    make(chan struct{}, 1),
-		fresh:    make(chan struct{}, 1),
-		cancel:   cancel,
-		done:     make(chan struct{}),
-		markDone: make(chan struct{}),
-		awaiting: map[int64]*entry{},
+		db:        db,
+		diverted:  map[aggregate]*diversion{},
+		parkDone:  make(chan struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		inflight:  map[int64]*entry{},
+		lost:      make(chan struct{}),
+		space:     make(chan struct{}, 1),
+		fresh:     make(chan struct{}, 1),
+		cancel:    cancel,
+		done:      make(chan struct{}),
+		markDone:  make(chan struct{}),
+		awaiting:  map[int64]*entry{},
+		parkTable: cfg.Mode == Table,
 	}
 	close(s.lost) // no stream yet: nothing claimed from one
 	if err := s.loadDiverted(ctx); err != nil {
@@ -171,7 +175,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	go s.run(sctx)
 	go s.mark(sctx)
-	if cfg.Mode == Table {
+	if s.parkTable {
 		go s.pollParked(sctx)
 	} else {
 		close(s.parkDone)
@@ -311,18 +315,18 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 		}
 		delay := s.retryDelay(max(e.attempts, 1))
 		if f.Permanent {
-			if s.cfg.Mode == Table {
+			if s.parkTable {
 				err := s.park(ctx, e, f.Err)
 				if err == nil {
 					continue
 				}
 				parkErr = err // tried again after the retry delay
 			} else {
-				// Messages mode has no row to park: the event, and its
-				// aggregate's later ones, wait as long as the store
-				// waits for anything.
+				// Messages mode without a table to park in: the event,
+				// and its aggregate's later ones, wait as long as the
+				// store waits for anything.
 				delay = s.cfg.MaxRetryDelay
-				s.log.Error("pgcdc: the broker refused an event for good; in messages mode it and its aggregate's later events are retried every MaxRetryDelay",
+				s.log.Error("pgcdc: the broker refused an event for good; with no outbox table to park it in, it and its aggregate's later events are retried every MaxRetryDelay",
 					slog.String("event_id", e.msg.EventID.String()),
 					slog.String("aggregate_type", e.msg.AggregateType), slog.String("aggregate_id", e.msg.AggregateID),
 					slog.Any("error", f.Err))
