@@ -63,7 +63,7 @@ func drainOnce(b *testing.B, kind string, events, perTx, aggregates int) time.Du
 	}
 	cfg := sqlstore.WriterConfig{}
 	if mode == pgcdc.Messages && kind != "polling" {
-		cfg.LogicalMessages = pgcdc.DefaultMessagePrefix
+		cfg.LogicalMessages = e.cfg.MessagePrefix
 	}
 	w, err := sqlstore.NewWriter(sqlstore.Postgres, "", cfg)
 	if err != nil {

@@ -76,7 +76,9 @@ type Config struct {
 	Publication string
 
 	// MessagePrefix is the prefix of the logical decoding messages that
-	// [Messages] mode reads; the writer must use the same one.
+	// [Messages] mode reads; the writer must use the same one. Messages
+	// belong to the database, not to a schema: two outboxes in one
+	// database (in two schemas, say) need two prefixes.
 	// Default: "gooutbox" ([DefaultMessagePrefix]).
 	MessagePrefix string
 

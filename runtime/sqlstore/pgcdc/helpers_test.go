@@ -91,7 +91,9 @@ func newEnv(t testing.TB, mode pgcdc.Mode) *env {
 	}
 	name := slotPrefix + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
 	e := &env{dsn: dsn, pool: pool, cfg: pgcdc.Config{
-		ConnString: dsn, Mode: mode, Slot: name, Publication: name,
+		// Logical decoding messages belong to the database, not a
+		// schema: each test's prefix keeps the others' out of its slot.
+		ConnString: dsn, Mode: mode, Slot: name, Publication: name, MessagePrefix: name,
 		StatusInterval: time.Second, Logger: testLogger(t),
 	}}
 	t.Cleanup(func() {
@@ -185,7 +187,7 @@ func (e *env) writeTx(t *testing.T, tx pgx.Tx, envs ...runtime.Envelope) {
 	t.Helper()
 	cfg := sqlstore.WriterConfig{}
 	if e.cfg.Mode == pgcdc.Messages {
-		cfg.LogicalMessages = pgcdc.DefaultMessagePrefix
+		cfg.LogicalMessages = e.cfg.WithDefaults().MessagePrefix
 	}
 	w, err := sqlstore.NewWriter(sqlstore.Postgres, "", cfg)
 	if err != nil {

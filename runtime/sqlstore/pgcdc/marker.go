@@ -38,7 +38,9 @@ const seenPatience = 50
 
 // mark sets published_at on the queued rows every markEvery, off the
 // relay's path, until ctx is done, then once more. A row not yet visible
-// to the marker's statement is marked on a later pass.
+// to the marker's statement is marked on a later pass. The slot moves
+// past a published event once its row is marked, or a marking pass
+// failed (see Store.awaiting).
 func (s *Store) mark(ctx context.Context) {
 	defer close(s.markDone)
 	t := time.NewTicker(markEvery)
@@ -63,8 +65,14 @@ func (s *Store) mark(ctx context.Context) {
 			n := min(len(ids), markBatch)
 			missing, err := s.updateSeen(ctx, `published_at = now(), next_attempt_at = NULL`, `published_at IS NULL`, ids[:n])
 			if err != nil {
+				// Tried again on the next pass; meanwhile the slot need
+				// not wait for the marks: a server shutting down refuses
+				// new connections and waits for the stream to confirm
+				// what it sent. Only a crash before they are written
+				// leaves these rows looking pending.
 				s.log.Warn("pgcdc: marking published rows failed; trying again", slog.Int("rows", len(ids)), slog.Any("error", err))
 				later = append(later, ids...)
+				s.marked(ids)
 				break
 			}
 			retry := map[int64]bool{}

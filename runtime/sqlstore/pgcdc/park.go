@@ -102,7 +102,11 @@ func (s *Store) park(ctx context.Context, e *entry, cause error) error {
 		n = tag.RowsAffected()
 	}
 	if err != nil {
-		return fmt.Errorf("pgcdc: park event %s (row %d): %w", e.msg.EventID, e.msg.ID, err)
+		err = fmt.Errorf("pgcdc: park event %s (row %d): %w", e.msg.EventID, e.msg.ID, err)
+		if s.cfg.Mode == Messages {
+			s.endStream(err) // its row is not written: see endStream
+		}
+		return err
 	}
 	if n == 0 {
 		// Not visible yet (see seenPatience), or deleted: tried again.
@@ -204,8 +208,21 @@ func (s *Store) hold(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
+		err = fmt.Errorf("pgcdc: hold %d events behind parked ones: %w", len(es), err)
+		if s.cfg.Mode == Table {
+			// Their rows are in the table, published from it in order
+			// once the aggregate is released, held or not: the slot
+			// need not wait for the holds.
+			for _, e := range es {
+				s.release(e)
+			}
+			return err
+		}
+		// Their rows are not written: tried again on the next pass, and
+		// the slot must wait; the stream ends meanwhile (see endStream).
 		s.toHold = append(es, s.toHold...)
-		return fmt.Errorf("pgcdc: hold %d events behind parked ones: %w", len(es), err)
+		s.endStream(err)
+		return err
 	}
 	var later []*entry
 	for _, e := range es {

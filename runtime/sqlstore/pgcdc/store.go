@@ -97,9 +97,11 @@ type Store struct {
 	fault     error // the last stream's error that needs an operator
 	lost      chan struct{}
 	interrupt func() // cuts the stream's wait short, to send a status
-	space     chan struct{}
-	fresh     chan struct{} // new events arrived (for Listen)
-	lastBeat  time.Time
+	// endErr, when set, ends the stream (see endStream).
+	endErr   error
+	space    chan struct{}
+	fresh    chan struct{} // new events arrived (for Listen)
+	lastBeat time.Time
 
 	// The marker's queue (see [Config.SkipMarking]).
 	markMu   sync.Mutex
@@ -522,4 +524,20 @@ func (s *Store) SlotLag(ctx context.Context) (bytes int64, age time.Duration, er
 	}
 	s.mu.Unlock()
 	return bytes, age, nil
+}
+
+// endStream ends the current stream with err, under s.mu: the store
+// could not write to the table what the slot's position waits for (a held
+// or parked event of Messages mode). A server shutting down waits for its
+// WAL senders' clients to confirm everything sent, so a stream kept open
+// while the database refuses the store's writes would hold the shutdown
+// up; once ended, the stream opens again after a backoff and streams the
+// unconfirmed events again.
+func (s *Store) endStream(err error) {
+	if s.endErr == nil && s.streaming {
+		s.endErr = err
+		if s.interrupt != nil {
+			s.interrupt()
+		}
+	}
 }

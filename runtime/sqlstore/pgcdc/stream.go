@@ -108,10 +108,11 @@ func (s *Store) stream(ctx context.Context) (err error) {
 		return classify(fmt.Errorf("pgcdc: start replication from slot %q: %w", s.cfg.Slot, err), &s.cfg)
 	}
 	defer func() {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && !conn.IsClosed() {
 			// Closing: tell the server how far the events were published
 			// (once the marker's last pass marked their rows), so that
-			// the next stream repeats nothing published.
+			// the next stream repeats nothing published. (A connection
+			// that failed is being closed already.)
 			<-s.markDone
 			_ = pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: s.Confirmed()})
 		}
@@ -154,11 +155,19 @@ func (s *Store) stream(ctx context.Context) (err error) {
 		// A status every StatusInterval (and at once when the server asks
 		// for one), and soon after a mark moved the position.
 		now := time.Now()
-		confirmed, full, beat := s.loopState(now, open == nil)
+		confirmed, full, beat, end := s.loopState(now, open == nil)
+		if end != nil {
+			return end
+		}
 		if !now.Before(lastSent.Add(s.cfg.StatusInterval)) || (confirmed != sent && !now.Before(lastSent.Add(statusDelay))) {
 			// A reply (a keepalive) proves the stream alive, which
 			// Claim's lease counts from (see Store.heard).
-			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed, ReplyRequested: true}); err != nil {
+			// Not under ctx: a Close that came during the write would
+			// leave the connection closed, and the closing status unsent.
+			sctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatementTimeout)
+			err := pglogrepl.SendStandbyStatusUpdate(sctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed, ReplyRequested: true})
+			cancel()
+			if err != nil {
 				return fmt.Errorf("pgcdc: send standby status: %w", err)
 			}
 			sent, lastSent = confirmed, now
@@ -323,7 +332,7 @@ func (s *Store) restart() chan struct{} {
 	}
 	s.pending, s.txns = nil, nil
 	s.unpublished, s.doneN = 0, 0
-	s.standby, s.streaming, s.fault = false, true, nil
+	s.standby, s.streaming, s.fault, s.endErr = false, true, nil, nil
 	s.gen++
 	s.lost = make(chan struct{})
 	s.lastBeat = time.Now()
@@ -385,14 +394,15 @@ func (s *Store) idle(lsn pglogrepl.LSN) {
 // turn: the confirmed position, whether the buffer holds MaxBuffered
 // unpublished events, and, between transactions (idle), whether a
 // heartbeat is due (see [Config.Heartbeat]; it then counts as sent).
-func (s *Store) loopState(now time.Time, idle bool) (confirmed pglogrepl.LSN, full, beat bool) {
+func (s *Store) loopState(now time.Time, idle bool) (confirmed pglogrepl.LSN, full, beat bool, end error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	beat = idle && s.cfg.Heartbeat > 0 && len(s.txns) == 0 && now.Sub(s.lastBeat) >= s.cfg.Heartbeat
 	if beat {
 		s.lastBeat = now
 	}
-	return s.confirmed, s.unpublished >= s.cfg.MaxBuffered, beat
+	end, s.endErr = s.endErr, nil
+	return s.confirmed, s.unpublished >= s.cfg.MaxBuffered, beat, end
 }
 
 // beat writes a heartbeat message.
