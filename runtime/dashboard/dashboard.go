@@ -69,6 +69,12 @@ type Config struct {
 	ParkedShown int
 	// QueryTimeout bounds the store calls of one request (default 10s).
 	QueryTimeout time.Duration
+	// Slot, when set, reports the replication slot of a change-data-capture
+	// relay (package runtime/sqlstore/pgcdc), which the overview shows
+	// beside the counts: whether a relay streams from it, and the WAL it
+	// keeps. It is called once per overview, under QueryTimeout; an error
+	// is shown in its place. Default: nil, no slot panel.
+	Slot func(ctx context.Context) (SlotFigures, error)
 	// Logger receives store and sampling failures (Warn, Error) and, at
 	// Info, every retry and discard done through the dashboard, as an
 	// audit trail. Default: [slog.Default]; pass
@@ -338,8 +344,37 @@ func (h *Handler) storeFailed(w http.ResponseWriter, r *http.Request, what strin
 	h.fail(w, r, http.StatusInternalServerError, what+": "+err.Error())
 }
 
+// SlotFigures are what the overview shows of a change-data-capture
+// relay's replication slot (see [Config.Slot]).
+type SlotFigures struct {
+	// Name is the slot's name.
+	Name string
+	// Exists reports whether the slot exists; the other fields are zero
+	// when it does not.
+	Exists bool
+	// Streaming reports whether a relay streams from the slot now.
+	Streaming bool
+	// LagBytes is the WAL written since the slot's confirmed position:
+	// what the slot keeps the server from recycling.
+	LagBytes int64
+	// WALStatus is the server's wal_status of the slot (reserved,
+	// extended, unreserved, or lost: invalidated).
+	WALStatus string
+	// ConfirmedLSN is the slot's confirmed position, in PostgreSQL's
+	// text form.
+	ConfirmedLSN string
+}
+
+// slotPanel is the overview's slot panel: the figures, or why there are
+// none.
+type slotPanel struct {
+	SlotFigures
+	Err string
+}
+
 // overviewData is the overview page's data.
 type overviewData struct {
+	Slot        *slotPanel
 	Stats       relay.Stats
 	StatsAt     time.Time
 	GroupsAt    time.Time
@@ -393,6 +428,16 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	d.Backlog = newChart(samples, func(s relay.Stats) float64 { return float64(s.Pending) }, formatCount)
 	d.Lag = newChart(samples, func(s relay.Stats) float64 { return s.OldestPending.Seconds() }, formatSeconds)
 	d.Parked = newChart(samples, func(s relay.Stats) float64 { return float64(s.Parked) }, formatCount)
+	if h.cfg.Slot != nil {
+		t0 = time.Now()
+		f, err := h.cfg.Slot(ctx)
+		tm.since(t0)
+		d.Slot = &slotPanel{SlotFigures: f}
+		if err != nil {
+			h.cfg.Logger.Warn("outbox dashboard: reading the replication slot failed", "error", err)
+			d.Slot.Err = err.Error()
+		}
+	}
 	if n, err := strconv.Atoi(r.URL.Query().Get("refresh")); err == nil && n >= 2 && n <= 3600 {
 		d.Refresh = n
 	}

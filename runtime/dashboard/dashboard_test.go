@@ -476,3 +476,40 @@ func TestHeldEventSaysWhatItWaitsFor(t *testing.T) {
 		t.Errorf("GET the held event: %d; want it to name parked row %d:\n%s", code, parked, body)
 	}
 }
+
+// TestSlotPanel: with Config.Slot, the overview shows the replication
+// slot's figures (a slot without a relay and with lost WAL flagged), says
+// when the slot does not exist, and shows a failure to read it in its
+// place while the rest of the page stays.
+func TestSlotPanel(t *testing.T) {
+	f := newFake()
+	f.add(sqlstore.StatePending, "a-1", "", `{"n":1}`)
+	var figures dashboard.SlotFigures
+	var fail error
+	h := newHandler(t, f, dashboard.Config{Slot: func(context.Context) (dashboard.SlotFigures, error) { return figures, fail }})
+	srv, c := serve(t, h, "")
+
+	figures = dashboard.SlotFigures{Name: "outbox_messages_cdc", Exists: true, Streaming: true, LagBytes: 3 << 20, WALStatus: "reserved", ConfirmedLSN: "0/1A2B3C"}
+	_, body, _ := get(t, c, srv.URL+"/")
+	for _, want := range []string{"CDC slot outbox_messages_cdc", `id="slot-streaming">streaming<`, `id="slot-lag">3.0 MiB<`, `id="slot-wal-status">reserved<`, "0/1A2B3C", `id="pending">1<`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview of a streaming slot lacks %q", want)
+		}
+	}
+	figures = dashboard.SlotFigures{Name: "outbox_messages_cdc", Exists: true, LagBytes: 512, WALStatus: "lost"}
+	_, body, _ = get(t, c, srv.URL+"/")
+	for _, want := range []string{`warn" id="slot-streaming">no relay<`, `id="slot-lag">512 B<`, `bad" id="slot-wal-status">lost<`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview of a lost slot lacks %q", want)
+		}
+	}
+	figures = dashboard.SlotFigures{Name: "outbox_messages_cdc"}
+	if _, body, _ = get(t, c, srv.URL+"/"); !strings.Contains(body, `id="slot-missing"`) {
+		t.Errorf("overview of a missing slot does not say so")
+	}
+	fail = errors.New("permission denied for view pg_replication_slots")
+	code, body, _ := get(t, c, srv.URL+"/")
+	if code != http.StatusOK || !strings.Contains(body, "Could not read the slot: permission denied") || !strings.Contains(body, `id="pending">1<`) {
+		t.Errorf("overview with a failing slot: %d, want the page with the error in the panel:\n%s", code, body)
+	}
+}

@@ -161,6 +161,7 @@ func formatDuration(d time.Duration) string {
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
 	"count": groupDigits,
+	"size":  formatBytes,
 	"dur":   formatDuration,
 	"time": func(t time.Time) string {
 		if t.IsZero() {
@@ -199,4 +200,18 @@ var funcs = template.FuncMap{
 	},
 	"list": func(e *sqlstore.Entry) []sqlstore.Entry { return []sqlstore.Entry{*e} },
 	"h":    func() int { return chartHeight },
+}
+
+// formatBytes writes n bytes in binary units: "512 B", "3.2 MiB".
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -66,6 +66,34 @@ func TestCDCSetupStatusDrop(t *testing.T) {
 	}
 }
 
+// TestDashboardCDCSlot: outbox dashboard --cdc-slot shows the slot on
+// the overview: no relay streaming from a slot just set up, the WAL it
+// keeps; and says so when the slot is gone.
+func TestDashboardCDCSlot(t *testing.T) {
+	t.Parallel()
+	d, slot := cdcTestDB(t)
+	if code, _, stderr := runCmd(t, nil, "cdc", "setup", "--db", d.url, "--slot", slot); code != exitOK {
+		t.Fatalf("cdc setup: exit %d: %s", code, stderr)
+	}
+	base, stop := startDashboard(t, "--db", d.url, "--cdc-slot", slot)
+	body := getPage(t, base)
+	for _, want := range []string{"CDC slot " + slot, `id="slot-streaming">no relay<`, `id="slot-lag">`, `id="slot-wal-status">reserved<`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview with --cdc-slot lacks %q:\n%s", want, body)
+		}
+	}
+	if code, _, stderr := runCmd(t, nil, "cdc", "drop", "--db", d.url, "--slot", slot); code != exitOK {
+		t.Fatalf("cdc drop: exit %d: %s", code, stderr)
+	}
+	if body := getPage(t, base); !strings.Contains(body, `id="slot-missing"`) {
+		t.Errorf("overview after the slot was dropped does not say it is missing:\n%s", body)
+	}
+	stop()
+	if code, _, stderr := runCmd(t, nil, "dashboard", "--db", "sqlite:x.db", "--cdc-slot", slot); code != exitUsage || !strings.Contains(stderr, "postgres://") {
+		t.Errorf("dashboard --cdc-slot on SQLite: exit %d, %q; want a usage error asking for postgres://", code, stderr)
+	}
+}
+
 // TestRelayCDC: outbox relay --cdc table sets the slot up, publishes what
 // is committed after, in order per aggregate, and the rows end published.
 func TestRelayCDC(t *testing.T) {
