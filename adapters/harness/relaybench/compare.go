@@ -28,6 +28,7 @@ import (
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/pgcdc"
 )
 
 // warmTopic receives the messages that warm publishers up, so that they
@@ -58,10 +59,16 @@ type bench struct {
 	// lastCPU is the CPU the last drain of our relay or the batched one
 	// used (nil after the others).
 	lastCPU *cpuUse
+
+	// cdc reports whether the CDC paths run (wal_level = logical), and
+	// cdcRuns numbers their slots (see cdcConfig).
+	cdc     bool
+	cdcRuns int
+	started time.Time
 }
 
 func compare(ctx context.Context, o options, args []string, out io.Writer) error {
-	b := &bench{o: o, out: out, pubs: map[string]*kafka.Publisher{}}
+	b := &bench{o: o, out: out, pubs: map[string]*kafka.Publisher{}, started: time.Now()}
 	var err error
 	if b.ev, err = newEventMaker(o.payload); err != nil {
 		return err
@@ -88,6 +95,10 @@ func compare(ctx context.Context, o options, args []string, out io.Writer) error
 		version, redact(o.dsn), topic)
 	fmt.Fprintf(out, "events: %s (%d B payload, %d aggregates); %d repetitions, interleaved; figures are medians [min – max]\n",
 		Paid{}.EventKey().Type, o.payload, o.aggregates, o.reps)
+	var why string
+	if b.cdc, why = b.cdcAvailable(ctx); !b.cdc {
+		fmt.Fprintf(out, "CDC relay paths left out: %s (ALTER SYSTEM SET wal_level = logical, then a restart)\n", why)
+	}
 
 	for _, s := range sections {
 		if !o.only[s] {
@@ -257,6 +268,15 @@ func (b *bench) relaySection(ctx context.Context) error {
 	paths = append(paths, path{oursDeleteLabel, o.events, func(ctx context.Context, _ int) (time.Duration, error) {
 		return b.drainOurs(ctx, 1, false, sqlstore.StoreConfig{DeletePublished: true})
 	}})
+	if b.cdc {
+		paths = append(paths,
+			path{cdcTableLabel, o.events, func(ctx context.Context, _ int) (time.Duration, error) {
+				return b.drainCDC(ctx, pgcdc.Table)
+			}},
+			path{cdcMessagesLabel, o.events, func(ctx context.Context, _ int) (time.Duration, error) {
+				return b.drainCDC(ctx, pgcdc.Messages)
+			}})
+	}
 	paths = append(paths,
 		path{"naive loop (claim 100, per row: produce + UPDATE)", o.naive, func(ctx context.Context, _ int) (time.Duration, error) {
 			if err := b.prefillPlain(ctx, o.naive); err != nil {
@@ -329,6 +349,12 @@ func (b *bench) relaySection(ctx context.Context) error {
 	}
 	for _, k := range o.relays[1:] {
 		ratios = append(ratios, ratio{fmt.Sprintf("ours(%d), sharing / ours(%d)", k, o.relays[0]), sharingLabel(k), one})
+	}
+	if b.cdc {
+		ratios = append(ratios,
+			ratio{"CDC, Table mode / ours(1)", cdcTableLabel, one},
+			ratio{"CDC, Messages mode / ours(1)", cdcMessagesLabel, one},
+			ratio{"CDC, Table mode / batched", cdcTableLabel, batchedLabel})
 	}
 	ratios = append(ratios,
 		ratio{"batched(2) / batched(1): what a second instance gives the reference on this machine", batched2Label, batchedLabel},

@@ -31,17 +31,24 @@
 //     FOR UPDATE SKIP LOCKED, one Kafka write, one UPDATE ... WHERE id =
 //     ANY($1); two instances of it, which keep no per-aggregate order, as a
 //     yardstick of what a second instance gives on the machine; and a
-//     DELETE variant). Every path must put every event on the
-//     broker: the topic's high watermarks are compared before and after.
+//     DELETE variant), and the CDC relay (package runtime/sqlstore/pgcdc)
+//     streaming the same backlog from a replication slot created before it
+//     was written, in Table mode (the plugin's rows) and in Messages mode
+//     (the plugin's logical decoding messages, no rows). Every path must
+//     put every event on the broker: the topic's high watermarks are
+//     compared before and after.
 //   - latency: commit → broker acknowledgement at -rate events/s offered by
 //     -producers GORM writers for -duration: our relay with its defaults, the
-//     batched relay with a 10 ms poll, and the forwarder with a 10 ms poll and
-//     with its default (1 s). Commit time is taken in the writer when Commit
+//     batched relay with a 10 ms poll, the forwarder with a 10 ms poll and
+//     with its default (1 s), and the CDC relay (Table mode) with its
+//     defaults. Commit time is taken in the writer when Commit
 //     returns; ack time when the relay's Publish call returns (the publisher
 //     is synchronous: it returns on the broker's acknowledgement).
 //   - save: GORM transactions per second of -producers writers for
 //     -duration, each creating a business row and one event: through the hooks
-//     plugin, with the outbox row written by hand (a plain INSERT, no plugin),
+//     plugin, through the plugin writing a logical decoding message instead
+//     of the row (CDC Messages mode), with the outbox row written by hand (a
+//     plain INSERT, no plugin),
 //     and through the plugin with the wake-up register dropped (writers never
 //     notify); the plugin again with our relay running, and the NOTIFYs sent.
 //     The variants a ratio compares run one after the other.

@@ -80,12 +80,7 @@ func (b *bench) latencySection(ctx context.Context) error {
 				}
 				return runUntilStopped(ctx, r.Run, r.Running(), s.Close)
 			},
-			func(ctx context.Context, i int, acct int64) (string, error) {
-				a := Account{ID: acct, Balance: int64(i)}
-				a.Record(b.ev.event(i))
-				id := a.OutboxRecorder().Pending()[0].ID.String()
-				return id, b.db.WithContext(ctx).Model(&a).Updates(map[string]any{"balance": a.Balance}).Error
-			}},
+			b.oursLatencyWrite},
 		{"batched relay, poll 10ms",
 			func(ctx context.Context, rec *ackRecorder) (func() error, error) {
 				r := &batchedRelay{db: b.sqlDB, pub: rec, batch: effectiveBatch(o.batch), poll: 10 * time.Millisecond}
@@ -105,6 +100,9 @@ func (b *bench) latencySection(ctx context.Context) error {
 			}},
 		wmPath("Watermill forwarder, poll 10ms", 10*time.Millisecond),
 		wmPath("Watermill forwarder, defaults (poll 1s)", 0),
+	}
+	if b.cdc {
+		paths = append(paths, b.cdcLatencyPath())
 	}
 	p50s, p99s, maxs, rates := newResults(), newResults(), newResults(), newResults()
 	total := 0
@@ -132,10 +130,14 @@ func (b *bench) latencySection(ctx context.Context) error {
 			groupDigits(med), groupDigits(lo), groupDigits(hi))
 	}
 	fmt.Fprintln(b.out)
-	p99s.ratios(b.out, []ratio{
+	rs := []ratio{
 		{"p99: ours / batched relay, poll 10ms", "ours, defaults", "batched relay, poll 10ms"},
 		{"p99: ours / Watermill forwarder, poll 10ms", "ours, defaults", "Watermill forwarder, poll 10ms"},
-	})
+	}
+	if b.cdc {
+		rs = append(rs, ratio{"p99: CDC / ours", cdcLatencyLabel, "ours, defaults"})
+	}
+	p99s.ratios(b.out, rs)
 	return nil
 }
 
@@ -297,4 +299,13 @@ func (b *bench) runLatency(ctx context.Context, p latencyPath) ([]time.Duration,
 	}
 	slices.Sort(lat)
 	return lat, float64(total) / slices.MaxFunc(commits, time.Time.Compare).Sub(start).Seconds(), nil
+}
+
+// oursLatencyWrite saves account acct with the i-th event through the
+// plugin, in one transaction, and returns the event's id.
+func (b *bench) oursLatencyWrite(ctx context.Context, i int, acct int64) (string, error) {
+	a := Account{ID: acct, Balance: int64(i)}
+	a.Record(b.ev.event(i))
+	id := a.OutboxRecorder().Pending()[0].ID.String()
+	return id, b.db.WithContext(ctx).Model(&a).Updates(map[string]any{"balance": a.Balance}).Error
 }
