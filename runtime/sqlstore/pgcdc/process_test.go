@@ -27,6 +27,7 @@ const (
 	envDSN     = "PGCDC_TEST_DSN"     // the schema's DSN
 	envSlot    = "PGCDC_TEST_SLOT"    // the slot
 	envTimeout = "PGCDC_TEST_TIMEOUT" // SenderTimeout, in ms
+	envMode    = "PGCDC_TEST_MODE"    // the mode; its message prefix is the slot's name
 )
 
 // runChild is a child's main: it does not return.
@@ -43,6 +44,7 @@ func runChild() {
 		fail(err)
 	}
 	store, err := pgcdc.Open(ctx, pgcdc.Config{ConnString: os.Getenv(envDSN), Slot: os.Getenv(envSlot), Publication: os.Getenv(envSlot),
+		Mode: pgcdc.Mode(os.Getenv(envMode)), MessagePrefix: os.Getenv(envSlot),
 		SenderTimeout: time.Duration(ms) * time.Millisecond, RetryDelay: 20 * time.Millisecond})
 	if err != nil {
 		fail(err)
@@ -89,11 +91,21 @@ func (logBroker) Close() error { return nil }
 // resumed. Every committed event reaches the broker's log, and on the
 // log each aggregate's events follow one another, a successor's re-send of
 // the unconfirmed tail aside: the paused relay's batch, when it wakes
-// after its lease, never lands between or after them.
+// after its lease, never lands between or after them. It runs in both
+// modes.
 func TestRelayProcessesKilledAndPaused(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []pgcdc.Mode{pgcdc.Table, pgcdc.Messages} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			testRelayProcessesKilledAndPaused(t, mode)
+		})
+	}
+}
+
+func testRelayProcessesKilledAndPaused(t *testing.T, mode pgcdc.Mode) {
 	ctx := context.Background()
-	e := newEnv(t, pgcdc.Table)
+	e := newEnv(t, mode)
 	if _, err := e.pool.Exec(ctx, `CREATE TABLE received (id BIGSERIAL PRIMARY KEY, event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL, relay TEXT NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +116,7 @@ func TestRelayProcessesKilledAndPaused(t *testing.T) {
 	start := func(name string) *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), envChild+"="+name, envDSN+"="+e.dsn, envSlot+"="+e.cfg.Slot,
-			envTimeout+"="+strconv.FormatInt(senderTimeout.Milliseconds(), 10))
+			envTimeout+"="+strconv.FormatInt(senderTimeout.Milliseconds(), 10), envMode+"="+string(mode))
 		cmd.Stderr = testWriter{t}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
