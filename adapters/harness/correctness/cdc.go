@@ -55,14 +55,9 @@ func setupCDC(ctx context.Context, dsn, slot string) (drop func() error, err err
 	return func() error {
 		// The server releases the slot when the last relay's WAL sender
 		// exits, shortly after the relay processes ended.
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			err := pgcdc.Drop(context.WithoutCancel(ctx), cfg)
-			if err == nil || !errors.Is(err, pgcdc.ErrSlotActive) || time.Now().After(deadline) {
-				return err
-			}
-			time.Sleep(50 * time.Millisecond) // polling until the deadline
-		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		return pgcdc.DropWhenFree(ctx, cfg)
 	}, nil
 }
 

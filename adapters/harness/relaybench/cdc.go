@@ -64,14 +64,9 @@ func withSlot(ctx context.Context, cfg pgcdc.Config) (drop func() error, err err
 		return nil, err
 	}
 	return func() error {
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			err := pgcdc.Drop(context.WithoutCancel(ctx), cfg)
-			if err == nil || !errors.Is(err, pgcdc.ErrSlotActive) || time.Now().After(deadline) {
-				return err
-			}
-			time.Sleep(50 * time.Millisecond) // the WAL sender exits shortly after the stream closed
-		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		return pgcdc.DropWhenFree(ctx, cfg)
 	}, nil
 }
 

@@ -97,19 +97,10 @@ func newEnv(t testing.TB, mode pgcdc.Mode) *env {
 		StatusInterval: time.Second, Logger: testLogger(t),
 	}}
 	t.Cleanup(func() {
-		// The server releases a slot when its WAL sender exits, shortly
-		// after the store closed its connection.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			err := pgcdc.Drop(context.Background(), e.cfg)
-			if err == nil {
-				return
-			}
-			if !errors.Is(err, pgcdc.ErrSlotActive) || time.Now().After(deadline) {
-				t.Errorf("drop slot: %v", err)
-				return
-			}
-			time.Sleep(20 * time.Millisecond) // polling until the deadline
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := pgcdc.DropWhenFree(ctx, e.cfg); err != nil {
+			t.Errorf("drop slot: %v", err)
 		}
 	})
 	return e
@@ -319,3 +310,13 @@ func (e *env) publishedRows(t *testing.T) int {
 }
 
 var errBroker = errors.New("broker down")
+
+// forEachMode runs test as parallel subtests, one per mode.
+func forEachMode(t *testing.T, test func(t *testing.T, mode pgcdc.Mode)) {
+	for _, mode := range []pgcdc.Mode{pgcdc.Table, pgcdc.Messages} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			test(t, mode)
+		})
+	}
+}

@@ -26,12 +26,7 @@ import (
 // stream again.
 func TestParkedEventHoldsItsAggregate(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []pgcdc.Mode{pgcdc.Table, pgcdc.Messages} {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			testParkedEventHoldsItsAggregate(t, mode)
-		})
-	}
+	forEachMode(t, testParkedEventHoldsItsAggregate)
 }
 
 func testParkedEventHoldsItsAggregate(t *testing.T, mode pgcdc.Mode) {

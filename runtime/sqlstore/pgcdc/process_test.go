@@ -95,12 +95,7 @@ func (logBroker) Close() error { return nil }
 // modes.
 func TestRelayProcessesKilledAndPaused(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []pgcdc.Mode{pgcdc.Table, pgcdc.Messages} {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			testRelayProcessesKilledAndPaused(t, mode)
-		})
-	}
+	forEachMode(t, testRelayProcessesKilledAndPaused)
 }
 
 func testRelayProcessesKilledAndPaused(t *testing.T, mode pgcdc.Mode) {

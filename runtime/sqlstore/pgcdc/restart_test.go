@@ -40,12 +40,7 @@ const envPGBin = "OUTBOX_TEST_PG_BINDIR"
 // restarting it disturbs no other test.
 func TestPostgresRestart(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []pgcdc.Mode{pgcdc.Table, pgcdc.Messages} {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			testPostgresRestart(t, mode)
-		})
-	}
+	forEachMode(t, testPostgresRestart)
 }
 
 func testPostgresRestart(t *testing.T, mode pgcdc.Mode) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -89,6 +90,28 @@ func Drop(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("pgcdc: drop publication %q: %w", cfg.Publication, err)
 	}
 	return nil
+}
+
+// DropWhenFree drops cfg's slot and publication as [Drop] does, waiting
+// while the slot is in use until ctx is done: for a program that has just
+// closed its stores (the server releases a slot when its WAL sender exits,
+// shortly after the stream's connection closed), or a script that stops
+// the relays, then drops. It tries again every 50ms; once ctx is done it
+// returns the last error, wrapping [ErrSlotActive].
+func DropWhenFree(ctx context.Context, cfg Config) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		err := Drop(ctx, cfg)
+		if !errors.Is(err, ErrSlotActive) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 // checkWALLevel returns an error wrapping [ErrWALLevel], naming the fix,
