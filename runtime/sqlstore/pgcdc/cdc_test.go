@@ -317,11 +317,15 @@ func TestConfigValidate(t *testing.T) {
 // reconnect each time: every committed event is published, each
 // aggregate's in commit order (a repeat of the unconfirmed tail is
 // allowed, never an event before an earlier one of its aggregate after
-// that one was published).
+// that one was published), in both modes.
 func TestWALSenderTerminated(t *testing.T) {
 	t.Parallel()
+	forEachMode(t, testWALSenderTerminated)
+}
+
+func testWALSenderTerminated(t *testing.T, mode pgcdc.Mode) {
 	ctx := context.Background()
-	e := newEnv(t, pgcdc.Table)
+	e := newEnv(t, mode)
 	e.cfg.RetryDelay = 10 * time.Millisecond
 	store := e.open(t)
 	pub := &broker{}
