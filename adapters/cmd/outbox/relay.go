@@ -126,7 +126,7 @@ nats://host:4222, redis://host:6379/0, postgres://..., sqs://host:port,
 sns://host:port, memory:// (in-process, for trials: refused unless
 --allow-local-broker, as nothing outside the relay can read it).
 
-With --delete-published, a published message is deleted instead of marked
+With --delete-published (also with --cdc table), a published message is deleted instead of marked
 (StoreConfig.DeletePublished): the cheapest mark, but "outbox replay" has
 nothing to republish and an event saved again after it was published is
 published again (see the README, "No retention at all"). Otherwise, with
@@ -219,7 +219,7 @@ the relay until TCP gives up.`,
 			if d != sqlstore.Postgres {
 				return &flagError{Flag: "--cdc", Value: *cdcMode, Want: "a postgres:// --db: the CDC relay streams from PostgreSQL's logical replication (on MySQL and MariaDB, leave the flag out for the polling relay)"}
 			}
-			cdcCfg = &pgcdc.Config{ConnString: dsn, Table: fs.table, Mode: pgcdc.Mode(*cdcMode), Slot: *cdcSlot}
+			cdcCfg = &pgcdc.Config{ConnString: dsn, Table: fs.table, Mode: pgcdc.Mode(*cdcMode), Slot: *cdcSlot, DeletePublished: scfg.DeletePublished}
 			if err := cdcCfg.Validate(); err != nil {
 				return &flagError{Flag: "--cdc", Value: *cdcMode, Want: "table or messages (" + err.Error() + ")"}
 			}

@@ -31,6 +31,7 @@ import (
 const (
 	cdcTableLabel    = "CDC relay (pgcdc), Table mode: streams the plugin's rows"
 	cdcMessagesLabel = "CDC relay (pgcdc), Messages mode: logical decoding messages, no rows"
+	cdcDeleteLabel   = "CDC relay (pgcdc), Table mode, DeletePublished (the mark is a DELETE)"
 	cdcLatencyLabel  = "CDC relay (pgcdc, Table mode), defaults"
 	saveMessages     = "hooks plugin, LogicalMessages (CDC Messages mode: no outbox row)"
 )
@@ -94,9 +95,11 @@ func (b *bench) messagesDB(prefix string) (*gorm.DB, *hooks.Plugin, func(), erro
 }
 
 // drainCDC pre-fills the backlog in mode (rows, or messages) after its
-// slot exists, and drains it with one CDC relay.
-func (b *bench) drainCDC(ctx context.Context, mode pgcdc.Mode) (time.Duration, error) {
+// slot exists, and drains it with one CDC relay (deleting the rows of the
+// published events, with deletePublished).
+func (b *bench) drainCDC(ctx context.Context, mode pgcdc.Mode, deletePublished bool) (time.Duration, error) {
 	cfg := b.cdcConfig(mode)
+	cfg.DeletePublished = deletePublished
 	drop, err := withSlot(ctx, cfg)
 	if err != nil {
 		return 0, err

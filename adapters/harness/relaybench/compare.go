@@ -271,10 +271,13 @@ func (b *bench) relaySection(ctx context.Context) error {
 	if b.cdc {
 		paths = append(paths,
 			path{cdcTableLabel, o.events, func(ctx context.Context, _ int) (time.Duration, error) {
-				return b.drainCDC(ctx, pgcdc.Table)
+				return b.drainCDC(ctx, pgcdc.Table, false)
+			}},
+			path{cdcDeleteLabel, o.events, func(ctx context.Context, _ int) (time.Duration, error) {
+				return b.drainCDC(ctx, pgcdc.Table, true)
 			}},
 			path{cdcMessagesLabel, o.events, func(ctx context.Context, _ int) (time.Duration, error) {
-				return b.drainCDC(ctx, pgcdc.Messages)
+				return b.drainCDC(ctx, pgcdc.Messages, false)
 			}})
 	}
 	paths = append(paths,
@@ -354,6 +357,7 @@ func (b *bench) relaySection(ctx context.Context) error {
 		ratios = append(ratios,
 			ratio{"CDC, Table mode / ours(1)", cdcTableLabel, one},
 			ratio{"CDC, Messages mode / ours(1)", cdcMessagesLabel, one},
+			ratio{"CDC, Table mode, DeletePublished / ours, DeletePublished", cdcDeleteLabel, oursDeleteLabel},
 			ratio{"CDC, Table mode / batched", cdcTableLabel, batchedLabel})
 	}
 	ratios = append(ratios,

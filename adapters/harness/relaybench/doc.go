@@ -33,7 +33,7 @@
 //     yardstick of what a second instance gives on the machine; and a
 //     DELETE variant), and the CDC relay (package runtime/sqlstore/pgcdc)
 //     streaming the same backlog from a replication slot created before it
-//     was written, in Table mode (the plugin's rows) and in Messages mode
+//     was written, in Table mode (the plugin's rows; also with DeletePublished) and in Messages mode
 //     (the plugin's logical decoding messages, no rows). Every path must
 //     put every event on the broker: the topic's high watermarks are
 //     compared before and after.

@@ -301,6 +301,7 @@ func TestConfigValidate(t *testing.T) {
 		{pgcdc.Config{ConnString: "x", Publication: "a b"}, "Publication"},
 		{pgcdc.Config{ConnString: "x", Table: "a;b"}, "Table"},
 		{pgcdc.Config{ConnString: "x", Lease: -1}, "Lease"},
+		{pgcdc.Config{ConnString: "x", DeletePublished: true, SkipMarking: true}, "DeletePublished and SkipMarking"},
 	} {
 		err := c.cfg.Validate()
 		if !errors.Is(err, pgcdc.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
@@ -471,4 +472,54 @@ func TestHalfOpenStreamReopens(t *testing.T) {
 		t.Fatalf("published %v: want %s first", ids, before.EventID)
 	}
 	until(t, "both rows marked published", func() bool { return e.publishedRows(t) == 2 })
+}
+
+// TestDeletePublished: with DeletePublished the rows of published events
+// are deleted (the pending ones stay), and a restart of the store
+// repeats nothing: the slot moved past them once they were gone.
+func TestDeletePublished(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, pgcdc.Table)
+	e.cfg.DeletePublished = true
+	store := e.open(t)
+	var refuse atomic.Bool
+	var refused atomic.Int32
+	pub := &broker{fn: func(msgs []*message.Message) error {
+		if refuse.Load() {
+			refused.Add(1)
+			return errors.New("broker down")
+		}
+		return nil
+	}}
+	stop := runRelay(t, store, pub)
+	published := []runtime.Envelope{event("d", 1), event("d", 2), event("e", 1)}
+	e.write(t, false, published...)
+	until(t, "three published", func() bool { return len(pub.ids()) == 3 })
+	count := func() int {
+		var n int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	until(t, "the published rows deleted", func() bool { return count() == 0 })
+	refuse.Store(true)
+	pending := event("d", 3)
+	e.write(t, false, pending)
+	until(t, "the refused event tried", func() bool { return refused.Load() > 0 })
+	stop()
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("%d rows left, want the refused event's alone", n)
+	}
+	refuse.Store(false)
+	runRelay(t, e.open(t), pub)
+	until(t, "the refused event published", func() bool { return len(pub.ids()) == 4 })
+	if diff := cmp.Diff(pending.EventID.String(), pub.ids()[3]); diff != "" {
+		t.Fatalf("after the restart (-want +got):\n%s", diff)
+	}
+	until(t, "its row deleted", func() bool { return count() == 0 })
 }

@@ -145,6 +145,16 @@ type Config struct {
 	// Default: false.
 	SkipMarking bool
 
+	// DeletePublished, in Table mode, deletes the rows of published
+	// events instead of setting their published_at (the same pass of the
+	// marker, a DELETE instead of an UPDATE), as
+	// sqlstore.StoreConfig.DeletePublished does for the polling relay:
+	// cheaper for the database, and the table holds only what is not
+	// published yet, so no retention job is needed; replay and the
+	// published views of the dashboard find nothing. Not with SkipMarking.
+	// Default: false, keep published rows.
+	DeletePublished bool
+
 	// StatementTimeout bounds each statement the store runs on its plain
 	// connections: marking rows published, parking and holding rows, the
 	// heartbeat. A statement on a connection that stopped answering (a
@@ -234,6 +244,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Publication %q is not a plain SQL identifier", ErrInvalidConfig, c.Publication)
 	case c.StatusInterval < 0, c.MaxBuffered < 0, c.RetryDelay < 0, c.MaxRetryDelay < 0, c.Lease < 0, c.SenderTimeout < 0, c.StatementTimeout < 0:
 		return fmt.Errorf("%w: StatusInterval, MaxBuffered, RetryDelay, MaxRetryDelay, Lease, SenderTimeout and StatementTimeout must not be negative", ErrInvalidConfig)
+	case c.DeletePublished && c.SkipMarking:
+		return fmt.Errorf("%w: DeletePublished and SkipMarking: a published row is either deleted or left as it is, not both", ErrInvalidConfig)
 	case c.SenderTimeout > 0 && (c.Lease >= c.SenderTimeout || c.StatusInterval >= c.SenderTimeout):
 		return fmt.Errorf("%w: Lease (%v) and StatusInterval (%v) must be below SenderTimeout (%v): a batch must end before a standby may take the slot, and a status must keep the stream alive", ErrInvalidConfig, c.Lease, c.StatusInterval, c.SenderTimeout)
 	}

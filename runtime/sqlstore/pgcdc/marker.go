@@ -63,7 +63,13 @@ func (s *Store) mark(ctx context.Context) {
 		var later []int64
 		for len(ids) > 0 {
 			n := min(len(ids), markBatch)
-			missing, err := s.updateSeen(ctx, `published_at = now(), next_attempt_at = NULL`, `published_at IS NULL`, ids[:n])
+			var missing []int64
+			var err error
+			if s.cfg.DeletePublished {
+				missing, err = s.modifySeen(ctx, `DELETE FROM `+s.cfg.Table+` WHERE id = ANY($1) AND published_at IS NULL`, ids[:n])
+			} else {
+				missing, err = s.updateSeen(ctx, `published_at = now(), next_attempt_at = NULL`, `published_at IS NULL`, ids[:n])
+			}
 			if err != nil {
 				// Tried again on the next pass; meanwhile the slot need
 				// not wait for the marks: a server shutting down refuses
@@ -110,9 +116,16 @@ func (s *Store) mark(ctx context.Context) {
 // returns the ids of ids that no row of the table has in the statement's
 // snapshot: rows not visible yet (see seenPatience), or deleted.
 func (s *Store) updateSeen(ctx context.Context, set, cond string, ids []int64, args ...any) (missing []int64, err error) {
+	return s.modifySeen(ctx, `UPDATE `+s.cfg.Table+` SET `+set+` WHERE id = ANY($1) AND `+cond, ids, args...)
+}
+
+// modifySeen runs modify (an UPDATE or DELETE of the rows whose id is in
+// $1) and returns the ids of ids that no row of the table has in the
+// statement's snapshot, as updateSeen.
+func (s *Store) modifySeen(ctx context.Context, modify string, ids []int64, args ...any) (missing []int64, err error) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StatementTimeout)
 	defer cancel()
-	rows, err := s.db.Query(uctx, `WITH u AS (UPDATE `+s.cfg.Table+` SET `+set+` WHERE id = ANY($1) AND `+cond+` RETURNING id)
+	rows, err := s.db.Query(uctx, `WITH u AS (`+modify+` RETURNING id)
 		SELECT i FROM unnest($1::bigint[]) AS i WHERE NOT EXISTS (SELECT 1 FROM `+s.cfg.Table+` o WHERE o.id = i)`, append([]any{ids}, args...)...)
 	if err != nil {
 		return nil, err
