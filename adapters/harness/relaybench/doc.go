@@ -33,8 +33,9 @@
 //     yardstick of what a second instance gives on the machine; and a
 //     DELETE variant), and the CDC relay (package runtime/sqlstore/pgcdc)
 //     streaming the same backlog from a replication slot created before it
-//     was written, in Table mode (the plugin's rows; also with DeletePublished) and in Messages mode
-//     (the plugin's logical decoding messages, no rows). Every path must
+//     was written, in Table mode (the plugin's rows; also with
+//     DeletePublished) and in Messages mode (the plugin's logical decoding
+//     messages, no rows). Every path must
 //     put every event on the broker: the topic's high watermarks are
 //     compared before and after.
 //   - latency: commit → broker acknowledgement at -rate events/s offered by
