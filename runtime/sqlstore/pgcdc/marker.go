@@ -125,8 +125,27 @@ func (s *Store) updateSeen(ctx context.Context, set, cond string, ids []int64, a
 func (s *Store) modifySeen(ctx context.Context, modify string, ids []int64, args ...any) (missing []int64, err error) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StatementTimeout)
 	defer cancel()
-	rows, err := s.db.Query(uctx, `WITH u AS (`+modify+` RETURNING id)
-		SELECT i FROM unnest($1::bigint[]) AS i WHERE NOT EXISTS (SELECT 1 FROM `+s.cfg.Table+` o WHERE o.id = i)`, append([]any{ids}, args...)...)
+	// Every row found and modified, the usual case: one index probe per
+	// row. Otherwise the statement runs again on the others, looking for
+	// the rows it cannot see.
+	rows, err := s.db.Query(uctx, `WITH u AS (`+modify+` RETURNING id) SELECT id FROM u`, append([]any{ids}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	if len(done) == len(ids) {
+		return nil, nil
+	}
+	seen := make(map[int64]bool, len(done))
+	for _, id := range done {
+		seen[id] = true
+	}
+	rest := slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return seen[id] })
+	rows, err = s.db.Query(uctx, `WITH u AS (`+modify+` RETURNING id)
+		SELECT i FROM unnest($1::bigint[]) AS i WHERE NOT EXISTS (SELECT 1 FROM `+s.cfg.Table+` o WHERE o.id = i)`, append([]any{rest}, args...)...)
 	if err != nil {
 		return nil, err
 	}
