@@ -42,16 +42,22 @@
 // when the broker is the record; choose Table mode when the outbox table is
 // one.
 //
-// What each costs, measured with relaybench on a 2-core machine (the
-// PostgreSQL server on the same machine; see the project's notes for the
-// runs): draining a backlog written before the relay started, Table mode
-// ran at about 1.4 times the polling relay's events/s, and Messages mode at
-// about 1.9 times; the server spent about as much CPU per event in Table
-// mode as with the polling relay (it inserts, then updates each row's
-// published_at) and under a third of it in Messages mode; writers
-// committed about 1.3 times as many transactions per second in Messages
-// mode (no row, no index entries). Commit-to-broker latency at 1,000
-// events/s was about half the polling relay's at the 99th percentile.
+// What each costs, measured with relaybench on a 2-core machine shared by
+// the PostgreSQL server, the relay and an in-process broker (draining a
+// backlog of 200,000 events written after the slot existed; two runs):
+// Messages mode published 1.6 to 1.9 times the polling relay's events/s
+// and cost the server about a third of its CPU per event (4.7 ms per
+// 1,000 events against 14 to 17). Table mode ran at 0.9 to 1.0 times the
+// polling relay's events/s (1.4 times on a 20,000-event backlog) and cost
+// the server more CPU per event (23 to 26 ms per 1,000), since the WAL
+// sender decodes the marker's UPDATEs as well as the inserts;
+// [Config.DeletePublished] brings it to 16. Writers committed about 1.3
+// times as many transactions per second in Messages mode (no row, no
+// index entries). Commit-to-broker latency was lower at the median in
+// Table mode (0.7 ms against 2 ms at 1,000 events/s) but not at the 99th
+// percentile on that saturated machine. So: Messages mode for volume and
+// the database's CPU; Table mode for the rows (replay, dashboard,
+// operator command) and a low median latency without polling.
 //
 // # Delivery
 //
