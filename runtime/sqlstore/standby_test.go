@@ -375,10 +375,14 @@ func TestStandbysJoiningCostTheActiveRelayNoRenewal(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
-			db, active, claim := standbyStore(t, d, 200, sqlstore.StoreConfig{})
+			// A lease long enough that no renewal falls due by time
+			// while the claims run, however slowly a loaded machine
+			// runs them (CI saw one with the default 15s, every 3s).
+			cfg := sqlstore.StoreConfig{LeaseTTL: 10 * time.Minute}
+			db, active, claim := standbyStore(t, d, 200, cfg)
 			claim("active") // its first renewal takes every shard
 			// Three standbys in another process.
-			others := mustStore(t, db, sqlstore.StoreConfig{})
+			others := mustStore(t, db, cfg)
 			for _, o := range []string{"b", "c", "d"} {
 				if b, err := others.Claim(ctx, relay.ClaimRequest{Owner: o, Limit: 1}); err != nil || len(b.Messages) != 0 {
 					t.Fatalf("standby %s: claimed %d messages, %v; want none", o, len(b.Messages), err)
