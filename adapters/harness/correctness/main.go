@@ -166,12 +166,14 @@
 // it); requests refused in a full outage add none, since nothing was
 // written.
 //
-// The suite is a package of the main module, not a nested module, so that
-// every change of the public API it uses (hooks, runtime/relay,
-// runtime/consumer, adapters/kafka) must keep it compiling; it needs no
-// dependency the module does not already have. Its go test entry point,
-// TestCorrectness, is the core tier (OUTBOX_CORRECTNESS_LONG=1 for the long
-// one; OUTBOX_CORRECTNESS_SEED, _SCENARIO, _PATHS and _RELAYS as the flags).
+// The suite is a package of the harness module (adapters/harness), built
+// in the repository's workspace against the working trees of the modules
+// whose public API it uses (hooks, runtime/relay, runtime/consumer,
+// adapters/kafka, runtime/sqlstore/pgcdc), so that every change of that
+// API must keep it compiling; no user's program requires it. Its go test
+// entry point, TestCorrectness, is the core tier (OUTBOX_CORRECTNESS_LONG=1
+// for the long one; OUTBOX_CORRECTNESS_SEED, _SCENARIO, _PATHS, _RELAYS
+// and _RELAY as the flags).
 //
 // The writers pause between transactions (-pace) and wait while more than
 // -max-backlog messages are pending (by default 30 batches, at least
