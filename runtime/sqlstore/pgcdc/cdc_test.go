@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
@@ -522,4 +523,68 @@ func TestDeletePublished(t *testing.T) {
 		t.Fatalf("after the restart (-want +got):\n%s", diff)
 	}
 	until(t, "its row deleted", func() bool { return count() == 0 })
+}
+
+// TestUnmarkedEventNotRepublished: an event published whose row the
+// marker has not marked yet keeps the slot's position behind it, so a new
+// stream (its WAL sender terminated) delivers it again; the store knows it
+// was published and does not publish it twice, and marks it once the
+// marker can. The marker is held off by a lock on the row.
+func TestUnmarkedEventNotRepublished(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, pgcdc.Table)
+	e.cfg.RetryDelay = 10 * time.Millisecond
+	store := e.open(t)
+	pub := &broker{}
+	runRelay(t, store, pub)
+
+	// The event's row is locked right after its commit, before the
+	// marker's next pass (every 200ms) marks it: the marker's UPDATE then
+	// waits on the lock, and the slot stays behind the event. A row the
+	// marker got to first proves nothing: the next event is tried.
+	var first runtime.Envelope
+	var lock pgx.Tx
+	for n := 1; lock == nil; n++ {
+		if n > 5 {
+			t.Fatal("the marker marked each of 5 events before the test could lock its row")
+		}
+		first = event("u", n)
+		e.write(t, false, first)
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var unmarked bool
+		if err := tx.QueryRow(ctx, `SELECT published_at IS NULL FROM outbox_messages WHERE event_id = $1 FOR UPDATE`, first.EventID).Scan(&unmarked); err != nil {
+			t.Fatal(err)
+		}
+		if !unmarked {
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		lock = tx
+	}
+	defer lock.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	until(t, "the locked event published", func() bool { return slices.Contains(pub.ids(), first.EventID.String()) })
+	// ... so that the marker's UPDATE waits on it, and the slot stays
+	// behind the event while the WAL sender is terminated.
+	var killed bool
+	until(t, "the WAL sender terminated", func() bool {
+		err := e.pool.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(active_pid)), false) FROM pg_replication_slots WHERE slot_name = $1 AND active`, e.cfg.Slot).Scan(&killed)
+		return err == nil && killed
+	})
+	before := pub.ids()
+	second := event("u", 100)
+	e.write(t, false, second)
+	until(t, "the next event published", func() bool { return slices.Contains(pub.ids(), second.EventID.String()) })
+	if err := lock.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "every row marked published", func() bool { return e.publishedRows(t) == len(before)+1 })
+	if diff := cmp.Diff(append(before, second.EventID.String()), pub.ids()); diff != "" {
+		t.Fatalf("published after the WAL sender was terminated (-want +got):\n%s", diff)
+	}
 }

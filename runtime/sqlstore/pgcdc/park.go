@@ -192,10 +192,6 @@ func (s *Store) hold(ctx context.Context) error {
 	if len(es) == 0 {
 		return nil
 	}
-	ids := make([]int64, len(es))
-	for i, e := range es {
-		ids[i] = e.msg.ID
-	}
 	var missing []int64
 	var err error
 	if s.cfg.Mode == Messages {
@@ -203,6 +199,10 @@ func (s *Store) hold(ctx context.Context) error {
 		_, err = s.insertRows(hctx, es, "NULL", "'infinity'", heldError)
 		cancel()
 	} else {
+		ids := make([]int64, len(es))
+		for i, e := range es {
+			ids[i] = e.msg.ID
+		}
 		missing, err = s.updateSeen(ctx, `next_attempt_at = 'infinity', last_error = $2`, `published_at IS NULL AND parked_at IS NULL`, ids, heldError)
 	}
 	s.mu.Lock()
