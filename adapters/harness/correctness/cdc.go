@@ -32,6 +32,9 @@ const (
 	// cdcStandbyRetry is how often a standby tries to take the slot
 	// (pgcdc's standbyRetry).
 	cdcStandbyRetry = time.Second
+	// cdcStandbyClaim is how soon a standby's relay claims again
+	// (pgcdc's standbyClaim).
+	cdcStandbyClaim = 100 * time.Millisecond
 	// cdcMaxRetry is pgcdc.Config.MaxRetryDelay: the longest wait before
 	// a failed message is tried again, or a failed stream opened again.
 	cdcMaxRetry = time.Second
@@ -97,8 +100,11 @@ func cdcBound(fault string, relays int) (time.Duration, string) {
 	case fault == faultCrash && relays > 1:
 		// The kernel closes the dead relay's socket, the server's WAL
 		// sender exits at once, and a standby takes the slot at its next
-		// try.
-		return cdcStandbyRetry + publish, "fault"
+		// try; its relay claims within pgcdc's 100ms standby hint. The
+		// new stream's first marker pass may meet the slow statement the
+		// dead relay's marker left (a CI run under load: 4.8s against
+		// 3.2s without this term), bounded by StatementTimeout.
+		return cdcStandbyRetry + cdcStandbyClaim + relayStoreTimeout + publish, "fault"
 	case fault == faultCrash:
 		return relayStartup + publish, "fault"
 	case fault == faultTerminate:

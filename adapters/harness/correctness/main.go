@@ -209,7 +209,9 @@
 //	               it) + a standby's try = 6.9s; one relay, from the
 //	               SIGCONT: MaxRetryDelay + MaxBackoff = 3.4s.
 //	crash          a standby's try (the server ends a dead relay's
-//	               stream at once) = 2.4s; one relay: its restart.
+//	               stream at once) + its relay's next claim (100ms) +
+//	               a marker statement (StatementTimeout) = 4.5s; one
+//	               relay: its restart.
 //	terminate      a standby's try + MaxBackoff = 3.4s, from the fault.
 //	dbrefuse       MaxRetryDelay + a standby's try + MaxBackoff = 4.4s,
 //	               from the heal.
