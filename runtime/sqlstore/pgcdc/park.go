@@ -67,6 +67,14 @@ func (s *Store) loadDiverted(ctx context.Context) error {
 			return nil
 		}
 	}
+	return s.reloadDiverted(ctx)
+}
+
+// reloadDiverted adds to the diverted aggregates those the table holds
+// parked or held rows of: at Open, and each time a stream opens, since
+// another process may have parked an aggregate while this one stood by
+// (its held rows are in the table, and the slot has moved past them).
+func (s *Store) reloadDiverted(ctx context.Context) error {
 	rows, err := s.db.Query(ctx, `SELECT DISTINCT aggregate_type, aggregate_id FROM `+s.cfg.Table+`
 		WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)`)
 	if err != nil {
@@ -80,8 +88,12 @@ func (s *Store) loadDiverted(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pgcdc: read parked aggregates: %w", err)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, a := range aggs {
-		s.diverted[a] = newDiversion()
+		if s.diverted[a] == nil {
+			s.diverted[a] = newDiversion()
+		}
 	}
 	return nil
 }

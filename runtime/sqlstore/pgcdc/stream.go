@@ -107,6 +107,13 @@ func (s *Store) stream(ctx context.Context) (err error) {
 	if err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, s.Confirmed(), pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
 		return classify(fmt.Errorf("pgcdc: start replication from slot %q: %w", s.cfg.Slot, err), &s.cfg)
 	}
+	// Another process may have parked an aggregate while this one stood
+	// by: read them before the first event is decoded.
+	if s.parkTable {
+		if err := s.reloadDiverted(ctx); err != nil {
+			return err
+		}
+	}
 	defer func() {
 		if ctx.Err() != nil && !conn.IsClosed() {
 			// Closing: tell the server how far the events were published
