@@ -132,3 +132,59 @@ func testParkedEventHoldsItsAggregate(t *testing.T, mode pgcdc.Mode) {
 		return e.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages WHERE published_at IS NULL`).Scan(&pending) == nil && pending == 0
 	})
 }
+
+// TestStandbyLearnsOfParkedAggregate: a standby store opened before
+// another store parked an aggregate learns of it when it takes the slot
+// over: once the operator discards the parked event, it publishes the
+// aggregate's held event from the table.
+func TestStandbyLearnsOfParkedAggregate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, pgcdc.Table)
+	poison, later := event("p", 1), event("p", 2)
+	pub := &broker{fn: func(msgs []*message.Message) error {
+		errs := make(runtime.PublishErrors, len(msgs))
+		failed := false
+		for i, m := range msgs {
+			if m.UUID == poison.EventID.String() {
+				errs[i], failed = runtime.Permanent(errors.New("poison")), true
+			} else if failed {
+				errs[i] = errors.New("not sent after a failure")
+			}
+		}
+		if failed {
+			return errs
+		}
+		return nil
+	}}
+	active := e.open(t)
+	stop := runRelay(t, active, pub)
+	until(t, "the first store streaming", func() bool { return active.Confirmed() != 0 })
+	standby := e.open(t)
+	until(t, "the second store standing by", standby.Standby)
+	runRelay(t, standby, pub)
+	e.write(t, false, poison)
+	e.write(t, false, later)
+	until(t, "the later event held in its row", func() bool {
+		var held bool
+		return e.pool.QueryRow(ctx, `SELECT next_attempt_at = 'infinity' FROM outbox_messages WHERE event_id = $1`, later.EventID).Scan(&held) == nil && held
+	})
+	stop()
+	if err := active.Close(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the standby streaming", func() bool { return !standby.Standby() })
+	admin, err := sqlstore.NewStore(pgxv5.New(e.pool), sqlstore.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var parkedID int64
+	if err := e.pool.QueryRow(ctx, `SELECT id FROM outbox_messages WHERE event_id = $1 AND parked_at IS NOT NULL`, poison.EventID).Scan(&parkedID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := admin.Discard(ctx, parkedID); err != nil || n != 1 {
+		t.Fatalf("Discard = %d, %v", n, err)
+	}
+	until(t, "the held event published by the store that took over", func() bool { return slices.Contains(pub.ids(), later.EventID.String()) })
+}
