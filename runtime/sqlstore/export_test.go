@@ -31,6 +31,15 @@ func TakeEvery(s *Store, owner string) time.Duration {
 	return o.takeEvery
 }
 
+// NextRenewal is when owner's next lease renewal falls due on its
+// schedule, and whether a renewal runs now (in the background).
+func NextRenewal(s *Store, owner string) (due time.Time, running bool) {
+	o := s.owner(owner)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.nextRenew, o.renewing != nil
+}
+
 // ScanHolders reads rows of an owner and how many shards it holds.
 func ScanHolders(rows *sql.Rows, err error) (map[string]int, error) { return scanHolders(rows, err) }
 

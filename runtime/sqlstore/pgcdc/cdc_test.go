@@ -463,11 +463,36 @@ func TestHalfOpenStreamReopens(t *testing.T) {
 	if n := proxy.Blackhole(); n == 0 {
 		t.Fatal("the store has no connection through the proxy to freeze")
 	}
+	// Until the server ends it, the frozen stream's WAL sender holds the
+	// slot: the store, which knows it for its own, takes the slot again
+	// as soon as it is free, without standing by as if another process
+	// held it.
+	stoodBy := make(chan bool, 1)
+	published := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-published:
+				stoodBy <- false
+				return
+			default:
+			}
+			if store.Standby() {
+				stoodBy <- true
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
 	after := event("h", 1)
 	e.write(t, false, after)
 	until(t, "the event committed after the freeze published", func() bool {
 		return slices.Contains(pub.ids(), after.EventID.String())
 	})
+	close(published)
+	if <-stoodBy {
+		t.Error("the store stood by while its own frozen stream's WAL sender held the slot")
+	}
 	ids := pub.ids()
 	if ids[0] != before.EventID.String() {
 		t.Fatalf("published %v: want %s first", ids, before.EventID)

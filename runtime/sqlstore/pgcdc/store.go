@@ -96,9 +96,10 @@ type Store struct {
 	// heard is when the server was last heard from on the stream (Unix
 	// nanoseconds): a batch may be published only until Lease after it.
 	heard     atomic.Int64
-	standby   bool  // another process holds the slot
-	streaming bool  // a stream is open
-	fault     error // the last stream's error that needs an operator
+	standby   bool   // another process holds the slot
+	lastPID   uint32 // the backend process of the last stream's connection
+	streaming bool   // a stream is open
+	fault     error  // the last stream's error that needs an operator
 	lost      chan struct{}
 	interrupt func() // cuts the stream's wait short, to send a status
 	// endErr, when set, ends the stream (see endStream).

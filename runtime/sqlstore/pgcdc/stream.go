@@ -22,7 +22,7 @@ import (
 // at once as a standby, after a backoff after an error.
 func (s *Store) run(ctx context.Context) {
 	defer close(s.done)
-	failures := 0
+	failures, ghostWaits := 0, 0
 	for ctx.Err() == nil {
 		gen := s.generation()
 		err := s.stream(ctx)
@@ -31,9 +31,24 @@ func (s *Store) run(ctx context.Context) {
 		}
 		if s.generation() != gen {
 			failures = 0 // it streamed: a new failure starts a new streak
+			ghostWaits = 0
+			// The stream ended with an error: the server may have ended
+			// this process's other sessions too (a restart, an operator's
+			// pg_terminate_backend, a network cut), and each dead idle
+			// connection would fail one marking pass. Open fresh ones.
+			s.db.Reset()
 		}
 		wait := standbyRetry
 		switch {
+		case errors.Is(err, ErrSlotActive) && s.ownGhost(ctx):
+			// The slot is still held by this store's last WAL sender,
+			// which the server is ending: take the slot again as soon
+			// as it exits, not a standby's retry later. Backs off to the
+			// standby's pace when the sender lingers (a network cut,
+			// which the server notices after wal_sender_timeout).
+			wait = min(ghostRetry<<min(ghostWaits, 10), standbyRetry)
+			ghostWaits++
+			s.log.Debug("pgcdc: waiting for this process's last WAL sender to release the slot", slog.String("slot", s.cfg.Slot), slog.Duration("backoff", wait))
 		case errors.Is(err, ErrSlotActive):
 			s.mu.Lock()
 			was := s.standby
@@ -58,6 +73,30 @@ func (s *Store) run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// ghostRetry is the first wait before a store takes the slot again while
+// its own last WAL sender still holds it (see ownGhost).
+const ghostRetry = 25 * time.Millisecond
+
+// ownGhost reports whether the process holding the slot is this store's
+// last stream's WAL sender, one the server is ending after the stream
+// failed: the slot is this store's as soon as it exits. Unknown (the
+// server cannot be asked) counts as another process's.
+func (s *Store) ownGhost(ctx context.Context) bool {
+	s.mu.Lock()
+	pid := s.lastPID
+	s.mu.Unlock()
+	if pid == 0 {
+		return false
+	}
+	qctx, cancel := context.WithTimeout(ctx, min(s.cfg.StatementTimeout, time.Second))
+	defer cancel()
+	var active *uint32
+	if err := s.db.QueryRow(qctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Scan(&active); err != nil {
+		return false
+	}
+	return active != nil && *active == pid
 }
 
 // connect opens the replication connection.
@@ -107,6 +146,9 @@ func (s *Store) stream(ctx context.Context) (err error) {
 	if err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, s.Confirmed(), pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
 		return classify(fmt.Errorf("pgcdc: start replication from slot %q: %w", s.cfg.Slot, err), &s.cfg)
 	}
+	s.mu.Lock()
+	s.lastPID = conn.PID() // its WAL sender holds the slot until it exits
+	s.mu.Unlock()
 	// Another process may have parked an aggregate while this one stood
 	// by: read them before the first event is decoded.
 	if s.parkTable {
