@@ -169,6 +169,53 @@ func TestStandbyTakesTheSlotOver(t *testing.T) {
 	}
 }
 
+// TestStandbyWithFrozenConnectionsTakesTheSlot: a standby whose plain
+// connections the network froze while it stood by still takes the slot
+// when it is free. The statement it runs once its stream opens (reading
+// the parked aggregates) used to wait on a frozen connection for good:
+// the server soon ended the silent stream, and the standby, stuck, never
+// streamed again (the correctness suite's crash takeover then waited for
+// the killed relay's restart).
+func TestStandbyWithFrozenConnectionsTakesTheSlot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, pgcdc.Table)
+	active := e.open(t)
+	pub := &broker{}
+	stop := runRelay(t, active, pub)
+	until(t, "the first store streaming", func() bool { return active.Confirmed() != 0 })
+
+	u, err := url.Parse(e.dsn)
+	if err != nil {
+		t.Fatalf("the test database's DSN is not a URL: %v", err)
+	}
+	proxy := runtimetest.StartProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	cfg := e.cfg
+	cfg.ConnString = u.String()
+	cfg.StatementTimeout = time.Second
+	standby, err := pgcdc.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { standby.Close() })
+	t.Cleanup(proxy.Close) // before the store's close, which would wait on the frozen connections
+	until(t, "the second store standing by", standby.Standby)
+	next := &broker{}
+	runRelay(t, standby, next)
+	// Its pool keeps the connection it read the parked aggregates on at
+	// Open; the replication connections of its tries come and go.
+	if n := proxy.Blackhole(); n == 0 {
+		t.Fatal("the standby has no connection through the proxy to freeze")
+	}
+	stop()
+	if err := active.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2 := event("f", 1)
+	e.write(t, false, e2)
+	until(t, "the event published by the standby", func() bool { return slices.Contains(next.ids(), e2.EventID.String()) })
+}
+
 // TestMessagesMode: with the writer's LogicalMessages, the events travel
 // as logical decoding messages: the relay publishes them in commit order,
 // the rolled-back one never, and the outbox table stays empty.

@@ -156,10 +156,12 @@ type Config struct {
 	DeletePublished bool
 
 	// StatementTimeout bounds each statement the store runs on its plain
-	// connections: marking rows published, parking and holding rows, the
-	// heartbeat. A statement on a connection that stopped answering (a
-	// half-open connection, say) fails after it, and the next one opens a
-	// new connection.
+	// connections (marking rows published, parking and holding rows, the
+	// heartbeat, reading the parked aggregates when a stream opens), the
+	// start of a stream, and each connect unless ConnString sets
+	// connect_timeout. A statement on a connection that stopped answering
+	// (a half-open connection, say) fails after it, and the next one opens
+	// a new connection.
 	// Default: 10s ([DefaultStatementTimeout]).
 	StatementTimeout time.Duration
 

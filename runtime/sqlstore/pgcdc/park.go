@@ -56,8 +56,10 @@ func newDiversion() *diversion {
 // loadDiverted reads the aggregates that have a parked or held row.
 func (s *Store) loadDiverted(ctx context.Context) error {
 	if s.cfg.Mode == Messages {
+		qctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
+		defer cancel()
 		var exists bool
-		if err := s.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.cfg.Table).Scan(&exists); err != nil {
+		if err := s.db.QueryRow(qctx, `SELECT to_regclass($1) IS NOT NULL`, s.cfg.Table).Scan(&exists); err != nil {
 			return fmt.Errorf("pgcdc: look for the table %s: %w", s.cfg.Table, err)
 		}
 		s.parkTable = exists
@@ -74,7 +76,13 @@ func (s *Store) loadDiverted(ctx context.Context) error {
 // parked or held rows of: at Open, and each time a stream opens, since
 // another process may have parked an aggregate while this one stood by
 // (its held rows are in the table, and the slot has moved past them).
+//
+// It runs while the new stream's server waits: like every statement of the
+// store, it is bounded by StatementTimeout, since a connection the network
+// froze would otherwise hold the slot (and the relay) idle for good.
 func (s *Store) reloadDiverted(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
+	defer cancel()
 	rows, err := s.db.Query(ctx, `SELECT DISTINCT aggregate_type, aggregate_id FROM `+s.cfg.Table+`
 		WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)`)
 	if err != nil {

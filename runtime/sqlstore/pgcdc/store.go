@@ -153,6 +153,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("pgcdc: connection string: %w", err)
 	}
 	pc.MaxConns = 3
+	if pc.ConnConfig.ConnectTimeout == 0 { // connect_timeout in ConnString
+		pc.ConnConfig.ConnectTimeout = cfg.StatementTimeout
+	}
 	db, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("pgcdc: connect: %w", err)
@@ -518,7 +521,9 @@ func (s *Store) Err() error {
 // adapters/metrics' outbox_cdc_slot_lag_bytes and
 // outbox_cdc_slot_lag_seconds.
 func (s *Store) SlotLag(ctx context.Context) (bytes int64, age time.Duration, err error) {
-	err = s.db.QueryRow(ctx, `SELECT coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, 0)
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
+	defer cancel()
+	err = s.db.QueryRow(qctx, `SELECT coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, 0)
 		FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Scan(&bytes)
 	if err != nil {
 		return 0, 0, fmt.Errorf("pgcdc: slot lag of %q: %w", s.cfg.Slot, err)

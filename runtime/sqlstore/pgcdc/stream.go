@@ -117,6 +117,11 @@ func (s *Store) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	pc.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
 		return pgproto3.NewFrontend(bufio.NewReaderSize(r, 256<<10), w)
 	}
+	if pc.ConnectTimeout == 0 { // connect_timeout in ConnString
+		// A server the network froze mid-handshake would hold the store
+		// (and, for a standby, its takeover) for good.
+		pc.ConnectTimeout = s.cfg.StatementTimeout
+	}
 	if s.cfg.SenderTimeout > 0 {
 		pc.RuntimeParams["wal_sender_timeout"] = strconv.FormatInt(max(1, s.cfg.SenderTimeout.Milliseconds()), 10)
 	}
@@ -143,7 +148,10 @@ func (s *Store) stream(ctx context.Context) (err error) {
 	// position (confirmed_flush_lsn) when that is later: the server
 	// starts from the later of the two, so a mark that the last stream
 	// could not send repeats nothing.
-	if err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, s.Confirmed(), pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
+	err = pglogrepl.StartReplication(sctx, conn, s.cfg.Slot, s.Confirmed(), pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})
+	cancel()
+	if err != nil {
 		return classify(fmt.Errorf("pgcdc: start replication from slot %q: %w", s.cfg.Slot, err), &s.cfg)
 	}
 	s.mu.Lock()
