@@ -20,6 +20,7 @@ import (
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
@@ -215,6 +216,92 @@ func ExampleConfig_deadLetter() {
 	// 0195a0d1-0000-7000-8000-000000000003 orders.order_paid
 	// handler 3
 	// consumer: handler for orders.order_paid failed after 3 attempt(s): mail server rejects order A-3
+}
+
+// ExampleDeadLetterTable keeps the messages a consumer gives up on in a
+// table of its own database, where an operator lists them and, once the
+// cause is fixed, re-drives them to the topic they came from (from Go, as
+// here, or with `outbox deadletters list|show|redrive|discard`).
+func ExampleDeadLetterTable() {
+	dir, _ := os.MkdirTemp("", "consumer-example")
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", filepath.Join(dir, "notifier.db"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	ctx := context.Background()
+	drv := databasesql.New(db)
+	if err := consumer.MigrateDeadLetters(ctx, drv, ""); err != nil {
+		fmt.Println(err)
+		return
+	}
+	dlq, err := consumer.NewDeadLetterTable(drv, "")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	reg := runtime.NewRegistry()
+	if err := registerOrders(reg); err != nil {
+		fmt.Println(err)
+		return
+	}
+	c, err := consumer.New(reg, consumer.Config{Name: "notifier", MaxRetries: 1, MinBackoff: time.Millisecond, DeadLetterPublisher: dlq})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	mailUp := false
+	err = consumer.HandleWithoutInbox(c, func(ctx context.Context, e OrderPaid, m consumer.Meta) error {
+		if !mailUp {
+			return fmt.Errorf("mail server rejects order %s", e.OrderID)
+		}
+		fmt.Println("mailed order", e.OrderID)
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	router.AddConsumerHandler("notifier", "orders", pubSub, c.HandlerFunc())
+	go router.Run(ctx)
+	defer router.Close()
+	<-router.Running()
+
+	msg := orderPaidMessage("0195a0d1-0000-7000-8000-000000000004", OrderPaid{EventVersion: 2, OccurredAt: time.Now(), OrderID: "A-4", Currency: "EUR"}, "A-4")
+	if err := pubSub.Publish("orders", msg); err != nil { // returns once the consumer gave up on it
+		fmt.Println(err)
+		return
+	}
+	dead, err := dlq.List(ctx, sqlstore.DeadLetterQuery{Consumer: "notifier"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, d := range dead {
+		fmt.Println(d.ID, d.Topic, d.MessageUUID, d.Reason, d.Attempts)
+		fmt.Println(d.Error)
+	}
+
+	mailUp = true // the cause is fixed: re-drive it
+	if _, err := dlq.Redrive(ctx, pubSub, dead[0].ID, ""); err != nil {
+		fmt.Println(err)
+		return
+	}
+	waiting, _ := dlq.List(ctx, sqlstore.DeadLetterQuery{Consumer: "notifier"})
+	fmt.Println(len(waiting), "waiting")
+	// Output:
+	// 1 orders 0195a0d1-0000-7000-8000-000000000004 handler 2
+	// consumer: handler for orders.order_paid failed after 2 attempt(s): mail server rejects order A-4
+	// mailed order A-4
+	// 0 waiting
 }
 
 // ExampleHandle_databaseSQL builds a consumer on a database/sql pool, with

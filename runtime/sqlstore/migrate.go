@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -33,10 +34,19 @@ type Schema struct {
 	// InboxTable is the inbox table, optionally schema-qualified.
 	// Default: [InboxDefaultTable].
 	InboxTable string
+	// DeadLetters creates the consumers' dead-letter table (see
+	// [DeadLetters]).
+	DeadLetters bool
+	// DeadLetterTable is the dead-letter table, optionally
+	// schema-qualified. Default: [DeadLetterDefaultTable].
+	DeadLetterTable string
 }
 
 // errEmptySchema is the error of a Schema that names no table.
-var errEmptySchema = fmt.Errorf("%w: the schema names no table (set Outbox or Inbox)", ErrInvalidConfig)
+var errEmptySchema = fmt.Errorf("%w: the schema names no table (set Outbox, Inbox or DeadLetters)", ErrInvalidConfig)
+
+// empty reports whether s names no table.
+func (s Schema) empty() bool { return !s.Outbox && !s.Inbox && !s.DeadLetters }
 
 // Migrate creates the tables of s in db if they do not exist. The outbox:
 // the table, its indexes, its lease tables and (PostgreSQL) its wake-up
@@ -45,15 +55,15 @@ var errEmptySchema = fmt.Errorf("%w: the schema names no table (set Outbox or In
 // PostgreSQL are serialised by an advisory lock), or with s.Partitioned a
 // table partitioned by time (see "Partitioned outbox" in the package
 // documentation: on an existing table that is not partitioned it changes
-// nothing and returns an error wrapping [ErrNotPartitioned]). The inbox:
-// its table and index. It is safe to run on every start. In a transaction
+// nothing and returns an error wrapping [ErrNotPartitioned]). The inbox
+// and the dead-letter table: each table and its index. It is safe to run on every start. In a transaction
 // of the caller's (a migration tool's step, GORM's), use [MigrateOutboxTx]
 // and [MigrateInboxTx].
 func Migrate(ctx context.Context, db DB, s Schema) error {
 	if nilDB(db) {
 		return errNilDB
 	}
-	if !s.Outbox && !s.Inbox {
+	if s.empty() {
 		return errEmptySchema
 	}
 	d := s.Dialect
@@ -78,7 +88,23 @@ func Migrate(ctx context.Context, db DB, s Schema) error {
 		}
 	}
 	if s.Inbox {
-		return migrateInbox(ctx, db, d, s.InboxTable)
+		if err := migrateInbox(ctx, db, d, s.InboxTable); err != nil {
+			return err
+		}
+	}
+	if s.DeadLetters {
+		stmts, err := DeadLetterDDL(d, s.DeadLetterTable)
+		if err != nil {
+			return err
+		}
+		return inTx(ctx, db, func(tx Tx) error {
+			for _, stmt := range stmts {
+				if _, err := tx.ExecContext(ctx, stmt); err != nil {
+					return fmt.Errorf("sqlstore: migrate dead-letter table: %w", err)
+				}
+			}
+			return nil
+		})
 	}
 	return nil
 }
@@ -88,7 +114,7 @@ func Migrate(ctx context.Context, db DB, s Schema) error {
 // not: see [OutboxDDL]). A partitioned outbox is an error wrapping
 // [ErrInvalidConfig]: use [Migrate].
 func (s Schema) DDL() ([]string, error) {
-	if !s.Outbox && !s.Inbox {
+	if s.empty() {
 		return nil, errEmptySchema
 	}
 	if s.Partitioned != nil {
@@ -104,6 +130,13 @@ func (s Schema) DDL() ([]string, error) {
 	}
 	if s.Inbox {
 		stmts, err := InboxDDL(s.Dialect, s.InboxTable)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, stmts...)
+	}
+	if s.DeadLetters {
+		stmts, err := DeadLetterDDL(s.Dialect, s.DeadLetterTable)
 		if err != nil {
 			return nil, err
 		}
@@ -140,6 +173,9 @@ func (s Schema) DropDDL() ([]string, error) {
 			table = InboxDefaultTable
 		}
 		out = append(out, `DROP TABLE IF EXISTS `+table)
+	}
+	if s.DeadLetters {
+		out = append(out, `DROP TABLE IF EXISTS `+cmp.Or(s.DeadLetterTable, DeadLetterDefaultTable))
 	}
 	slices.Reverse(out)
 	return out, nil

@@ -679,10 +679,11 @@ replay after the window, or into a stream or queue created since.`,
 
 func migrateCommand() *command {
 	c := &command{
-		name: "migrate", summary: "create the outbox table (and the inbox table) if they do not exist",
+		name: "migrate", summary: "create the outbox table (and the inbox and dead-letter tables) if they do not exist",
 		help: `Creates the outbox table, its indexes and lease tables (and on PostgreSQL
 its wake-up register) if they do not exist; with --inbox, the consumers' inbox
-table too. Safe to run on every deploy.
+table too, and with --dead-letters their dead-letter table (see outbox help
+deadletters). Safe to run on every deploy.
 
 With --partition-interval (PostgreSQL), a new outbox table is partitioned by
 event time, one partition per interval, so that retention drops whole
@@ -702,6 +703,8 @@ time now, UTC, as 20060102150405). They need only the dialect: --db, or
 		fs := newFlagSet(e, c)
 		inbox := fs.Bool("inbox", false, "also create the inbox table")
 		inboxTable := fs.String("inbox-table", "", "inbox `table` (default: outbox_inbox)")
+		deadLetters := fs.Bool("dead-letters", false, "also create the consumers' dead-letter table")
+		deadLetterTable := fs.String("dead-letter-table", "", "dead-letter `table` (default: "+sqlstore.DeadLetterDefaultTable+")")
 		var interval time.Duration
 		intervalFlag := fs.ageVar(&interval, "partition-interval", "a table that is not partitioned",
 			"PostgreSQL: create the outbox table partitioned by event time, one partition per `interval` (e.g. 24h, 1d)")
@@ -721,6 +724,7 @@ time now, UTC, as 20060102150405). They need only the dialect: --db, or
 			return writeMigration(e, fs, migration{
 				print: *print, out: *out, format: *format, dialect: *dialect, version: *version,
 				inbox: *inbox || *inboxTable != "", inboxTable: *inboxTable, partitioned: interval > 0,
+				deadLetters: *deadLetters || *deadLetterTable != "", deadLetterTable: *deadLetterTable,
 			})
 		}
 		// Before the database is opened, which creates a SQLite file.
@@ -749,6 +753,12 @@ time now, UTC, as 20060102150405). They need only the dialect: --db, or
 				return err
 			}
 			created = append(created, cmp.Or(*inboxTable, sqlstore.InboxDefaultTable))
+		}
+		if *deadLetters || *deadLetterTable != "" {
+			if err := sqlstore.Migrate(e.ctx, databasesql.New(db.db), sqlstore.Schema{Dialect: db.dialect, DeadLetters: true, DeadLetterTable: *deadLetterTable}); err != nil {
+				return err
+			}
+			created = append(created, cmp.Or(*deadLetterTable, sqlstore.DeadLetterDefaultTable))
 		}
 		if fs.json {
 			return writeJSON(e.stdout, map[string]any{"tables": created})

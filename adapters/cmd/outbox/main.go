@@ -56,7 +56,7 @@ type command struct {
 
 // commands returns the subcommands by name.
 func commands() map[string]*command {
-	cs := []*command{statusCommand(), listCommand(), parkedCommand(), purgeCommand(), replayCommand(), relayCommand(), janitorCommand(), migrateCommand(), cdcCommand(), dashboardCommand(), devCommand()}
+	cs := []*command{statusCommand(), listCommand(), parkedCommand(), deadLettersCommand(), purgeCommand(), replayCommand(), relayCommand(), janitorCommand(), migrateCommand(), cdcCommand(), dashboardCommand(), devCommand()}
 	m := make(map[string]*command, len(cs))
 	for _, c := range cs {
 		m[c.name] = c
@@ -283,7 +283,7 @@ Commands:
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-9s %s\n", n, cmds[n].summary)
+		fmt.Fprintf(w, "  %-11s %s\n", n, cmds[n].summary)
 	}
 	fmt.Fprint(w, `  help      outbox help <command> describes a command and its flags
 

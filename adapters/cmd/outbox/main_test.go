@@ -88,16 +88,20 @@ func (p *pingingRecorder) Ping(context.Context) error {
 }
 
 type recorder struct {
-	mu    sync.Mutex
-	byAgg map[string][]string
-	all   map[string]bool
+	mu      sync.Mutex
+	byAgg   map[string][]string
+	byTopic map[string][]*message.Message
+	all     map[string]bool
 }
 
-func newRecorder() *recorder { return &recorder{byAgg: map[string][]string{}, all: map[string]bool{}} }
+func newRecorder() *recorder {
+	return &recorder{byAgg: map[string][]string{}, byTopic: map[string][]*message.Message{}, all: map[string]bool{}}
+}
 
-func (r *recorder) Publish(_ string, msgs ...*message.Message) error {
+func (r *recorder) Publish(topic string, msgs ...*message.Message) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.byTopic[topic] = append(r.byTopic[topic], msgs...)
 	for _, m := range msgs {
 		agg := m.Metadata.Get(runtime.MetadataAggregateID)
 		r.byAgg[agg] = append(r.byAgg[agg], m.UUID)

@@ -17,6 +17,8 @@ type migration struct {
 	dialect, version string
 	inbox            bool
 	inboxTable       string
+	deadLetters      bool
+	deadLetterTable  string
 	partitioned      bool
 }
 
@@ -33,7 +35,8 @@ func writeMigration(e *env, fs *flagSet, m migration) error {
 	if err != nil {
 		return err
 	}
-	s := sqlstore.Schema{Dialect: d, Outbox: true, OutboxTable: fs.table, Inbox: m.inbox, InboxTable: m.inboxTable}
+	s := sqlstore.Schema{Dialect: d, Outbox: true, OutboxTable: fs.table, Inbox: m.inbox, InboxTable: m.inboxTable,
+		DeadLetters: m.deadLetters, DeadLetterTable: m.deadLetterTable}
 	up, err := s.DDL()
 	if err != nil {
 		return err
