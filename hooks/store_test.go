@@ -232,9 +232,13 @@ func TestStoreOwnersSplitShards(t *testing.T) {
 		}
 		// One store per relay, as in two processes: the split lives in
 		// the database, not in a store's memory.
+		// Leases long enough that none lapses between two claims of a
+		// loaded machine (with 1s, a CI run saw x's lapse and y take
+		// aggregate 3 over, a legitimate move that this test would take
+		// for a shared shard): the split changes only by rebalancing.
 		stores := map[string]*sqlstore.Store{
-			"x": mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: time.Second, MaxActiveRelays: 2}),
-			"y": mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: time.Second, MaxActiveRelays: 2}),
+			"x": mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: 20 * time.Second, MaxActiveRelays: 2}),
+			"y": mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: 20 * time.Second, MaxActiveRelays: 2}),
 		}
 		// x takes every shard first; then y joins: within a few renewals x
 		// gives half back and y takes it.

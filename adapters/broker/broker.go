@@ -70,6 +70,7 @@ type Broker struct {
 	publisher  message.Publisher
 	subscriber func(group string) (message.Subscriber, error)
 	closers    []func() error
+	lag        func(ctx context.Context, group string, topics []string) ([]PartitionLag, error)
 
 	mu     sync.Mutex
 	subs   []message.Subscriber
@@ -186,11 +187,47 @@ type Parts struct {
 	// Closers close what else the opener opened (a connection pool, say),
 	// after the subscribers and the publisher.
 	Closers []func() error
+	// Lag, where the broker can tell, returns a consumer group's lag on
+	// each partition of topics (every topic the group consumed, when none
+	// is named): see [Broker.Lag]. Optional.
+	Lag func(ctx context.Context, group string, topics []string) ([]PartitionLag, error)
 }
 
 // New returns a Broker made of p, for an [Opener].
 func New(p Parts) *Broker {
-	return &Broker{guarantees: p.Guarantees, publisher: p.Publisher, subscriber: p.Subscriber, closers: p.Closers}
+	return &Broker{guarantees: p.Guarantees, publisher: p.Publisher, subscriber: p.Subscriber, closers: p.Closers, lag: p.Lag}
+}
+
+// PartitionLag is how far a consumer group is behind on one partition of
+// a topic (a broker without partitions has one, 0).
+type PartitionLag struct {
+	Topic     string
+	Partition int
+	// Committed is the group's position: the next offset it reads; -1
+	// when it committed none (it then starts at the partition's start).
+	Committed int64
+	// End is the position after the partition's last message.
+	End int64
+	// Lag is how many messages the group has yet to consume.
+	Lag int64
+}
+
+// ErrLagUnsupported is the error of [Broker.Lag] on a broker whose adapter
+// cannot tell a group's lag.
+var ErrLagUnsupported = errors.New("broker: this broker's adapter does not report consumer lag")
+
+// Lag returns the consumer group's lag on each partition of topics, in
+// topic and partition order; with no topics, on every topic the group
+// consumed. It needs no subscription. On a broker whose adapter cannot
+// tell, it returns an error wrapping [ErrLagUnsupported].
+func (b *Broker) Lag(ctx context.Context, group string, topics ...string) ([]PartitionLag, error) {
+	if b.lag == nil {
+		return nil, fmt.Errorf("%w (%s://)", ErrLagUnsupported, b.scheme)
+	}
+	if group == "" {
+		return nil, fmt.Errorf("%w: empty consumer group", ErrInvalidURL)
+	}
+	return b.lag(ctx, group, topics)
 }
 
 // Scheme returns the URL scheme the Broker was opened with, in lower case.

@@ -52,5 +52,18 @@ func openKafka(_ context.Context, u *url.URL, bcfg broker.Config) (*broker.Broke
 				Logger:          logger,
 			})
 		},
+		Lag: func(ctx context.Context, group string, topics []string) ([]broker.PartitionLag, error) {
+			sub, err := NewSubscriber(SubscriberConfig{Brokers: brokers, ConsumerGroup: group, Logger: logger})
+			if err != nil {
+				return nil, err
+			}
+			defer sub.Close()
+			lag, err := sub.Lag(ctx, topics...)
+			out := make([]broker.PartitionLag, len(lag))
+			for i, l := range lag {
+				out[i] = broker.PartitionLag{Topic: l.Topic, Partition: l.Partition, Committed: l.Committed, End: l.End, Lag: l.Lag}
+			}
+			return out, err
+		},
 	}), nil
 }

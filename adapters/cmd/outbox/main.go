@@ -18,6 +18,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
@@ -44,6 +45,8 @@ type env struct {
 	getenv         func(string) string
 	// openPublisher opens the relay's broker (tests replace it).
 	openPublisher func(ctx context.Context, url string, log *slog.Logger) (message.Publisher, func() error, error)
+	// openLag opens the broker whose consumer lag `outbox lag` reads.
+	openLag func(ctx context.Context, url string, log *slog.Logger) (*broker.Broker, error)
 	// flags are the running command's, once it made them.
 	flags *flagSet
 }
@@ -56,7 +59,7 @@ type command struct {
 
 // commands returns the subcommands by name.
 func commands() map[string]*command {
-	cs := []*command{statusCommand(), listCommand(), parkedCommand(), deadLettersCommand(), purgeCommand(), replayCommand(), relayCommand(), janitorCommand(), migrateCommand(), cdcCommand(), dashboardCommand(), devCommand()}
+	cs := []*command{statusCommand(), listCommand(), parkedCommand(), deadLettersCommand(), lagCommand(), purgeCommand(), replayCommand(), relayCommand(), janitorCommand(), migrateCommand(), cdcCommand(), dashboardCommand(), devCommand()}
 	m := make(map[string]*command, len(cs))
 	for _, c := range cs {
 		m[c.name] = c
@@ -95,7 +98,7 @@ func (a alertError) Error() string { return a.msg }
 
 // run runs the command line args and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	return (&env{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv, openPublisher: openBroker}).run(args)
+	return (&env{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv, openPublisher: openBroker, openLag: openLagBroker}).run(args)
 }
 
 // run runs the command line args in e and returns the exit status.
@@ -293,7 +296,7 @@ Every command takes, after its name or before it (outbox --db URL list):
   --table NAME  outbox table (default: outbox_messages)
   --json        print JSON instead of tables
 
-Exit status: 0 ok, 1 error, 2 usage error, 3 a "status --fail-if-..." condition holds.
+Exit status: 0 ok, 1 error, 2 usage error, 3 a --fail-if-... condition holds (status, lag).
 `)
 }
 

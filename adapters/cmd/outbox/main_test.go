@@ -45,7 +45,7 @@ func relayUntilPublished(t *testing.T, d testDB, url string, rec *recorder, open
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errOut bytes.Buffer
-	e := &env{ctx: ctx, stdout: &out, stderr: &errOut, getenv: func(string) string { return "" },
+	e := &env{ctx: ctx, stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }, openLag: openLagBroker,
 		openPublisher: func(context.Context, string, *slog.Logger) (message.Publisher, func() error, error) {
 			pub, err := open()
 			if err != nil {
@@ -186,7 +186,7 @@ func runCmd(t *testing.T, pub *recorder, args ...string) (code int, stdout, stde
 func runCmdCtx(t *testing.T, ctx context.Context, pub *recorder, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	e := &env{ctx: ctx, stdout: &out, stderr: &errOut, getenv: func(string) string { return "" },
+	e := &env{ctx: ctx, stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }, openLag: openLagBroker,
 		openPublisher: func(context.Context, string, *slog.Logger) (message.Publisher, func() error, error) {
 			if pub == nil {
 				return nil, nil, errors.New("no broker in this test")
