@@ -75,6 +75,14 @@ type Config struct {
 	// keeps. It is called once per overview, under QueryTimeout; an error
 	// is shown in its place. Default: nil, no slot panel.
 	Slot func(ctx context.Context) (SlotFigures, error)
+	// DeadLetters, when set, reports the consumers' dead letters (the
+	// Counts of runtime/consumer's DeadLetterTable, or of a
+	// sqlstore.DeadLetters), which the overview shows per consumer: how
+	// many wait for an operator, since when, and the command that lists
+	// and re-drives them (`outbox deadletters`). It is called once per
+	// overview, under QueryTimeout; an error is shown in its place.
+	// Default: nil, no dead-letter panel.
+	DeadLetters func(ctx context.Context) ([]sqlstore.DeadLetterCount, error)
 	// Logger receives store and sampling failures (Warn, Error) and, at
 	// Info, every retry and discard done through the dashboard, as an
 	// audit trail. Default: [slog.Default]; pass
@@ -372,9 +380,17 @@ type slotPanel struct {
 	Err string
 }
 
+// deadLetterPanel is the overview's dead-letter panel: the counts, or why
+// there are none.
+type deadLetterPanel struct {
+	Counts []sqlstore.DeadLetterCount
+	Err    string
+}
+
 // overviewData is the overview page's data.
 type overviewData struct {
 	Slot        *slotPanel
+	DeadLetters *deadLetterPanel
 	Stats       relay.Stats
 	StatsAt     time.Time
 	GroupsAt    time.Time
@@ -436,6 +452,16 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			h.cfg.Logger.Warn("outbox dashboard: reading the replication slot failed", "error", err)
 			d.Slot.Err = err.Error()
+		}
+	}
+	if h.cfg.DeadLetters != nil {
+		t0 = time.Now()
+		counts, err := h.cfg.DeadLetters(ctx)
+		tm.since(t0)
+		d.DeadLetters = &deadLetterPanel{Counts: counts}
+		if err != nil {
+			h.cfg.Logger.Warn("outbox dashboard: reading the dead letters failed", "error", err)
+			d.DeadLetters.Err = err.Error()
 		}
 	}
 	if n, err := strconv.Atoi(r.URL.Query().Get("refresh")); err == nil && n >= 2 && n <= 3600 {

@@ -513,3 +513,36 @@ func TestSlotPanel(t *testing.T) {
 		t.Errorf("overview with a failing slot: %d, want the page with the error in the panel:\n%s", code, body)
 	}
 }
+
+// TestDeadLetterPanel: with Config.DeadLetters, the overview shows each
+// consumer's dead letters (waiting ones flagged, with the command that
+// lists them), says when there are none, and shows a failure to read them
+// in its place while the rest of the page stays.
+func TestDeadLetterPanel(t *testing.T) {
+	f := newFake()
+	f.add(sqlstore.StatePending, "a-1", "", `{"n":1}`)
+	var counts []sqlstore.DeadLetterCount
+	var fail error
+	h := newHandler(t, f, dashboard.Config{DeadLetters: func(context.Context) ([]sqlstore.DeadLetterCount, error) { return counts, fail }})
+	srv, c := serve(t, h, "")
+
+	_, body, _ := get(t, c, srv.URL+"/")
+	if !strings.Contains(body, `id="dead-letters-none"`) {
+		t.Errorf("overview without dead letters does not say so")
+	}
+	counts = []sqlstore.DeadLetterCount{
+		{Consumer: "billing", Waiting: 3, Redriven: 1, Oldest: time.Now().Add(-2 * time.Hour)},
+		{Consumer: "notifier", Redriven: 2},
+	}
+	_, body, _ = get(t, c, srv.URL+"/")
+	for _, want := range []string{`id="dead-letters"`, "<td>billing</td>", `<span class="bad">3</span>`, "outbox deadletters list --consumer billing", "<td>notifier</td>", "2h"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview with dead letters lacks %q:\n%s", want, body)
+		}
+	}
+	fail = errors.New(`relation "outbox_dead_letters" does not exist`)
+	code, body, _ := get(t, c, srv.URL+"/")
+	if code != http.StatusOK || !strings.Contains(body, "Could not read the dead letters: relation") || !strings.Contains(body, `id="pending">1<`) {
+		t.Errorf("overview with failing dead letters: %d, want the page with the error in the panel:\n%s", code, body)
+	}
+}

@@ -10,12 +10,13 @@ import (
 
 	"github.com/gooutbox/outbox/runtime/dashboard"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 	"github.com/gooutbox/outbox/runtime/sqlstore/pgcdc"
 )
 
 func dashboardCommand() *command {
 	c := &command{
-		name: "dashboard", args: "[--addr 127.0.0.1:8080] [--allow-actions] [--cdc-slot S]",
+		name: "dashboard", args: "[--addr 127.0.0.1:8080] [--allow-actions] [--cdc-slot S] [--dead-letters]",
 		summary: "serve the web dashboard (backlog, lag, parked events, search)",
 		help: `Serves the outbox's web dashboard (package runtime/dashboard) at --addr
 until SIGINT or SIGTERM: pending, retrying and parked counts, backlog and lag
@@ -26,7 +27,9 @@ It is read-only unless --allow-actions is given; then parked events can be
 retried or discarded, each after a confirmation page (with CSRF protection).
 With --cdc-slot, the overview also shows that CDC relay's replication slot
 (outbox cdc status's figures): whether a relay streams from it, the WAL it
-keeps, and its wal_status.
+keeps, and its wal_status. With --dead-letters (or --dead-letter-table T), it
+shows the consumers' dead letters of that database, per consumer (see outbox
+help deadletters).
 
 The dashboard has no login: it listens on the loopback interface by default;
 put it behind an authenticating proxy before listening anywhere else.`,
@@ -37,6 +40,8 @@ put it behind an authenticating proxy before listening anywhere else.`,
 		allow := fs.Bool("allow-actions", false, "show retry and discard buttons on parked events")
 		interval := fs.Duration("sample-interval", 10*time.Second, "how often to sample the backlog for the charts")
 		cdcSlot := fs.String("cdc-slot", "", "also show this CDC relay's replication `slot` (PostgreSQL): whether a relay streams from it and the WAL it keeps")
+		deadLetters := fs.Bool("dead-letters", false, "also show the consumers' dead letters of this database, per consumer")
+		deadLetterTable := fs.String("dead-letter-table", "", "with --dead-letters: the dead-letter `table` (default: "+sqlstore.DeadLetterDefaultTable+")")
 		verbose := fs.Bool("v", false, "debug logs")
 		pos, err := fs.parse(args)
 		if err != nil {
@@ -60,7 +65,15 @@ put it behind an authenticating proxy before listening anywhere else.`,
 			return err
 		}
 		defer db.Close()
-		dash, err := dashboard.New(db.store, dashboard.Config{AllowActions: *allow, SampleInterval: *interval, Slot: slot, Logger: log})
+		var deadLetterCounts func(context.Context) ([]sqlstore.DeadLetterCount, error)
+		if *deadLetters || *deadLetterTable != "" {
+			dl, err := sqlstore.NewDeadLetters(databasesql.New(db.db), db.dialect, *deadLetterTable)
+			if err != nil {
+				return usageError{err.Error()}
+			}
+			deadLetterCounts = dl.Counts
+		}
+		dash, err := dashboard.New(db.store, dashboard.Config{AllowActions: *allow, SampleInterval: *interval, Slot: slot, DeadLetters: deadLetterCounts, Logger: log})
 		if err != nil {
 			return err
 		}

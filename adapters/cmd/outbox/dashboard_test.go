@@ -24,6 +24,18 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("GET %s: want the read-only overview with 3 pending:\n%s", base, body)
 		}
 		stop()
+
+		// With --dead-letters, the consumers' dead letters per consumer.
+		if code, _, stderr := runCmd(t, nil, "migrate", "--dead-letters", "--db", d.url); code != 0 {
+			t.Fatalf("migrate --dead-letters: exit %d: %s", code, stderr)
+		}
+		d.deadLetter(t, "billing", "payments", "payments.made", "ledger refuses currency XYZ")
+		base, stop = startDashboard(t, "--db", d.url, "--dead-letters")
+		body = getPage(t, base)
+		if !strings.Contains(body, `id="dead-letters"`) || !strings.Contains(body, "outbox deadletters list --consumer billing") {
+			t.Errorf("GET %s with --dead-letters: want billing's dead letter:\n%s", base, body)
+		}
+		stop()
 	})
 }
 
