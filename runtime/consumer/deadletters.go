@@ -70,7 +70,7 @@ func MigrateDeadLetters(ctx context.Context, db sqlstore.DB, table string) error
 
 // deadLetterKeys are the metadata keys a consumer adds to a dead letter
 // (see [MetadataDeadLetterReason]): the table keeps them in columns, and
-// a re-drive publishes the message without them.
+// a re-drive sets them again.
 var deadLetterKeys = []string{MetadataDeadLetterReason, MetadataDeadLetterError, MetadataDeadLetterTopic,
 	MetadataDeadLetterConsumer, MetadataDeadLetterAttempts, MetadataDeadLetterAt}
 
@@ -134,7 +134,9 @@ func (d *DeadLetterTable) Discard(ctx context.Context, ids ...int64) (int64, err
 // Redrive publishes the dead letter with the given id through pub again,
 // to topic, or when topic is "" to the topic it was consumed from, then
 // records when it did. The message is the one the consumer received (its
-// UUID, payload and metadata, without the dead-letter keys). It returns an
+// UUID, payload and metadata) with the dead-letter keys the consumer added
+// ([MetadataDeadLetterReason] and the others), as a re-drive from a
+// dead-letter topic would publish it. It returns an
 // error wrapping sqlstore.ErrNotFound for an unknown id, and [ErrNoTopic]
 // when neither topic nor the row names one.
 //
@@ -153,8 +155,18 @@ func (d *DeadLetterTable) Redrive(ctx context.Context, pub message.Publisher, id
 		return dl, fmt.Errorf("consumer: re-drive dead letter %d (message %s of consumer %q): %w", id, dl.MessageUUID, dl.Consumer, ErrNoTopic)
 	}
 	m := message.NewMessage(dl.MessageUUID, dl.Payload)
-	m.Metadata = make(message.Metadata, len(dl.Metadata))
+	m.Metadata = make(message.Metadata, len(dl.Metadata)+len(deadLetterKeys))
 	maps.Copy(m.Metadata, dl.Metadata)
+	// As the consumer published it to a dead-letter topic: brokers that
+	// deduplicate by event id (NATS, Redis, SQS FIFO) take a message with
+	// MetadataDeadLetterAt for a re-drive, not a repeat of the publish
+	// that failed (see "Dead letters" in the package documentation).
+	m.Metadata.Set(MetadataDeadLetterReason, dl.Reason)
+	m.Metadata.Set(MetadataDeadLetterError, dl.Error)
+	m.Metadata.Set(MetadataDeadLetterTopic, dl.Topic)
+	m.Metadata.Set(MetadataDeadLetterConsumer, dl.Consumer)
+	m.Metadata.Set(MetadataDeadLetterAttempts, strconv.Itoa(dl.Attempts))
+	m.Metadata.Set(MetadataDeadLetterAt, dl.DeadLetteredAt.UTC().Format(time.RFC3339Nano))
 	m.SetContext(ctx)
 	if err := pub.Publish(topic, m); err != nil {
 		return dl, fmt.Errorf("consumer: re-drive dead letter %d (message %s) to topic %q: %w", id, dl.MessageUUID, topic, err)

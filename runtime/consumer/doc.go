@@ -150,6 +150,14 @@
 // Without a dead-letter publisher, such messages are nacked and retried
 // forever: nothing is lost, but their partition waits.
 //
+// A [DeadLetterTable] as the dead-letter publisher keeps them in a table of
+// the consumer's own database instead of a broker topic: an operator lists
+// them, shows one, re-drives it (the same publish, to the topic it was
+// consumed from) or discards it from Go or with `outbox deadletters`, on
+// every broker alike; `outbox dashboard --dead-letters` shows them per
+// consumer, and `outbox lag` shows how far a group is behind on each
+// partition.
+//
 // Dead-lettering trades order for progress: the aggregate's later events are
 // applied without the dead-lettered one, and republishing it from the
 // dead-letter topic later applies it after them (the inbox applies it once,

@@ -111,7 +111,8 @@ func TestDeadLetters(t *testing.T) {
 		}
 		got := pub.byTopic["payments"]
 		if len(got) != 1 || got[0].UUID != billing || got[0].Metadata.Get(runtime.MetadataEventType) != "payments.made" ||
-			got[0].Metadata.Get(consumer.MetadataDeadLetterReason) != "" || string(got[0].Payload) != `{"order_id":"o-1"}` {
+			got[0].Metadata.Get(consumer.MetadataDeadLetterReason) != "handler" || got[0].Metadata.Get(consumer.MetadataDeadLetterAt) == "" ||
+			string(got[0].Payload) != `{"order_id":"o-1"}` {
 			t.Fatalf("re-driven to payments: %v", got)
 		}
 		if rows := list(); len(rows) != 2 {

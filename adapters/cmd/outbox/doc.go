@@ -1,7 +1,9 @@
 // Command outbox operates an outbox table: it shows the backlog, lists,
 // retries and discards parked events, purges published rows, replays a range
 // of published events after a broker lost them, runs a relay process and its
-// retention, and creates the tables.
+// retention, and creates the tables. On the consuming side, it lists,
+// re-drives and discards the messages consumers dead-lettered into their
+// database, and shows a consumer group's lag.
 //
 //	go run github.com/gooutbox/outbox/adapters/cmd/outbox@latest status --db postgres://postgres@127.0.0.1:5432/shop
 //	outbox parked list --db mysql://root@127.0.0.1:3306/shop
@@ -15,7 +17,7 @@
 // too) or sqlite:path/to/file.db. Every command takes --json for output a
 // program reads; --db, --table and --json may come before the command's
 // name too (outbox --db URL list). It exits 0 when it succeeded, 1 on an error, 2 on a usage
-// error, and 3 when "status" found what one of its --fail-if flags names.
+// error, and 3 when "status" or "lag" found what one of its --fail-if flags names.
 //
 // It lives under adapters (not beside the runtime), in a module of its own,
 // because "relay" opens any broker by URL through package adapters/broker,
@@ -65,6 +67,13 @@
 //	outbox janitor --published-age 7d --inbox-retention 14d       # retention alone (--once: one pass)
 //	outbox dashboard --addr 127.0.0.1:8080 # the web dashboard (read-only unless --allow-actions)
 //	outbox migrate --inbox                # create the outbox (and inbox) tables
+//	outbox migrate --dead-letters         # and the consumers' dead-letter table
+//	outbox deadletters list --consumer billing   # what consumer.DeadLetterTable kept
+//	outbox deadletters show 7             # its error, metadata and payload
+//	outbox deadletters redrive 7 --broker kafka://127.0.0.1:9092   # publish it again to its topic
+//	outbox deadletters redrive --all --consumer billing --broker kafka://127.0.0.1:9092
+//	outbox deadletters discard 8          # delete it for good
+//	outbox lag --broker kafka://127.0.0.1:9092 --group billing   # lag per partition
 //	outbox migrate --partition-interval 24h   # PostgreSQL: a new outbox partitioned by day (package runtime/sqlstore)
 //
 //	$ outbox status
