@@ -92,16 +92,17 @@ var (
 // providers names, for each scheme an adapter of this project registers,
 // the package to import for it, so that Open's error can say so.
 var providers = map[string]string{
-	"amqp":       "github.com/gooutbox/outbox/adapters/amqp",
-	"amqps":      "github.com/gooutbox/outbox/adapters/amqp",
-	"kafka":      "github.com/gooutbox/outbox/adapters/kafka",
-	"memory":     "github.com/gooutbox/outbox/adapters/memory",
-	"nats":       "github.com/gooutbox/outbox/adapters/nats",
-	"postgres":   "github.com/gooutbox/outbox/adapters/sql",
-	"postgresql": "github.com/gooutbox/outbox/adapters/sql",
-	"redis":      "github.com/gooutbox/outbox/adapters/redis",
-	"sns":        "github.com/gooutbox/outbox/adapters/sqs",
-	"sqs":        "github.com/gooutbox/outbox/adapters/sqs",
+	"amqp":        "github.com/gooutbox/outbox/adapters/amqp",
+	"amqps":       "github.com/gooutbox/outbox/adapters/amqp",
+	"eventbridge": "github.com/gooutbox/outbox/adapters/eventbridge",
+	"kafka":       "github.com/gooutbox/outbox/adapters/kafka",
+	"memory":      "github.com/gooutbox/outbox/adapters/memory",
+	"nats":        "github.com/gooutbox/outbox/adapters/nats",
+	"postgres":    "github.com/gooutbox/outbox/adapters/sql",
+	"postgresql":  "github.com/gooutbox/outbox/adapters/sql",
+	"redis":       "github.com/gooutbox/outbox/adapters/redis",
+	"sns":         "github.com/gooutbox/outbox/adapters/sqs",
+	"sqs":         "github.com/gooutbox/outbox/adapters/sqs",
 }
 
 // Register makes [Open] open URLs of scheme (case-insensitive) with open.

@@ -28,6 +28,8 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 )
 
+require github.com/aws/aws-sdk-go-v2/service/eventbridge v1.55.11 // indirect
+
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/Rican7/retry v0.3.1 // indirect
@@ -58,6 +60,7 @@ require (
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/glebarez/sqlite v1.11.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/gooutbox/outbox/adapters/eventbridge v0.0.0-00010101000000-000000000000
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/jackc/pgio v1.0.0 // indirect
@@ -119,3 +122,5 @@ replace github.com/gooutbox/outbox/adapters/sql => ../../sql
 replace github.com/gooutbox/outbox/adapters/sqs => ../../sqs
 
 replace github.com/gooutbox/outbox/adapters/metrics => ../../metrics
+
+replace github.com/gooutbox/outbox/adapters/eventbridge => ../../eventbridge
