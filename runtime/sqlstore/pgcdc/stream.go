@@ -81,8 +81,9 @@ const ghostRetry = 25 * time.Millisecond
 
 // ownGhost reports whether the process holding the slot is this store's
 // last stream's WAL sender, one the server is ending after the stream
-// failed: the slot is this store's as soon as it exits. Unknown (the
-// server cannot be asked) counts as another process's.
+// failed, or whether it exited since (the slot is free): either way the
+// slot is this store's to take again at once. Unknown (the server cannot
+// be asked) counts as another process's.
 func (s *Store) ownGhost(ctx context.Context) bool {
 	s.mu.Lock()
 	pid := s.lastPID
@@ -96,7 +97,7 @@ func (s *Store) ownGhost(ctx context.Context) bool {
 	if err := s.db.QueryRow(qctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Scan(&active); err != nil {
 		return false
 	}
-	return active != nil && *active == pid
+	return active == nil || *active == pid
 }
 
 // connect opens the replication connection.
