@@ -101,6 +101,7 @@ var providers = map[string]string{
 	"postgres":    "github.com/gooutbox/outbox/adapters/sql",
 	"postgresql":  "github.com/gooutbox/outbox/adapters/sql",
 	"redis":       "github.com/gooutbox/outbox/adapters/redis",
+	"servicebus":  "github.com/gooutbox/outbox/adapters/servicebus",
 	"sns":         "github.com/gooutbox/outbox/adapters/sqs",
 	"sqs":         "github.com/gooutbox/outbox/adapters/sqs",
 }

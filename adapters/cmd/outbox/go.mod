@@ -28,7 +28,14 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 )
 
-require github.com/aws/aws-sdk-go-v2/service/eventbridge v1.55.11 // indirect
+require (
+	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0 // indirect
+	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect
+	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0 // indirect
+	github.com/Azure/go-amqp v1.7.0 // indirect
+	github.com/aws/aws-sdk-go-v2/service/eventbridge v1.55.11 // indirect
+	golang.org/x/net v0.59.0 // indirect
+)
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
@@ -61,6 +68,7 @@ require (
 	github.com/glebarez/sqlite v1.11.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/gooutbox/outbox/adapters/eventbridge v0.0.0-00010101000000-000000000000
+	github.com/gooutbox/outbox/adapters/servicebus v0.0.0-00010101000000-000000000000
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/jackc/pgio v1.0.0 // indirect
@@ -124,3 +132,5 @@ replace github.com/gooutbox/outbox/adapters/sqs => ../../sqs
 replace github.com/gooutbox/outbox/adapters/metrics => ../../metrics
 
 replace github.com/gooutbox/outbox/adapters/eventbridge => ../../eventbridge
+
+replace github.com/gooutbox/outbox/adapters/servicebus => ../../servicebus

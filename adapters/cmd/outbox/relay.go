@@ -123,7 +123,8 @@ shards over to them and stands aside as long, then joins again as a standby.
 
 Broker URLs (package adapters/broker): kafka://host:9092, amqp://user:pass@host:5672/,
 nats://host:4222, redis://host:6379/0, postgres://..., sqs://host:port,
-sns://host:port, eventbridge:///bus (AWS; no order), memory:// (in-process, for trials: refused unless
+sns://host:port, eventbridge:///bus (AWS; no order),
+servicebus://NS.servicebus.windows.net?key_name=K&key=V (Azure), memory:// (in-process, for trials: refused unless
 --allow-local-broker, as nothing outside the relay can read it).
 
 With --delete-published (also with --cdc table), a published message is deleted instead of marked
