@@ -19,3 +19,9 @@ var ErrPublisherClosed = errors.New("sql: publisher closed")
 // ErrSubscriberClosed is returned by [Subscriber.Subscribe] after
 // [Subscriber.Close].
 var ErrSubscriberClosed = errors.New("sql: subscriber closed")
+
+// ErrNotPostgres is wrapped by the error of [NewPublisher] and
+// [NewSubscriber] for a *sql.DB whose driver is another database's
+// (go-sql-driver/mysql, a SQLite driver): the package's SQL is
+// PostgreSQL's, and every publish would fail, retryably, for good.
+var ErrNotPostgres = errors.New("sql: not a PostgreSQL database")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gooutbox/outbox/adapters/internal/publishing"
 	"github.com/gooutbox/outbox/runtime"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // PublisherConfig configures [NewPublisher]. Its zero value is ready to use.
@@ -58,14 +59,15 @@ var _ message.Publisher = (*Publisher)(nil)
 
 // NewPublisher returns a Publisher writing through db, which must be a
 // PostgreSQL database (the pgx driver, github.com/jackc/pgx/v5/stdlib, is
-// the tested one). It logs to cfg.Logger.
+// the tested one): another database's driver is refused with an error
+// wrapping [ErrNotPostgres]. It logs to cfg.Logger.
 func NewPublisher(db *sql.DB, cfg PublisherConfig) (*Publisher, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if db == nil {
-		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
+	if err := checkDriver(db); err != nil {
+		return nil, err
 	}
 	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	pub, err := watermillsql.NewPublisher(watermillsql.BeginnerFromStdSQL(db), watermillsql.PublisherConfig{
@@ -165,4 +167,17 @@ func transient(err error) bool {
 		return true
 	}
 	return false
+}
+
+// checkDriver refuses a nil db and one whose driver is another
+// database's. A driver it cannot tell (a wrapper that instruments one) is
+// taken for PostgreSQL's.
+func checkDriver(db *sql.DB) error {
+	if db == nil {
+		return fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
+	}
+	if d, err := sqlstore.DialectOf(db); err == nil && d != sqlstore.Postgres {
+		return fmt.Errorf("%w: the *sql.DB's driver (%T) is %s's; this package's tables and statements are PostgreSQL's", ErrNotPostgres, db.Driver(), d)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package sql_test
 
 import (
 	"context"
+	gosql "database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	_ "github.com/go-sql-driver/mysql" // the "mysql" driver, refused
 
 	"github.com/gooutbox/outbox/adapters/sql"
 	"github.com/gooutbox/outbox/runtime"
@@ -271,5 +273,23 @@ func TestInvalidConfig(t *testing.T) {
 	}
 	if _, err := sql.NewSubscriber(nil, sql.SubscriberConfig{}); !errors.Is(err, sql.ErrInvalidConfig) {
 		t.Errorf("NewSubscriber(nil) = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestRefusesAnotherDatabase: a *sql.DB of another database's driver is
+// refused at construction with ErrNotPostgres (every publish would fail
+// retryably, for good), not at the first publish.
+func TestRefusesAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	db, err := gosql.Open("mysql", "root@tcp(127.0.0.1:1)/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := sql.NewPublisher(db, sql.PublisherConfig{}); !errors.Is(err, sql.ErrNotPostgres) {
+		t.Errorf("NewPublisher(MySQL) = %v, want ErrNotPostgres", err)
+	}
+	if _, err := sql.NewSubscriber(db, sql.SubscriberConfig{ConsumerGroup: "g"}); !errors.Is(err, sql.ErrNotPostgres) {
+		t.Errorf("NewSubscriber(MySQL) = %v, want ErrNotPostgres", err)
 	}
 }

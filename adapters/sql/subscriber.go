@@ -136,14 +136,15 @@ var (
 )
 
 // NewSubscriber returns a Subscriber reading through db, which must be a
-// PostgreSQL database. It logs to cfg.Logger.
+// PostgreSQL database (another database's driver is refused with an error
+// wrapping [ErrNotPostgres]). It logs to cfg.Logger.
 func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if db == nil {
-		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
+	if err := checkDriver(db); err != nil {
+		return nil, err
 	}
 	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
 	ackDeadline := cfg.AckDeadline
