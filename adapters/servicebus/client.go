@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
@@ -21,6 +22,10 @@ type Batch interface {
 // tests (package servicebustest).
 type Sender interface {
 	NewMessageBatch(ctx context.Context, options *azservicebus.MessageBatchOptions) (Batch, error)
+	// SendMessage sends one message on its own: for one larger than the
+	// link's batch limit (1 MB on Premium) but within the entity's
+	// message limit.
+	SendMessage(ctx context.Context, message *azservicebus.Message, options *azservicebus.SendMessageOptions) error
 	SendMessageBatch(ctx context.Context, batch Batch, options *azservicebus.SendMessageBatchOptions) error
 	Close(ctx context.Context) error
 }
@@ -29,6 +34,10 @@ type Sender interface {
 // *azservicebus.SessionReceiver, which implements it.
 type SessionReceiver interface {
 	SessionID() string
+	// LockedUntil is when the session's lock expires unless renewed.
+	LockedUntil() time.Time
+	// RenewSessionLock extends it.
+	RenewSessionLock(ctx context.Context, options *azservicebus.RenewSessionLockOptions) error
 	ReceiveMessages(ctx context.Context, maxMessages int, options *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
 	CompleteMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.CompleteMessageOptions) error
 	AbandonMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.AbandonMessageOptions) error
@@ -81,6 +90,10 @@ func (s sdkSender) SendMessageBatch(ctx context.Context, batch Batch, options *a
 		return fmt.Errorf("servicebus: a batch of %T, not of this sender", batch)
 	}
 	return s.s.SendMessageBatch(ctx, b, options)
+}
+
+func (s sdkSender) SendMessage(ctx context.Context, m *azservicebus.Message, options *azservicebus.SendMessageOptions) error {
+	return s.s.SendMessage(ctx, m, options)
 }
 
 func (s sdkSender) Close(ctx context.Context) error { return s.s.Close(ctx) }

@@ -19,16 +19,21 @@
 //     sent, to one receiver at a time. The publisher sends a Publish call's
 //     messages in order, batch after batch, and sends none of an aggregate
 //     after one of its messages failed; the subscriber delivers each
-//     session's messages one at a time, completes a message when it is
-//     acked, and on a nack abandons it and the session's later messages it
-//     received, which come again in order.
+//     session's messages one at a time, renewing the session's lock while
+//     it holds it, completes a message when it is acked, and delivers a
+//     nacked one again (after NackResendSleep) before the session's later
+//     messages, without abandoning it: a handler failing for a while does
+//     not raise its delivery count towards the entity's dead-letter
+//     queue. What it received and did not complete when it stops is
+//     abandoned, in order, for the session's next holder.
 //   - Duplicates: the relay publishes at least once. With duplicate
 //     detection on the entity, Service Bus drops a repeat of a MessageID
 //     (the event id) within its window; the inbox of package
 //     runtime/consumer drops the rest.
 //   - Errors: a batch is accepted or refused whole. A refused one (an
 //     outage, credentials, a missing entity) fails it and every later
-//     message, retryably; a message too large for a batch of its own
+//     message, retryably. A message larger than a batch may be is sent
+//     on its own; one the entity refuses for its size
 //     ([ErrMessageTooLarge]), or whose aggregate id is longer than a
 //     session id may be ([ErrInvalidSessionID]), fails alone, for good.
 //     Errors are reported per message in a runtime.PublishErrors.

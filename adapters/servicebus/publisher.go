@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -24,11 +25,12 @@ type PublisherConfig struct {
 	// *azservicebus.Client (see [NewSDKClient]), or a fake. Required.
 	Client Client
 
-	// MaxBatchBytes caps a batch below the entity's own limit, which the
-	// SDK reads from the link (256 KiB on the Standard tier, up to 100 MiB
-	// on Premium).
+	// MaxBatchBytes caps a batch below the link's own limit, which the
+	// SDK reads when it opens the link (256 KiB on the Standard tier, 1 MB
+	// on Premium). A message larger than a batch may be is sent on its
+	// own, up to the entity's message limit.
 	//
-	// Default: 0, the entity's limit.
+	// Default: 0, the link's limit.
 	MaxBatchBytes uint64
 
 	// Logger receives a warning per failed send.
@@ -60,7 +62,8 @@ func (c PublisherConfig) Validate() error {
 // or refused whole. When one fails, it and every later message fail with
 // it, retryably (an outage, missing credentials or a missing entity: an
 // operator fixes them, nothing is lost). A message too large for a batch
-// of its own fails alone, for good ([ErrMessageTooLarge]), as does one
+// of its own is sent alone; one Service Bus refuses for its size fails
+// alone, for good ([ErrMessageTooLarge]), as does one
 // whose aggregate id cannot be a session id; the later messages of its
 // aggregate are then not sent (retryably), so that none overtakes it. The
 // errors are reported per message in a runtime.PublishErrors.
@@ -190,8 +193,21 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 		switch {
 		case errors.Is(err, azservicebus.ErrMessageTooLarge):
-			errs[i] = runtime.Permanent(fmt.Errorf("%w: message %s (%d bytes of payload) does not fit in a batch of its own", ErrMessageTooLarge, m.UUID, len(m.Payload)))
-			failed, failedAggs[agg] = true, true
+			// Larger than a batch may be (the link's limit, or
+			// MaxBatchBytes), maybe not than a message may: send it on
+			// its own, after the batch before it, and let Service Bus
+			// say.
+			if err := send(); err != nil {
+				return fail(i, err)
+			}
+			if err := s.SendMessage(ctx, sm, nil); err != nil {
+				if isTooLarge(err) {
+					errs[i] = runtime.Permanent(fmt.Errorf("%w: message %s (%d bytes of payload): %w", ErrMessageTooLarge, m.UUID, len(m.Payload), err))
+					failed, failedAggs[agg] = true, true
+					continue
+				}
+				return fail(i, classify(err))
+			}
 			continue
 		case err != nil:
 			errs[i] = runtime.Permanent(fmt.Errorf("servicebus: message %s: %w", m.UUID, err))
@@ -207,6 +223,12 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		return fmt.Errorf("servicebus: publish to %s: %w", topic, errs)
 	}
 	return nil
+}
+
+// isTooLarge reports whether Service Bus refused a message for its size
+// (AMQP amqp:link:message-size-exceeded, or the SDK's own check).
+func isTooLarge(err error) bool {
+	return errors.Is(err, azservicebus.ErrMessageTooLarge) || strings.Contains(err.Error(), "message-size-exceeded")
 }
 
 // aggregateKey is the message's aggregate, for holding its later messages

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,13 +93,31 @@ func TestPublishBatchesBySize(t *testing.T) {
 	}
 }
 
+// TestPublishLargerThanABatch: a message larger than a batch may be, but
+// within the entity's message limit, is sent on its own, in its place.
+func TestPublishLargerThanABatch(t *testing.T) {
+	t.Parallel()
+	ns := servicebustest.New()
+	ns.MaxBatchBytes, ns.MaxMessageBytes = 4<<10, 64<<10
+	ns.CreateQueue("orders")
+	p := newPublisher(t, ns)
+	msgs := []*message.Message{event("a", 0, `{}`), event("a", 1, `{"blob":"`+strings.Repeat("x", 10000)+`"}`), event("a", 2, `{}`)}
+	if err := p.Publish("orders", msgs...); err != nil {
+		t.Fatal(err)
+	}
+	got := ns.Pending("orders")["a"]
+	if len(got) != 3 || got[0].MessageID != msgs[0].UUID || got[1].MessageID != msgs[1].UUID || got[2].MessageID != msgs[2].UUID {
+		t.Errorf("arrived %v, want the three in order", got)
+	}
+}
+
 // TestPublishFailures: a message too large alone fails for good and holds
 // its aggregate's later messages back (retryably); a refused send fails
 // its batch and every later message, retryably; the rest arrives.
 func TestPublishFailures(t *testing.T) {
 	t.Parallel()
 	ns := servicebustest.New()
-	ns.MaxBatchBytes = 4 << 10
+	ns.MaxBatchBytes, ns.MaxMessageBytes = 4<<10, 4<<10
 	ns.CreateQueue("orders")
 	p := newPublisher(t, ns)
 	msgs := []*message.Message{
@@ -185,7 +204,8 @@ func TestSubscriberKeepsEachSessionsOrder(t *testing.T) {
 			}
 		}
 	}
-	sub, err := servicebus.NewSubscriber(servicebus.SubscriberConfig{Client: ns, MaxSessions: 2, ReceiveBatch: 3, SessionIdle: 50 * time.Millisecond, Logger: quiet})
+	sub, err := servicebus.NewSubscriber(servicebus.SubscriberConfig{Client: ns, MaxSessions: 2, ReceiveBatch: 3, SessionIdle: 50 * time.Millisecond,
+		NackResendSleep: time.Millisecond, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,6 +215,12 @@ func TestSubscriberKeepsEachSessionsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := receiveAll(t, ch, 15, "b", "2")
+	// The nacked message comes again from memory: the session is kept,
+	// nothing is abandoned (each abandon would raise a delivery count
+	// towards the entity's dead-letter queue).
+	if n := ns.Abandons(); n != 0 {
+		t.Errorf("%d messages abandoned after a nack, want none", n)
+	}
 	want := map[string]string{"a": "0 1 2 3 4", "b": "0 1 2 2 3 4", "c": "0 1 2 3 4"}
 	for agg, w := range want {
 		if g := strings.Join(got[agg], " "); g != w {
@@ -247,4 +273,58 @@ func TestConfigs(t *testing.T) {
 	if _, err := servicebus.NewSubscriber(servicebus.SubscriberConfig{}); !errors.Is(err, servicebus.ErrInvalidConfig) {
 		t.Errorf("NewSubscriber without a client = %v", err)
 	}
+}
+
+// TestSubscriberRenewsTheSessionLock: a session held longer than its lock
+// lasts is renewed, and its messages are still completed.
+func TestSubscriberRenewsTheSessionLock(t *testing.T) {
+	t.Parallel()
+	ns := servicebustest.New()
+	ns.LockDuration = 200 * time.Millisecond
+	ns.CreateQueue("orders")
+	p := newPublisher(t, ns)
+	if err := p.Publish("orders", event("a", 0, `{}`), event("a", 1, `{}`)); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	sub, err := servicebus.NewSubscriber(servicebus.SubscriberConfig{Client: ns, SessionIdle: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ch, err := sub.Subscribe(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := <-ch
+	// Hold the message past two lock durations: only renewals keep the
+	// session this subscriber's.
+	held := time.After(500 * time.Millisecond)
+	<-held
+	first.Ack()
+	second := <-ch
+	second.Ack()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(ns.Pending("orders")["a"]) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("pending after both acks: %v", ns.Pending("orders"))
+		}
+		time.Sleep(10 * time.Millisecond) // polling until the deadline
+	}
+	if ns.Renewals() < 2 {
+		t.Errorf("%d lock renewals while a message was held 2.5 lock durations, want 2 or more", ns.Renewals())
+	}
+}
+
+// syncWriter serialises writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -40,6 +40,15 @@ type SubscriberConfig struct {
 	// Default: 1s.
 	SessionIdle time.Duration
 
+	// NackResendSleep is how long a session waits after a nack before it
+	// delivers the nacked message again (from memory: the session's lock
+	// is kept and renewed, and the message's delivery count is not
+	// raised, so a handler failing for a while does not walk it into the
+	// entity's dead-letter queue).
+	//
+	// Default: 100ms.
+	NackResendSleep time.Duration
+
 	// Logger receives the failures it retries.
 	//
 	// Default: slog.Default().
@@ -51,20 +60,20 @@ func (c SubscriberConfig) Validate() error {
 	switch {
 	case c.Client == nil:
 		return fmt.Errorf("%w: Client is required", ErrInvalidConfig)
-	case c.MaxSessions < 0, c.ReceiveBatch < 0, c.SessionIdle < 0:
-		return fmt.Errorf("%w: MaxSessions, ReceiveBatch and SessionIdle must not be negative", ErrInvalidConfig)
+	case c.MaxSessions < 0, c.ReceiveBatch < 0, c.SessionIdle < 0, c.NackResendSleep < 0:
+		return fmt.Errorf("%w: MaxSessions, ReceiveBatch, SessionIdle and NackResendSleep must not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
 
 // Subscriber receives from session-enabled queues and subscriptions: it
 // accepts up to MaxSessions sessions at a time and delivers each session's
-// messages in order, one at a time; a message is completed when it is
-// acked, and on a nack it and the messages of its session received after
-// it are abandoned, so that Service Bus delivers them again in the same
-// order (each abandon counts towards the entity's MaxDeliveryCount, after
-// which Service Bus dead-letters the message). It is safe for concurrent
-// use.
+// messages in order, one at a time, renewing each session's lock while it
+// holds it; a message is completed when it is acked, and a nacked one is
+// delivered again after NackResendSleep, before the session's later
+// messages, without giving the session up. When the subscription ends,
+// the messages received and not completed are abandoned, in order, for
+// the session's next holder. It is safe for concurrent use.
 type Subscriber struct {
 	cfg SubscriberConfig
 	log *slog.Logger
@@ -89,6 +98,9 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	if cfg.SessionIdle == 0 {
 		cfg.SessionIdle = time.Second
+	}
+	if cfg.NackResendSleep == 0 {
+		cfg.NackResendSleep = 100 * time.Millisecond
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -158,12 +170,27 @@ func (s *Subscriber) acceptLoop(ctx context.Context, topic string, out chan<- *m
 }
 
 // serve delivers one session's messages in order until it is idle for
-// SessionIdle, a settle fails, or ctx ends.
+// SessionIdle, a settle or a lock renewal fails, or ctx ends.
 func (s *Subscriber) serve(ctx context.Context, topic string, r SessionReceiver, out chan<- *message.Message) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		s.renewLock(ctx, cancel, topic, r)
+	}()
+	defer func() { cancel(); <-renewed }()
+	abandon := func(msgs []*azservicebus.ReceivedMessage) {
+		for _, m := range msgs {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			_ = r.AbandonMessage(actx, m, nil)
+			cancel()
+		}
+	}
 	for ctx.Err() == nil {
-		rctx, cancel := context.WithTimeout(ctx, s.cfg.SessionIdle)
+		rctx, rcancel := context.WithTimeout(ctx, s.cfg.SessionIdle)
 		msgs, err := r.ReceiveMessages(rctx, s.cfg.ReceiveBatch, nil)
-		cancel()
+		rcancel()
 		if len(msgs) == 0 {
 			if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 				s.log.Warn("servicebus: receiving from a session failed; releasing it", "entity", topic, "session", r.SessionID(), "error", err)
@@ -171,31 +198,54 @@ func (s *Subscriber) serve(ctx context.Context, topic string, r SessionReceiver,
 			return // idle, or failed: release the session
 		}
 		for i, rm := range msgs {
-			ok, err := s.deliver(ctx, rm, out)
-			if err != nil || !ok {
-				// Nacked, or the subscription ends: this message and the
-				// later ones go back to the session, in order.
-				for _, later := range msgs[i:] {
-					actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-					_ = r.AbandonMessage(actx, later, nil)
-					cancel()
-				}
+			for {
+				acked, err := s.deliver(ctx, rm, out)
 				if err != nil {
+					abandon(msgs[i:]) // for the session's next holder, in order
 					return
 				}
-				break
+				if acked {
+					break
+				}
+				if !backoff.Sleep(ctx, s.cfg.NackResendSleep) {
+					abandon(msgs[i:])
+					return
+				}
 			}
-			if err := r.CompleteMessage(ctx, rm, nil); err != nil {
+			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			err := r.CompleteMessage(cctx, rm, nil)
+			ccancel()
+			if err != nil {
 				// The lock was lost (another receiver has the session now,
 				// or will): the message is delivered again there.
 				s.log.Warn("servicebus: completing a message failed; it is delivered again", "entity", topic, "session", r.SessionID(), "message_id", rm.MessageID, "error", err)
-				for _, later := range msgs[i+1:] {
-					actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-					_ = r.AbandonMessage(actx, later, nil)
-					cancel()
-				}
+				abandon(msgs[i+1:])
 				return
 			}
+		}
+	}
+}
+
+// renewLock renews the session's lock at half its remaining time (every
+// 10s when the receiver does not say) until ctx ends; a failed renewal
+// ends the session (cancel): another receiver may hold it once the lock
+// lapses, and must not see this one deliver beside it.
+func (s *Subscriber) renewLock(ctx context.Context, cancel context.CancelFunc, topic string, r SessionReceiver) {
+	for {
+		wait := 10 * time.Second
+		if until := r.LockedUntil(); !until.IsZero() {
+			wait = max(time.Until(until)/2, 100*time.Millisecond)
+		}
+		if !backoff.Sleep(ctx, wait) {
+			return
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		err := r.RenewSessionLock(rctx, nil)
+		rcancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("servicebus: renewing a session's lock failed; releasing the session", "entity", topic, "session", r.SessionID(), "error", err)
+			cancel()
+			return
 		}
 	}
 }

@@ -20,8 +20,9 @@
 //     available again with its DeliveryCount raised, and Close releases the
 //     session and every message received but not settled.
 //
-// It has no duplicate detection, lock expiry, dead-lettering or
-// MaxDeliveryCount, scheduled messages or peeking. [Namespace.FailSends]
+// A session's lock lasts LockDuration and RenewSessionLock extends it, but
+// an expired lock is not taken back. It has no duplicate detection,
+// dead-lettering or MaxDeliveryCount, scheduled messages or peeking. [Namespace.FailSends]
 // injects failures of whole sends.
 package servicebustest
 
@@ -52,6 +53,12 @@ type Namespace struct {
 	// MaxBatchBytes is the size limit of the batches of its senders.
 	// Default: DefaultMaxBatchBytes.
 	MaxBatchBytes uint64
+	// MaxMessageBytes is the size limit of a message sent on its own
+	// (SendMessage). Default: DefaultMaxBatchBytes.
+	MaxMessageBytes uint64
+	// LockDuration is how long a session's lock lasts from its accept or
+	// last renewal. Default: 60s (the service's default).
+	LockDuration time.Duration
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced when messages arrive or are released
@@ -60,6 +67,8 @@ type Namespace struct {
 	failures []error
 	seq      int64
 	sends    int
+	abandons int
+	renewals int
 }
 
 var _ servicebus.Client = (*Namespace)(nil)
@@ -116,6 +125,20 @@ func (n *Namespace) Sends() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.sends
+}
+
+// Renewals is how many times receivers renewed a session's lock.
+func (n *Namespace) Renewals() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.renewals
+}
+
+// Abandons is how many messages receivers abandoned.
+func (n *Namespace) Abandons() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.abandons
 }
 
 // Pending returns the messages of a queue (or "topic/subscription") not
@@ -203,6 +226,24 @@ func (s *sender) SendMessageBatch(ctx context.Context, bt servicebus.Batch, _ *a
 	if !ok {
 		return fmt.Errorf("servicebustest: a batch of %T", bt)
 	}
+	return s.send(ctx, b.msgs)
+}
+
+// SendMessage sends one message, refused past MaxMessageBytes as the
+// service refuses it (amqp:link:message-size-exceeded).
+func (s *sender) SendMessage(ctx context.Context, m *azservicebus.Message, _ *azservicebus.SendMessageOptions) error {
+	max := s.n.MaxMessageBytes
+	if max == 0 {
+		max = DefaultMaxBatchBytes
+	}
+	if size(m) > max {
+		return fmt.Errorf("servicebustest: *Error{Condition: amqp:link:message-size-exceeded, Description: the message of %d bytes exceeds the limit of %d}", size(m), max)
+	}
+	return s.send(ctx, []*azservicebus.Message{m})
+}
+
+// send enqueues msgs, all or none.
+func (s *sender) send(ctx context.Context, msgs []*azservicebus.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -221,12 +262,12 @@ func (s *sender) SendMessageBatch(ctx context.Context, bt servicebus.Batch, _ *a
 		}
 		targets = []string{s.entity}
 	}
-	for _, m := range b.msgs {
+	for _, m := range msgs {
 		if m.SessionID == nil || *m.SessionID == "" {
 			return errors.New("servicebustest: the entity requires sessions: a message without a SessionID")
 		}
 	}
-	for _, m := range b.msgs {
+	for _, m := range msgs {
 		for _, key := range targets {
 			e := n.queues[key]
 			sid := *m.SessionID
@@ -283,8 +324,10 @@ func (n *Namespace) AcceptNextSession(ctx context.Context, queueOrTopic, subscri
 			s := e.sessions[id]
 			if !s.locked && len(s.msgs) > 0 {
 				s.locked = true
+				r := &receiver{n: n, s: s, id: id}
+				r.until = time.Now().Add(n.lockDuration())
 				n.mu.Unlock()
-				return &receiver{n: n, s: s, id: id}, nil
+				return r, nil
 			}
 		}
 		changed := n.changed
@@ -297,15 +340,40 @@ func (n *Namespace) AcceptNextSession(ctx context.Context, queueOrTopic, subscri
 	}
 }
 
+func (n *Namespace) lockDuration() time.Duration {
+	if n.LockDuration > 0 {
+		return n.LockDuration
+	}
+	return time.Minute
+}
+
 // receiver holds one session's lock.
 type receiver struct {
 	n      *Namespace
 	s      *session
 	id     string
 	closed bool
+	until  time.Time // the lock's expiry (not enforced)
 }
 
 func (r *receiver) SessionID() string { return r.id }
+
+func (r *receiver) LockedUntil() time.Time {
+	r.n.mu.Lock()
+	defer r.n.mu.Unlock()
+	return r.until
+}
+
+func (r *receiver) RenewSessionLock(context.Context, *azservicebus.RenewSessionLockOptions) error {
+	r.n.mu.Lock()
+	defer r.n.mu.Unlock()
+	if r.closed {
+		return &azservicebus.Error{Code: azservicebus.CodeLockLost}
+	}
+	r.until = time.Now().Add(r.n.lockDuration())
+	r.n.renewals++
+	return nil
+}
 
 func (r *receiver) ReceiveMessages(ctx context.Context, max int, _ *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
 	for {
@@ -351,6 +419,7 @@ func (r *receiver) settle(m *azservicebus.ReceivedMessage, complete bool) error 
 				r.s.msgs = slices.Delete(r.s.msgs, i, i+1)
 			} else {
 				st.delivered = false
+				r.n.abandons++
 				r.n.wake()
 			}
 			return nil
