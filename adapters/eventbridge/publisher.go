@@ -25,9 +25,9 @@ import (
 const (
 	// MaxEntries is the most entries one PutEvents request takes.
 	MaxEntries = 10
-	// MaxRequestSize is the most bytes the entries of one PutEvents
-	// request may add up to, counted as EventBridge counts them (see
-	// [EntrySize]); it is also the largest entry.
+	// MaxRequestSize is what the entries of one PutEvents request must
+	// add up to less than, counted as EventBridge counts them (see
+	// [EntrySize]); a single entry too.
 	MaxRequestSize = 256 * 1024
 )
 
@@ -259,11 +259,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			continue
 		}
 		n := EntrySize(entry)
-		if n > MaxRequestSize {
-			errs[i], failed = runtime.Permanent(fmt.Errorf("%w: event %s is %d bytes as EventBridge counts it, more than %d", ErrMessageTooLarge, m.UUID, n, MaxRequestSize)), true
+		if n >= MaxRequestSize { // "must be less than 256KB"
+			errs[i], failed = runtime.Permanent(fmt.Errorf("%w: event %s is %d bytes as EventBridge counts it, %d or more", ErrMessageTooLarge, m.UUID, n, MaxRequestSize)), true
 			continue
 		}
-		if len(batch) == MaxEntries || size+n > MaxRequestSize {
+		if len(batch) == MaxEntries || size+n >= MaxRequestSize {
 			if err := send(); err != nil {
 				return p.failRest(errs, msgs, batch, i, err)
 			}

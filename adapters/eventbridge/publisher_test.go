@@ -140,7 +140,7 @@ func TestPublishBatchesWithinLimits(t *testing.T) {
 	c.mu.Unlock()
 	total := 0
 	for i, n := range requests {
-		if n > eventbridge.MaxEntries || sizes[i] > eventbridge.MaxRequestSize {
+		if n > eventbridge.MaxEntries || sizes[i] >= eventbridge.MaxRequestSize {
 			t.Errorf("request %d: %d entries, %d bytes", i, n, sizes[i])
 		}
 		total += n

@@ -17,13 +17,16 @@ type PartitionLag struct {
 	Partition int
 	// Committed is the group's committed offset: the next record it will
 	// read. -1 when the group committed none on the partition; it then
-	// starts at Start (SubscriberConfig.StartOffset's default).
+	// starts at Start (SubscriberConfig.StartOffset kafka.FirstOffset, the
+	// default) or at End (kafka.LastOffset).
 	Committed int64
 	// Start and End are the partition's first retained offset and the
 	// offset after its last record (its high watermark).
 	Start, End int64
-	// Lag is the number of records the group has yet to commit: End -
-	// Committed, or End - Start without a committed offset.
+	// Lag is the number of records the group has yet to commit: End less
+	// Committed (or Start, when retention deleted past it); without a
+	// committed offset, End - Start, or 0 for a group that starts at the
+	// end.
 	Lag int64
 }
 
@@ -37,7 +40,9 @@ func (s *Subscriber) Lag(ctx context.Context, topics ...string) ([]PartitionLag,
 	rc := s.readerConfig("lag")
 	client := &kafka.Client{Addr: kafka.TCP(rc.Brokers...), Timeout: 10 * time.Second}
 	if d := rc.Dialer; d != nil {
-		client.Transport = &kafka.Transport{Dial: d.DialFunc, TLS: d.TLS, SASL: d.SASLMechanism, ClientID: d.ClientID}
+		t := &kafka.Transport{Dial: d.DialFunc, TLS: d.TLS, SASL: d.SASLMechanism, ClientID: d.ClientID}
+		defer t.CloseIdleConnections()
+		client.Transport = t
 	}
 	group := s.cfg.ConsumerGroup
 	wrap := func(what string, err error) error {
@@ -133,11 +138,16 @@ func (s *Subscriber) Lag(ctx context.Context, topics ...string) ([]PartitionLag,
 				continue
 			}
 			l := PartitionLag{Topic: t, Partition: p.Partition, Committed: p.CommittedOffset, Start: b.FirstOffset, End: b.LastOffset}
-			if l.Committed < 0 {
-				l.Committed = -1
-				l.Lag = l.End - l.Start
-			} else {
-				l.Lag = max(0, l.End-l.Committed)
+			switch {
+			case l.Committed < 0 && rc.StartOffset == kafka.LastOffset:
+				// The group starts at the end: nothing before it is its.
+				l.Committed, l.Lag = -1, 0
+			case l.Committed < 0:
+				l.Committed, l.Lag = -1, l.End-l.Start
+			default:
+				// Retention may have deleted records past the committed
+				// offset: the group resumes at the first one left.
+				l.Lag = max(0, l.End-max(l.Committed, l.Start))
 			}
 			out = append(out, l)
 		}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -178,6 +179,35 @@ func TestDeadLetterWithoutTopic(t *testing.T) {
 	if len(got) != 1 || got[0].UUID != msg.UUID || got[0].Metadata.Get(runtime.MetadataEventType) != paidType ||
 		got[0].Metadata.Get(consumer.MetadataDeadLetterAt) == "" || got[0].Metadata.Get(consumer.MetadataDeadLetterReason) != string(consumer.ReasonHandler) {
 		t.Errorf("re-driven = %v", got)
+	}
+}
+
+// TestDeadLetterLongErrorIsKept: an error text longer than the table's
+// column would take is cut, not a failed write (a failed dead-lettering
+// nacks the message, which fails again the same way for good).
+func TestDeadLetterLongErrorIsKept(t *testing.T) {
+	t.Parallel()
+	for name, open := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			drv := driver(t, open(t))
+			must(t, consumer.MigrateDeadLetters(ctx, drv, ""))
+			dlq, err := consumer.NewDeadLetterTable(drv, "")
+			must(t, err)
+			c := newConsumer(t, newRegistry(t, 2), consumer.Config{Name: "billing", DeadLetterPublisher: dlq})
+			must(t, consumer.HandleWithoutInbox(c, func(context.Context, PaidV2, consumer.Meta) error {
+				return runtime.Permanent(errors.New(strings.Repeat("é", 100<<10)))
+			}))
+			if err := c.HandlerFunc()(paidMessage(t, 2, "o-1", 1)); err != nil {
+				t.Fatalf("handler = %v: the dead letter was not written", err)
+			}
+			list, err := dlq.List(ctx, sqlstore.DeadLetterQuery{})
+			must(t, err)
+			if len(list) != 1 || len(list[0].Error) > sqlstore.MaxDeadLetterError || !utf8.ValidString(list[0].Error) {
+				t.Fatalf("dead letters = %d, error of %d bytes", len(list), len(list[0].Error))
+			}
+		})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // DeadLetterDefaultTable is the default dead-letter table: the messages
@@ -63,7 +64,7 @@ func DeadLetterDDL(d Dialect, table string) ([]string, error) {
 	message_uuid     VARCHAR(255) NOT NULL,
 	topic            VARCHAR(255) NOT NULL,
 	reason           VARCHAR(64)  NOT NULL,
-	error            TEXT         NOT NULL,
+	error            MEDIUMTEXT   NOT NULL,
 	attempts         INT          NOT NULL,
 	payload          LONGBLOB     NOT NULL,
 	metadata         LONGTEXT     NOT NULL,
@@ -173,7 +174,25 @@ func NewDeadLetters(db DB, d Dialect, table string) (*DeadLetters, error) {
 // Table is the dead-letter table's name.
 func (t *DeadLetters) Table() string { return t.table }
 
-// Add writes a row for dl (its ID and RedrivenAt are ignored).
+// MaxDeadLetterError is the longest error text [DeadLetters.Add] keeps, in
+// bytes; a longer one is cut (at a character boundary), so that no error
+// text, however long, fails the write and with it the consumer's
+// dead-lettering.
+const MaxDeadLetterError = 16 << 10
+
+// truncateUTF8 cuts s to at most n bytes, at a character boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// Add writes a row for dl (its ID and RedrivenAt are ignored; its Error is
+// cut to [MaxDeadLetterError] bytes).
 func (t *DeadLetters) Add(ctx context.Context, dl DeadLetter) error {
 	meta, err := json.Marshal(dl.Metadata)
 	if err != nil {
@@ -182,6 +201,7 @@ func (t *DeadLetters) Add(ctx context.Context, dl DeadLetter) error {
 	if dl.Payload == nil {
 		dl.Payload = []byte{}
 	}
+	dl.Error = truncateUTF8(dl.Error, MaxDeadLetterError)
 	at := dl.DeadLetteredAt
 	if at.IsZero() {
 		at = time.Now()
@@ -350,12 +370,16 @@ func (t *DeadLetters) Counts(ctx context.Context) ([]DeadLetterCount, error) {
 	for i, c := range cs {
 		if c.oldestID.Valid {
 			// Ids ascend in the order rows were written: the oldest
-			// waiting row is the one with the smallest id.
-			dl, err := t.Get(ctx, c.oldestID.Int64)
-			if err != nil && !errors.Is(err, ErrNotFound) {
-				return nil, err
+			// waiting row is the one with the smallest id (its time
+			// alone is read, not its payload).
+			var at sql.NullTime
+			err := t.db.QueryRowContext(ctx, `SELECT dead_lettered_at FROM `+t.table+` WHERE id = `+t.dialect.ph(1), c.oldestID.Int64).Scan(&at)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return nil, fmt.Errorf("sqlstore: count dead letters: %w", err)
 			}
-			c.Oldest = dl.DeadLetteredAt
+			if at.Valid {
+				c.Oldest = at.Time.UTC()
+			}
 		}
 		out[i] = c.DeadLetterCount
 	}

@@ -160,7 +160,7 @@ func (s *Server) putEvents(body []byte) (any, *apiError) {
 			size += len(r)
 		}
 	}
-	if size > maxRequestSize {
+	if size >= maxRequestSize {
 		return nil, &apiError{http.StatusBadRequest, "ValidationException", "Total size of the entries in the request is over the limit (" + strconv.Itoa(size) + " bytes)"}
 	}
 	s.mu.Lock()

@@ -32,10 +32,11 @@ func (s *Store) run(ctx context.Context) {
 		if s.generation() != gen {
 			failures = 0 // it streamed: a new failure starts a new streak
 			ghostWaits = 0
-			// The stream ended with an error: the server may have ended
-			// this process's other sessions too (a restart, an operator's
-			// pg_terminate_backend, a network cut), and each dead idle
-			// connection would fail one marking pass. Open fresh ones.
+			// A stream that streamed ended (ctx is not done): the server
+			// may have ended this process's other sessions too (a
+			// restart, an operator's pg_terminate_backend, a network
+			// cut), and each dead idle connection would fail one marking
+			// pass. Open fresh ones; it costs a few connects.
 			s.db.Reset()
 		}
 		wait := standbyRetry
