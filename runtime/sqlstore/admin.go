@@ -450,6 +450,11 @@ func (s *Store) Discard(ctx context.Context, ids ...int64) (int64, error) {
 // execIDs runs query, whose %s takes a list of placeholders, for ids in
 // chunks, and returns the rows affected.
 func (s *Store) execIDs(ctx context.Context, query string, ids []int64) (int64, error) {
+	return execIDs(ctx, s.db, s.dialect, query, ids)
+}
+
+// execIDs runs query on q in dialect d, as Store.execIDs does.
+func execIDs(ctx context.Context, q Executor, d dialect, query string, ids []int64) (int64, error) {
 	var total int64
 	for start := 0; start < len(ids); start += 500 {
 		part := ids[start:min(start+500, len(ids))]
@@ -457,9 +462,9 @@ func (s *Store) execIDs(ctx context.Context, query string, ids []int64) (int64, 
 		phs := make([]string, len(part))
 		for i, id := range part {
 			args[i] = id
-			phs[i] = s.dialect.ph(i + 1)
+			phs[i] = d.ph(i + 1)
 		}
-		res, err := s.db.ExecContext(ctx, fmt.Sprintf(query, strings.Join(phs, ", ")), args...)
+		res, err := q.ExecContext(ctx, fmt.Sprintf(query, strings.Join(phs, ", ")), args...)
 		if err != nil {
 			return total, err
 		}

@@ -171,9 +171,6 @@ func NewDeadLetters(db DB, d Dialect, table string) (*DeadLetters, error) {
 	return &DeadLetters{db: db, dialect: dl, table: table}, nil
 }
 
-// Table is the dead-letter table's name.
-func (t *DeadLetters) Table() string { return t.table }
-
 // MaxDeadLetterError is the longest error text [DeadLetters.Add] keeps, in
 // bytes; a longer one is cut (at a character boundary), so that no error
 // text, however long, fails the write and with it the consumer's
@@ -307,26 +304,11 @@ func (t *DeadLetters) MarkRedriven(ctx context.Context, id int64) error {
 // Delete deletes the rows with the given ids and returns how many it
 // deleted.
 func (t *DeadLetters) Delete(ctx context.Context, ids ...int64) (int64, error) {
-	var total int64
-	for start := 0; start < len(ids); start += 500 {
-		part := ids[start:min(start+500, len(ids))]
-		args := make([]any, len(part))
-		phs := make([]string, len(part))
-		for i, id := range part {
-			args[i] = id
-			phs[i] = t.dialect.ph(i + 1)
-		}
-		res, err := t.db.ExecContext(ctx, `DELETE FROM `+t.table+` WHERE id IN (`+strings.Join(phs, ", ")+`)`, args...)
-		if err != nil {
-			return total, fmt.Errorf("sqlstore: delete dead letters: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, fmt.Errorf("sqlstore: delete dead letters: %w", err)
-		}
-		total += n
+	n, err := execIDs(ctx, t.db, t.dialect, `DELETE FROM `+t.table+` WHERE id IN (%s)`, ids)
+	if err != nil {
+		return n, fmt.Errorf("sqlstore: delete dead letters: %w", err)
 	}
-	return total, nil
+	return n, nil
 }
 
 // DeadLetterCount is one consumer's rows in the dead-letter table.
