@@ -25,3 +25,11 @@ var ErrSubscriberClosed = errors.New("sql: subscriber closed")
 // (go-sql-driver/mysql, a SQLite driver): the package's SQL is
 // PostgreSQL's, and every publish would fail, retryably, for good.
 var ErrNotPostgres = errors.New("sql: not a PostgreSQL database")
+
+// ErrLegacySchema is wrapped by the errors of [Publisher.Publish] (inside a
+// [runtime.TransientError]: the messages are retried, not parked),
+// [Subscriber.Subscribe] and [Subscriber.SubscribeInitialize] when a
+// topic's tables have the layout of watermill-sql's DefaultPostgreSQLSchema
+// and DefaultPostgreSQLOffsetsAdapter, which this package used before it
+// gave offsets in commit order. [Upgrade] converts them.
+var ErrLegacySchema = errors.New("sql: topic tables have watermill-sql's default layout")

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ThreeDotsLabs/watermill"
-	watermillsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/gooutbox/outbox/adapters/internal/publishing"
@@ -21,18 +19,18 @@ import (
 // PublisherConfig configures [NewPublisher]. Its zero value is ready to use.
 type PublisherConfig struct {
 	// SkipSchemaInitialization stops the publisher from creating a topic's
-	// table (CREATE TABLE IF NOT EXISTS, under an advisory lock) the first
-	// time it publishes to the topic. Set it when the tables are created by
-	// migrations and the database user may not create tables.
+	// tables (messages and offset counter: CREATE TABLE IF NOT EXISTS, under
+	// an advisory lock) the first time it publishes to the topic. Set it when
+	// the tables are created by migrations ([CreateStatements]) and the
+	// database user may not create tables. The tables' layout is checked
+	// either way ([ErrLegacySchema]).
 	//
 	// Default: false, the tables are created on first use.
 	SkipSchemaInitialization bool
 
-	// Logger receives the adapter's logs: Watermill's messages, levels and
-	// fields, bridged once inside with watermill.NewSlogLogger.
-	// Default: nil, which means slog.Default() as it is when [NewPublisher] is
-	// called, as in runtime/relay and runtime/consumer. Pass
-	// slog.New(slog.DiscardHandler) to silence it.
+	// Logger is kept for symmetry with [SubscriberConfig]; the publisher
+	// logs nothing (every failure is returned).
+	// Default: nil.
 	Logger *slog.Logger
 }
 
@@ -47,7 +45,11 @@ func (c PublisherConfig) Validate() error { return nil }
 // package documentation). It is safe for concurrent use. Close it when done;
 // it does not close the *sql.DB.
 type Publisher struct {
-	pub *watermillsql.Publisher
+	db     *sql.DB
+	create bool
+
+	// ready holds the topics whose tables were checked (and created).
+	ready sync.Map
 
 	// mu is held for reading by every Publish and for writing by Close, so
 	// Close waits for the calls in flight.
@@ -69,20 +71,14 @@ func NewPublisher(db *sql.DB, cfg PublisherConfig) (*Publisher, error) {
 	if err := checkDriver(db); err != nil {
 		return nil, err
 	}
-	logger := watermill.NewSlogLogger(cfg.Logger) // nil means slog.Default()
-	pub, err := watermillsql.NewPublisher(watermillsql.BeginnerFromStdSQL(db), watermillsql.PublisherConfig{
-		SchemaAdapter:        schemaAdapter(0),
-		AutoInitializeSchema: !cfg.SkipSchemaInitialization,
-	}, logger)
-	if err != nil {
-		return nil, fmt.Errorf("sql: new publisher: %w", err)
-	}
-	return &Publisher{pub: pub}, nil
+	return &Publisher{db: db, create: !cfg.SkipSchemaInitialization}, nil
 }
 
 // Publish inserts msgs into topic's table with one INSERT statement, so all
 // of them are committed, in the order given, or none, and returns once they
-// are committed. The statement runs with the first message's context. More
+// are committed. Their offsets follow the topic's last one, given in commit
+// order (see the package documentation). The statement runs with the first
+// message's context. More
 // than [MaxMessagesPerInsert] messages take several statements, in order; if
 // one fails, the error is a [runtime.PublishErrors] saying which messages
 // were committed.
@@ -119,13 +115,36 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) (err error) 
 	return nil
 }
 
-// insert inserts msgs with one statement.
+// insert inserts msgs with one statement, after checking (and creating)
+// the topic's tables the first time.
 func (p *Publisher) insert(topic string, msgs []*message.Message) error {
-	if err := p.pub.Publish(topic, msgs...); err != nil {
-		if errors.Is(err, watermillsql.ErrInvalidTopicName) {
-			return runtime.Permanent(fmt.Errorf("sql: publish to %s: %w: %w", topic, ErrInvalidTopic, err))
+	ctx := msgs[0].Context()
+	t := tablesOf(topic)
+	if _, ok := p.ready.Load(topic); !ok {
+		if err := initialize(ctx, p.db, t, p.create, false); err != nil {
+			if errors.Is(err, ErrLegacySchema) {
+				// Not the message's fault: retried, without counting an
+				// attempt, until the operator upgrades the tables.
+				return runtime.Transient(err)
+			}
+			return err
 		}
+		p.ready.Store(topic, struct{}{})
+	}
+	query, args, err := t.insertQuery(msgs)
+	if err != nil {
+		return runtime.Permanent(err)
+	}
+	res, err := p.db.ExecContext(ctx, query, args...)
+	if err != nil {
 		return classify(fmt.Errorf("sql: publish to %s: %w", topic, err))
+	}
+	if n, err := res.RowsAffected(); err == nil && n != int64(len(msgs)) {
+		// Only a counter row deleted by hand leaves the UPDATE nothing to
+		// return; the next call recreates it (unless the tables are the
+		// migrations').
+		p.ready.Delete(topic)
+		return fmt.Errorf("sql: publish to %s: inserted %d of %d messages: the row of %s is missing", topic, n, len(msgs), t.counter)
 	}
 	return nil
 }
@@ -139,7 +158,7 @@ func (p *Publisher) Close() error {
 		return nil
 	}
 	p.closed = true
-	return p.pub.Close()
+	return nil
 }
 
 // transient reports whether a publish error is the database's or the

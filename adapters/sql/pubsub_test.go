@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/gooutbox/outbox/adapters/sql"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
@@ -39,7 +40,7 @@ var features = tests.Features{
 
 func suiteConstructors(db *stdSQL.DB) (tests.PubSubConstructor, tests.ConsumerGroupPubSubConstructor) {
 	withGroup := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
-		return newPublisher(t, db), newSubscriber(t, db, testSubscriberConfig(group))
+		return newPublisher(t, db), newSubscriber(t, db, sql.SubscriberConfig{ConsumerGroup: group})
 	}
 	return func(t *testing.T) (message.Publisher, message.Subscriber) {
 		return withGroup(t, groupName(t))

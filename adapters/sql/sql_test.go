@@ -93,15 +93,16 @@ func TestOrderBacklog(t *testing.T) {
 	}
 }
 
-// TestRowCommittedOutOfOrderIsNotSkipped holds a transaction that inserted a
-// row open while a later row commits and is read: the subscriber must not
-// read past the open transaction, and delivers its row once it commits.
-// (A subscriber reading by offset alone would deliver the later row, move
-// its offset past the earlier one, and skip it for good.)
-func TestRowCommittedOutOfOrderIsNotSkipped(t *testing.T) {
+// TestOffsetsFollowCommitOrder holds a publishing transaction open after it
+// took the topic's next offset: a later Publish waits for it, so the later
+// message's offset is higher and it commits after, and the subscriber reads
+// both in that order without skipping the first. (A subscriber reading a
+// plain BIGSERIAL offset would deliver the later row, move past the earlier
+// one, and skip it for good.)
+func TestOffsetsFollowCommitOrder(t *testing.T) {
 	db := newDB(t, 0)
 	pub := newPublisher(t, db)
-	if err := pub.Publish("t", newMessage(1, 0)); err != nil { // creates the table
+	if err := pub.Publish("t", newMessage(1, 0)); err != nil { // creates the tables
 		t.Fatalf("Publish: %v", err)
 	}
 	ctx := context.Background()
@@ -110,13 +111,15 @@ func TestRowCommittedOutOfOrderIsNotSkipped(t *testing.T) {
 		t.Fatalf("BeginTx: %v", err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO "watermill_t" (uuid, payload, metadata, transaction_id)
-		VALUES ($1, $2, '{"aggregate_id":"agg-2","seq":"0"}', pg_current_xact_id())`, watermill.NewUUID(), []byte("slow")); err != nil {
+	// What Publish does, in a transaction left open.
+	if _, err := tx.ExecContext(ctx, `WITH seq AS (UPDATE "watermill_seq_t" SET last_offset = last_offset + 1 RETURNING last_offset)
+		INSERT INTO "watermill_t" ("offset", uuid, payload, metadata)
+		SELECT last_offset, $1, $2, '{"aggregate_id":"agg-2","seq":"0"}' FROM seq`, watermill.NewUUID(), []byte("slow")); err != nil {
 		t.Fatalf("insert in open transaction: %v", err)
 	}
-	if err := pub.Publish("t", newMessage(1, 1)); err != nil {
-		t.Fatalf("Publish: %v", err)
-	}
+	published := make(chan error, 1)
+	go func() { published <- pub.Publish("t", newMessage(1, 1)) }()
+	waitForLockWait(t, db, `"watermill_seq_t"`)
 
 	sub := newSubscriber(t, db, testSubscriberConfig("g1"))
 	ch, err := sub.Subscribe(ctx, "t")
@@ -129,12 +132,15 @@ func TestRowCommittedOutOfOrderIsNotSkipped(t *testing.T) {
 	}
 	first.Ack()
 	select {
-	case msg := <-ch:
-		t.Fatalf("delivered %s seq %s while an older transaction is open", msg.Metadata.Get(runtime.MetadataAggregateID), msg.Metadata.Get("seq"))
-	case <-time.After(300 * time.Millisecond):
+	case err := <-published:
+		t.Fatalf("Publish returned (%v) while an earlier publishing transaction holds the counter", err)
+	default:
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatalf("Commit: %v", err)
+	}
+	if err := <-published; err != nil {
+		t.Fatalf("Publish: %v", err)
 	}
 	for _, want := range []string{"agg-2", "agg-1"} {
 		select {
@@ -146,6 +152,26 @@ func TestRowCommittedOutOfOrderIsNotSkipped(t *testing.T) {
 		case <-time.After(waitTimeout):
 			t.Fatalf("no message from %s within %s", want, waitTimeout)
 		}
+	}
+}
+
+// waitForLockWait waits until a session of db's database waits for a lock
+// in a statement naming table (the Publish blocked on the counter row).
+func waitForLockWait(t *testing.T, db *gosql.DB, table string) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, $1) > 0`, table).Scan(&n); err != nil {
+			t.Fatalf("read pg_stat_activity: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no session waits for a lock within %s", waitTimeout)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

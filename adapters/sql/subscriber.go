@@ -43,9 +43,9 @@ type SubscriberConfig struct {
 	ResendInterval time.Duration
 
 	// AckDeadline is how long a delivered message may stay unacked before
-	// it is taken back and delivered again. (A message held for long holds
-	// back every group of the topic, because it keeps a transaction open and
-	// rows are read only once every older transaction has ended.)
+	// it is taken back and delivered again. A message held holds back its
+	// own group on its own topic only (the group's subscribers take turns on
+	// the group's offsets row); other groups and topics go on.
 	//
 	// Default: 30s.
 	AckDeadline time.Duration
@@ -118,7 +118,9 @@ func (c SubscriberConfig) Validate() error {
 // the package documentation). It is safe for concurrent use. Close it when
 // done; it does not close the *sql.DB.
 type Subscriber struct {
-	sub *watermillsql.Subscriber
+	sub    *watermillsql.Subscriber
+	db     *sql.DB
+	create bool
 
 	// Each subscription's messages pass through a goroutine of ours, so
 	// that Close returns only after every subscription channel is closed.
@@ -154,21 +156,22 @@ func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
 		PollInterval:     cfg.PollInterval,
 		ResendInterval:   cfg.ResendInterval,
 		RetryInterval:    cfg.RetryInterval,
-		SchemaAdapter:    schemaAdapter(cfg.BatchSize),
-		OffsetsAdapter:   watermillsql.DefaultPostgreSQLOffsetsAdapter{},
-		InitializeSchema: !cfg.SkipSchemaInitialization,
+		SchemaAdapter:    subscriberSchema{batch: cfg.BatchSize},
+		OffsetsAdapter:   subscriberOffsets{},
+		InitializeSchema: false, // initialize does it, and checks the layout
 	}, logger)
 	if err != nil {
 		return nil, fmt.Errorf("sql: new subscriber: %w", err)
 	}
-	return &Subscriber{sub: sub, closing: make(chan struct{})}, nil
+	return &Subscriber{sub: sub, db: db, create: !cfg.SkipSchemaInitialization, closing: make(chan struct{})}, nil
 }
 
 // Subscribe returns a channel of topic's messages for the subscriber's
 // consumer group, in order, one at a time (see the package documentation).
 // It creates the topic's tables unless
-// [SubscriberConfig.SkipSchemaInitialization]. The channel is closed when ctx
-// is done or the Subscriber is closed.
+// [SubscriberConfig.SkipSchemaInitialization], and refuses tables of
+// watermill-sql's default layout ([ErrLegacySchema]). The channel is closed
+// when ctx is done or the Subscriber is closed.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := validateTopic(topic); err != nil {
 		return nil, err
@@ -177,6 +180,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrSubscriberClosed
+	}
+	if err := initialize(ctx, s.db, tablesOf(topic), s.create, true); err != nil {
+		return nil, err
 	}
 	in, err := s.sub.Subscribe(ctx, topic)
 	if err != nil {
@@ -212,16 +218,17 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return out, nil
 }
 
-// SubscribeInitialize creates topic's tables (messages and offsets) if they
-// do not exist.
+// SubscribeInitialize creates topic's tables (messages, offset counter and
+// group offsets) if they do not exist, whatever
+// [SubscriberConfig.SkipSchemaInitialization] says, and refuses tables of
+// watermill-sql's default layout ([ErrLegacySchema]).
 func (s *Subscriber) SubscribeInitialize(topic string) error {
 	if err := validateTopic(topic); err != nil {
 		return err
 	}
-	if err := s.sub.SubscribeInitialize(topic); err != nil {
-		return fmt.Errorf("sql: initialize %s: %w", topic, err)
-	}
-	return nil
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return initialize(ctx, s.db, tablesOf(topic), true, true)
 }
 
 // Close stops every subscription and returns once their channels are
