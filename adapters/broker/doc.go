@@ -22,7 +22,7 @@
 //	amqp://user:pass@host:5672/vhost      github.com/gooutbox/outbox/adapters/amqp (RabbitMQ; amqps:// too)
 //	nats://host:4222                      github.com/gooutbox/outbox/adapters/nats (JetStream)
 //	redis://host:6379/0                   github.com/gooutbox/outbox/adapters/redis (Redis Streams)
-//	postgres://user@host:5432/db          github.com/gooutbox/outbox/adapters/sql (watermill-sql on PostgreSQL)
+//	postgres://user@host:5432/db          github.com/gooutbox/outbox/adapters/sql (tables on PostgreSQL)
 //	sqs://host:port                       github.com/gooutbox/outbox/adapters/sqs (SQS FIFO)
 //	sns://host:port                       github.com/gooutbox/outbox/adapters/sqs (SNS FIFO fan-out to SQS FIFO)
 //
@@ -111,11 +111,14 @@
 //     round trip per batch (EVALSHA per message: about half the rate of plain
 //     XADD); no trimming unless maxlen=/maxage= (trimming deletes entries a
 //     slow group has not read).
-//   - PostgreSQL tables (postgres://), adapters/sql (watermill-sql). Order per
-//     aggregate: yes. Dedup by event id: no. Fenced: yes: one INSERT per
-//     publish under its context, not sent once it has ended. Durable: yes.
-//     What the adapter sets up for you: the xid8 schema that does not skip
-//     rows committed out of order; one INSERT per batch.
+//   - PostgreSQL tables (postgres://), adapters/sql (watermill-sql's
+//     subscriber loop). Order per aggregate: yes. Dedup by event id: no.
+//     Fenced: yes: one INSERT per publish under its context, not sent once
+//     it has ended. Durable: yes. What the adapter sets up for you: offsets
+//     given in commit order by a per-topic counter row, so nothing committed
+//     out of order is skipped and no transaction elsewhere on the server (nor
+//     a message held in another group or topic) delays delivery; one INSERT
+//     per batch.
 //   - in-process (memory://), adapters/memory. Order per aggregate: yes. Dedup
 //     by event id: no. Fenced: one process. Durable: no (one process). What
 //     the adapter sets up for you: an append-only log per topic: nothing
@@ -171,7 +174,7 @@
 //	| …/adapters/amqp | RabbitMQ (amqp091-go, watermill-amqp) | go get github.com/gooutbox/outbox/adapters/amqp |
 //	| …/adapters/nats | NATS JetStream (nats.go, watermill-nats) | go get github.com/gooutbox/outbox/adapters/nats |
 //	| …/adapters/redis | Redis Streams (go-redis, watermill-redisstream) | go get github.com/gooutbox/outbox/adapters/redis |
-//	| …/adapters/sql | watermill-sql on PostgreSQL | go get github.com/gooutbox/outbox/adapters/sql |
+//	| …/adapters/sql | tables on PostgreSQL | go get github.com/gooutbox/outbox/adapters/sql |
 //	| …/adapters/sqs | SQS FIFO and SNS FIFO (AWS SDK v2) | go get github.com/gooutbox/outbox/adapters/sqs |
 //	| …/adapters/metrics | Prometheus metrics | go get github.com/gooutbox/outbox/adapters/metrics |
 //	| …/adapters/tracing | OpenTelemetry tracing | go get github.com/gooutbox/outbox/adapters/tracing |

@@ -1,37 +1,46 @@
 // Package sql is a Watermill [message.Publisher] and [message.Subscriber] on
-// PostgreSQL: each topic is a table, written and read through
-// github.com/ThreeDotsLabs/watermill-sql/v4, configured so that nothing is
-// skipped or reordered.
+// PostgreSQL: each topic is a table, read through the subscriber loop of
+// github.com/ThreeDotsLabs/watermill-sql/v4 with this package's schema, so
+// that nothing is skipped or reordered and nothing outside a topic's own
+// tables can hold its delivery back.
 //
 // The package is named sql like watermill-sql's own package, which users of
 // this one know; import database/sql beside it under another name when both
 // are needed (this package's tests use stdSQL). Most programs never import it
 // directly: package adapters/broker opens it from a postgres:// URL.
 //
-// # What it configures
+// # Tables
 //
-//   - Schema: watermill-sql's DefaultPostgreSQLSchema, whose rows carry the
-//     inserting transaction's id (transaction_id xid8, pg_current_xact_id())
-//     and whose SELECT reads only rows of transactions older than every
-//     transaction still running (transaction_id < pg_snapshot_xmin), in
-//     (transaction_id, offset) order. So a row committed after a later
-//     offset was already read is not skipped, which a plain offset (BIGSERIAL)
-//     cursor does. Its payload column is BYTEA instead of the default JSON,
-//     so any payload is stored as given.
-//     The price: a row becomes visible to subscribers only once every
-//     transaction that was running when it was inserted has ended, in the
-//     whole database, not only on this table. A long transaction (a batch
-//     job, a session left idle in transaction) delays delivery on every
-//     topic until it ends; keep such work out of the database the broker
-//     tables live in, or keep transactions short.
-//   - Offsets: DefaultPostgreSQLOffsetsAdapter, one row per consumer group
-//     locked FOR UPDATE while a batch is delivered, so the subscribers of a
-//     group take turns and each group reads the topic in order.
-//   - Tables are created on first use (AutoInitializeSchema for the
-//     publisher, InitializeSchema for the subscriber): "watermill_<topic>"
-//     and "watermill_offsets_<topic>", in the connection's search_path, the
-//     same tables a plain watermill-sql publisher or subscriber with these
-//     adapters uses.
+// A topic T has three tables, in the connection's search_path:
+//
+//   - "watermill_T": the messages, keyed by "offset" (BIGINT), with uuid,
+//     created_at, payload (BYTEA: any payload is stored as given) and
+//     metadata (JSON).
+//   - "watermill_seq_T": one row, the last offset given. A Publish advances
+//     it and inserts its messages at the offsets after it in one statement,
+//     so the row stays locked until that statement commits: the topic's
+//     publishers take turns for the length of one INSERT, and offsets are
+//     given in commit order. A subscriber that sees offset n therefore sees
+//     every offset below it, and reads by offset alone.
+//   - "watermill_offsets_T": one row per consumer group, its last acked
+//     offset, locked FOR UPDATE while a batch is delivered, so the
+//     subscribers of a group take turns and each group reads the topic in
+//     order.
+//
+// So a message held unacked holds back its own group on its own topic and
+// nothing else, and a long transaction anywhere on the server (a batch job,
+// a session left idle in transaction, a subscriber's own) holds back no
+// delivery. watermill-sql's DefaultPostgreSQLSchema, which this package
+// used before, could not say that: it read only rows of transactions older
+// than the server's oldest running one (transaction_id <
+// pg_snapshot_xmin), so any open transaction stalled every topic. Tables
+// of that layout are refused with [ErrLegacySchema]; [Upgrade] converts
+// them once, keeping every message, its order and every group's position.
+//
+// Tables are created on first use (CREATE TABLE IF NOT EXISTS, under an
+// advisory lock) unless [PublisherConfig.SkipSchemaInitialization] or
+// [SubscriberConfig.SkipSchemaInitialization]; [CreateStatements] returns
+// the statements for migrations.
 //
 // # Publishing
 //
@@ -65,18 +74,16 @@
 // Each subscription holds one connection, with a transaction open, while it
 // delivers a batch. A pool bounded by SetMaxOpenConns needs a connection for
 // every subscription and one more for publishing; with fewer, subscriptions
-// wait for each other's AckDeadline (Watermill's suite, with 40 connections
-// for about 100 subscriptions, stalled).
+// wait for each other's AckDeadline.
 //
 // Messages are never deleted: a topic's table grows until you delete old
-// rows yourself (rows whose transaction_id and offset every group's
-// watermill_offsets_<topic> row has passed).
+// rows yourself: rows whose offset every group's "offset_acked" has passed
+// (the counter row, not the table, says which offset comes next).
 //
 // # MySQL
 //
-// MySQL and MariaDB are not supported: watermill-sql's MySQL schema reads
-// rows by AUTO_INCREMENT offset, so a row whose transaction commits after a
-// row with a higher offset has been read is skipped for good.
+// MySQL and MariaDB are not supported: the statements are PostgreSQL's, and
+// a *sql.DB of another driver is refused with [ErrNotPostgres].
 //
 // # Error classes
 //

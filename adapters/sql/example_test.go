@@ -3,6 +3,7 @@ package sql_test
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -49,4 +50,39 @@ func Example() {
 		fmt.Println(string(msg.Payload))
 		msg.Ack()
 	}
+}
+
+// Converting a topic's tables written by an earlier version of this package
+// (or by watermill-sql's default PostgreSQL schema) once, after stopping the
+// programs that publish or subscribe to it: every message keeps its place,
+// and every consumer group goes on with the first message it had not read.
+// Until then, Publish fails with a transient error wrapping
+// sql.ErrLegacySchema (the relay keeps the messages and retries) and
+// Subscribe fails.
+func ExampleUpgrade() {
+	cfg, err := pgx.ParseConfig("postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	if err != nil {
+		panic(err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	for _, topic := range []string{"orders", "payments"} {
+		if err := sql.Upgrade(context.Background(), db, topic); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// The statements a migration tool runs to create a topic's tables, for
+// publishers and subscribers configured with SkipSchemaInitialization.
+func ExampleCreateStatements() {
+	stmts, err := sql.CreateStatements("orders")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(stmts), "statements; the first:")
+	fmt.Println(strings.Fields(stmts[0])[:6])
+	// Output:
+	// 4 statements; the first:
+	// [CREATE TABLE IF NOT EXISTS "watermill_orders"]
 }

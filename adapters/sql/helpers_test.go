@@ -19,7 +19,7 @@ const waitTimeout = 30 * time.Second
 // newDB returns a database handle on a fresh schema of the test PostgreSQL
 // (OUTBOX_TEST_POSTGRES_DSN, see hookstest.PostgresDSN), closed and dropped
 // when t ends. maxConns bounds its pool (0: no bound).
-func newDB(t *testing.T, maxConns int) *stdSQL.DB {
+func newDB(t testing.TB, maxConns int) *stdSQL.DB {
 	t.Helper()
 	dsn := hookstest.PostgresDSN(t)
 	cfg, err := pgx.ParseConfig(dsn)
@@ -48,7 +48,7 @@ func testSubscriberConfig(group string) sql.SubscriberConfig {
 	}
 }
 
-func newPublisher(t *testing.T, db *stdSQL.DB) *sql.Publisher {
+func newPublisher(t testing.TB, db *stdSQL.DB) *sql.Publisher {
 	t.Helper()
 	pub, err := sql.NewPublisher(db, sql.PublisherConfig{})
 	if err != nil {
@@ -58,7 +58,7 @@ func newPublisher(t *testing.T, db *stdSQL.DB) *sql.Publisher {
 	return pub
 }
 
-func newSubscriber(t *testing.T, db *stdSQL.DB, cfg sql.SubscriberConfig) *sql.Subscriber {
+func newSubscriber(t testing.TB, db *stdSQL.DB, cfg sql.SubscriberConfig) *sql.Subscriber {
 	t.Helper()
 	sub, err := sql.NewSubscriber(db, cfg)
 	if err != nil {

@@ -22,7 +22,7 @@ var features = tests.Features{
 	// At least once: the offset is committed once per batch, so acked
 	// messages of an unfinished batch are delivered again after a crash.
 	ExactlyOnceDelivery: false,
-	// One group reads a topic in (transaction_id, offset) order, one message
+	// One group reads a topic in offset (commit) order, one message
 	// at a time, and its subscribers take turns, so order holds with the
 	// suite's 10 competing subscribers.
 	GuaranteedOrder:                     true,
@@ -38,9 +38,16 @@ var features = tests.Features{
 	ContextPreserved:                 false,
 }
 
-func suiteConstructors(db *stdSQL.DB) (tests.PubSubConstructor, tests.ConsumerGroupPubSubConstructor) {
+// suiteConstructors returns the suite's constructors; fast replaces the
+// subscribers' intervals with short ones (testSubscriberConfig), the
+// defaults otherwise.
+func suiteConstructors(db *stdSQL.DB, fast bool) (tests.PubSubConstructor, tests.ConsumerGroupPubSubConstructor) {
 	withGroup := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
-		return newPublisher(t, db), newSubscriber(t, db, sql.SubscriberConfig{ConsumerGroup: group})
+		cfg := sql.SubscriberConfig{ConsumerGroup: group}
+		if fast {
+			cfg = testSubscriberConfig(group)
+		}
+		return newPublisher(t, db), newSubscriber(t, db, cfg)
 	}
 	return func(t *testing.T) (message.Publisher, message.Subscriber) {
 		return withGroup(t, groupName(t))
@@ -57,10 +64,26 @@ func groupName(t *testing.T) string {
 	return strings.ReplaceAll(name, "/", "-")
 }
 
-// TestPubSub runs Watermill's conformance suite on one fresh schema.
+// TestPubSub runs Watermill's conformance suite on one fresh schema with
+// the subscribers' default settings (SubscriberConfig with only
+// ConsumerGroup set), at the suite's short sizes: what a user who copies
+// the constructor gets. (go test -count=10 -run 'TestPubSub$' passed 10 runs
+// in a row.)
 func TestPubSub(t *testing.T) {
 	db := newDB(t, 0)
-	pubSub, withGroup := suiteConstructors(db)
+	pubSub, withGroup := suiteConstructors(db, false)
+	f := features
+	f.ForceShort = true
+	tests.TestPubSub(t, f, pubSub, withGroup)
+}
+
+// TestPubSubFull runs the suite with short intervals at full sizes in the
+// long tier (runtimetest.EnvLong), and at short sizes otherwise. (With the
+// default 1 s resend and 30 s ack deadline, the full sizes take longer
+// than the long tier allows.)
+func TestPubSubFull(t *testing.T) {
+	db := newDB(t, 0)
+	pubSub, withGroup := suiteConstructors(db, true)
 	tests.TestPubSub(t, features, pubSub, withGroup)
 }
 
@@ -71,7 +94,7 @@ func TestPubSubNewGroups(t *testing.T) {
 	db := newDB(t, 0)
 	f := features
 	f.NewSubscriberReceivesOldMessages = true
-	_, withGroup := suiteConstructors(db)
+	_, withGroup := suiteConstructors(db, false)
 	newGroup := func(t *testing.T) (message.Publisher, message.Subscriber) {
 		return withGroup(t, "g-"+watermill.NewShortUUID())
 	}
@@ -89,6 +112,6 @@ func TestPubSubStress(t *testing.T) {
 		t.Setenv("STRESS_TEST_COUNT", "2")
 	}
 	db := newDB(t, 0)
-	pubSub, withGroup := suiteConstructors(db)
+	pubSub, withGroup := suiteConstructors(db, true)
 	tests.TestPubSubStressTest(t, features, pubSub, withGroup)
 }
