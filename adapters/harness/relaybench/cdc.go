@@ -152,5 +152,5 @@ func (b *bench) cdcLatencyPath() latencyPath {
 			}
 			return runUntilStopped(ctx, r.Run, r.Running(), func() error { return errors.Join(s.Close(), drop()) })
 		},
-		ours}
+		ours, nil}
 }

@@ -100,6 +100,35 @@ func compare(ctx context.Context, o options, args []string, out io.Writer) error
 		fmt.Fprintf(out, "CDC relay paths left out: %s (ALTER SYSTEM SET wal_level = logical, then a restart)\n", why)
 	}
 
+	for _, loaded := range o.loads {
+		if err := b.runSections(ctx, loaded); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "\nfinished %s; load average %s\n", time.Now().UTC().Format("15:04 MST"), loadAverage())
+	return nil
+}
+
+// runSections runs the selected sections, under the burner's load when
+// loaded.
+func (b *bench) runSections(ctx context.Context, loaded bool) (err error) {
+	o := b.o
+	if loaded {
+		stop, err := startLoad(ctx, o.dsn, o.load)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			rate, stopErr := stop()
+			if err == nil && stopErr == nil {
+				fmt.Fprintf(b.out, "\n(the load committed %s transactions/s while it ran)\n", groupDigits(rate))
+			}
+			err = errors.Join(err, stopErr)
+		}()
+		fmt.Fprintf(b.out, "\n## Loaded: %s\n", o.load)
+	} else if len(o.loads) > 1 {
+		fmt.Fprintf(b.out, "\n## Quiet: nothing added\n")
+	}
 	for _, s := range sections {
 		if !o.only[s] {
 			continue
@@ -121,7 +150,6 @@ func compare(ctx context.Context, o options, args []string, out io.Writer) error
 			return fmt.Errorf("%s: %w", s, err)
 		}
 	}
-	fmt.Fprintf(out, "\nfinished %s; load average %s\n", time.Now().UTC().Format("15:04 MST"), loadAverage())
 	return nil
 }
 

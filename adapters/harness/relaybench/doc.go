@@ -17,6 +17,15 @@
 //	go run ./adapters/harness/relaybench                               # every section, defaults
 //	go run ./adapters/harness/relaybench -only relay,latency -reps 5
 //	go run ./adapters/harness/relaybench -events 200000 -payload 1000 -relays 1,2,4,8
+//	go run ./adapters/harness/relaybench -only latency,save -load both   # quiet, then loaded
+//
+// -load loaded (or both: quiet first, then loaded) runs the sections while
+// a second process of the program (-burn) loads the machine and the
+// database as other work on a shared host does: -load-cpu goroutines
+// spinning (default: half the CPUs) and -load-db connections (default 4)
+// committing pgbench-style transactions (an UPDATE of a random row of
+// 100,000 and an INSERT) in a schema of their own as fast as they can. It
+// prints the transactions/s the load committed, so runs can be compared.
 //
 // The sections (-only, comma-separated; default all):
 //
@@ -44,14 +53,21 @@
 //     with its default (1 s), and the CDC relay (Table mode) with its
 //     defaults. Commit time is taken in the writer when Commit
 //     returns; ack time when the relay's Publish call returns (the publisher
-//     is synchronous: it returns on the broker's acknowledgement).
+//     is synchronous: it returns on the broker's acknowledgement). For our
+//     relay it also prints where the time goes, stage by stage (the store's
+//     Claim and Mark timed by a wrapper, stagedStore): commit → the claim
+//     that returned the event starts (the wait for a wake-up or the poll, or
+//     for the round before), the claim statement, claim → broker ack, ack →
+//     mark.
 //   - save: GORM transactions per second of -producers writers for
 //     -duration, each creating a business row and one event: through the hooks
 //     plugin, through the plugin writing a logical decoding message instead
 //     of the row (CDC Messages mode), with the outbox row written by hand (a
 //     plain INSERT, no plugin),
 //     and through the plugin with the wake-up register dropped (writers never
-//     notify); the plugin again with our relay running, and the NOTIFYs sent.
+//     notify); the plugin again with our relay running, and the NOTIFYs
+//     sent; and the by-hand row with the batched relay (10 ms poll) running,
+//     the yardstick for the plugin with our relay running.
 //     The variants a ratio compares run one after the other.
 //
 // Before each latency and save run both outboxes hold -history published

@@ -13,6 +13,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // latencyPath is one relay of the latency section: start runs it (publishing
@@ -22,6 +24,9 @@ type latencyPath struct {
 	label string
 	start func(ctx context.Context, rec *ackRecorder) (stop func() error, err error)
 	write func(ctx context.Context, i int, acct int64) (id string, err error)
+	// clock, when not nil, is the stage clock start wires into its store;
+	// runLatency resets it for each run.
+	clock *stageClock
 }
 
 // maxForwarderRate is the highest offered rate at which the latency
@@ -66,8 +71,9 @@ func (b *bench) latencySection(ctx context.Context) error {
 					return wmPublish(tx, fwdTopic, m)
 				})
 				return id, err
-			}}
+			}, nil}
 	}
+	oursClock := newStageClock()
 	paths := []latencyPath{
 		{"ours, defaults",
 			func(ctx context.Context, rec *ackRecorder) (func() error, error) {
@@ -75,17 +81,21 @@ func (b *bench) latencySection(ctx context.Context) error {
 				if err != nil {
 					return nil, err
 				}
-				s, err := newStore(db)
+				sqlDB, err := db.DB()
 				if err != nil {
 					return nil, err
 				}
-				r, err := relay.New(s, rec, relay.Config{Logger: quietLogger()})
+				s, err := sqlstore.NewStore(databasesql.New(sqlDB), sqlstore.StoreConfig{})
+				if err != nil {
+					return nil, err
+				}
+				r, err := relay.New(stagedStore{s, oursClock}, rec, relay.Config{Logger: quietLogger()})
 				if err != nil {
 					return nil, err
 				}
 				return runUntilStopped(ctx, r.Run, r.Running(), s.Close)
 			},
-			b.oursLatencyWrite},
+			b.oursLatencyWrite, oursClock},
 		{"batched relay, poll 10ms",
 			func(ctx context.Context, rec *ackRecorder) (func() error, error) {
 				r := &batchedRelay{db: b.sqlDB, pub: rec, batch: effectiveBatch(o.batch), poll: 10 * time.Millisecond}
@@ -102,7 +112,7 @@ func (b *bench) latencySection(ctx context.Context) error {
 					return err
 				})
 				return id, err
-			}},
+			}, nil},
 	}
 	if o.rate <= maxForwarderRate {
 		paths = append(paths,
@@ -115,14 +125,18 @@ func (b *bench) latencySection(ctx context.Context) error {
 		paths = append(paths, b.cdcLatencyPath())
 	}
 	p50s, p99s, maxs, rates := newResults(), newResults(), newResults(), newResults()
+	var oursStages stageTable
 	total := 0
 	for rep := range o.reps {
 		for i := range paths {
 			p := paths[(i+rep)%len(paths)] // rotated, as the relay section's
 			b.progress("latency rep %d: %s", rep+1, p.label)
-			lat, rate, err := b.runLatency(ctx, p)
+			lat, rate, stages, err := b.runLatency(ctx, p)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.label, err)
+			}
+			if stages != nil {
+				oursStages.add(stages)
 			}
 			total = len(lat)
 			p50s.add(p.label, ms(lat[len(lat)/2]))
@@ -148,6 +162,8 @@ func (b *bench) latencySection(ctx context.Context) error {
 		rs = append(rs, ratio{"p99: CDC / ours", cdcLatencyLabel, "ours, defaults"})
 	}
 	p99s.ratios(b.out, rs)
+	fmt.Fprintln(b.out)
+	oursStages.print(b.out, "ours, defaults")
 	return nil
 }
 
@@ -226,19 +242,19 @@ func (b *bench) resetAccounts(ctx context.Context) error {
 // sorted, and the commits per second the writers achieved (below o.rate
 // when they could not keep up). A relay that publishes an event before its
 // writer's Commit has returned gets 0.
-func (b *bench) runLatency(ctx context.Context, p latencyPath) ([]time.Duration, float64, error) {
+func (b *bench) runLatency(ctx context.Context, p latencyPath) ([]time.Duration, float64, [][]time.Duration, error) {
 	o := b.o
 	if err := b.resetAccounts(ctx); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	pub, err := b.publisher("latency")
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	rec := newAckRecorder(pub)
 	stop, err := p.start(ctx, rec)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	stopped := false
 	defer func() {
@@ -250,14 +266,17 @@ func (b *bench) runLatency(ctx context.Context, p latencyPath) ([]time.Duration,
 	// One event first, so the relay is past its start (subscriptions,
 	// first claims) when the clock starts; it is not counted.
 	if _, err := p.write(ctx, 0, 1); err != nil {
-		return nil, 0, fmt.Errorf("warm-up write: %w", err)
+		return nil, 0, nil, fmt.Errorf("warm-up write: %w", err)
 	}
 	if err := waitFor(time.Minute, func() bool { return rec.count() >= 1 }); err != nil {
-		return nil, 0, errors.New("the warm-up event was not published within a minute")
+		return nil, 0, nil, errors.New("the warm-up event was not published within a minute")
 	}
 	rec.mu.Lock()
 	clear(rec.acks)
 	rec.mu.Unlock()
+	if p.clock != nil {
+		p.clock.reset()
+	}
 
 	total := max(1, int(float64(o.rate)*o.duration.Seconds()))
 	commits := make([]time.Time, total)
@@ -288,14 +307,14 @@ func (b *bench) runLatency(ctx context.Context, p latencyPath) ([]time.Duration,
 	close(jobs)
 	wg.Wait()
 	if e := werr.Load(); e != nil {
-		return nil, 0, fmt.Errorf("writer: %w", *e)
+		return nil, 0, nil, fmt.Errorf("writer: %w", *e)
 	}
 	if err := waitFor(time.Minute, func() bool { return rec.count() >= total }); err != nil {
-		return nil, 0, fmt.Errorf("%d of %d events acknowledged within a minute of the last commit", rec.count(), total)
+		return nil, 0, nil, fmt.Errorf("%d of %d events acknowledged within a minute of the last commit", rec.count(), total)
 	}
 	stopped = true
 	if err := stop(); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	lat := make([]time.Duration, 0, total)
 	rec.mu.Lock()
@@ -303,12 +322,16 @@ func (b *bench) runLatency(ctx context.Context, p latencyPath) ([]time.Duration,
 	for i, id := range ids {
 		ack, ok := rec.acks[id]
 		if !ok {
-			return nil, 0, fmt.Errorf("event %s was not published", id)
+			return nil, 0, nil, fmt.Errorf("event %s was not published", id)
 		}
 		lat = append(lat, max(0, ack.Sub(commits[i])))
 	}
 	slices.Sort(lat)
-	return lat, float64(total) / slices.MaxFunc(commits, time.Time.Compare).Sub(start).Seconds(), nil
+	var stages [][]time.Duration
+	if p.clock != nil {
+		stages = p.clock.stages(ids, commits, rec.acks)
+	}
+	return lat, float64(total) / slices.MaxFunc(commits, time.Time.Compare).Sub(start).Seconds(), stages, nil
 }
 
 // oursLatencyWrite saves account acct with the i-th event through the

@@ -68,6 +68,11 @@ type options struct {
 
 	retentionEvents  int
 	retentionPending int
+
+	// loads are the modes the sections run in, in order: false quiet,
+	// true under load (see load.go).
+	loads []bool
+	load  loadConfig
 }
 
 // sections are the parts of the comparison, in the order they run.
@@ -133,12 +138,35 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.soakEvents, "soak-events", 0, "soak mode: publish this many events through one relay while the outbox is fed and retention runs, and print RSS and heap at each tenth (skips the sections)")
 	fs.IntVar(&o.retentionEvents, "retention-compare", 0, "retention mode: fill a plain and a day-partitioned outbox with this many events over 10 days, drain, run retention (7 days), and print relay speed, retention time and table size (skips the sections)")
 	fs.IntVar(&o.retentionPending, "retention-pending", 200_000, "retention mode: the newest events left pending for the relay to drain, before and after the retention")
+	var loadMode string
+	var burnMode bool
+	dl := defaultLoad()
+	fs.StringVar(&loadMode, "load", "quiet", "sections: quiet (nothing added), loaded (under the load of -load-cpu and -load-db, from a second process) or both (quiet, then loaded)")
+	fs.IntVar(&o.load.cpu, "load-cpu", dl.cpu, "loaded mode: goroutines spinning on the CPU")
+	fs.IntVar(&o.load.db, "load-db", dl.db, "loaded mode: database connections committing pgbench-style transactions in a loop")
+	fs.BoolVar(&burnMode, "burn", false, "internal: be the loaded mode's second process")
 	fs.StringVar(&o.brokerURLs, "broker-urls", "", "broker mode: comma-separated broker URLs (adapters/broker; kafka://kfake starts one in-process) to drain the same pre-filled outbox through, and nothing else")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h printed the usage: not a failure
 			return nil
 		}
 		return err
+	}
+	if burnMode {
+		return burn(ctx, o.dsn, o.load, out)
+	}
+	switch loadMode {
+	case "quiet":
+		o.loads = []bool{false}
+	case "loaded":
+		o.loads = []bool{true}
+	case "both":
+		o.loads = []bool{false, true}
+	default:
+		return fmt.Errorf("-load: %q is not quiet, loaded or both", loadMode)
+	}
+	if o.load.cpu < 0 || o.load.db < 0 {
+		return errors.New("-load-cpu and -load-db must not be negative")
 	}
 	if o.naive == 0 {
 		o.naive = o.events

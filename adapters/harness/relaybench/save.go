@@ -23,6 +23,7 @@ const (
 	saveByHand      = "outbox row by hand (plain INSERT, no plugin)"
 	saveNoWake      = "hooks plugin, wake-up register dropped (writers never notify)"
 	saveRelay       = "hooks plugin, our relay running on its own pool"
+	saveByHandRelay = "outbox row by hand, the batched relay (poll 10ms) running on its own pool"
 	saveRelayNoWake = "hooks plugin, wake-up register dropped, our relay running on its own pool (polling)"
 )
 
@@ -42,35 +43,38 @@ func (b *bench) saveSection(ctx context.Context) error {
 		label string
 		write func(ctx context.Context, i int) error
 		// relay runs our relay, as another process would (its own pool,
-		// no in-process wake-up), while the writers write.
-		relay bool
+		// no in-process wake-up), while the writers write; batched runs
+		// the batched relay instead (on the by-hand table).
+		relay, batched bool
 	}
 	// The variants each ratio compares run one after the other (and, in
 	// every other repetition, in reverse order): the machine's speed drifts
 	// by several per cent over tens of seconds here, more than the gaps
 	// measured.
-	variants := []variant{
-		{label: saveByHand, write: func(ctx context.Context, i int) error {
-			return b.plain.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-				a := Account{Balance: int64(i)}
-				if err := tx.Create(&a).Error; err != nil {
-					return err
-				}
-				sqlTx, ok := tx.Statement.ConnPool.(*sql.Tx)
-				if !ok {
-					return fmt.Errorf("GORM transaction on %T, not *sql.Tx", tx.Statement.ConnPool)
-				}
-				_, err := insertPlain(ctx, func(q string, args ...any) error {
-					_, err := sqlTx.ExecContext(ctx, q, args...)
-					return err
-				}, b.ev.event(i), fmt.Sprint(a.ID))
+	byHand := func(ctx context.Context, i int) error {
+		return b.plain.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			a := Account{Balance: int64(i)}
+			if err := tx.Create(&a).Error; err != nil {
 				return err
-			})
-		}},
+			}
+			sqlTx, ok := tx.Statement.ConnPool.(*sql.Tx)
+			if !ok {
+				return fmt.Errorf("GORM transaction on %T, not *sql.Tx", tx.Statement.ConnPool)
+			}
+			_, err := insertPlain(ctx, func(q string, args ...any) error {
+				_, err := sqlTx.ExecContext(ctx, q, args...)
+				return err
+			}, b.ev.event(i), fmt.Sprint(a.ID))
+			return err
+		})
+	}
+	variants := []variant{
+		{label: saveByHand, write: byHand},
 		{label: saveHooks, write: viaPlugin},
 		{label: saveNoWake, write: viaPlugin},
 		{label: saveRelay, write: viaPlugin, relay: true},
 		{label: saveRelayNoWake, write: viaPlugin, relay: true},
+		{label: saveByHandRelay, write: byHand, batched: true},
 	}
 	if b.cdc {
 		// Without a slot, the server discards the messages at once:
@@ -114,6 +118,17 @@ func (b *bench) saveSection(ctx context.Context) error {
 					return errors.Join(err, stopCount())
 				}
 			}
+			if v.batched {
+				pub, err := b.publisher("save relay")
+				if err != nil {
+					return err
+				}
+				r := &batchedRelay{db: b.sqlDB, pub: pub, batch: effectiveBatch(o.batch), poll: 10 * time.Millisecond}
+				if stop, err = runUntilStopped(ctx, r.run, nil, nil); err != nil {
+					return err
+				}
+				count, stopCount = new(atomic.Int64), func() error { return nil }
+			}
 			rate, err := b.runSave(ctx, v.write, v.label != saveMessages)
 			if stop != nil {
 				err = errors.Join(err, stop(), stopCount())
@@ -138,6 +153,7 @@ func (b *bench) saveSection(ctx context.Context) error {
 		{"plugin / by hand", saveHooks, saveByHand},
 		{"plugin / plugin with the wake-up register dropped (its read, every 100 ms)", saveHooks, saveNoWake},
 		{"with a relay running: plugin / plugin with the register dropped (the wake-ups' cost to writers)", saveRelay, saveRelayNoWake},
+		{"with a relay running: plugin (our relay) / by hand (the batched relay)", saveRelay, saveByHandRelay},
 	}
 	if b.cdc {
 		rs = append(rs, ratio{"plugin, LogicalMessages / plugin (rows)", saveMessages, saveHooks})
