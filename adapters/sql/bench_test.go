@@ -5,6 +5,7 @@ import (
 	"context"
 	gosql "database/sql"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func benchSides() []benchPubSub {
 			name: "gooutbox",
 			pub:  func(b *testing.B, db *gosql.DB) message.Publisher { return newPublisher(b, db) },
 			sub: func(b *testing.B, db *gosql.DB, group string) message.Subscriber {
-				return newSubscriber(b, db, sql.SubscriberConfig{ConsumerGroup: group, PollInterval: 10 * time.Millisecond})
+				return newSubscriber(b, db, sql.SubscriberConfig{ConsumerGroup: group, PollInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 			},
 		},
 		{
