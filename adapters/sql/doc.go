@@ -17,7 +17,8 @@
 //     created_at, payload (BYTEA: any payload is stored as given) and
 //     metadata (JSON).
 //   - "watermill_seq_T": one row, the last offset given. A Publish advances
-//     it and inserts its messages at the offsets after it in one statement,
+//     it and inserts its messages at the offsets after it in one statement
+//     (one per [MaxMessagesPerInsert] messages),
 //     so the row stays locked until that statement commits: the topic's
 //     publishers take turns for the length of one INSERT, and offsets are
 //     given in commit order. A subscriber that sees offset n therefore sees

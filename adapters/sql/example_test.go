@@ -74,15 +74,22 @@ func ExampleUpgrade() {
 }
 
 // The statements a migration tool runs to create a topic's tables, for
-// publishers and subscribers configured with SkipSchemaInitialization.
+// publishers and subscribers configured with SkipSchemaInitialization: the
+// advisory lock, a check that refuses tables of watermill-sql's default
+// layout, then the tables.
 func ExampleCreateStatements() {
 	stmts, err := sql.CreateStatements("orders")
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(len(stmts), "statements; the first:")
-	fmt.Println(strings.Fields(stmts[0])[:6])
+	for _, stmt := range stmts {
+		fmt.Println(strings.Join(strings.Fields(stmt)[:2], " "))
+	}
 	// Output:
-	// 4 statements; the first:
-	// [CREATE TABLE IF NOT EXISTS "watermill_orders"]
+	// SELECT pg_advisory_xact_lock(hashtext('gooutbox/adapters/sql:
+	// DO 'BEGIN
+	// CREATE TABLE
+	// CREATE TABLE
+	// CREATE TABLE
+	// INSERT INTO
 }

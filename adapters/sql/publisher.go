@@ -19,8 +19,9 @@ import (
 // PublisherConfig configures [NewPublisher]. Its zero value is ready to use.
 type PublisherConfig struct {
 	// SkipSchemaInitialization stops the publisher from creating a topic's
-	// tables (messages and offset counter: CREATE TABLE IF NOT EXISTS, under
-	// an advisory lock) the first time it publishes to the topic. Set it when
+	// tables (messages, group offsets and offset counter: CREATE TABLE IF NOT
+	// EXISTS, under an advisory lock) the first time it publishes to the
+	// topic. Set it when
 	// the tables are created by migrations ([CreateStatements]) and the
 	// database user may not create tables. The tables' layout is checked
 	// either way ([ErrLegacySchema]).
@@ -121,7 +122,7 @@ func (p *Publisher) insert(topic string, msgs []*message.Message) error {
 	ctx := msgs[0].Context()
 	t := tablesOf(topic)
 	if _, ok := p.ready.Load(topic); !ok {
-		if err := initialize(ctx, p.db, t, p.create, false); err != nil {
+		if err := initialize(ctx, p.db, t, p.create); err != nil {
 			if errors.Is(err, ErrLegacySchema) {
 				// Not the message's fault: retried, without counting an
 				// attempt, until the operator upgrades the tables.

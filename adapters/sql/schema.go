@@ -69,7 +69,7 @@ func tablesOf(topic string) tables {
 // one, and the lock is one for all topics, not one per topic: PostgreSQL
 // truncates the index names it makes (<table>_pkey) to 63 bytes, and two
 // topics whose names differ only past that point would collide on them.
-func (t tables) lockKey() string { return "gooutbox/adapters/sql: tables" }
+const lockKey = "gooutbox/adapters/sql: tables"
 
 // legacyLayout reports which of the topic's tables have the layout of
 // watermill-sql's DefaultPostgreSQLSchema (a transaction_id column) and
@@ -96,12 +96,13 @@ type execer interface {
 }
 
 // createStatements returns the statements that create the topic's tables
-// if they do not exist: messages and counter, and the offsets table too
-// when withOffsets. The counter starts at the highest offset already in the
-// messages table, so a counter row deleted by hand is recreated without
-// reusing an offset.
-func (t tables) createStatements(withOffsets bool) []string {
-	stmts := []string{
+// if they do not exist: messages, group offsets and the counter. A counter
+// row that is missing (a new topic, or a row deleted by hand) starts at the
+// highest offset in the messages table or acked by a group, whichever is
+// higher, so no offset a group has passed is given again, even after old
+// messages were deleted.
+func (t tables) createStatements() []string {
+	return []string{
 		`CREATE TABLE IF NOT EXISTS ` + t.messages + ` (
 			"offset" BIGINT PRIMARY KEY,
 			"uuid" VARCHAR(36) NOT NULL,
@@ -109,47 +110,49 @@ func (t tables) createStatements(withOffsets bool) []string {
 			"payload" BYTEA,
 			"metadata" JSON
 		)`,
+		`CREATE TABLE IF NOT EXISTS ` + t.offsets + ` (
+			"consumer_group" VARCHAR(255) PRIMARY KEY,
+			"offset_acked" BIGINT NOT NULL DEFAULT 0
+		)`,
 		`CREATE TABLE IF NOT EXISTS ` + t.counter + ` (
 			"one" BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK ("one"),
 			"last_offset" BIGINT NOT NULL
 		)`,
-		// NOT EXISTS, not only ON CONFLICT: an INSERT that meets the row
-		// while a publisher's statement holds it would wait for that
-		// statement's transaction.
+		// HAVING NOT EXISTS, not only ON CONFLICT: an INSERT that meets
+		// the row while a publisher's statement holds it would wait for
+		// that statement's transaction.
 		`INSERT INTO ` + t.counter + ` ("last_offset")
-			SELECT COALESCE(MAX("offset"), 0) FROM ` + t.messages + `
+			SELECT GREATEST(COALESCE(MAX("offset"), 0), (SELECT COALESCE(MAX("offset_acked"), 0) FROM ` + t.offsets + `))
+			FROM ` + t.messages + `
 			HAVING NOT EXISTS (SELECT 1 FROM ` + t.counter + `)
 			ON CONFLICT DO NOTHING`,
 	}
-	if withOffsets {
-		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+t.offsets+` (
-			"consumer_group" VARCHAR(255) PRIMARY KEY,
-			"offset_acked" BIGINT NOT NULL DEFAULT 0
-		)`)
-	}
-	return stmts
 }
+
+// readCommitted is the isolation of the package's own transactions, whose
+// statements must see what committed before them (the counter's last
+// value, tables created meanwhile), whatever the server's default is.
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 
 // initialize checks that the topic's tables do not have watermill-sql's
 // default layout ([ErrLegacySchema]) and, when create, creates the ones that
-// do not exist (with the offsets table when withOffsets), in one
-// transaction under the topic's advisory lock.
-func initialize(ctx context.Context, db *sql.DB, t tables, create, withOffsets bool) error {
+// do not exist, in one transaction under the advisory lock of [lockKey].
+func initialize(ctx context.Context, db *sql.DB, t tables, create bool) error {
 	if !create {
 		return checkLayout(ctx, db, t)
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return fmt.Errorf("sql: create the tables of %s: %w", t.topic, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, t.lockKey()); err != nil {
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, lockKey); err != nil {
 		return fmt.Errorf("sql: create the tables of %s: lock: %w", t.topic, err)
 	}
 	if err := checkLayout(ctx, tx, t); err != nil {
 		return err
 	}
-	for _, stmt := range t.createStatements(withOffsets) {
+	for _, stmt := range t.createStatements() {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sql: create the tables of %s: %w", t.topic, err)
 		}

@@ -181,7 +181,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if s.closed {
 		return nil, ErrSubscriberClosed
 	}
-	if err := initialize(ctx, s.db, tablesOf(topic), s.create, true); err != nil {
+	if err := initialize(ctx, s.db, tablesOf(topic), s.create); err != nil {
 		return nil, err
 	}
 	in, err := s.sub.Subscribe(ctx, topic)
@@ -228,7 +228,7 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return initialize(ctx, s.db, tablesOf(topic), true, true)
+	return initialize(ctx, s.db, tablesOf(topic), true)
 }
 
 // Close stops every subscription and returns once their channels are

@@ -3,6 +3,8 @@ package sql_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,5 +205,130 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("%s: not within %s", what, waitTimeout)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCreateStatementsRefuseTheLegacyLayout runs CreateStatements, as a
+// migration tool would, on a topic of watermill-sql's default layout: the
+// check fails the migration; after Upgrade the statements run (and run
+// again) without changing anything.
+func TestCreateStatementsRefuseTheLegacyLayout(t *testing.T) {
+	db := newDB(t, 0)
+	ctx := context.Background()
+	p, err := watermillsql.NewPublisher(watermillsql.BeginnerFromStdSQL(db), watermillsql.PublisherConfig{SchemaAdapter: legacySchema, AutoInitializeSchema: true}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Publish("t", newMessage(1, 0), newMessage(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	migrate := func() error {
+		stmts, err := sql.CreateStatements("t")
+		if err != nil {
+			return err
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		for _, stmt := range stmts {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return tx.Commit()
+	}
+	if err := migrate(); err == nil || !strings.Contains(err.Error(), "sql.Upgrade") {
+		t.Fatalf("CreateStatements on the legacy layout = %v, want the check's error naming sql.Upgrade", err)
+	}
+	if err := sql.Upgrade(ctx, db, "t"); err != nil {
+		t.Fatalf("Upgrade: %v", err)
+	}
+	for range 2 {
+		if err := migrate(); err != nil {
+			t.Fatalf("CreateStatements after Upgrade: %v", err)
+		}
+	}
+	if err := newPublisher(t, db).Publish("t", newMessage(1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	checkOrder(t, subscribe(t, db, "g", "t"), 3)
+}
+
+// TestUpgradeMixedLayouts: a subscriber of watermill-sql's default layout
+// created the offsets table of a topic whose messages table is of this
+// package's layout. While no group has read anything, Upgrade converts the
+// offsets table; once one has, it refuses.
+func TestUpgradeMixedLayouts(t *testing.T) {
+	for _, read := range []bool{false, true} {
+		t.Run(fmt.Sprintf("read=%v", read), func(t *testing.T) {
+			db := newDB(t, 0)
+			ctx := context.Background()
+			pub := newPublisher(t, db)
+			if err := pub.Publish("t", newMessage(1, 0)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Exec(`DROP TABLE "watermill_offsets_t"`); err != nil {
+				t.Fatal(err)
+			}
+			// The table watermill-sql's DefaultPostgreSQLOffsetsAdapter creates.
+			if _, err := db.Exec(`CREATE TABLE "watermill_offsets_t" (consumer_group VARCHAR(255) NOT NULL, offset_acked BIGINT,
+				last_processed_transaction_id xid8 NOT NULL, PRIMARY KEY(consumer_group))`); err != nil {
+				t.Fatal(err)
+			}
+			position := `'0'`
+			if read {
+				position = `pg_current_xact_id()`
+			}
+			if _, err := db.Exec(`INSERT INTO "watermill_offsets_t" VALUES ('g', 0, ` + position + `)`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := newSubscriber(t, db, testSubscriberConfig("g")).Subscribe(ctx, "t"); !errors.Is(err, sql.ErrLegacySchema) {
+				t.Fatalf("Subscribe = %v, want ErrLegacySchema", err)
+			}
+			err := sql.Upgrade(ctx, db, "t")
+			if read {
+				if err == nil || !strings.Contains(err.Error(), "cannot be converted") {
+					t.Fatalf("Upgrade after a group read = %v, want a refusal", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Upgrade: %v", err)
+			}
+			checkOrder(t, subscribe(t, db, "g", "t"), 1)
+		})
+	}
+}
+
+// TestCounterAfterRetention deletes every message a group has read and the
+// counter row: the recreated counter starts after the group's position, so
+// the next message is delivered, not skipped.
+func TestCounterAfterRetention(t *testing.T) {
+	db := newDB(t, 0)
+	pub := newPublisher(t, db)
+	for seq := range 3 {
+		if err := pub.Publish("t", newMessage(1, seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ch := subscribe(t, db, "g", "t")
+	checkOrder(t, ch, 3)
+	waitFor(t, func() bool {
+		var acked int
+		return db.QueryRow(`SELECT offset_acked FROM "watermill_offsets_t" WHERE consumer_group = 'g'`).Scan(&acked) == nil && acked == 3
+	}, "g commits its position")
+	if _, err := db.Exec(`DELETE FROM "watermill_t"; DELETE FROM "watermill_seq_t"`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("t", newMessage(1, 3)); err == nil {
+		t.Fatal("Publish without the counter row succeeded")
+	}
+	if err := pub.Publish("t", newMessage(1, 3)); err != nil {
+		t.Fatalf("Publish after the failure: %v", err)
+	}
+	if msg := receive(t, ch, "g after the retention"); msg.Metadata.Get("seq") != "3" {
+		t.Fatalf("got seq %s, want 3", msg.Metadata.Get("seq"))
 	}
 }
