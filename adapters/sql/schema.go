@@ -90,11 +90,6 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// execer runs statements on a *sql.DB or *sql.Tx.
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
 // createStatements returns the statements that create the topic's tables
 // if they do not exist: messages, group offsets and the counter. A counter
 // row that is missing (a new topic, or a row deleted by hand) starts at the

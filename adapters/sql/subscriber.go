@@ -176,13 +176,15 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err := validateTopic(topic); err != nil {
 		return nil, err
 	}
+	// Before taking mu: the tables' advisory lock may be held for long (an
+	// Upgrade), and Close must not wait for it.
+	if err := initialize(ctx, s.db, tablesOf(topic), s.create); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrSubscriberClosed
-	}
-	if err := initialize(ctx, s.db, tablesOf(topic), s.create); err != nil {
-		return nil, err
 	}
 	in, err := s.sub.Subscribe(ctx, topic)
 	if err != nil {

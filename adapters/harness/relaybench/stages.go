@@ -110,7 +110,6 @@ func (c *stageClock) stages(ids []string, commits []time.Time, acks map[string]t
 // stageTable accumulates the stages of every run of one path.
 type stageTable struct {
 	p50, p99 [][]float64 // by stage, one value per run
-	events   int
 }
 
 func (t *stageTable) add(stages [][]time.Duration) {
@@ -124,7 +123,6 @@ func (t *stageTable) add(stages [][]time.Duration) {
 		t.p50[s] = append(t.p50[s], ms(d[len(d)/2]))
 		t.p99[s] = append(t.p99[s], ms(d[len(d)*99/100]))
 	}
-	t.events = len(stages[0])
 }
 
 func (t *stageTable) print(w io.Writer, label string) {
