@@ -11,7 +11,9 @@ require (
 	github.com/glebarez/sqlite v1.11.0
 	github.com/google/go-cmp v0.7.0
 	github.com/google/uuid v1.6.0
+	github.com/gooutbox/outbox/adapters/kafka/kafkatest v0.0.0-00010101000000-000000000000
 	github.com/gooutbox/outbox/adapters/metrics v0.0.0-00010101000000-000000000000
+	github.com/gooutbox/outbox/hooks/hookstest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/segmentio/kafka-go v0.4.51
@@ -63,3 +65,7 @@ tool github.com/gooutbox/outbox/outboxgen
 replace github.com/gooutbox/outbox => ..
 
 replace github.com/gooutbox/outbox/adapters/metrics => ../adapters/metrics
+
+replace github.com/gooutbox/outbox/hooks/hookstest => ../hooks/hookstest
+
+replace github.com/gooutbox/outbox/adapters/kafka/kafkatest => ../adapters/kafka/kafkatest

@@ -135,7 +135,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/gooutbox/outbox/adapters/broker"
 	"github.com/gooutbox/outbox/hooks"
-	"github.com/gooutbox/outbox/hooks/hookstest"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
 	"github.com/gooutbox/outbox/runtime/health"
@@ -213,7 +212,7 @@ type Config struct {
 
 	// DSN is the PostgreSQL database of the outbox and the inbox.
 	//
-	// Default: a fresh schema of the test PostgreSQL ([hookstest.PostgresDSN]).
+	// Default: a fresh schema of the test PostgreSQL ([runtimetest.PostgresDSN]).
 	DSN string
 }
 
@@ -418,7 +417,7 @@ func newSuite(t *testing.T, cfg Config) *suite {
 	if u, err := url.Parse(cfg.BrokerURL); err == nil && u.User != nil {
 		s.res.Broker = u.Redacted()
 	}
-	s.dsn = cmp.Or(cfg.DSN, hookstest.PostgresDSN(t))
+	s.dsn = cmp.Or(cfg.DSN, runtimetest.PostgresDSN(t))
 	db, err := gorm.Open(postgres.Open(s.dsn), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,9 @@ require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/google/go-cmp v0.7.0
 	github.com/google/uuid v1.6.0
+	github.com/gooutbox/outbox/adapters/kafka/kafkatest v0.0.0-00010101000000-000000000000
 	github.com/gooutbox/outbox/adapters/sqs v0.0.0-00010101000000-000000000000
+	github.com/gooutbox/outbox/hooks/hookstest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/twmb/franz-go v1.22.3
@@ -115,3 +117,7 @@ replace github.com/gooutbox/outbox/adapters/sql => ../sql
 replace github.com/gooutbox/outbox/adapters/sqs => ../sqs
 
 replace github.com/gooutbox/outbox/runtime/sqlstore/pgcdc => ../../runtime/sqlstore/pgcdc
+
+replace github.com/gooutbox/outbox/hooks/hookstest => ../../hooks/hookstest
+
+replace github.com/gooutbox/outbox/adapters/kafka/kafkatest => ../../adapters/kafka/kafkatest

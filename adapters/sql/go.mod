@@ -7,6 +7,7 @@ require (
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/gooutbox/outbox v0.0.0-00010101000000-000000000000
+	github.com/gooutbox/outbox/hooks/hookstest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
 )
 
@@ -45,3 +46,5 @@ require (
 )
 
 replace github.com/gooutbox/outbox => ../..
+
+replace github.com/gooutbox/outbox/hooks/hookstest => ../../hooks/hookstest

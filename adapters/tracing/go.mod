@@ -6,6 +6,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/google/go-cmp v0.7.0
 	github.com/gooutbox/outbox v0.0.0-00010101000000-000000000000
+	github.com/gooutbox/outbox/hooks/hookstest v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -48,3 +49,5 @@ require (
 )
 
 replace github.com/gooutbox/outbox => ../..
+
+replace github.com/gooutbox/outbox/hooks/hookstest => ../../hooks/hookstest

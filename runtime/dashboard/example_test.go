@@ -7,29 +7,26 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/gooutbox/outbox/runtime/dashboard"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
 // Example mounts a read-only dashboard under /outbox/ of an application's
-// mux, on a SQLite outbox.
+// mux, on a PostgreSQL outbox.
 func Example() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "dashboard-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite", filepath.Join(dir, "app.db"))
+	dsn := runtimetest.ExamplePostgresDSN() // a fresh schema; yours: "postgres://user:pass@host/db"
+	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.SQLite, Outbox: true}); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true}); err != nil {
 		log.Fatal(err)
 	}
 	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})

@@ -78,20 +78,29 @@ func PostgresDSN(t testing.TB) string {
 		}
 		admin.Close()
 	})
+	dsn, err := schemaDSN(base, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}
+
+// schemaDSN returns base with search_path set to schema; its sessions take
+// the schema's name as their application_name (unless base sets one), so
+// that a test can tell its own sessions from those of the tests running
+// beside it in the database (pg_stat_activity.application_name).
+func schemaDSN(base, schema string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil {
-		t.Fatalf("parse %s: %v", redact(base), err)
+		return "", fmt.Errorf("parse %s: %w", redact(base), err)
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
-	// The sessions of one test name the schema too, so that a test can
-	// tell its own from those of the tests running beside it in the
-	// database (pg_stat_activity.application_name).
 	if q.Get("application_name") == "" {
 		q.Set("application_name", schema)
 	}
 	u.RawQuery = q.Encode()
-	return u.String()
+	return u.String(), nil
 }
 
 // isDeadlock reports whether err is PostgreSQL's deadlock_detected (SQLSTATE

@@ -20,7 +20,9 @@ require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/google/go-cmp v0.7.0
 	github.com/google/uuid v1.6.0
+	github.com/gooutbox/outbox/adapters/kafka/kafkatest v0.0.0-00010101000000-000000000000
 	github.com/gooutbox/outbox/adapters/metrics v0.0.0-00010101000000-000000000000
+	github.com/gooutbox/outbox/hooks/hookstest v0.0.0-00010101000000-000000000000
 	github.com/gooutbox/outbox/runtime/sqlstore/pgcdc v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
@@ -134,3 +136,7 @@ replace github.com/gooutbox/outbox/adapters/metrics => ../../metrics
 replace github.com/gooutbox/outbox/adapters/eventbridge => ../../eventbridge
 
 replace github.com/gooutbox/outbox/adapters/servicebus => ../../servicebus
+
+replace github.com/gooutbox/outbox/hooks/hookstest => ../../../hooks/hookstest
+
+replace github.com/gooutbox/outbox/adapters/kafka/kafkatest => ../../../adapters/kafka/kafkatest

@@ -21,7 +21,7 @@ import (
 // from the leases table.
 func leaseHolders(t *testing.T, db *sql.DB, d sqlstore.Dialect) map[string]int {
 	t.Helper()
-	out, err := sqlstore.ScanHolders(db.Query(`SELECT owner, count(*) FROM outbox_messages_leases
+	out, err := scanHolders(db.Query(`SELECT owner, count(*) FROM outbox_messages_leases
 		WHERE owner IS NOT NULL AND expires_at > ` + leaseTime(d, 0) + ` GROUP BY owner`))
 	if err != nil {
 		t.Fatal(err)
@@ -345,7 +345,7 @@ func TestStandbyLooksOftenAndRenewsOncePerSecond(t *testing.T) {
 			claim("active")
 			claim("standby")
 			var renewals atomic.Int32
-			sqlstore.StallRenewals(store, func() { renewals.Add(1) })
+			stallRenewals(store, func() { renewals.Add(1) })
 			claims := 0
 			for start := time.Now(); time.Since(start) < 1500*time.Millisecond; claims++ {
 				b := claim("standby")
@@ -395,14 +395,14 @@ func TestStandbysJoiningCostTheActiveRelayNoRenewal(t *testing.T) {
 			// tries again.
 			var mu sync.Mutex
 			var renewedAt []time.Time
-			sqlstore.StallRenewals(active, func() {
+			stallRenewals(active, func() {
 				mu.Lock()
 				defer mu.Unlock()
 				renewedAt = append(renewedAt, time.Now())
 			})
 			for try := 1; ; try++ {
-				due, running := sqlstore.NextRenewal(active, "active")
-				for deadline := time.Now().Add(10 * time.Second); running; due, running = sqlstore.NextRenewal(active, "active") {
+				due, running := nextRenewal(active, "active")
+				for deadline := time.Now().Add(10 * time.Second); running; due, running = nextRenewal(active, "active") {
 					if time.Now().After(deadline) {
 						t.Fatal("a background renewal did not end within 10s")
 					}

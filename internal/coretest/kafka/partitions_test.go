@@ -194,7 +194,7 @@ func TestStuckStreamIsLogged(t *testing.T) {
 	cfg.PartitionWindow = 2
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	sub := newSubscriber(t, cfg)
-	kafka.SetStallWarnAfter(sub, 100*time.Millisecond)
+	setStallWarnAfter(sub, 100*time.Millisecond)
 	streams, err := sub.SubscribePartitions(context.Background(), topic)
 	if err != nil {
 		t.Fatal(err)
@@ -453,7 +453,7 @@ func TestFetchFailureIsAWarning(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		kafka.Fetch(ctx, reader, warn, time.Millisecond)
+		fetch(ctx, reader, warn, time.Millisecond)
 	}()
 	deadline := time.Now().Add(waitTimeout)
 	for !strings.Contains(logs.String(), `level=WARN msg="kafka: fetch failed, trying again"`) {

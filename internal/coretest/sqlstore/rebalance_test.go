@@ -82,7 +82,7 @@ func TestShortRelayLooksForItsShareSoonThenLessOften(t *testing.T) {
 				if len(b.Messages) != 0 {
 					t.Fatalf("new relay got messages while the busy one held every shard")
 				}
-				if got := sqlstore.TakeEvery(store, "new"); got != want {
+				if got := takeEvery(store, "new"); got != want {
 					t.Fatalf("new relay, short of its share, renews again in %v; want %v", got, want)
 				}
 				if b.ClaimAgainIn <= 0 || b.ClaimAgainIn > want {
@@ -94,11 +94,11 @@ func TestShortRelayLooksForItsShareSoonThenLessOften(t *testing.T) {
 			// is in flight), and the new relay takes it at its next claim.
 			claim("busy")
 			claim("busy")
-			time.Sleep(sqlstore.TakeEvery(store, "new"))
+			time.Sleep(takeEvery(store, "new"))
 			if b := claim("new"); len(b.Messages) == 0 {
 				t.Fatal("new relay got no messages after the busy relay gave shards back")
 			}
-			if got := sqlstore.TakeEvery(store, "new"); got != 0 {
+			if got := takeEvery(store, "new"); got != 0 {
 				t.Fatalf("new relay holding its share renews to take shards in %v; want the usual schedule (0)", got)
 			}
 		})
@@ -219,7 +219,7 @@ func TestEmptyClaimsDoNotRenew(t *testing.T) {
 			store := mustStore(t, db, sqlstore.StoreConfig{LeaseTTL: time.Minute})
 			ctx := context.Background()
 			var renewals atomic.Int32
-			sqlstore.StallRenewals(store, func() { renewals.Add(1) })
+			stallRenewals(store, func() { renewals.Add(1) })
 			start := time.Now()
 			for i := range 50 {
 				b, err := store.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: 10})

@@ -82,7 +82,7 @@ func TestClaimKeepsTheByteCapWhateverThePayloads(t *testing.T) {
 					}
 					ids = ids[len(got):]
 				}
-				if !mixed && d == sqlstore.Postgres && sqlstore.CountsBytesInDatabase(store) {
+				if !mixed && d == sqlstore.Postgres && countsBytesInDatabase(store) {
 					t.Errorf("round %d: claims still add payload sizes up in the database after an outbox of small payloads", round)
 				}
 			}

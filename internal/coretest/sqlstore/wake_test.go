@@ -326,7 +326,7 @@ func TestListenWakesTheRelayAfterARequest(t *testing.T) {
 	if err := store.RequestWake(ctx, "r1"); err != nil {
 		t.Fatal(err)
 	}
-	sqlstore.StaleWake(w) // read the register just before the request
+	staleWake(w) // read the register just before the request
 	if _, err := w.Write(ctx, databasesql.Executor(db), writeRows("a")); err != nil {
 		t.Fatal(err)
 	}

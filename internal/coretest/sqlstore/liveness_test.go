@@ -54,7 +54,7 @@ func testRelayStalledInLeaseTransaction(t *testing.T, db *sql.DB, d sqlstore.Dia
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	entered := make(chan struct{})
-	sqlstore.StallRenewals(stalled, func() {
+	stallRenewals(stalled, func() {
 		close(entered)
 		<-release
 	})
@@ -156,7 +156,7 @@ func TestRelayFrozenWithItsLeaseCommitOnTheWayIsTakenOver(t *testing.T) {
 	}
 	froze := make(chan struct{})
 	var once sync.Once
-	sqlstore.StallRenewals(frozen, func() { // right before the COMMIT
+	stallRenewals(frozen, func() { // right before the COMMIT
 		once.Do(func() {
 			proxy.Blackhole()
 			close(froze)
@@ -221,7 +221,7 @@ func TestClaimsDoNotWaitForARenewal(t *testing.T) {
 			}
 			entered, release := make(chan struct{}), make(chan struct{})
 			var once sync.Once
-			sqlstore.StallRenewals(s, func() {
+			stallRenewals(s, func() {
 				once.Do(func() { close(entered) })
 				<-release
 			})

@@ -47,7 +47,7 @@ func TestErrorClasses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := kafka.Classify(tt.err)
+			err := classify(tt.err)
 			if got := runtime.IsTransient(err); got != tt.transient {
 				t.Errorf("IsTransient(classify(%v)) = %v, want %v", tt.err, got, tt.transient)
 			}

@@ -47,7 +47,7 @@ func TestPostgresGenericPlansUseIndexesOnANewTable(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
-	for name, st := range sqlstore.PostgresStatements("owner-1") {
+	for name, st := range postgresStatements("owner-1") {
 		t.Run(name, func(t *testing.T) {
 			// A prepared statement planned as a driver's is after five
 			// runs: generically (plan_cache_mode), its parameters unknown.
@@ -128,7 +128,7 @@ func TestPostgresClaimScansThePendingIndexOnce(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, `SET enable_seqscan = off`); err != nil {
 		t.Fatal(err)
 	}
-	st := sqlstore.PostgresStatements("owner-1")["claim small"]
+	st := postgresStatements("owner-1")["claim small"]
 	rows, err := conn.QueryContext(ctx, "EXPLAIN "+st.SQL, st.Args...)
 	if err != nil {
 		t.Fatal(err)

@@ -168,7 +168,7 @@ func BenchmarkSaveConcurrent(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			hooks.SetOrderLocks(p, locks)
+			setOrderLocks(p, locks)
 			if err := db.Use(p); err != nil {
 				b.Fatal(err)
 			}

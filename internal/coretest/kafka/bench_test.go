@@ -34,7 +34,7 @@ func BenchmarkPublish(b *testing.B) {
 				cfg := kafka.PublisherConfig{Brokers: brokers, Logger: testLogger()}
 				newPub := kafka.NewPublisher
 				if !fenced {
-					newPub = kafka.NewUnfencedPublisher
+					newPub = newUnfencedPublisher
 				}
 				pub, err := newPub(cfg)
 				if err != nil {

@@ -1,0 +1,16 @@
+module github.com/gooutbox/outbox/adapters/kafka/kafkatest
+
+go 1.26.0
+
+require (
+	github.com/google/go-cmp v0.7.0
+	github.com/segmentio/kafka-go v0.4.51
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
+)
+
+require (
+	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/pierrec/lz4/v4 v4.1.30 // indirect
+	github.com/twmb/franz-go v1.21.7 // indirect
+)

@@ -1,0 +1,49 @@
+package sqlstore
+
+import (
+	"database/sql"
+	"math"
+	"time"
+
+	"github.com/gooutbox/outbox/internal/testhooks"
+)
+
+// init gives this package's tests, which live in module internal/coretest,
+// the state they inspect (see package testhooks).
+func init() {
+	h := &testhooks.Sqlstore
+	h.StallRenewals = func(s any, stall func()) { s.(*Store).inRenew = stall }
+	h.StaleWake = func(w any) {
+		wk := w.(*Writer).wake
+		wk.until.Store(0)
+		wk.next.Store(math.MaxInt64)
+	}
+	h.CountsBytesInDatabase = func(s any) bool { return s.(*Store).largeRows.Load() }
+	h.TakeEvery = func(s any, owner string) time.Duration {
+		o := s.(*Store).owner(owner)
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return o.takeEvery
+	}
+	h.NextRenewal = func(s any, owner string) (time.Time, bool) {
+		o := s.(*Store).owner(owner)
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return o.nextRenew, o.renewing != nil
+	}
+	h.ScanHolders = func(rows *sql.Rows, err error) (map[string]int, error) { return scanHolders(rows, err) }
+	h.PostgresStatements = func(owner string) map[string]testhooks.Statement {
+		d, t := postgresDialect{}, tablesOf(DefaultTable)
+		set, _ := d.publishedSet()
+		small, smallArgs := d.claimSmallQuery(t, "", 1000, 8<<10)
+		claim, claimArgs := d.claimQuery(t, "", 1000, 8<<20)
+		return map[string]testhooks.Statement{
+			"mark":        {SQL: d.fencedSQL(t, set, 0, false), Args: []any{[]int64{1, 2, 3}, owner, int64(1), int64(3)}},
+			"claim":       {SQL: claim, Args: claimArgs},
+			"claim small": {SQL: small, Args: smallArgs},
+		}
+	}
+	h.MySQLErrorNumber = mysqlErrorNumber
+	h.IsDuplicateKey = isDuplicateKey
+	h.Transient = transient
+}
