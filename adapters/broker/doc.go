@@ -179,7 +179,10 @@
 //	| …/adapters/metrics | Prometheus metrics | go get github.com/gooutbox/outbox/adapters/metrics |
 //	| …/adapters/tracing | OpenTelemetry tracing | go get github.com/gooutbox/outbox/adapters/tracing |
 //	| …/adapters/cmd/outbox | the outbox operator command (imports every adapter) | go get -tool github.com/gooutbox/outbox/adapters/cmd/outbox |
+//	| …/adapters/kafka/kafkatest | an in-process Kafka cluster for tests (franz-go's kfake) | go get github.com/gooutbox/outbox/adapters/kafka/kafkatest |
+//	| …/hooks/hookstest | GORM test databases: PostgreSQL, MySQL/MariaDB, SQLite | go get github.com/gooutbox/outbox/hooks/hookstest |
 //	| …/adapters/harness | the correctness suite and the benchmark program | not for use as a dependency |
+//	| …/internal/coretest | the tests of hooks, runtime/sqlstore, runtime/consumer, runtime/dashboard and adapters/kafka | not for use as a dependency |
 //	| …/examples | the quickstart and the README's programs | not for use as a dependency |
 //
 // Every module is released with the same version: a release

@@ -15,6 +15,10 @@
 // ([DefaultMySQLDSN]). When the server does not answer, the test is skipped
 // with a message naming the address, unless
 // OUTBOX_TEST_REQUIRE_INTEGRATION=1, which CI sets: then the test fails.
+//
+// This package is a module of its own (go get
+// github.com/gooutbox/outbox/hooks/hookstest), so that a program that uses
+// the GORM plugin does not require the SQLite and MySQL drivers.
 package hookstest
 
 import (

@@ -12,6 +12,10 @@
 // keeps everything in memory and listens on loopback ports. It accepts
 // consumer-group session timeouts down to 100ms, so tests can use short
 // heartbeats.
+//
+// This package is a module of its own (go get
+// github.com/gooutbox/outbox/adapters/kafka/kafkatest), so that a program
+// that uses the Kafka adapter does not require franz-go.
 package kafkatest
 
 import (

@@ -14,7 +14,7 @@ import (
 // A partitioned outbox on PostgreSQL: one partition per day, and a
 // retention that creates the days ahead and drops the days older than a
 // week whose events are all published. Writers, relays and the operator
-// command need nothing more. (Not run: it needs PostgreSQL.)
+// command need nothing more. (Not run: the retention runs until ctx ends.)
 func ExampleMigrate_partitioned() {
 	ctx := context.Background()
 	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/shop")

@@ -12,7 +12,7 @@ import (
 	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
-// exampleOutbox returns a store on a SQLite outbox with two events of
+// exampleOutbox returns a store on a PostgreSQL outbox with two events of
 // aggregate order 42: the first published, the second parked.
 func exampleOutbox(ctx context.Context) (*sqlstore.Store, func(), error) {
 	db, remove, err := exampleDB()
@@ -20,10 +20,10 @@ func exampleOutbox(ctx context.Context) (*sqlstore.Store, func(), error) {
 		return nil, nil, err
 	}
 	fail := func(err error) (*sqlstore.Store, func(), error) { remove(); return nil, nil, err }
-	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.SQLite, Outbox: true}); err != nil {
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true}); err != nil {
 		return fail(err)
 	}
-	w, err := sqlstore.NewWriter(sqlstore.SQLite, "", sqlstore.WriterConfig{})
+	w, err := sqlstore.NewWriter(sqlstore.Postgres, "", sqlstore.WriterConfig{})
 	if err != nil {
 		return fail(err)
 	}

@@ -5,21 +5,21 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
-	"github.com/glebarez/sqlite"
 	"github.com/google/uuid"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/consumer"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
@@ -88,9 +88,8 @@ func orderPaidMessage(id string, evt runtime.Event, orderID string) *message.Mes
 }
 
 func ExampleNew() {
-	dir, _ := os.MkdirTemp("", "consumer-example")
-	defer os.RemoveAll(dir)
-	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "billing.db")), &gorm.Config{Logger: logger.Discard})
+	dsn := runtimetest.ExamplePostgresDSN() // a fresh schema; yours: "postgres://user:pass@host/db"
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -223,9 +222,8 @@ func ExampleConfig_deadLetter() {
 // cause is fixed, re-drives them to the topic they came from (from Go, as
 // here, or with `outbox deadletters list|show|redrive|discard`).
 func ExampleDeadLetterTable() {
-	dir, _ := os.MkdirTemp("", "consumer-example")
-	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite", filepath.Join(dir, "notifier.db"))
+	dsn := runtimetest.ExamplePostgresDSN() // a fresh schema; yours: "postgres://user:pass@host/db"
+	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -310,11 +308,10 @@ func ExampleDeadLetterTable() {
 // that tx as it is. With pgx's own pool, pgxv5.New(pool) is the driver and
 // the handler takes a pgx.Tx.
 func ExampleHandle_databaseSQL() {
-	dir, _ := os.MkdirTemp("", "consumer-example")
-	defer os.RemoveAll(dir)
-	// Any database/sql driver of a supported dialect: "pgx" (PostgreSQL),
-	// "mysql" (MySQL 8, MariaDB 10.6+), or a SQLite driver as here.
-	db, err := sql.Open("sqlite", filepath.Join(dir, "billing.db"))
+	dsn := runtimetest.ExamplePostgresDSN() // a fresh schema; yours: "postgres://user:pass@host/db"
+	// Any database/sql driver of a supported dialect: "pgx" (PostgreSQL, as
+	// here), "mysql" (MySQL 8, MariaDB 10.6+), or a SQLite driver.
+	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -342,7 +339,7 @@ func ExampleHandle_databaseSQL() {
 		return
 	}
 	err = consumer.Handle(c, drv, func(ctx context.Context, tx *sql.Tx, e OrderPaid, m consumer.Meta) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_id, amount, currency) VALUES (?, ?, ?)`, e.OrderID, e.Amount, e.Currency)
+		_, err := tx.ExecContext(ctx, `INSERT INTO invoices (order_id, amount, currency) VALUES ($1, $2, $3)`, e.OrderID, e.Amount, e.Currency)
 		return err
 	})
 	if err != nil {
@@ -387,9 +384,8 @@ func (p onePartition) SubscribePartitions(ctx context.Context, topic string) (<-
 }
 
 func ExampleConsumer_Run() {
-	dir, _ := os.MkdirTemp("", "consumer-example")
-	defer os.RemoveAll(dir)
-	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "billing.db")), &gorm.Config{Logger: logger.Discard})
+	dsn := runtimetest.ExamplePostgresDSN() // a fresh schema; yours: "postgres://user:pass@host/db"
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		fmt.Println(err)
 		return

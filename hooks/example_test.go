@@ -3,28 +3,60 @@ package hooks_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
+	"time"
 
-	"github.com/glebarez/sqlite"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
 	"github.com/gooutbox/outbox/hooks"
+	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
+// OrderPlaced is an event, shaped as outboxgen generates it.
+type OrderPlaced struct {
+	EventVersion int       `json:"event_version"`
+	OccurredAt   time.Time `json:"occurred_at"`
+	Amount       float64   `json:"amount"`
+}
+
+// EventKey names the event's type and version.
+func (OrderPlaced) EventKey() runtime.Key {
+	return runtime.Key{Type: "orders.order_placed", Version: 1}
+}
+
+// EventTime is when it happened.
+func (e OrderPlaced) EventTime() time.Time { return e.OccurredAt }
+
+// Validate checks the event before it is written.
+func (e OrderPlaced) Validate() error { return nil }
+
+// Order is an aggregate: it records its events as it changes, and the
+// plugin writes them in the transaction that saves it.
+type Order struct {
+	ID     int64 `gorm:"primaryKey"`
+	Status string
+	runtime.Recorder
+}
+
+// Place places the order.
+func (o *Order) Place(amount float64) {
+	o.Status = "placed"
+	o.Record(OrderPlaced{EventVersion: 1, OccurredAt: runtime.OccurredAt(time.Now()), Amount: amount})
+}
+
 func ExampleNew() {
-	dir, _ := os.MkdirTemp("", "hooks-example")
-	defer os.RemoveAll(dir)
-	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "shop.db")), &gorm.Config{Logger: logger.Discard})
+	ctx := context.Background()
+	dsn := runtimetest.ExamplePostgresDSN() // a fresh schema; yours: "postgres://user:pass@host/db"
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	ctx := context.Background()
 	if err := hooks.Migrate(ctx, db, ""); err != nil {
 		fmt.Println(err)
 		return
@@ -55,6 +87,7 @@ func ExampleNew() {
 		return
 	}
 	store, _ := sqlstore.NewStore(databasesql.New(sqlDB), sqlstore.StoreConfig{})
+	defer store.Close()
 	batch, err := store.Claim(ctx, relay.ClaimRequest{Owner: "example", Limit: 10})
 	if err != nil {
 		fmt.Println(err)

@@ -4,28 +4,26 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
 )
 
-// exampleDB opens a SQLite file in a temporary directory; remove cleans up.
+// exampleDB opens a fresh schema of the test PostgreSQL; remove closes
+// it (the test run drops the schema). Yours: sql.Open("pgx",
+// "postgres://user:pass@host/db").
 func exampleDB() (db *sql.DB, remove func(), err error) {
-	dir, err := os.MkdirTemp("", "sqlstore-example")
+	db, err = sql.Open("pgx", runtimetest.ExamplePostgresDSN())
 	if err != nil {
 		return nil, nil, err
 	}
-	db, err = sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	return db, func() { db.Close(); os.RemoveAll(dir) }, nil
+	return db, func() { db.Close() }, nil
 }
 
 // A relay process needs a *sql.DB and nothing else: the store detects the
@@ -44,7 +42,7 @@ func ExampleNewStore() {
 		return
 	}
 
-	w, err := sqlstore.NewWriter(sqlstore.SQLite, "", sqlstore.WriterConfig{})
+	w, err := sqlstore.NewWriter(sqlstore.Postgres, "", sqlstore.WriterConfig{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -115,11 +113,11 @@ func ExampleInbox_Record() {
 	defer remove()
 	ctx := context.Background()
 	drv := databasesql.New(db)
-	if err := sqlstore.Migrate(ctx, drv, sqlstore.Schema{Dialect: sqlstore.SQLite, Inbox: true}); err != nil {
+	if err := sqlstore.Migrate(ctx, drv, sqlstore.Schema{Dialect: sqlstore.Postgres, Inbox: true}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	inbox, err := sqlstore.NewInbox(sqlstore.SQLite, "", 30*time.Second)
+	inbox, err := sqlstore.NewInbox(sqlstore.Postgres, "", 30*time.Second)
 	if err != nil {
 		fmt.Println(err)
 		return
