@@ -12,6 +12,7 @@ import (
 )
 
 func TestNames(t *testing.T) {
+	t.Parallel()
 	for topic, want := range map[string]string{
 		"orders":         "orders.fifo",
 		"orders.fifo":    "orders.fifo",
@@ -45,6 +46,7 @@ func TestNames(t *testing.T) {
 }
 
 func TestAggregateGroupID(t *testing.T) {
+	t.Parallel()
 	msg := message.NewMessage("id", nil)
 	if got, _ := sqs.AggregateGroupID("topic", msg); got != "topic" {
 		t.Errorf("no aggregate_id: %q, want the topic", got)
@@ -61,6 +63,7 @@ func TestAggregateGroupID(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	bad := []error{
 		sqs.PublisherConfig{MaxMessageBytes: -1}.Validate(),
 		sqs.PublisherConfig{QueueAttributes: map[string]string{"FifoQueue": "false"}}.Validate(),

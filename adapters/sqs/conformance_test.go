@@ -16,6 +16,7 @@ import (
 // through the URLs a user passes to the relay command. wait=1s: a
 // subscriber's Close waits for its long poll in progress, 20s by default.
 func TestConformance(t *testing.T) {
+	parallelWhenShort(t)
 	// One after the other: under the race detector, the in-process fake
 	// serving both runs at 5,000 events each took SNS past the suite's
 	// 3-min timeout.

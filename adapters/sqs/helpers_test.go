@@ -12,6 +12,7 @@ import (
 
 	"github.com/gooutbox/outbox/adapters/sqs"
 	"github.com/gooutbox/outbox/adapters/sqs/sqstest"
+	"github.com/gooutbox/outbox/runtime/runtimetest"
 )
 
 var verbose = flag.Bool("sqs.log", false, "log the adapters' debug output to stderr")
@@ -113,3 +114,14 @@ func receive(t *testing.T, ch <-chan *message.Message) *message.Message {
 
 // newTopic returns a topic name unique to this run.
 func newTopic() string { return "topic-" + watermill.NewShortUUID() }
+
+// parallelWhenShort runs a heavy suite (the conformance suite, Watermill's)
+// beside the others in the short tier, where they mostly wait on long
+// polls; in the long tier (runtimetest.EnvLong) they run one after the
+// other: under the race detector, the in-process fake serving them all at
+// full sizes takes them past their timeouts.
+func parallelWhenShort(t *testing.T) {
+	if !runtimetest.Long() {
+		t.Parallel()
+	}
+}

@@ -104,6 +104,7 @@ func event(agg string, seq int, payload []byte) *message.Message {
 // ordering the fake implements as SQS documents it; against
 // OUTBOX_TEST_SQS_ENDPOINT it checks the endpoint's.
 func TestPublishOrderPerAggregate(t *testing.T) {
+	t.Parallel()
 	endpoint := sqstest.Endpoint(t)
 	topic := newTopic()
 	rec := &recorder{}
@@ -181,6 +182,7 @@ func TestPublishOrderPerAggregate(t *testing.T) {
 // TestPublishChunks checks the batching: at most 10 entries and at most
 // 256 KiB (body plus attributes) per SendMessageBatch request, in order.
 func TestPublishChunks(t *testing.T) {
+	t.Parallel()
 	endpoint := sqstest.Endpoint(t)
 	topic := newTopic()
 	rec := &recorder{}
@@ -279,6 +281,7 @@ func drain(t *testing.T, endpoint, topic string, n int) map[string][]string {
 // the later message of its aggregate is held back (retryable), other
 // aggregates' messages are sent.
 func TestPublishTooLarge(t *testing.T) {
+	t.Parallel()
 	endpoint := sqstest.Endpoint(t)
 	topic := newTopic()
 	pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(endpoint), CreateQueue: true})
@@ -309,6 +312,7 @@ func TestPublishTooLarge(t *testing.T) {
 // into PublishErrors: SenderFault=true is permanent, other failures are
 // retryable, and the later messages of a failed group are not sent.
 func TestPublishEntryFailures(t *testing.T) {
+	t.Parallel()
 	srv := sqstest.NewServer(t)
 	topic := newTopic()
 	pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(srv.URL()), CreateQueue: true})
@@ -357,6 +361,7 @@ func TestPublishEntryFailures(t *testing.T) {
 // TestPublishDedup: a republish with the same UUID (the relay's retry after
 // an ambiguous failure) is dropped by SQS within its 5-minute window.
 func TestPublishDedup(t *testing.T) {
+	t.Parallel()
 	endpoint := sqstest.Endpoint(t)
 	topic := newTopic()
 	pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(endpoint), CreateQueue: true})
@@ -376,6 +381,7 @@ func TestPublishDedup(t *testing.T) {
 // TestPublishInvalidTopic: a topic that maps to no queue name fails the
 // whole call permanently; a missing queue without CreateQueue is retryable.
 func TestPublishInvalidTopic(t *testing.T) {
+	t.Parallel()
 	endpoint := sqstest.Endpoint(t)
 	pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(endpoint)})
 	for _, topic := range []string{"", ".fifo", strings.Repeat("t", 76)} {
@@ -393,6 +399,7 @@ func TestPublishInvalidTopic(t *testing.T) {
 // TestMessageFormat round-trips payloads SQS cannot carry as they are
 // (binary, empty) and metadata that does not fit in 10 attributes.
 func TestMessageFormat(t *testing.T) {
+	t.Parallel()
 	endpoint := sqstest.Endpoint(t)
 	topic := newTopic()
 	pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(endpoint), CreateQueue: true})
@@ -426,6 +433,7 @@ func TestMessageFormat(t *testing.T) {
 // TestNackRedeliversGroupInOrder: a nacked message comes back before the
 // rest of its group.
 func TestNackRedeliversGroupInOrder(t *testing.T) {
+	t.Parallel()
 	endpoint := sqstest.Endpoint(t)
 	topic := newTopic()
 	pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(endpoint), CreateQueue: true})
@@ -457,6 +465,7 @@ func TestNackRedeliversGroupInOrder(t *testing.T) {
 // retryably, until a group's queue is subscribed; then the same messages go
 // out and the group receives them.
 func TestSNSPublishWithoutSubscribers(t *testing.T) {
+	t.Parallel()
 	endpoint := sqstest.Endpoint(t)
 	topic := newTopic()
 	pub := newSNSPublisher(t, sqs.SNSPublisherConfig{AWS: clientConfig(endpoint)})
@@ -493,6 +502,7 @@ func TestSNSPublishWithoutSubscribers(t *testing.T) {
 // every message, per aggregate in order, and the SNS requests carry the
 // group and deduplication ids.
 func TestSNSFanOut(t *testing.T) {
+	t.Parallel()
 	endpoint := sqstest.Endpoint(t)
 	topic := newTopic()
 	var chans []<-chan *message.Message
@@ -540,6 +550,7 @@ func TestSNSFanOut(t *testing.T) {
 // SendMessageBatch's are mapped, and refuses oversized messages before
 // sending them.
 func TestSNSPublishEntryFailures(t *testing.T) {
+	t.Parallel()
 	srv := sqstest.NewServer(t)
 	topic := newTopic()
 	pub := newSNSPublisher(t, sqs.SNSPublisherConfig{AWS: clientConfig(srv.URL()), AllowNoSubscribers: true})
@@ -576,6 +587,7 @@ func TestSNSPublishEntryFailures(t *testing.T) {
 // 30s visibility timeout, so another subscriber continues with them in
 // order.
 func TestCloseReleasesMessages(t *testing.T) {
+	t.Parallel()
 	endpoint := sqstest.Endpoint(t)
 	topic := newTopic()
 	pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(endpoint), CreateQueue: true})
@@ -609,6 +621,7 @@ func TestCloseReleasesMessages(t *testing.T) {
 // re-drive as a duplicate of the original (its deduplication id was the
 // UUID), and Publish said nil.
 func TestRedriveIsNotADuplicate(t *testing.T) {
+	t.Parallel()
 	endpoint := sqstest.Endpoint(t)
 	topic := newTopic()
 	pub := newPublisher(t, sqs.PublisherConfig{AWS: clientConfig(endpoint), CreateQueue: true})

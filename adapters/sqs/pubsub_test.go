@@ -35,6 +35,7 @@ func suiteGroupID(topic string, msg *message.Message) (string, error) {
 // TestPubSub runs Watermill's conformance suite against the SQS publisher
 // and subscriber (one FIFO queue per topic).
 func TestPubSub(t *testing.T) {
+	parallelWhenShort(t)
 	endpoint := sqstest.Endpoint(t)
 	features := tests.Features{
 		ForceShort: !runtimetest.Long(), // full sizes in the long tier (runtimetest.EnvLong)
@@ -68,6 +69,7 @@ func TestPubSub(t *testing.T) {
 // TestPubSubSNS runs the suite against the SNS publisher and subscribers
 // that read the fan-out, one queue per consumer group.
 func TestPubSubSNS(t *testing.T) {
+	parallelWhenShort(t)
 	endpoint := sqstest.Endpoint(t)
 	features := tests.Features{
 		ForceShort: !runtimetest.Long(), // full sizes in the long tier (runtimetest.EnvLong)

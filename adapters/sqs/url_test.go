@@ -27,6 +27,7 @@ import (
 // publishes messages of two aggregates and reads them back in order through
 // Subscriber("g1").
 func TestOpenSQSAndSNS(t *testing.T) {
+	t.Parallel()
 	endpoint := sqstest.Endpoint(t)
 	u, err := url.Parse(endpoint)
 	if err != nil {
@@ -88,6 +89,7 @@ func TestOpenSQSAndSNS(t *testing.T) {
 // TestOpenSQSDefaultChain: sqs:// without a host is AWS itself, through
 // the default credential chain; opening it contacts nothing.
 func TestOpenSQSDefaultChain(t *testing.T) {
+	t.Parallel()
 	b, err := broker.Open(context.Background(), "sqs://?region=eu-west-1", broker.Config{})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -98,6 +100,7 @@ func TestOpenSQSDefaultChain(t *testing.T) {
 }
 
 func TestOpenSQSInvalidURL(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{
 		"sqs://127.0.0.1:1?bogus=1",
 		"sqs://127.0.0.1:1?create=maybe",
@@ -120,6 +123,7 @@ func TestOpenSQSInvalidURL(t *testing.T) {
 // (SubscriberConfig.WaitTime): their ReceiveMessage calls, seen on the way
 // to the fake, ask for WaitTimeSeconds 2; without it, for the default 20.
 func TestOpenWaitParameter(t *testing.T) {
+	t.Parallel()
 	target, err := url.Parse(sqstest.Endpoint(t))
 	if err != nil {
 		t.Fatal(err)
