@@ -192,4 +192,11 @@
 //
 // Every row the plugin writes has what Debezium's Outbox Event Router needs;
 // the column mapping is in package sqlstore's documentation.
+//
+// # Tests
+//
+// The tests named here are in the folder internal/coretest/hooks, in a module
+// of their own: they need SQLite, MySQL and an in-process Kafka, which this module
+// does not require (see package runtime/runtimetest, "Running the
+// repository's tests").
 package hooks

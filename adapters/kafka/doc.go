@@ -109,4 +109,11 @@
 // Importing the package registers kafka:// with package adapters/broker,
 // so that broker.Open (and the outbox command's relay) opens them; the
 // parameters are documented on openKafka (go doc -u).
+//
+// # Tests
+//
+// The tests named here are in the folder internal/coretest/kafka, in a module
+// of their own: they need an in-process Kafka, which this module
+// does not require (see package runtime/runtimetest, "Running the
+// repository's tests").
 package kafka

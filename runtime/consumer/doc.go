@@ -272,4 +272,11 @@
 // returns nil makes the commit fail, which the consumer cannot tell from a
 // database outage: it is reported as an inbox failure and retried and
 // nacked, never dead-lettered.
+//
+// # Tests
+//
+// The tests named here are in the folder internal/coretest/consumer, in a module
+// of their own: they need SQLite, MySQL and an in-process Kafka, which this module
+// does not require (see package runtime/runtimetest, "Running the
+// repository's tests").
 package consumer

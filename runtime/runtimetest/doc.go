@@ -27,11 +27,20 @@
 // (driver "pgx") or github.com/go-sql-driver/mysql (driver "mysql"). Package
 // hooks/hookstest wraps them with GORM openers.
 //
+// An Example has no *testing.T: [ExamplePostgresDSN] gives it a fresh
+// schema, which [MainWithPostgresExamples], the package's TestMain, drops
+// after the run; when PostgreSQL does not answer, it skips the Examples,
+// saying so, and runs the tests.
+//
 // # Running the repository's tests
 //
 // go test $(go list -m -f '{{.Dir}}/...') runs the tests of every module of
 // the repository (go list -m lists the modules of go.work, and ./... stops
 // at a module's edge); inside one module, go test ./... is the inner loop.
+// The tests of hooks, runtime/sqlstore, runtime/consumer, runtime/dashboard
+// and adapters/kafka are in module internal/coretest (folders of the same
+// names), because they need SQLite, MySQL and an in-process Kafka, which
+// the root module does not require; their Examples stay in the packages.
 // The tests need only Go; those that need a server use it when it answers
 // and are skipped, saying so, when it does not:
 //

@@ -498,4 +498,11 @@
 // The router ignores updates and deletes, so rows can be deleted by age
 // once Debezium has read them (rows it reads stay pending for
 // [Store.DeletePublished], which deletes only published rows).
+//
+// # Tests
+//
+// The tests named here are in the folder internal/coretest/sqlstore, in a module
+// of their own: they need SQLite and MySQL, which this module
+// does not require (see package runtime/runtimetest, "Running the
+// repository's tests").
 package sqlstore
