@@ -17,8 +17,8 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/segmentio/kafka-go v0.4.51
-	gorm.io/driver/postgres v1.6.3
-	gorm.io/gorm v1.31.2
+	gorm.io/driver/postgres v1.6.1
+	gorm.io/gorm v1.30.5
 )
 
 require (

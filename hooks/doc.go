@@ -195,7 +195,8 @@
 //
 // # Tests
 //
-// The tests named here are in the folder internal/coretest/hooks, in a module
+// The tests named here, and all but the package-internal ones, are in the
+// folder internal/coretest/hooks, in a module
 // of their own: they need SQLite, MySQL and an in-process Kafka, which this module
 // does not require (see package runtime/runtimetest, "Running the
 // repository's tests").

@@ -73,3 +73,65 @@ func TestGoModRequiresOnlyWhatPackagesBuild(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresKafkaServiceRequiresLittle guards what a PostgreSQL + Kafka
+// service pays for the packages it imports: a module that imports hooks,
+// runtime, runtime/relay, runtime/sqlstore, runtime/consumer and
+// adapters/kafka has at most 50 modules in its go list -m all, and none of
+// the SQLite or MySQL drivers, franz-go or a vendor cloud SDK. It works
+// offline, from the module cache the repository's own build filled.
+func TestPostgresKafkaServiceRequiresLittle(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is not on PATH")
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files := map[string]string{
+		"go.mod": "module example.com/service\n\ngo 1.26.0\n\nrequire github.com/gooutbox/outbox v0.0.0\n\nreplace github.com/gooutbox/outbox => " + root + "\n",
+		"main.go": `package main
+
+import (
+	_ "github.com/gooutbox/outbox/adapters/kafka"
+	_ "github.com/gooutbox/outbox/hooks"
+	_ "github.com/gooutbox/outbox/runtime"
+	_ "github.com/gooutbox/outbox/runtime/consumer"
+	_ "github.com/gooutbox/outbox/runtime/relay"
+	_ "github.com/gooutbox/outbox/runtime/sqlstore"
+)
+
+func main() {}
+`,
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(goCmd, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run("mod", "tidy")
+	mods := strings.Fields(run("list", "-m", "-f", "{{.Path}}", "all"))
+	if len(mods) > 50 {
+		t.Errorf("a PostgreSQL + Kafka service has %d modules in go list -m all, want at most 50:\n%s", len(mods), strings.Join(mods, "\n"))
+	}
+	for _, m := range mods {
+		for _, heavy := range []string{"github.com/glebarez/", "modernc.org/", "github.com/go-sql-driver/mysql", "gorm.io/driver/mysql", "gorm.io/driver/sqlite", "github.com/mattn/go-sqlite3", "github.com/twmb/franz-go", "github.com/aws/", "github.com/Azure/"} {
+			if strings.HasPrefix(m, heavy) {
+				t.Errorf("a PostgreSQL + Kafka service requires %s", m)
+			}
+		}
+	}
+}

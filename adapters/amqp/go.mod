@@ -28,8 +28,8 @@ require (
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-	gorm.io/driver/postgres v1.6.3 // indirect
-	gorm.io/gorm v1.31.2 // indirect
+	gorm.io/driver/postgres v1.6.1 // indirect
+	gorm.io/gorm v1.30.5 // indirect
 )
 
 replace github.com/gooutbox/outbox => ../..

@@ -176,6 +176,8 @@
 //	| …/adapters/redis | Redis Streams (go-redis, watermill-redisstream) | go get github.com/gooutbox/outbox/adapters/redis |
 //	| …/adapters/sql | tables on PostgreSQL | go get github.com/gooutbox/outbox/adapters/sql |
 //	| …/adapters/sqs | SQS FIFO and SNS FIFO (AWS SDK v2) | go get github.com/gooutbox/outbox/adapters/sqs |
+//	| …/adapters/eventbridge | Amazon EventBridge (AWS SDK v2) | go get github.com/gooutbox/outbox/adapters/eventbridge |
+//	| …/adapters/servicebus | Azure Service Bus (Azure SDK) | go get github.com/gooutbox/outbox/adapters/servicebus |
 //	| …/adapters/metrics | Prometheus metrics | go get github.com/gooutbox/outbox/adapters/metrics |
 //	| …/adapters/tracing | OpenTelemetry tracing | go get github.com/gooutbox/outbox/adapters/tracing |
 //	| …/adapters/cmd/outbox | the outbox operator command (imports every adapter) | go get -tool github.com/gooutbox/outbox/adapters/cmd/outbox |
@@ -195,7 +197,10 @@
 // go.mod, which Go ignores when the module is a dependency, so go mod tidy
 // works inside each module (GOWORK=off go mod tidy). A nested module shares
 // the root's internal packages (adapters/internal/...), so use the same
-// version of both.
+// version of both. hooks/hookstest and adapters/kafka/kafkatest were
+// packages of the root module before they became modules: a build that
+// requires both an older root and one of them reports an ambiguous import,
+// which go get github.com/gooutbox/outbox@latest resolves.
 //
 // # Layout
 //
@@ -203,9 +208,11 @@
 // the database: the brokers, each a Watermill publisher and subscriber
 // configured for the outbox (Kafka and the in-process broker in the root
 // module, and one nested module per heavy vendor SDK or broker client:
-// adapters/amqp, adapters/nats, adapters/redis, adapters/sql, adapters/sqs),
-// this package, which opens them by URL, and their conformance suite
-// (adapters/adaptertest); the outbox operator command (adapters/cmd/outbox,
+// adapters/amqp, adapters/eventbridge, adapters/nats, adapters/redis,
+// adapters/servicebus, adapters/sql, adapters/sqs), this package, which
+// opens them by URL, and their conformance suite (adapters/adaptertest); an
+// in-process Kafka for tests (adapters/kafka/kafkatest, a module of its own
+// for franz-go); the outbox operator command (adapters/cmd/outbox,
 // a module of its own that imports every adapter); Prometheus metrics
 // (adapters/metrics) and OpenTelemetry tracing (adapters/tracing), modules of
 // their own; and the correctness suite and the benchmark program

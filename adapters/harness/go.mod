@@ -27,8 +27,8 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	gorm.io/driver/mysql v1.6.0
-	gorm.io/driver/postgres v1.6.3
-	gorm.io/gorm v1.31.2
+	gorm.io/driver/postgres v1.6.1
+	gorm.io/gorm v1.30.5
 )
 
 require (

@@ -30,8 +30,8 @@ require (
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-	gorm.io/driver/postgres v1.6.3 // indirect
-	gorm.io/gorm v1.31.2 // indirect
+	gorm.io/driver/postgres v1.6.1 // indirect
+	gorm.io/gorm v1.30.5 // indirect
 )
 
 replace github.com/gooutbox/outbox => ../..

@@ -34,8 +34,8 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/appengine v1.6.8 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-	gorm.io/driver/postgres v1.6.3 // indirect
-	gorm.io/gorm v1.31.2 // indirect
+	gorm.io/driver/postgres v1.6.1 // indirect
+	gorm.io/gorm v1.30.5 // indirect
 )
 
 replace github.com/gooutbox/outbox => ../..

@@ -6,8 +6,8 @@ require (
 	github.com/glebarez/sqlite v1.11.0
 	github.com/gooutbox/outbox v0.0.0-00010101000000-000000000000
 	gorm.io/driver/mysql v1.6.0
-	gorm.io/driver/postgres v1.6.3
-	gorm.io/gorm v1.31.2
+	gorm.io/driver/postgres v1.6.1
+	gorm.io/gorm v1.30.5
 )
 
 require (

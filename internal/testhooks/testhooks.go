@@ -7,7 +7,8 @@
 // imports), so they live in the module internal/coretest, where an
 // export_test.go file cannot reach. Each package below fills its struct from
 // an init function; the tests call through it. Nothing else reads these
-// values, and no package changes them after init.
+// values, and no package changes them after init. Being internal, they are
+// no API: only this repository's packages can import them.
 package testhooks
 
 import (

@@ -229,7 +229,7 @@
 // partition, the partitions in parallel, no batches.
 //
 // go test -run '^$' -bench ConsumerKafkaPostgres -benchtime 20000x
-// ./runtime/consumer (kfake, 8 partitions, 20,000 events over 100
+// ./internal/coretest/consumer (kfake, 8 partitions, 20,000 events over 100
 // aggregates, the handler writes one row on PostgreSQL; one run on the
 // shared 2-core machine, so compare within the run):
 //
@@ -275,7 +275,8 @@
 //
 // # Tests
 //
-// The tests named here are in the folder internal/coretest/consumer, in a module
+// The tests named here, and all but the package-internal ones, are in the
+// folder internal/coretest/consumer, in a module
 // of their own: they need SQLite, MySQL and an in-process Kafka, which this module
 // does not require (see package runtime/runtimetest, "Running the
 // repository's tests").

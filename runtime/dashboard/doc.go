@@ -67,7 +67,7 @@
 // Server-Timing header (db and render durations).
 //
 // Page weight and time with 100,000 pending and 1,000 parked events (go test
-// -run '^$' -bench Pages -benchtime 20x ./runtime/dashboard; 2-core machine,
+// -run '^$' -bench Pages -benchtime 20x ./internal/coretest/dashboard; 2-core machine,
 // the whole request in process):
 //
 //	| view | SQLite | PostgreSQL | page (HTML, uncompressed) |
@@ -117,4 +117,10 @@
 // The test skips when Chromium is missing and fails when
 // OUTBOX_TEST_REQUIRE_INTEGRATION=1. CI installs Chromium.
 // OUTBOX_DASHBOARD_SCREENSHOT=file.png saves the screenshot.
+//
+// # Tests
+//
+// The tests named here are in the folder internal/coretest/dashboard, in a
+// module of their own: they need SQLite, which this module does not require
+// (see package runtime/runtimetest, "Running the repository's tests").
 package dashboard

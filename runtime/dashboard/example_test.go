@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"log"
 	"net/http"
 	"net/http/httptest"
 
@@ -23,21 +22,25 @@ func Example() {
 	dsn := runtimetest.ExamplePostgresDSN() // a fresh schema; yours: "postgres://user:pass@host/db"
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
-		log.Fatal(err)
+		fmt.Println(err)
+		return
 	}
 	defer db.Close()
 	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true}); err != nil {
-		log.Fatal(err)
+		fmt.Println(err)
+		return
 	}
 	store, err := sqlstore.NewStore(databasesql.New(db), sqlstore.StoreConfig{})
 	if err != nil {
-		log.Fatal(err)
+		fmt.Println(err)
+		return
 	}
 	defer store.Close()
 
 	dash, err := dashboard.New(store, dashboard.Config{}) // read-only
 	if err != nil {
-		log.Fatal(err)
+		fmt.Println(err)
+		return
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -40,7 +40,9 @@
 // The tests of hooks, runtime/sqlstore, runtime/consumer, runtime/dashboard
 // and adapters/kafka are in module internal/coretest (folders of the same
 // names), because they need SQLite, MySQL and an in-process Kafka, which
-// the root module does not require; their Examples stay in the packages.
+// the root module does not require; their Examples stay in the packages,
+// on PostgreSQL, but for adapters/kafka's publish-and-consume Example, which
+// needs the in-process Kafka.
 // The tests need only Go; those that need a server use it when it answers
 // and are skipped, saying so, when it does not:
 //

@@ -33,6 +33,11 @@ var examples struct {
 //
 //	func TestMain(m *testing.M) { runtimetest.MainWithPostgresExamples(m) }
 func MainWithPostgresExamples(m *testing.M) int {
+	// The command line first, so that a -skip of its own is kept beside
+	// the Examples' (m.Run would parse it over skipExamples' value).
+	if !flag.Parsed() {
+		flag.Parse()
+	}
 	base := PostgresBaseDSN()
 	admin, err := sql.Open("pgx", base)
 	if err == nil {
@@ -82,11 +87,13 @@ func skipExamples() {
 	_ = f.Value.Set(pattern)
 }
 
-// ExamplePostgresDSN creates a new schema in the test PostgreSQL and returns
-// a DSN whose search_path is that schema, for an Example: what
-// [PostgresDSN] is for a test. It needs [MainWithPostgresExamples] as the
-// package's TestMain, which drops the schema after the run; without it, or
-// when the schema cannot be created, it panics.
+// ExamplePostgresDSN creates a new schema (outbox_example_<hex>) in the test
+// PostgreSQL and returns a DSN whose search_path is that schema, for an
+// Example: what [PostgresDSN] is for a test. It needs
+// [MainWithPostgresExamples] as the package's TestMain, which drops the
+// schema after the run (an Example that exits the process, through
+// log.Fatal say, leaves it behind); without it, or when the schema cannot
+// be created, it panics.
 func ExamplePostgresDSN() string {
 	examples.mu.Lock()
 	defer examples.mu.Unlock()

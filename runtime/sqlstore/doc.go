@@ -314,7 +314,7 @@
 //
 // One pass over 100,000 published rows older than the age, batch 1,000, while
 // 4 writers insert events (go test -run '^$' -bench Retention -benchtime 1x
-// ./runtime/sqlstore/; the shared 2-core machine; runs 1–2 at load average
+// ./internal/coretest/sqlstore/; the shared 2-core machine; runs 1–2 at load average
 // about 10, run 3 at about 5):
 //
 //	| database | rows deleted/s (runs 1 / 2 / 3) | writers' inserts/s: idle → during the pass | InnoDB row lock waits during the pass |
@@ -501,7 +501,8 @@
 //
 // # Tests
 //
-// The tests named here are in the folder internal/coretest/sqlstore, in a module
+// The tests named here, and all but the package-internal ones, are in the
+// folder internal/coretest/sqlstore, in a module
 // of their own: they need SQLite and MySQL, which this module
 // does not require (see package runtime/runtimetest, "Running the
 // repository's tests").

@@ -267,11 +267,11 @@
 //     assists were the rest of that p99. A claim sizes its batch by the last
 //     claim, not by the 1,000-row limit (a 4-row claim allocated 195 KB, now
 //     10 KB; an empty one 195 KB, now nothing: go test -run '^$' -bench Claim
-//     -benchmem ./hooks/), and adapters/kafka writes each publish through the
+//     -benchmem ./internal/coretest/hooks/), and adapters/kafka writes each publish through the
 //     smallest of up to three kafka-go writers whose BatchSize holds it, since
 //     kafka-go preallocates BatchSize records per partition batch (a 2-event
 //     publish to 8 partitions allocated 326 KB, now 19 KB, in the same produce
-//     requests: go test -run '^$' -bench Publish -benchmem ./adapters/kafka/).
+//     requests: go test -run '^$' -bench Publish -benchmem ./internal/coretest/kafka/).
 //     With GOGC=800 before these changes the p99 was 6.9 and 8.3 ms against 16
 //     – 25 ms with the default.
 //   - No commit-order lock for new aggregates. Each aggregate's outbox ids
@@ -410,7 +410,7 @@
 // the primary key and the event_id index, ours and the reference's alike). The
 // full command after it (06:03 UTC, with a claim that also allocates 17,136
 // times and 909 KB per 1,000 rows claimed and marked, against 19,135 and 1,126
-// KB: go test -run '^$' -bench Claim -benchmem ./hooks/): our relay 32,965
+// KB: go test -run '^$' -bench Claim -benchmem ./internal/coretest/hooks/): our relay 32,965
 // events/s against the batched relay's 28,568, 1.18× [1.15 – 1.24]; 2 and 4
 // relays with the defaults 0.97× [0.90 – 0.98] and 1.00× [0.96 – 1.15] of one
 // in these 1.5-s drains (server CPU 25.0 and 23.0 ms against 24.2: starting a
@@ -615,7 +615,7 @@
 // need neither (see "No retention at all" in package runtime/sqlstore).
 //
 // Writing one event with a GORM Create costs one extra round trip: go test
-// -run '^$' -bench Create ./hooks/ gives, on PostgreSQL, 0.39 ms plain and
+// -run '^$' -bench Create ./internal/coretest/hooks/ gives, on PostgreSQL, 0.39 ms plain and
 // 0.56 ms with an outbox row (before the new-aggregate path: 0.57 and 0.93 ms,
 // a busier machine).
 //
@@ -627,8 +627,8 @@
 //
 //	| | |
 //	|---|---|
-//	| go test -run '^$' -bench RelayDrain -benchtime 1x ./hooks/: 60,000 pre-filled events, 1 relay | 42,000 – 48,000 events/s (the previous row-locking store, same run: 30,000 – 38,000) |
+//	| go test -run '^$' -bench RelayDrain -benchtime 1x ./internal/coretest/hooks/: 60,000 pre-filled events, 1 relay | 42,000 – 48,000 events/s (the previous row-locking store, same run: 30,000 – 38,000) |
 //	| the same with 2 relays sharing the outbox | 42,000 – 62,000 events/s (previous store: 25,000 – 35,000) |
-//	| go test -run '^$' -bench SaveConcurrent ./hooks/: 8 writers, commit-order locks on vs off | no difference beyond noise (1.01 – 1.19 ms against 1.09 – 1.20 ms a save); superseded by the pgbench measurement above (10 – 20 % of the server's CPU per transaction), which is why new aggregates now take no lock |
+//	| go test -run '^$' -bench SaveConcurrent ./internal/coretest/hooks/: 8 writers, commit-order locks on vs off | no difference beyond noise (1.01 – 1.19 ms against 1.09 – 1.20 ms a save); superseded by the pgbench measurement above (10 – 20 % of the server's CPU per transaction), which is why new aggregates now take no lock |
 //	| go run ./adapters/harness/relaybench -big-events 2000: a backlog of 900 KB events | peak RSS 126 MiB on 2026-12-01, with three batches of up to 8 MiB in memory (one marked, one published, one claimed ahead); 85 MiB before the mark went behind (1,000 rows a claim, the previous behaviour: 2.4 GiB) |
 package main

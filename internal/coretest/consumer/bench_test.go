@@ -26,7 +26,7 @@ import (
 // partitions). No broker is involved: the messages are handed to the handler
 // function directly, so the figures are the consumer's own cost.
 //
-//	go test -run '^$' -bench ConsumerPostgres -benchtime 5000x ./runtime/consumer
+//	go test -run '^$' -bench ConsumerPostgres -benchtime 5000x ./internal/coretest/consumer/
 func BenchmarkConsumerPostgres(b *testing.B) {
 	db := prepare(b, hookstest.Postgres(b, nil))
 	drv := driver(b, db)
@@ -98,7 +98,7 @@ func BenchmarkConsumerPostgres(b *testing.B) {
 // The messages are published before the timer starts. Compare ratios
 // within one run: the machine is shared.
 //
-//	go test -run '^$' -bench ConsumerKafkaPostgres -benchtime 20000x ./runtime/consumer
+//	go test -run '^$' -bench ConsumerKafkaPostgres -benchtime 20000x ./internal/coretest/consumer/
 func BenchmarkConsumerKafkaPostgres(b *testing.B) {
 	db := prepare(b, hookstest.Postgres(b, nil))
 	drv := driver(b, db)

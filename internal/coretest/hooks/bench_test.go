@@ -36,7 +36,7 @@ func benchDB(b *testing.B, dialect string) *gorm.DB {
 // and without the plugin ("plain"), and with one recorded event written to
 // the outbox in the same transaction ("outbox").
 //
-//	go test -run '^$' -bench Create -benchmem ./hooks/
+//	go test -run '^$' -bench Create -benchmem ./internal/coretest/hooks/
 func BenchmarkCreate(b *testing.B) {
 	for _, c := range []struct {
 		dialect    string
@@ -84,7 +84,7 @@ func BenchmarkCreate(b *testing.B) {
 // PostgreSQL and MySQL/MariaDB, with a publish function that accepts
 // everything: the relay's database cost per batch, and its garbage.
 //
-//	go test -run '^$' -bench Claim -benchmem ./hooks/
+//	go test -run '^$' -bench Claim -benchmem ./internal/coretest/hooks/
 func BenchmarkClaim(b *testing.B) {
 	for _, dialect := range []string{"postgres", "mysql"} {
 		for _, rows := range []int{1000, 4} {
@@ -145,7 +145,7 @@ func benchmarkClaim(b *testing.B, dialect string, rows int) {
 // aggregates are distinct, so the locks never wait, and ns/op is wall time
 // per save across the 8 writers.
 //
-//	go test -run '^$' -bench SaveConcurrent -benchtime 3000x ./hooks/
+//	go test -run '^$' -bench SaveConcurrent -benchtime 3000x ./internal/coretest/hooks/
 func BenchmarkSaveConcurrent(b *testing.B) {
 	for _, c := range []struct {
 		dialect string
@@ -203,7 +203,7 @@ func (discardPublisher) Close() error                              { return nil 
 // pre-filled backlog of 60,000 events over 1,000 aggregates, publishing to a publisher that acknowledges at once (so the
 // figure is the relay's and the database's). It reports events/s.
 //
-//	go test -run '^$' -bench RelayDrain -benchtime 1x ./hooks/
+//	go test -run '^$' -bench RelayDrain -benchtime 1x ./internal/coretest/hooks/
 func BenchmarkRelayDrain(b *testing.B) {
 	events, aggregates := 60_000, 1_000
 	if testing.Short() { // CI's smoke run: that it works, not how fast

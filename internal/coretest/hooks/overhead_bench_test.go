@@ -17,7 +17,7 @@ import (
 // db.Transaction, on SQLite without fsync, where the database's share is
 // smallest.
 //
-//	go test -run '^$' -bench CreateSQLite -benchmem ./hooks/
+//	go test -run '^$' -bench CreateSQLite -benchmem ./internal/coretest/hooks/
 func BenchmarkCreateSQLite(b *testing.B) {
 	for _, inTx := range []bool{false, true} {
 		name := "implicit"

@@ -19,7 +19,7 @@ import (
 // fenced (see Fencing on Publisher), run beside it to show what the fence
 // costs.
 //
-//	go test -run '^$' -bench Publish -benchmem ./adapters/kafka/
+//	go test -run '^$' -bench Publish -benchmem ./internal/coretest/kafka/
 func BenchmarkPublish(b *testing.B) {
 	cluster, err := kafkatest.Start(kafkatest.Config{})
 	if err != nil {

@@ -2,13 +2,11 @@ package kafka_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log"
 	"slices"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
@@ -80,24 +78,4 @@ func Example() {
 	// metadata event_id: 0190a6e4-7c3b-7def-8a4b-3c2d1e0f9a8b
 	// metadata event_type: order.placed
 	// metadata event_version: 1
-}
-
-// ExampleNewPublisher shows the escape hatch for the kafka-go Writer
-// settings the config does not expose, here TLS and a client id.
-func ExampleNewPublisher() {
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
-		Brokers: []string{"broker-1.example.com:9093"},
-		OverwriteWriter: func(w *kafkago.Writer) {
-			w.Transport = &kafkago.Transport{
-				ClientID: "orders-relay",
-				TLS:      &tls.Config{MinVersion: tls.VersionTLS12},
-			}
-		},
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pub.Close()
-	fmt.Println("publisher ready")
-	// Output: publisher ready
 }

@@ -21,7 +21,7 @@ import (
 // writers with no retention running (writes/s-idle), measured just before.
 // OUTBOX_BENCH_RETENTION_PAUSE sets RetentionConfig.BatchPause (e.g. 5ms).
 //
-//	go test -run '^$' -bench Retention -benchtime 1x ./runtime/sqlstore/
+//	go test -run '^$' -bench Retention -benchtime 1x ./internal/coretest/sqlstore/
 func BenchmarkRetention(b *testing.B) {
 	rows := 100_000
 	if testing.Short() {
