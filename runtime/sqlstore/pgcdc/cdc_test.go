@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
@@ -190,9 +191,16 @@ func TestStandbyWithFrozenConnectionsTakesTheSlot(t *testing.T) {
 	}
 	proxy := runtimetest.StartProxy(t, u.Host)
 	u.Host = proxy.Addr()
+	// Several idle connections in the standby's pool, as a store that has
+	// streamed before has: each would fail one statement once frozen.
+	q := u.Query()
+	q.Set("pool_min_conns", "3") // the store's pool has 3 at most
+	u.RawQuery = q.Encode()
 	cfg := e.cfg
 	cfg.ConnString = u.String()
 	cfg.StatementTimeout = time.Second
+	var logs runtimetest.LogBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	standby, err := pgcdc.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -200,10 +208,11 @@ func TestStandbyWithFrozenConnectionsTakesTheSlot(t *testing.T) {
 	t.Cleanup(func() { standby.Close() })
 	t.Cleanup(proxy.Close) // before the store's close, which would wait on the frozen connections
 	until(t, "the second store standing by", standby.Standby)
+	until(t, "the standby's pool holding 3 connections through the proxy", func() bool { return len(proxy.ServerAddrs()) >= 3 })
 	next := &broker{}
 	runRelay(t, standby, next)
-	// Its pool keeps the connection it read the parked aggregates on at
-	// Open; the replication connections of its tries come and go.
+	// Its pool keeps its idle connections; the replication connections of
+	// its tries come and go.
 	if n := proxy.Blackhole(); n == 0 {
 		t.Fatal("the standby has no connection through the proxy to freeze")
 	}
@@ -214,6 +223,13 @@ func TestStandbyWithFrozenConnectionsTakesTheSlot(t *testing.T) {
 	e2 := event("f", 1)
 	e.write(t, false, e2)
 	until(t, "the event published by the standby", func() bool { return slices.Contains(next.ids(), e2.EventID.String()) })
+	// Holding the slot, it read the parked aggregates on a frozen
+	// connection once, then on fresh ones: a store that failed a stream
+	// opens new connections, and does not try each frozen one in turn
+	// while standbys wait for the slot.
+	if n := strings.Count(logs.String(), "read parked aggregates"); n > 1 {
+		t.Errorf("the standby failed %d streams reading the parked aggregates on frozen connections, want at most 1:\n%s", n, logs.String())
+	}
 }
 
 // TestMessagesMode: with the writer's LogicalMessages, the events travel

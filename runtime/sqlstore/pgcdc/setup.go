@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,7 +29,7 @@ func Setup(ctx context.Context, cfg Config) error {
 		return err
 	}
 	cfg.setDefaults()
-	conn, err := pgx.Connect(ctx, cfg.ConnString)
+	conn, err := connectOne(ctx, cfg.ConnString)
 	if err != nil {
 		return fmt.Errorf("pgcdc: setup: connect: %w", err)
 	}
@@ -77,7 +78,7 @@ func Drop(ctx context.Context, cfg Config) error {
 		return err
 	}
 	cfg.setDefaults()
-	conn, err := pgx.Connect(ctx, cfg.ConnString)
+	conn, err := connectOne(ctx, cfg.ConnString)
 	if err != nil {
 		return fmt.Errorf("pgcdc: drop: connect: %w", err)
 	}
@@ -169,7 +170,7 @@ func Status(ctx context.Context, cfg Config) (SlotStatus, error) {
 		return SlotStatus{}, err
 	}
 	cfg.setDefaults()
-	conn, err := pgx.Connect(ctx, cfg.ConnString)
+	conn, err := connectOne(ctx, cfg.ConnString)
 	if err != nil {
 		return SlotStatus{}, fmt.Errorf("pgcdc: status: connect: %w", err)
 	}
@@ -199,4 +200,26 @@ func Status(ctx context.Context, cfg Config) (SlotStatus, error) {
 		st.LagBytes = *lag
 	}
 	return st, nil
+}
+
+// connectOne opens one connection (no pool) with connString, without the
+// pool's settings (pool_max_conns and the like) that the store's pool
+// reads from it and the server would refuse.
+func connectOne(ctx context.Context, connString string) (*pgx.Conn, error) {
+	pc, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	dropPoolParams(pc.RuntimeParams)
+	return pgx.ConnectConfig(ctx, pc)
+}
+
+// dropPoolParams deletes pgxpool's settings (pool_max_conns, ...) from a
+// connection's runtime parameters: they are the pool's, not the server's.
+func dropPoolParams(params map[string]string) {
+	for k := range params {
+		if strings.HasPrefix(k, "pool_") {
+			delete(params, k)
+		}
+	}
 }

@@ -69,6 +69,12 @@ func (s *Store) run(ctx context.Context) {
 			}
 			s.mu.Unlock()
 			s.log.Warn("pgcdc: stream ended; opening it again", slog.String("slot", s.cfg.Slot), slog.Any("error", err), slog.Int("attempt", failures), slog.Duration("backoff", wait))
+			// The failure may be one of the pool's connections, frozen or
+			// cut (reading the parked aggregates, while this store holds
+			// the slot): each idle one would fail the next tries in turn,
+			// a StatementTimeout each, while standbys wait for the slot.
+			// Open fresh ones.
+			s.db.Reset()
 		}
 		if !backoff.Sleep(ctx, wait) {
 			return
@@ -107,6 +113,7 @@ func (s *Store) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgcdc: connection string: %w", err)
 	}
+	dropPoolParams(pc.RuntimeParams)
 	pc.RuntimeParams["replication"] = "database"
 	if pc.RuntimeParams["application_name"] == "" {
 		pc.RuntimeParams["application_name"] = "gooutbox-cdc"
