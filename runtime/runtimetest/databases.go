@@ -251,17 +251,25 @@ func redact(dsn string) string {
 // when the server does not answer within 5s.
 func openAdmin(t testing.TB, driver, dsn, what, addr, envVar string) *sql.DB {
 	t.Helper()
-	admin, err := sql.Open(driver, dsn)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = admin.PingContext(ctx)
-		cancel()
-	}
+	admin, err := dial(driver, dsn)
 	if err != nil {
-		if admin != nil {
-			admin.Close()
-		}
 		Unavailable(t, what, addr, envVar, err)
 	}
 	return admin
+}
+
+// dial opens a database through driver and pings it, for 5s at most; it
+// closes it again when the ping fails.
+func dial(driver, dsn string) (*sql.DB, error) {
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
 }

@@ -1,14 +1,12 @@
 package runtimetest
 
 import (
-	"context"
 	"database/sql"
 	"flag"
 	"fmt"
 	"os"
 	"sync"
 	"testing"
-	"time"
 )
 
 // examples holds the schemas [ExamplePostgresDSN] created, for
@@ -39,12 +37,7 @@ func MainWithPostgresExamples(m *testing.M) int {
 		flag.Parse()
 	}
 	base := PostgresBaseDSN()
-	admin, err := sql.Open("pgx", base)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = admin.PingContext(ctx)
-		cancel()
-	}
+	admin, err := dial("pgx", base)
 	if err != nil {
 		if RequireIntegration() {
 			fmt.Fprintf(os.Stderr, "the Examples need PostgreSQL at %s (OUTBOX_TEST_REQUIRE_INTEGRATION=1), which is unreachable: %v\n", redact(base), err)
@@ -52,9 +45,6 @@ func MainWithPostgresExamples(m *testing.M) int {
 		}
 		fmt.Fprintf(os.Stderr, "Examples skipped: PostgreSQL at %s unreachable (set OUTBOX_TEST_POSTGRES_DSN to use another): %v\n", redact(base), err)
 		skipExamples()
-		if admin != nil {
-			admin.Close()
-		}
 		return Main(m)
 	}
 	examples.mu.Lock()

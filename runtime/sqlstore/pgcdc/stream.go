@@ -29,14 +29,21 @@ func (s *Store) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if s.generation() != gen {
+		streamed := s.generation() != gen
+		if streamed {
 			failures = 0 // it streamed: a new failure starts a new streak
 			ghostWaits = 0
-			// A stream that streamed ended (ctx is not done): the server
-			// may have ended this process's other sessions too (a
-			// restart, an operator's pg_terminate_backend, a network
-			// cut), and each dead idle connection would fail one marking
-			// pass. Open fresh ones; it costs a few connects.
+		}
+		if streamed || !errors.Is(err, ErrSlotActive) {
+			// A stream that streamed ended (ctx is not done), or one
+			// failed: the server may have ended this process's other
+			// sessions too (a restart, an operator's
+			// pg_terminate_backend, a network cut), or the failure was
+			// one of the pool's connections, frozen or cut (reading the
+			// parked aggregates while this store holds the slot). Each
+			// dead idle connection would fail one marking pass, or the
+			// next tries in turn, a StatementTimeout each, while standbys
+			// wait for the slot. Open fresh ones; it costs a few connects.
 			s.db.Reset()
 		}
 		wait := standbyRetry
@@ -69,12 +76,6 @@ func (s *Store) run(ctx context.Context) {
 			}
 			s.mu.Unlock()
 			s.log.Warn("pgcdc: stream ended; opening it again", slog.String("slot", s.cfg.Slot), slog.Any("error", err), slog.Int("attempt", failures), slog.Duration("backoff", wait))
-			// The failure may be one of the pool's connections, frozen or
-			// cut (reading the parked aggregates, while this store holds
-			// the slot): each idle one would fail the next tries in turn,
-			// a StatementTimeout each, while standbys wait for the slot.
-			// Open fresh ones.
-			s.db.Reset()
 		}
 		if !backoff.Sleep(ctx, wait) {
 			return
