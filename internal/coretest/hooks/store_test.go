@@ -144,27 +144,48 @@ func TestStoreListen(t *testing.T) {
 	notes := make(chan struct{}, 16)
 	done := make(chan error, 1)
 	go func() { done <- s.Listen(ctx, func() { notes <- struct{}{} }) }()
-	deadline := time.After(10 * time.Second)
-	select { // the initial call once listening
-	case <-notes:
-	case <-deadline:
+	// Each wait has a deadline of its own, long enough for a machine busy
+	// with other suites: only a notification that never comes fails.
+	wait := func() bool {
+		t.Helper()
+		timer := time.NewTimer(30 * time.Second)
+		defer timer.Stop()
+		select {
+		case <-notes:
+			return true
+		case err := <-done:
+			t.Fatalf("Listen returned %v", err)
+		case <-timer.C:
+		}
+		return false
+	}
+	if !wait() { // the initial call once listening
 		t.Fatal("no initial notify")
 	}
 	// Writers notify while a relay waits for it: register r1 (a claim
-	// takes its shards) and ask.
-	if _, err := s.Claim(ctx, relay.ClaimRequest{Owner: "r1", Limit: 10}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.RequestWake(ctx, "r1"); err != nil {
-		t.Fatal(err)
-	}
-	placeOrders(t, db, 2) // one transaction, one statement: one notification
-	select {
-	case <-notes:
-	case err := <-done:
-		t.Fatalf("Listen returned %v", err)
-	case <-deadline:
-		t.Fatal("no notification after a committed insert")
+	// takes its shards) and ask. Writers notify only while r1 holds shards
+	// and its request has not lapsed (it lasts a LeaseTTL, 15 s, which only
+	// a relay's renewals extend); under load the store may take r1's lock
+	// for lost (its check did not answer in time) and drop its shards, so
+	// the round is tried again then, and only a round during which r1
+	// held its shards throughout must notify.
+	for try := 1; ; try++ {
+		claimed := time.Now()
+		if _, err := s.Claim(ctx, relay.ClaimRequest{Owner: "r1", Limit: 10}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RequestWake(ctx, "r1"); err != nil {
+			t.Fatal(err)
+		}
+		placeOrders(t, db, 2) // one transaction, one statement: one notification
+		lapsed := time.Since(claimed) > 15*time.Second
+		if wait() {
+			break
+		}
+		if _, _, lost := s.LeaseLost("r1"); try == 3 || !lost && !lapsed {
+			t.Fatalf("no notification after a committed insert (try %d; r1 holds %d shards)", try, s.HeldShards("r1"))
+		}
+		t.Logf("try %d: r1 lost its shards or its request lapsed before the insert; again", try)
 	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
