@@ -86,19 +86,18 @@ END $$`,
 // upgradePostgres brings a table of an earlier version up to date: rows get
 // a shard, and JSONB payloads and headers (which refuse a NUL character and
 // cost a parse per insert) become TEXT. It takes no lock on a table that is
-// already up to date.
+// already up to date. It reads the catalog (pg_attribute) rather than
+// information_schema.columns, whose view checks privileges on every column
+// of the database: on a server with many schemas that was a migration's
+// slowest statement.
 func upgradePostgres(table string) string {
-	schema := "current_schema()"
-	if i := strings.LastIndexByte(table, '.'); i >= 0 {
-		schema = "lower('" + table[:i] + "')"
-	}
-	col := `FROM information_schema.columns WHERE table_schema = ` + schema + ` AND table_name = lower('` + baseName(table) + `')`
+	col := `FROM pg_attribute WHERE attrelid = to_regclass('` + table + `') AND NOT attisdropped`
 	return `DO $$
 BEGIN
-	IF NOT EXISTS (SELECT 1 ` + col + ` AND column_name = 'shard') THEN
+	IF NOT EXISTS (SELECT 1 ` + col + ` AND attname = 'shard') THEN
 		ALTER TABLE ` + table + ` ADD COLUMN shard SMALLINT NOT NULL DEFAULT 0;
 	END IF;
-	IF EXISTS (SELECT 1 ` + col + ` AND column_name = 'payload' AND data_type = 'jsonb') THEN
+	IF EXISTS (SELECT 1 ` + col + ` AND attname = 'payload' AND atttypid = 'jsonb'::regtype) THEN
 		ALTER TABLE ` + table + ` ALTER COLUMN payload TYPE TEXT, ALTER COLUMN headers TYPE TEXT;
 	END IF;
 END
@@ -106,7 +105,10 @@ $$`
 }
 
 // migrateLock serialises concurrent first starts, which would race on
-// CREATE ... IF NOT EXISTS.
+// CREATE ... IF NOT EXISTS. The lock is the table name's in every schema:
+// migrations in other schemas wait for each other too. (A lock per schema
+// let a test suite's many schemas migrate at once, and PostgreSQL 15 then
+// answered new connections only after seconds, sometimes minutes.)
 func (postgresDialect) migrateLock(table string) string {
 	return `SELECT pg_advisory_xact_lock(` + strconv.Itoa(int(int32(aggregateHash("outbox:migrate", table)))) + `)`
 }

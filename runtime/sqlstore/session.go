@@ -137,7 +137,6 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 		s.lockConns.Add(-1)
 		return nil, fmt.Errorf("sqlstore: lease: session lock: connect: %w", err)
 	}
-	asked := time.Now() // the lock is held from the answer to the last ask on
 	got, session, err := sl.lockSession(ctx, conn, s.tables, owner)
 	o.mu.Lock()
 	ghost := o.ghost
@@ -155,7 +154,6 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-time.After(50 * time.Millisecond): // the session ends
-			asked = time.Now()
 			got, session, err = sl.lockSession(ctx, conn, s.tables, owner)
 		}
 	}
@@ -177,35 +175,26 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 	}
 	o.lock = l
 	o.mu.Unlock()
-	go s.watchLock(o, l, asked)
+	go s.watchLock(o, l)
 	return l, nil
 }
 
-// watchLock pings l's connection every lockCheckEvery until l.stop is
-// closed; when a ping fails, the owner has lost its leases (see
-// lockLost). A ping must answer within lockCheckEvery plus
-// lockPingTimeout of the one before it was sent (of locked, for the
-// first): the session held the lock then, so the other stores cannot take
-// the owner for dead before lockGrace has passed since, and a ping that
-// came back late (a loaded machine) does not give the next one longer.
-func (s *Store) watchLock(o *ownerLease, l *ownerLock, locked time.Time) {
+// watchLock pings l's connection every lockCheckEvery, with a deadline of
+// lockPingTimeout, until l.stop is closed; when a ping fails, the owner
+// has lost its leases (see lockLost).
+func (s *Store) watchLock(o *ownerLease, l *ownerLock) {
 	defer close(l.done)
 	t := time.NewTicker(lockCheckEvery)
 	defer t.Stop()
-	confirmed := locked
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-t.C:
 		}
-		sent := time.Now()
-		ctx, cancel := context.WithDeadline(context.Background(), confirmed.Add(lockCheckEvery+lockPingTimeout))
+		ctx, cancel := context.WithTimeout(context.Background(), lockPingTimeout)
 		err := l.conn.PingContext(ctx)
 		cancel()
-		if err == nil {
-			confirmed = sent
-		}
 		if err != nil {
 			select {
 			case <-l.stop:

@@ -51,8 +51,37 @@ func TestRelayMissingTable(t *testing.T) {
 		if code != exitError || !strings.HasSuffix(stderr, want) || !strings.Contains(stderr, "outbox: is table ") || strings.Contains(stderr, "batch failed") {
 			t.Errorf("relay without its relays table: exit %d, stderr:\n%s\nwant %d ending %q", code, stderr, exitError, want)
 		}
-		// --migrate creates them.
-		code, stderr = relayWithin(t, 2*time.Second, "--db", d.url, "--broker", "memory://", "--allow-local-broker", "--migrate")
+		// --migrate creates them: the relay publishes what was written
+		// before it started, and stops cleanly.
+		ids := d.write(t, "a1")
+		rec := newRecorder()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			code, _, stderr = runCmdCtx(t, ctx, rec, "relay", "--db", d.url, "--broker", "memory://", "--allow-local-broker", "--migrate")
+		}()
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			rec.mu.Lock()
+			published := rec.all[ids[0]]
+			rec.mu.Unlock()
+			if published {
+				break
+			}
+			select {
+			case <-done:
+				cancel()
+				t.Fatalf("relay --migrate returned before publishing: exit %d:\n%s", code, stderr)
+			case <-time.After(20 * time.Millisecond): // polling the recorder
+			}
+			if time.Now().After(deadline) {
+				cancel()
+				<-done
+				t.Fatalf("relay --migrate published nothing in 30s: exit %d:\n%s", code, stderr)
+			}
+		}
+		cancel()
+		<-done
 		if code != 0 {
 			t.Errorf("relay --migrate: exit %d:\n%s", code, stderr)
 		}
