@@ -83,15 +83,33 @@ func TestConsumerChild(t *testing.T) {
 // child is a running consumer process.
 type child struct {
 	cmd  *exec.Cmd
-	out  *strings.Builder
+	out  *lockedBuffer
 	done chan error
+}
+
+// lockedBuffer is the child's output, read while the child writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func startChild(t *testing.T, dsn string, b *broker) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestConsumerChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envChildDSN+"="+dsn, envChildBrokers+"="+strings.Join(b.addrs, ","), envChildTopic+"="+b.topic)
-	ch := &child{cmd: cmd, out: &strings.Builder{}, done: make(chan error, 1)}
+	ch := &child{cmd: cmd, out: &lockedBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = ch.out, ch.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -111,18 +129,27 @@ func (ch *child) kill(t *testing.T) {
 }
 
 // waitFor polls cond (a database or broker query) until it holds, failing
-// the test when the child exits or the deadline passes.
-func waitFor(t *testing.T, ch *child, what string, timeout time.Duration, cond func() bool) {
+// the test when the child exits, or when progress (the effects applied)
+// has not grown for stall: a machine busy with other suites under -race
+// may be slow, but a consumer that stops applying fails.
+func waitFor(t *testing.T, ch *child, what string, stall time.Duration, progress func() int64, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	last, moved := progress(), time.Now()
 	for !cond() {
 		select {
 		case err := <-ch.done:
 			t.Fatalf("consumer process exited (%v) while waiting for %s; output:\n%s", err, what, ch.out)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		if n := progress(); n != last {
+			last, moved = n, time.Now()
+		}
+		if time.Since(moved) > stall {
+			out := ch.out.String()
+			if len(out) > 4000 {
+				out = "..." + out[len(out)-4000:]
+			}
+			t.Fatalf("waiting for %s: no progress for %v (%d applied); the consumer's output:\n%s", what, stall, last, out)
 		}
 		time.Sleep(20 * time.Millisecond) // polling a database or a broker, not synchronising goroutines
 	}
@@ -281,13 +308,13 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 
 	// Consumer process 1, killed after a third of the events.
 	c1 := startChild(t, dsn, b)
-	waitFor(t, c1, "a third of the events applied", 2*time.Minute, func() bool { return applied() >= int64(events/3) })
+	waitFor(t, c1, "a third of the events applied", 2*time.Minute, applied, func() bool { return applied() >= int64(events/3) })
 	c1.kill(t)
 	t.Logf("%v: killed consumer 1 at %d applied", time.Since(start).Round(time.Millisecond), applied())
 
 	// Consumer process 2, killed after two thirds.
 	c2 := startChild(t, dsn, b)
-	waitFor(t, c2, "two thirds of the events applied", 2*time.Minute, func() bool { return applied() >= int64(2*events/3) })
+	waitFor(t, c2, "two thirds of the events applied", 2*time.Minute, applied, func() bool { return applied() >= int64(2*events/3) })
 	c2.kill(t)
 	atKill := applied()
 	t.Logf("%v: killed consumer 2 at %d applied", time.Since(start).Round(time.Millisecond), atKill)
@@ -307,7 +334,7 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 
 	// Consumer process 3 replays the whole topic and catches up.
 	c3 := startChild(t, dsn, b)
-	waitFor(t, c3, "every event applied and the group caught up", 3*time.Minute, func() bool {
+	waitFor(t, c3, "every event applied and the group caught up", 3*time.Minute, applied, func() bool {
 		if applied() < int64(events) {
 			return false
 		}
