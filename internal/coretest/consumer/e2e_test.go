@@ -83,33 +83,15 @@ func TestConsumerChild(t *testing.T) {
 // child is a running consumer process.
 type child struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *runtimetest.LogBuffer // read while the child writes it
 	done chan error
-}
-
-// lockedBuffer is the child's output, read while the child writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func startChild(t *testing.T, dsn string, b *broker) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestConsumerChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envChildDSN+"="+dsn, envChildBrokers+"="+strings.Join(b.addrs, ","), envChildTopic+"="+b.topic)
-	ch := &child{cmd: cmd, out: &lockedBuffer{}, done: make(chan error, 1)}
+	ch := &child{cmd: cmd, out: &runtimetest.LogBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = ch.out, ch.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

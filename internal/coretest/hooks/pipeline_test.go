@@ -637,7 +637,6 @@ func testEndToEndOrderAndNoGhosts(t *testing.T, dialect string) {
 	var (
 		mu        sync.Mutex
 		committed = map[string]int{} // event id → seq
-		aggOf     = map[string]int64{}
 		rolled    atomic.Int32
 		wg        sync.WaitGroup
 		errs      = make(chan error, 8)
@@ -677,7 +676,6 @@ func testEndToEndOrderAndNoGhosts(t *testing.T, dialect string) {
 					done++
 					mu.Lock()
 					committed[evID] = seq
-					aggOf[evID] = id
 					mu.Unlock()
 				}
 			}
