@@ -20,7 +20,7 @@ const (
 	DefaultStoreTimeout         = 10 * time.Second
 	DefaultPublishTimeout       = 30 * time.Second
 	DefaultPublishConcurrency   = 4
-	DefaultActivePollInterval   = 5 * time.Millisecond
+	DefaultActivePollInterval   = 2 * time.Millisecond
 	DefaultActivePeriod         = 100 * time.Millisecond
 	DefaultHandOverAfter        = 15 * time.Second
 )
@@ -80,8 +80,14 @@ type Config struct {
 	// notification, and wait for it (or PollInterval). An idle relay costs
 	// nothing but the PollInterval claims; a busy one costs one claim per
 	// ActivePollInterval when it finds nothing.
-	// Default: ActivePollInterval 5ms ([DefaultActivePollInterval]) but at
-	// most PollInterval; ActivePeriod 100ms ([DefaultActivePeriod]).
+	// Default: ActivePollInterval 2ms ([DefaultActivePollInterval]) but at
+	// most PollInterval; ActivePeriod 100ms ([DefaultActivePeriod]). The
+	// active poll is the tail of the commit → publish latency at a steady
+	// rate (an event committed just after an empty claim waits for the
+	// next): relaybench's p99 at 1,000 events/s was 6.8 ms with 5ms and
+	// 3.9 ms with 2ms, on the same machine, for no measurable CPU (the
+	// claims of a steady stream find fewer messages each, and an empty
+	// claim is one index probe).
 	// ActivePeriod shorter than ActivePollInterval turns active polling off.
 	ActivePollInterval time.Duration
 	ActivePeriod       time.Duration

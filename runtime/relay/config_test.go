@@ -72,7 +72,7 @@ func TestNewDefaults(t *testing.T) {
 		c.ActivePeriod = 100 * time.Millisecond
 		c.HandOverAfter = 15 * time.Second
 		if c.ActivePollInterval == 0 {
-			c.ActivePollInterval = 5 * time.Millisecond
+			c.ActivePollInterval = 2 * time.Millisecond
 		}
 		return c
 	}

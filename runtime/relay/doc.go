@@ -31,7 +31,7 @@
 // fails, the batch published beside it is not marked either, so both go
 // out again, in order. While messages keep coming (for
 // [Config.ActivePeriod], 100ms, after a claim that found some) the relay
-// claims again every [Config.ActivePollInterval], 5ms: a busy application's
+// claims again every [Config.ActivePollInterval], 2ms: a busy application's
 // messages are picked up within that without any transaction having to wake
 // the relay. Once idle, the relay asks a [WakeRequester] store to have the
 // next writer wake it (PostgreSQL: a NOTIFY, sent only while a relay asked

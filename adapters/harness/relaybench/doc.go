@@ -175,8 +175,11 @@
 //   - Back-to-back claims while messages come. After a claim that found
 //     messages the relay claims again at once; after an empty one, within
 //     ActivePeriod (100 ms) of the last that found messages, every
-//     ActivePollInterval (5 ms). A busy application's messages are picked up
-//     within one claim-publish-mark round, without any wake-up.
+//     ActivePollInterval (2 ms; 5 ms until 2026-12-07, when the latency
+//     section's p99 was 6.8 ms against 3.9 ms with 2 ms, quiet, and 0.32× of
+//     the 10-ms-poll batched relay's under -load loaded). A busy
+//     application's messages are picked up within one claim-publish-mark
+//     round, without any wake-up.
 //   - Shares that move at once. Claims carry the number of live relays; when
 //     it changes (a relay started or stopped) the busy relay rebalances at its
 //     next claim, and a relay still taking its share over looks again every 5
