@@ -176,8 +176,11 @@
 //     messages the relay claims again at once; after an empty one, within
 //     ActivePeriod (100 ms) of the last that found messages, every
 //     ActivePollInterval (2 ms; 5 ms until 2026-12-07, when the latency
-//     section's p99 was 6.8 ms against 3.9 ms with 2 ms, quiet, and 0.32× of
-//     the 10-ms-poll batched relay's under -load loaded). A busy
+//     section's p99, 3 reps each, was 6.8 ms with 5 ms and 3.9 ms with 2 ms
+//     quiet; under -load loaded 1.35× the 10-ms-poll batched relay's p99
+//     with 5 ms (0.14 – 2.54×) and 0.32× with 2 ms (0.20 – 0.45×); the save
+//     section's writers with our relay running, 0.91× of the by-hand row with
+//     the batched relay running, either way). A busy
 //     application's messages are picked up within one claim-publish-mark
 //     round, without any wake-up.
 //   - Shares that move at once. Claims carry the number of live relays; when
