@@ -12,7 +12,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -260,14 +259,15 @@ func openAdmin(t testing.TB, driver, dsn, what, addr, envVar string) *sql.DB {
 	return admin
 }
 
-// dial opens a database through driver and pings it. A server that refuses
-// the connection (nothing listens at the address) is reported at once. One
-// that does not answer a ping within 5s is pinged again until dialPatience
-// has passed: a server that is there can take that long to answer a new
-// connection under the load of the whole test run (two test binaries under
-// the race detector and their relay processes on two cores), and a test
-// that fails or skips on that would report the machine's load as a missing
-// service. The database is closed again when the ping fails.
+// dial opens a database through driver and pings it. A ping that fails
+// otherwise than by a timeout (nothing listens at the address, a login the
+// server refuses) is reported at once. One that times out (5s) is tried
+// again until dialPatience has passed: a server that is there can take that
+// long to answer a new connection under the load of the whole test run (two
+// test binaries under the race detector and their relay processes on two
+// cores), and a test that fails or skips on that would report the machine's
+// load as a missing service. The database is closed again when the ping
+// fails.
 func dial(driver, dsn string) (*sql.DB, error) {
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
@@ -281,22 +281,21 @@ func dial(driver, dsn string) (*sql.DB, error) {
 		if err == nil {
 			return db, nil
 		}
-		if refused(err) || !time.Now().Add(time.Second).Before(deadline) {
+		if !timedOut(err) || !time.Now().Add(time.Second).Before(deadline) {
 			db.Close()
 			return nil, err
 		}
-		time.Sleep(time.Second) // the server answered nothing: ask again
+		time.Sleep(time.Second) // the server answered nothing in time: ask again
 	}
 }
 
 // dialPatience is how long dial keeps asking a server that does not answer.
 const dialPatience = time.Minute
 
-// refused reports whether err says that nothing listens at the address
-// (ECONNREFUSED), or that the address cannot be resolved, so that waiting
-// longer cannot help.
-func refused(err error) bool {
-	var dnsErr *net.DNSError
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &dnsErr) ||
-		strings.Contains(err.Error(), "connection refused")
+// timedOut reports whether err is a timeout (the context's deadline, or a
+// network timeout), as opposed to an answer such as a refused connection.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) ||
+		strings.Contains(err.Error(), "timeout")
 }
