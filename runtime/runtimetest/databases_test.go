@@ -1,9 +1,12 @@
 package runtimetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
+	"time"
 )
 
 func TestMySQLDSNFor(t *testing.T) {
@@ -75,5 +78,41 @@ func TestRequireDriverNamesTheImport(t *testing.T) {
 	want := `runtimetest.PostgresDSN: no database/sql driver "pgx" is registered: the test must import github.com/jackc/pgx/v5/stdlib (import _ "github.com/jackc/pgx/v5/stdlib")`
 	if r.msg != want {
 		t.Errorf("requireDriver failed with %q; want %q", r.msg, want)
+	}
+}
+
+// TestTimedOut: dial asks a server again only after a timeout; a refused
+// connection (nothing listens) must end it at once, or every local run
+// without the service would wait a minute per test before skipping.
+func TestTimedOut(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, refused := net.Dial("tcp", addr)
+	if refused == nil {
+		t.Skip("something listens again on the port just closed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	_, deadline := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	cases := []struct {
+		err  error
+		want bool
+	}{
+		{refused, false},
+		{fmt.Errorf("failed to connect: %w", refused), false},
+		{errors.New("FATAL: password authentication failed for user \"x\" (SQLSTATE 28P01)"), false},
+		{deadline, true},
+		{fmt.Errorf("failed to connect: %w", context.DeadlineExceeded), true},
+		{errors.New("failed to connect to `user=postgres database=test`: 127.0.0.1:5432 (127.0.0.1): failed to receive message: timeout: context deadline exceeded"), true},
+	}
+	for _, c := range cases {
+		if got := timedOut(c.err); got != c.want {
+			t.Errorf("timedOut(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

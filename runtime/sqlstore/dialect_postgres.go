@@ -108,7 +108,8 @@ $$`
 // CREATE ... IF NOT EXISTS. The lock is the table name's in every schema:
 // migrations in other schemas wait for each other too. (A lock per schema
 // let a test suite's many schemas migrate at once, and PostgreSQL 15 then
-// answered new connections only after seconds, sometimes minutes.)
+// answered new connections only after seconds, sometimes minutes; that was
+// on a server whose catalogs were bloated, and was not tried again since.)
 func (postgresDialect) migrateLock(table string) string {
 	return `SELECT pg_advisory_xact_lock(` + strconv.Itoa(int(int32(aggregateHash("outbox:migrate", table)))) + `)`
 }
