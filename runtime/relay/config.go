@@ -22,6 +22,8 @@ const (
 	DefaultPublishConcurrency   = 4
 	DefaultActivePollInterval   = 2 * time.Millisecond
 	DefaultActivePeriod         = 100 * time.Millisecond
+	DefaultCoalesceRows         = 8
+	DefaultCoalesceMax          = 10 * time.Millisecond
 	DefaultHandOverAfter        = 15 * time.Second
 )
 
@@ -70,7 +72,8 @@ type Config struct {
 
 	// ActivePollInterval and ActivePeriod keep the relay polling while
 	// messages keep coming. The relay claims again at once after a claim
-	// that found messages; after one that found nothing, for ActivePeriod
+	// that found messages (or after a short wait, for a fast stream: see
+	// CoalesceRows); after one that found nothing, for ActivePeriod
 	// after its last claim that found messages, it claims again every
 	// ActivePollInterval (sooner on a wake-up) instead of waiting up to
 	// PollInterval. A steady stream of messages is then picked up within
@@ -91,6 +94,30 @@ type Config struct {
 	// ActivePeriod shorter than ActivePollInterval turns active polling off.
 	ActivePollInterval time.Duration
 	ActivePeriod       time.Duration
+
+	// CoalesceRows and CoalesceMax gather a fast stream of messages into
+	// fewer, larger batches, so that the relay's rounds (a claim, a
+	// publish and a mark each, all on the machine and the database the
+	// writers use) take less from the writers. After a round that claimed
+	// at least CoalesceRows messages but not a full batch (the stream is
+	// fast, and the claim left nothing behind), the relay waits
+	// ActivePollInterval for every CoalesceRows messages it claimed, at
+	// most CoalesceMax, before it claims again; after a smaller batch it
+	// claims again at once, as it always did. A stream slower than about
+	// CoalesceRows messages per round (a few thousand a second on a
+	// 2-core machine) is published as soon as before; a faster one in
+	// batches that grow with its rate, about every CoalesceMax, as a relay
+	// polling every CoalesceMax publishes. A backlog is not slowed: its
+	// batches are full. relaybench (8 GORM writers as fast as they go, a
+	// relay running; same machine, 3 repetitions): the writers'
+	// transactions/s went from 0.92× to 1.10× of those beside a batched
+	// relay polling every 10ms; commit → publish p99 at 1,000 events/s
+	// unchanged (4.0 ms).
+	// Default: CoalesceRows 8 ([DefaultCoalesceRows]); CoalesceMax 10ms
+	// ([DefaultCoalesceMax]) but at most PollInterval. A negative
+	// CoalesceRows turns coalescing off.
+	CoalesceRows int
+	CoalesceMax  time.Duration
 
 	// MinBackoff and MaxBackoff bound the exponential backoff after a
 	// batch that failed as a whole (the store returned an error, or
@@ -222,6 +249,12 @@ func (c *Config) setDefaults(notifier bool) {
 	if c.ActivePeriod == 0 {
 		c.ActivePeriod = DefaultActivePeriod
 	}
+	if c.CoalesceRows == 0 {
+		c.CoalesceRows = DefaultCoalesceRows
+	}
+	if c.CoalesceMax == 0 {
+		c.CoalesceMax = min(DefaultCoalesceMax, c.PollInterval)
+	}
 	if c.MinBackoff == 0 {
 		c.MinBackoff = DefaultMinBackoff
 		if c.MaxBackoff > 0 {
@@ -251,7 +284,7 @@ func (c *Config) setDefaults(notifier bool) {
 	}
 }
 
-// Validate reports whether c is usable: no field but HandOverAfter is negative, MinBackoff is
+// Validate reports whether c is usable: no field but HandOverAfter and CoalesceRows is negative, MinBackoff is
 // not greater than MaxBackoff when both are set, and CloudEvents, when set,
 // passes [runtime.CloudEvents.Validate]. The error wraps
 // [ErrInvalidConfig] and names the field. Zero fields are valid (they mean
@@ -265,6 +298,7 @@ func (c Config) Validate() error {
 		{"PollInterval", int64(c.PollInterval)},
 		{"ActivePollInterval", int64(c.ActivePollInterval)},
 		{"ActivePeriod", int64(c.ActivePeriod)},
+		{"CoalesceMax", int64(c.CoalesceMax)},
 		{"MinBackoff", int64(c.MinBackoff)},
 		{"MaxBackoff", int64(c.MaxBackoff)},
 		{"ShutdownTimeout", int64(c.ShutdownTimeout)},

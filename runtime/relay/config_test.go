@@ -36,6 +36,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative StoreTimeout", relay.Config{StoreTimeout: -time.Second}, true},
 		{"negative PublishTimeout", relay.Config{PublishTimeout: -time.Second}, true},
 		{"negative HandOverAfter turns hand-overs off", relay.Config{HandOverAfter: -time.Second}, false},
+		{"negative CoalesceRows turns coalescing off", relay.Config{CoalesceRows: -1}, false},
+		{"negative CoalesceMax", relay.Config{CoalesceMax: -time.Millisecond}, true},
 		{"negative PublishConcurrency", relay.Config{PublishConcurrency: -1}, true},
 		{"MinBackoff above MaxBackoff", relay.Config{MinBackoff: 2 * time.Second, MaxBackoff: time.Second}, true},
 	}
@@ -74,12 +76,17 @@ func TestNewDefaults(t *testing.T) {
 		if c.ActivePollInterval == 0 {
 			c.ActivePollInterval = 2 * time.Millisecond
 		}
+		c.CoalesceRows = 8
+		if c.CoalesceMax == 0 {
+			c.CoalesceMax = 10 * time.Millisecond
+		}
 		return c
 	}
 	allSet := relay.Config{
 		BatchSize: 7, MaxBatchBytes: 1 << 10, StoreTimeout: time.Second, PublishTimeout: 2 * time.Second, PublishConcurrency: 3,
 		PollInterval: time.Minute, MinBackoff: time.Second, MaxBackoff: time.Hour, ShutdownTimeout: time.Minute,
 		ActivePollInterval: time.Millisecond, ActivePeriod: time.Second, HandOverAfter: -1,
+		CoalesceRows: -1, CoalesceMax: time.Second,
 	}
 	tests := []struct {
 		name     string
@@ -110,7 +117,12 @@ func TestNewDefaults(t *testing.T) {
 		{
 			name: "a short PollInterval caps ActivePollInterval",
 			cfg:  relay.Config{PollInterval: 2 * time.Millisecond},
-			want: defaults(relay.Config{PollInterval: 2 * time.Millisecond, ActivePollInterval: 2 * time.Millisecond, MinBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second}),
+			want: defaults(relay.Config{PollInterval: 2 * time.Millisecond, ActivePollInterval: 2 * time.Millisecond, CoalesceMax: 2 * time.Millisecond, MinBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second}),
+		},
+		{
+			name: "a short PollInterval caps CoalesceMax",
+			cfg:  relay.Config{PollInterval: 5 * time.Millisecond},
+			want: defaults(relay.Config{PollInterval: 5 * time.Millisecond, CoalesceMax: 5 * time.Millisecond, MinBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second}),
 		},
 		{
 			name: "large MinBackoff raises MaxBackoff",

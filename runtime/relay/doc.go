@@ -33,7 +33,12 @@
 // [Config.ActivePeriod], 100ms, after a claim that found some) the relay
 // claims again every [Config.ActivePollInterval], 2ms: a busy application's
 // messages are picked up within that without any transaction having to wake
-// the relay. Once idle, the relay asks a [WakeRequester] store to have the
+// the relay. A fast stream is gathered into larger batches instead of
+// claimed a few messages at a time: after a partial batch of at least
+// [Config.CoalesceRows] (8) messages the relay waits ActivePollInterval for
+// every 8 messages it found, at most [Config.CoalesceMax] (10ms), so that
+// its rounds, on the machine and the database the writers use, cost them
+// no more than a relay polling every 10ms would. Once idle, the relay asks a [WakeRequester] store to have the
 // next writer wake it (PostgreSQL: a NOTIFY, sent only while a relay asked
 // for one, because a NOTIFY serializes commits), claims once more, and waits
 // for a wake-up: a notification from a store that implements [Notifier], a

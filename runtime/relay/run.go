@@ -15,12 +15,13 @@ import (
 //
 // Each round claims up to [Config.BatchSize] messages with [Store.Claim] and
 // publishes them. After a claim that found messages Run claims again at
-// once. After one that found nothing, within [Config.ActivePeriod] of its
+// once, or, after a partial batch of a fast stream, once a short wait has
+// let the next batch gather ([Config.CoalesceRows]). After one that found nothing, within [Config.ActivePeriod] of its
 // last claim that found messages, it claims again after
 // [Config.ActivePollInterval]; once idle, it asks a
 // [WakeRequester] store for a notification, claims once more, and then waits
 // for a wake-up: a [Notifier] notification, a [Relay.Notify] call, or
-// [Config.PollInterval] elapsing. A wake-up cuts every wait short. When a batch fails as a whole (the store
+// [Config.PollInterval] elapsing. A wake-up cuts every wait for messages short. When a batch fails as a whole (the store
 // returned an error, or nothing could be published for a reason other than
 // messages rejected for good), Run logs the failure at Warn and backs off
 // exponentially between [Config.MinBackoff] and [Config.MaxBackoff] before
@@ -201,6 +202,16 @@ func (s *runState) round(ctx context.Context, first bool) bool {
 		s.requested = false // the claim ended the store's wake request
 		// More may be pending, or on its way: a claim that finds
 		// nothing ends the streak.
+		if d := r.coalesce(res, rd); d > 0 {
+			// A fast stream: let it gather (see Config.CoalesceRows).
+			// A wake-up does not cut this short: the relay knows
+			// messages are coming.
+			s.poll.Reset(d)
+			select {
+			case <-ctx.Done():
+			case <-s.poll.C:
+			}
+		}
 		return true
 	}
 	s.wait(ctx, rd)
@@ -453,4 +464,16 @@ func (r *Relay) requestWake(ctx context.Context, owner string, failed *bool) boo
 		r.log.Info("relay: wake request succeeded again")
 	}
 	return true
+}
+
+// coalesce is how long the relay waits, after a round that claimed rd's
+// batch, before it claims again (see [Config.CoalesceRows]): zero after a
+// full batch, a batch claimed ahead, or one of fewer than CoalesceRows
+// messages.
+func (r *Relay) coalesce(res BatchResult, rd round) time.Duration {
+	rows := r.cfg.CoalesceRows
+	if rows <= 0 || res.Full || rd.next != nil || res.Claimed < rows {
+		return 0
+	}
+	return min(r.cfg.ActivePollInterval*time.Duration(res.Claimed)/time.Duration(rows), r.cfg.CoalesceMax)
 }

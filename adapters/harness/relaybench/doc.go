@@ -183,6 +183,23 @@
 //     the batched relay running, either way). A busy
 //     application's messages are picked up within one claim-publish-mark
 //     round, without any wake-up.
+//   - Fast streams gathered, not chased. Claiming again at once after every
+//     claim that found messages made a relay beside writers that go as fast
+//     as they can run round after round of a dozen messages each (a claim, a
+//     publish and a mark per round, all on the writers' cores and database):
+//     the save section's writers with our relay running committed 0.92×
+//     [0.84 – 0.97] of the by-hand row's transactions beside the batched
+//     relay, which polls every 10 ms and so claims ~80 rows at a time. Since
+//     2026-12-07, after a partial batch of at least relay.Config.CoalesceRows
+//     (8) messages the relay waits ActivePollInterval per 8 messages it
+//     found, at most CoalesceMax (10 ms), before it claims again: a stream
+//     slower than about 8 messages a round is claimed as before (the latency
+//     section, at 1,000 events/s, claims 1 – 3 a round: p99 4.0 ms [3.9 –
+//     4.4], as before), a faster one about every 10 ms in growing batches.
+//     Save section, -reps 3, same machine: 1.10× [0.95 – 1.10] quiet and
+//     1.10× [0.99 – 1.20] under -load loaded (against 0.92× [0.84 – 0.97]
+//     quiet before); latency under -load loaded p99 11.8 ms [11.5 – 31.5],
+//     0.41× [0.08 – 0.55] of the batched relay's.
 //   - Shares that move at once. Claims carry the number of live relays; when
 //     it changes (a relay started or stopped) the busy relay rebalances at its
 //     next claim, and a relay still taking its share over looks again every 5
