@@ -79,24 +79,26 @@
 // # Subscribing
 //
 // [NewSubscriber] joins a consumer group ([SubscriberConfig.ConsumerGroup]).
-// Each [Subscriber.Subscribe] call runs one kafka-go Reader (one group
-// member) and delivers one message at a time: the next message of the
-// subscription is sent only after the current one is acked or nacked. Ack
-// commits the offset; Nack delivers the same record again. Delivery is
-// at least once: after a crash or a rebalance, messages that were handled but
-// not yet committed are delivered again, with the same UUID.
+// Each [Subscriber.Subscribe] call is one group member that delivers the
+// partitions assigned to it in parallel, each one message at a time: a
+// partition's next message is sent only after its current one is acked or
+// nacked, so each partition (each key, each aggregate) keeps its order,
+// a Watermill router handles up to one message per partition at once, and
+// a message that is not acked holds back only its partition. Ack commits
+// the offset; Nack delivers the same record again. Delivery is at least
+// once: after a crash or a rebalance, messages that were handled but not
+// yet committed are delivered again, with the same UUID.
 //
-// With [SubscriberConfig.ParallelPartitions] a subscription delivers one
-// message at a time per partition instead, the partitions in parallel (a
-// Watermill router runs them at once). [Subscriber.SubscribePartitions]
-// goes further: a stream per partition that hands out up to
-// [SubscriberConfig.PartitionWindow] messages before the first is acked,
-// for readers that apply a partition's messages in batches
-// (runtime/consumer's Consumer.Run). In both, each assigned partition is
-// fetched by a kafka-go Reader of its own (the member joins the group with a
-// kafka-go ConsumerGroup), so a partition whose messages are not acked
-// holds back only itself, and acks are committed in offset order in the
-// background, each partition's highest ack in one call.
+// [Subscriber.SubscribePartitions] goes further: a stream per partition
+// that hands out up to [SubscriberConfig.PartitionWindow] messages before
+// the first is acked, for readers that apply a partition's messages in
+// batches (runtime/consumer's Consumer.Run). In both, each assigned
+// partition is fetched by a kafka-go Reader of its own (the member joins
+// the group with a kafka-go ConsumerGroup), and acks are committed in
+// offset order in the background, each partition's highest ack in one
+// call. With [SubscriberConfig.SerialPartitions] a subscription delivers
+// one message at a time across all its partitions instead, on one
+// kafka-go Reader, committing each ack before it sends the next message.
 //
 // # Testing
 //

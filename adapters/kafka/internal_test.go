@@ -233,8 +233,8 @@ func TestFromRecordPartitionKeyFromTheKey(t *testing.T) {
 	}
 }
 
-// TestPartitionSubscriptionConfig checks that a subscription with
-// ParallelPartitions (or SubscribePartitions) carries every setting to the
+// TestPartitionSubscriptionConfig checks that a subscription (without
+// SerialPartitions, or of SubscribePartitions) carries every setting to the
 // kafka-go ConsumerGroup that joins the group and to the Reader that fetches
 // each assigned partition: the config's own fields and those set by
 // OverwriteReaderConfig.

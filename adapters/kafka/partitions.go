@@ -85,7 +85,7 @@ func (s *Subscriber) SubscribePartitions(ctx context.Context, topic string) (<-c
 	return streams, nil
 }
 
-// subscribeParallel is Subscribe with [SubscriberConfig.ParallelPartitions]:
+// subscribeParallel is Subscribe without [SubscriberConfig.SerialPartitions]:
 // one lane per partition, each waiting for the ack of its current message,
 // all sending on out.
 func (s *Subscriber) subscribeParallel(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -191,7 +191,7 @@ func partitionReaderConfig(rc kafka.ReaderConfig, partition int) kafka.ReaderCon
 }
 
 // partitionSub is one subscription of SubscribePartitions or of Subscribe
-// with ParallelPartitions: one group member, a fetching goroutine per
+// (without SerialPartitions): one group member, a fetching goroutine per
 // assigned partition and generation, and a lane per partition for the life
 // of the subscription.
 type partitionSub struct {

@@ -84,20 +84,37 @@ type SubscriberConfig struct {
 	// Default: 0 (deliver again at once).
 	NackResendSleep time.Duration
 
-	// ParallelPartitions makes [Subscriber.Subscribe] deliver the
-	// partitions assigned to a subscription in parallel: each partition
-	// has a goroutine that sends its next message only after the current
-	// one is acked or nacked, so the subscription has up to one message
-	// per partition unacked at once, each partition keeps its order, and a
-	// partition stuck on a nacked or unacked message holds back only itself:
-	// each partition is fetched by a reader of its own (see
-	// [Subscriber.SubscribePartitions]). A Watermill router handles the
-	// messages of one subscription concurrently (it waits for nothing but
-	// the subscriber), so with this setting one router handler applies
-	// several partitions at once. Off, a subscription delivers one message
-	// at a time across all its partitions.
+	// SerialPartitions makes [Subscriber.Subscribe] deliver one message at
+	// a time across all the partitions assigned to a subscription: the
+	// next message is sent only after the current one is acked or nacked,
+	// and an ack is committed (kafka-go CommitMessages) before the next is
+	// sent, so a message nacked again and again holds back every partition
+	// of the subscription. It is what Subscribe did before partitions were
+	// delivered in parallel by default: use it where a handler must never
+	// run two messages at once, whatever their partitions.
 	//
-	// Default: false.
+	// By default (false), each partition assigned to a subscription has a
+	// goroutine that sends its next message only after the current one is
+	// acked or nacked: the subscription has up to one message per
+	// partition unacked at once, each partition keeps its order (and so
+	// each key, and each aggregate, its order), and a partition stuck on a
+	// nacked or unacked message holds back only itself. Each partition is
+	// fetched by a reader of its own (see [Subscriber.SubscribePartitions]),
+	// and acks are committed in offset order in the background. A
+	// Watermill router handles the messages of one subscription
+	// concurrently (it waits for nothing but the subscriber), so one
+	// router handler applies several partitions at once, as with
+	// Watermill's own Kafka subscriber, which consumes each partition of a
+	// group member in a goroutine of its own.
+	//
+	// Default: false (partitions in parallel).
+	SerialPartitions bool
+
+	// ParallelPartitions asked for what is now the default: partitions
+	// delivered in parallel. It is ignored.
+	//
+	// Deprecated: partitions are delivered in parallel unless
+	// SerialPartitions is set.
 	ParallelPartitions bool
 
 	// PartitionWindow is how many messages of one partition
@@ -131,9 +148,9 @@ type SubscriberConfig struct {
 	// from ConsumerGroup and the Subscribe call.
 	//
 	// A CommitInterval above 0 makes commits asynchronous (batched), which is
-	// faster but widens the window of redelivery after a crash. With
-	// ParallelPartitions and in SubscribePartitions, which commit in the
-	// background anyway, it is not used: there the group settings
+	// faster but widens the window of redelivery after a crash; it is used
+	// only with SerialPartitions. By default and in SubscribePartitions,
+	// which commit in the background anyway, it is not used: there the group settings
 	// (GroupBalancers, HeartbeatInterval, SessionTimeout, RebalanceTimeout,
 	// JoinGroupBackoff, RetentionTime, WatchPartitionChanges,
 	// PartitionWatchInterval, StartOffset) go to a kafka-go ConsumerGroup,
@@ -236,9 +253,9 @@ func (c SubscriberConfig) Validate() error {
 }
 
 // Subscriber is a Watermill [message.Subscriber] that consumes Kafka topics
-// as a member of a consumer group. Every Subscribe call runs its own kafka-go
-// Reader (with ParallelPartitions, and in SubscribePartitions: its own
-// kafka-go ConsumerGroup, and a Reader per assigned partition), so two calls
+// as a member of a consumer group. Every Subscribe call joins the group as a
+// member of its own (a kafka-go ConsumerGroup and a Reader per assigned
+// partition; with SerialPartitions, one kafka-go Reader), so two calls
 // for the same topic are two members sharing its partitions. It is safe for
 // concurrent use.
 //
@@ -330,15 +347,18 @@ func (s *Subscriber) readerConfig(topic string) kafka.ReaderConfig {
 // Subscribe joins the consumer group for topic and returns a channel of its
 // messages. It does not block: the group join happens in the background.
 //
-// Messages are delivered one at a time: the next is sent only after the
-// current one is acked or nacked, across all the partitions the group gives
-// this subscription, so a message nacked again and again holds all of them
-// back; subscribe several times (several group members) for parallelism, or
-// set [SubscriberConfig.ParallelPartitions] to deliver one message at a time
-// per partition instead.
-// Ack commits the record's offset (kafka-go
-// CommitMessages) and cancels the message's context; Nack delivers the same
-// record again as a new message, after [SubscriberConfig.NackResendSleep].
+// Each partition assigned to the subscription is delivered in order, one
+// message at a time: a partition's next message is sent only after its
+// current one is acked or nacked, while the other partitions go on, so a
+// Watermill router handles up to one message per partition at once and a
+// message nacked again and again holds back only its partition. Ack
+// commits the record's offset (in the background, each partition's acks
+// in offset order) and cancels the message's context; Nack delivers the
+// same record again as a new message, after
+// [SubscriberConfig.NackResendSleep]. With
+// [SubscriberConfig.SerialPartitions], one message at a time across all
+// the partitions, each ack committed (kafka-go CommitMessages) before the
+// next message is sent.
 // A message's context carries the values of ctx, and the record's topic,
 // partition, offset, key and time ([RecordInfoFromContext]).
 //
@@ -352,7 +372,7 @@ func (s *Subscriber) readerConfig(topic string) kafka.ReaderConfig {
 // again; consumers deduplicate on the message UUID (runtime/consumer's inbox
 // does).
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if s.cfg.ParallelPartitions {
+	if !s.cfg.SerialPartitions {
 		return s.subscribeParallel(ctx, topic)
 	}
 	if topic == "" {

@@ -224,46 +224,48 @@
 // for long a DeadLetterPublisher (and UnknownVersion: ActionDeadLetter if
 // events from a newer producer may arrive before the consumer is upgraded),
 // so a poison message is set aside instead of retried forever and its
-// partition's other aggregates go on. To keep a Watermill router instead,
-// set the Kafka subscriber's ParallelPartitions: one message at a time per
-// partition, the partitions in parallel, no batches.
+// partition's other aggregates go on. In a Watermill router, the Kafka
+// subscriber's default delivers one message at a time per partition, the
+// partitions in parallel, with no batches: each message's inbox transaction
+// commits alone.
 //
 // go test -run '^$' -bench ConsumerKafkaPostgres -benchtime 20000x
 // ./internal/coretest/consumer (kfake, 8 partitions, 20,000 events over 100
-// aggregates, the handler writes one row on PostgreSQL; one run on the
-// shared 2-core machine, so compare within the run):
+// aggregates, the handler writes one row on PostgreSQL through GORM; one run
+// on a 2-core machine, 2026-12-07, so compare within the run):
 //
-//	| consumer                                                   | with the inbox | without the inbox | with / without |
-//	|------------------------------------------------------------|----------------|-------------------|----------------|
-//	| router, 1 subscription (HandlerFunc, one message at a time)| 685 events/s   | 1,061             | 0.65×          |
-//	| router, 4 subscriptions (group members)                    | 1,158          | 1,160             | 1.00×          |
-//	| router, 1 subscription with ParallelPartitions             | 1,789          | 2,845             | 0.63×          |
-//	| Run, BatchSize 100, partitions in parallel                 | 9,051          | 2,958             | 3.06×          |
+//	| consumer                                                        | with the inbox | without the inbox | with / without |
+//	|-----------------------------------------------------------------|----------------|-------------------|----------------|
+//	| router, 1 subscription (the subscriber's defaults)              | 4,548 events/s | 6,060             | 0.75×          |
+//	| router, 1 subscription with SerialPartitions                    | 1,985          | 2,331             | 0.85×          |
+//	| router, 4 subscriptions with SerialPartitions (group members)   | 2,598          | 2,792             | 0.93×          |
+//	| Run, BatchSize 100, partitions in parallel                      | 28,227         | 8,179             | 3.45×          |
 //
-// Run with the inbox applies 13.2× the events/s of the router with one
-// subscription in the same run (and 11.1× the 815 events/s issue 12
-// measured for it). Without the inbox there is no transaction to share, so
-// Run only adds the parallelism there. go run ./adapters/harness/relaybench
+// In a router each event's inbox transaction commits alone: BEGIN, the
+// marker's INSERT, the handler's INSERT, COMMIT, four round trips where the
+// handler without the inbox makes three (GORM's own transaction around its
+// INSERT); that is the 0.75×. Run with the inbox applies 6.2× the events/s
+// of the router with the inbox in the same run: its batches share the
+// marker statement and the commit. go run ./adapters/harness/relaybench
 // -only consumer -reps 3 prints the same comparison with repetitions (1,000
-// aggregates, 236 B payloads); in one such run, medians: Run with the inbox
-// 13,777 events/s, without 3,300 (3.98× per repetition), the router with the
-// inbox 1,105 (Run 14.2× that).
+// aggregates, 236 B payloads).
 //
 // # Order
 //
 // With [Consumer.HandlerFunc], the consumer applies messages in the order
-// the subscriber delivers them and adds no parallelism. A subscriber that delivers a partition's next message
-// only after the current one is acked or nacked (adapters/kafka, and
-// Watermill's Kafka, SQL and JetStream subscribers) therefore keeps each
-// aggregate's order, since an aggregate's events share a partition. A nacked
-// message holds back what comes after it in its subscription until it is
-// applied or dead-lettered. With adapters/kafka a subscription is one group
-// member that delivers one message at a time across all the partitions
-// assigned to it, so a nacked message holds back those partitions too; run
-// several members (handlers or processes), or set its ParallelPartitions,
-// for parallelism and isolation; or use [Consumer.Run]. A
-// dead-lettered message is skipped, so its aggregate's later events are
-// applied without it.
+// the subscriber delivers them and adds no parallelism of its own. A
+// subscriber that delivers a partition's next message only after the
+// current one is acked or nacked (adapters/kafka, and Watermill's Kafka, SQL
+// and JetStream subscribers) therefore keeps each aggregate's order, since
+// an aggregate's events share a partition. A nacked message holds back what
+// comes after it in its stream until it is applied or dead-lettered. With
+// adapters/kafka a subscription is one group member that delivers the
+// partitions assigned to it in parallel, each one message at a time, so a
+// nacked message holds back only its partition (with the subscriber's
+// SerialPartitions, one message at a time across them all: a nacked message
+// then holds back every partition of the subscription). A dead-lettered
+// message is skipped, so its aggregate's later events are applied without
+// it.
 //
 // # Handler errors
 //

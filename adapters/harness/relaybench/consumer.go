@@ -28,11 +28,29 @@ type Effect struct {
 const consumeTopic = "bench.consume"
 
 const (
-	consumeInbox        = "with the inbox (Handle)"
-	consumeNoInbox      = "without the inbox (HandleWithoutInbox)"
-	consumeRunInbox     = "Run, batches of 100, partitions in parallel, with the inbox"
-	consumeRunNoInbox   = "Run, partitions in parallel, without the inbox"
-	consumeRunBatchSize = 100
+	consumeInbox         = "router, with the inbox (Handle)"
+	consumeNoInbox       = "router, without the inbox (HandleWithoutInbox)"
+	consumeSerialInbox   = "router, SerialPartitions, with the inbox"
+	consumeSerialNoInbox = "router, SerialPartitions, without the inbox"
+	consumeRunInbox      = "Run, batches of 100, partitions in parallel, with the inbox"
+	consumeRunNoInbox    = "Run, partitions in parallel, without the inbox"
+	consumeRunBatchSize  = 100
+)
+
+// consumeMode is how the consumer section reads the topic.
+type consumeMode int
+
+const (
+	// consumeRouter is a Watermill router on the subscriber's defaults:
+	// one message at a time per partition, the partitions' messages
+	// handled concurrently.
+	consumeRouter consumeMode = iota
+	// consumeRouterSerial is a Watermill router on a subscription with
+	// SubscriberConfig.SerialPartitions: one message at a time across the
+	// partitions.
+	consumeRouterSerial
+	// consumeRun is Consumer.Run over SubscribePartitions.
+	consumeRun
 )
 
 // consumerSection is section 4: runtime/consumer reading from kfake.
@@ -58,14 +76,16 @@ func (b *bench) consumerSection(ctx context.Context) error {
 	res := newResults()
 	for rep := range o.reps {
 		for _, run := range []struct {
-			label        string
-			inbox, batch bool
+			label string
+			inbox bool
+			mode  consumeMode
 		}{
-			{consumeInbox, true, false}, {consumeNoInbox, false, false},
-			{consumeRunInbox, true, true}, {consumeRunNoInbox, false, true},
+			{consumeInbox, true, consumeRouter}, {consumeNoInbox, false, consumeRouter},
+			{consumeSerialInbox, true, consumeRouterSerial}, {consumeSerialNoInbox, false, consumeRouterSerial},
+			{consumeRunInbox, true, consumeRun}, {consumeRunNoInbox, false, consumeRun},
 		} {
 			b.progress("consumer rep %d: %s", rep+1, run.label)
-			rate, err := b.runConsumer(ctx, reg, fmt.Sprintf("relaybench-%v-%v-%d", run.inbox, run.batch, rep), run.inbox, run.batch)
+			rate, err := b.runConsumer(ctx, reg, fmt.Sprintf("relaybench-%v-%v-%d", run.inbox, run.mode, rep), run.inbox, run.mode)
 			if err != nil {
 				return fmt.Errorf("%s: %w", run.label, err)
 			}
@@ -74,14 +94,18 @@ func (b *bench) consumerSection(ctx context.Context) error {
 	}
 	fmt.Fprintf(b.out, "\n### 4. Consumer: runtime/consumer, %s events from kfake (8 partitions, one subscription), the handler writes one row\n\n",
 		groupDigits(float64(o.consumerEvents)))
-	fmt.Fprintln(b.out, "The first two rows run in a Watermill router (HandlerFunc: one message at a time across the partitions);")
-	fmt.Fprintln(b.out, "the last two run Consumer.Run over SubscribePartitions (a goroutine per partition; with the inbox, up to 100")
-	fmt.Fprintln(b.out, "consecutive messages of a partition per transaction; without it, each row commits alone).")
+	fmt.Fprintln(b.out, "The router rows run Consumer.HandlerFunc in a Watermill router: on the Kafka subscriber's defaults (one message")
+	fmt.Fprintln(b.out, "at a time per partition, the router handling the partitions concurrently, acks committed in the background), and")
+	fmt.Fprintln(b.out, "with kafka.SubscriberConfig.SerialPartitions (one message at a time across the partitions, each ack committed")
+	fmt.Fprintln(b.out, "before the next message); the Run rows run Consumer.Run over SubscribePartitions (a goroutine per partition;")
+	fmt.Fprintln(b.out, "with the inbox, up to 100 consecutive messages of a partition per transaction; without it, each row commits alone).")
 	fmt.Fprintln(b.out)
 	res.table(b.out, "events/s", groupDigits)
 	fmt.Fprintln(b.out)
 	res.ratios(b.out, []ratio{
-		{"with / without the inbox", consumeInbox, consumeNoInbox},
+		{"router: with / without the inbox", consumeInbox, consumeNoInbox},
+		{"router, SerialPartitions: with / without the inbox", consumeSerialInbox, consumeSerialNoInbox},
+		{"router with the inbox: defaults / SerialPartitions", consumeInbox, consumeSerialInbox},
 		{"Run: with / without the inbox", consumeRunInbox, consumeRunNoInbox},
 		{"Run with the inbox / router with the inbox", consumeRunInbox, consumeInbox},
 	})
@@ -124,9 +148,8 @@ func (b *bench) fillConsumeTopic(ctx context.Context, n int) error {
 
 // runConsumer consumes the topic with a new consumer group and returns
 // events/s from the first event handled to the last.
-// With batch it runs Consumer.Run (partitions in parallel, batches of
-// consumeRunBatchSize) instead of a router.
-func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, name string, inbox, batch bool) (float64, error) {
+// mode says how it reads (see consumeMode).
+func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, name string, inbox bool, mode consumeMode) (float64, error) {
 	n := b.o.consumerEvents
 	var handled, failed atomic.Int64
 	var first, last time.Time
@@ -167,14 +190,15 @@ func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, name str
 	if err != nil {
 		return 0, err
 	}
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: b.brokers, ConsumerGroup: name})
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: b.brokers, ConsumerGroup: name,
+		SerialPartitions: mode == consumeRouterSerial})
 	if err != nil {
 		return 0, err
 	}
 	defer sub.Close()
 	errc := make(chan error, 1)
 	var stop func() error
-	if batch {
+	if mode == consumeRun {
 		runCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go func() { errc <- c.Run(runCtx, sub, consumeTopic) }()

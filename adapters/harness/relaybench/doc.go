@@ -75,8 +75,10 @@
 // retention, and autovacuum analyzes it): see bench.history.
 //   - consumer: events/s of runtime/consumer reading -consumer-events events
 //     from kfake, the handler writing one row, with the inbox and without it
-//     (HandleWithoutInbox), in a Watermill router (one message at a time)
-//     and with Consumer.Run (partitions in parallel, batches of 100 per
+//     (HandleWithoutInbox), in a Watermill router (on the Kafka
+//     subscriber's defaults: one message at a time per partition, the
+//     partitions in parallel; and with its SerialPartitions: one message at
+//     a time across them) and with Consumer.Run (partitions in parallel, batches of 100 per
 //     transaction with the inbox); timed from the first event handled to
 //     the last.
 //   - idle: CPU of the process (getrusage) over -idle with our relay running

@@ -35,7 +35,8 @@ func TestRelaybenchRuns(t *testing.T) {
 		"| ours(1) / batched | ", "| ours(2) / ours(1) | ", "| ours(1) / Watermill forwarder, defaults | ", "| ours(1) / batched DELETE | ", "| " + oursDeleteLabel + " | ", "| ours, 1 relay, DeletePublished / batched DELETE | ",
 		"### 2. Latency", "| ours, defaults | ", "| batched relay, poll 10ms | ",
 		"### 3. Save", "| " + saveHooks + " | ", "| " + saveByHand + " | ", "| " + saveNoWake + " | ", "| " + saveRelay + " | ", "| " + saveRelayNoWake + " | ", "| plugin / by hand | ", "| with a relay running: plugin / plugin with the register dropped", "NOTIFYs the writers sent while our relay ran",
-		"### 4. Consumer", "| " + consumeInbox + " | ", "| " + consumeNoInbox + " | ", "| with / without the inbox | ",
+		"### 4. Consumer", "| " + consumeInbox + " | ", "| " + consumeNoInbox + " | ", "| router: with / without the inbox | ",
+		"| " + consumeSerialInbox + " | ", "| " + consumeSerialNoInbox + " | ", "| router, SerialPartitions: with / without the inbox | ", "| router with the inbox: defaults / SerialPartitions | ",
 		"| " + consumeRunInbox + " | ", "| " + consumeRunNoInbox + " | ", "| Run: with / without the inbox | ", "| Run with the inbox / router with the inbox | ",
 		"### 5. Idle", "| " + idleBroker + " | ", "| " + idleRelay + " | ", "| " + idleDiff + " | ",
 	} {

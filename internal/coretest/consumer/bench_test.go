@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -83,10 +84,11 @@ func BenchmarkConsumerPostgres(b *testing.B) {
 // four ways:
 //
 //   - router/members=1: a Watermill router and [consumer.Consumer.HandlerFunc]
-//     with one subscription, which delivers one message at a time across
-//     its partitions and commits each offset (the consumer as it was);
+//     with one subscription with SerialPartitions, which delivers one
+//     message at a time across its partitions and commits each offset (the
+//     consumer as it was);
 //   - router/members=4: the same with four subscriptions (group members);
-//   - router/parallel: one subscription with ParallelPartitions, one
+//   - router/parallel: one subscription with the subscriber's defaults, one
 //     message at a time per partition, the router running them at once;
 //   - run/batch=100: [consumer.Consumer.Run] over SubscribePartitions, the
 //     partitions in parallel and up to 100 messages of a partition per
@@ -143,10 +145,11 @@ func BenchmarkConsumerKafkaPostgres(b *testing.B) {
 						return write(ctx, db.WithContext(ctx), e, m)
 					}))
 				}
-				sub := brk.subscriber(b, name)
-				if mode == "router/parallel" {
-					sub = brk.subscriber(b, name, func(c *kafka.SubscriberConfig) { c.ParallelPartitions = true })
+				var tune []func(*kafka.SubscriberConfig)
+				if strings.HasPrefix(mode, "router/members") {
+					tune = append(tune, func(c *kafka.SubscriberConfig) { c.SerialPartitions = true })
 				}
+				sub := brk.subscriber(b, name, tune...)
 				var stop func()
 				if mode == "run/batch=100" {
 					ctx, cancel := context.WithCancel(context.Background())

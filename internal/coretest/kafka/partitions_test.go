@@ -275,7 +275,7 @@ func committedOffsets(t *testing.T, brokers []string, group, topic string, parti
 // and never arrived (found by a new user's trial).
 func TestStuckPartitionHoldsBackOnlyItself(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"SubscribePartitions", "ParallelPartitions"} {
+	for _, mode := range []string{"SubscribePartitions", "Subscribe"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			const (
@@ -309,8 +309,7 @@ func TestStuckPartitionHoldsBackOnlyItself(t *testing.T) {
 			cfg := testSubscriberConfig(brokers, group)
 			cfg.PartitionWindow = window
 			in := make(chan *message.Message, 100)
-			if mode == "ParallelPartitions" {
-				cfg.ParallelPartitions = true
+			if mode == "Subscribe" {
 				ch, err := newSubscriber(t, cfg).Subscribe(context.Background(), topic)
 				if err != nil {
 					t.Fatal(err)

@@ -207,13 +207,13 @@ func TestPubSub(t *testing.T) {
 	tests.TestPubSub(t, suiteFeatures, pubSub, withGroup)
 }
 
-// TestPubSubParallelPartitions runs Watermill's conformance suite against
-// subscriptions that deliver their partitions in parallel
-// (SubscriberConfig.ParallelPartitions): the same Features hold, order per
-// aggregate included, since each partition still waits for the ack of its
-// current message.
-func TestPubSubParallelPartitions(t *testing.T) {
-	pubSub, withGroup := suiteConstructors(kafkatest.NewCluster(t), func(c *kafka.SubscriberConfig) { c.ParallelPartitions = true })
+// TestPubSubSerialPartitions runs Watermill's conformance suite against
+// subscriptions that deliver one message at a time across their partitions
+// (SubscriberConfig.SerialPartitions): the same Features hold as with the
+// default, which delivers the partitions in parallel, each waiting for the
+// ack of its current message.
+func TestPubSubSerialPartitions(t *testing.T) {
+	pubSub, withGroup := suiteConstructors(kafkatest.NewCluster(t), func(c *kafka.SubscriberConfig) { c.SerialPartitions = true })
 	tests.TestPubSub(t, suiteFeatures, pubSub, withGroup)
 }
 
@@ -281,12 +281,13 @@ func TestReconnect(t *testing.T) {
 	testReconnect(t)
 }
 
-// TestReconnectParallelPartitions is TestReconnect with
-// SubscriberConfig.ParallelPartitions, whose subscription joins the group
-// with a kafka-go ConsumerGroup and fetches each partition with a reader of
-// its own, each of which must find the restarted broker again.
-func TestReconnectParallelPartitions(t *testing.T) {
-	testReconnect(t, func(c *kafka.SubscriberConfig) { c.ParallelPartitions = true })
+// TestReconnectSerialPartitions is TestReconnect with
+// SubscriberConfig.SerialPartitions, whose subscription is one kafka-go
+// Reader (by default it joins the group with a kafka-go ConsumerGroup and
+// fetches each partition with a reader of its own, each of which must find
+// the restarted broker again).
+func TestReconnectSerialPartitions(t *testing.T) {
+	testReconnect(t, func(c *kafka.SubscriberConfig) { c.SerialPartitions = true })
 }
 
 func testReconnect(t *testing.T, tune ...func(*kafka.SubscriberConfig)) {

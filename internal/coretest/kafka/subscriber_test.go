@@ -116,14 +116,15 @@ func TestOrderPerKeyAcrossRebalances(t *testing.T) {
 	testOrderPerKeyAcrossRebalances(t)
 }
 
-// TestOrderPerKeyAcrossRebalancesParallelPartitions is
-// TestOrderPerKeyAcrossRebalances with SubscriberConfig.ParallelPartitions:
-// each member fetches every partition it is assigned with a reader of its
-// own, stopped at the end of each generation and started again from the
-// committed offset in the next.
-func TestOrderPerKeyAcrossRebalancesParallelPartitions(t *testing.T) {
+// TestOrderPerKeyAcrossRebalancesSerialPartitions is
+// TestOrderPerKeyAcrossRebalances with SubscriberConfig.SerialPartitions:
+// each member reads all its partitions through one kafka-go Reader (by
+// default each member fetches every partition it is assigned with a reader
+// of its own, stopped at the end of each generation and started again from
+// the committed offset in the next).
+func TestOrderPerKeyAcrossRebalancesSerialPartitions(t *testing.T) {
 	t.Parallel()
-	testOrderPerKeyAcrossRebalances(t, func(c *kafka.SubscriberConfig) { c.ParallelPartitions = true })
+	testOrderPerKeyAcrossRebalances(t, func(c *kafka.SubscriberConfig) { c.SerialPartitions = true })
 }
 
 func testOrderPerKeyAcrossRebalances(t *testing.T, tune ...func(*kafka.SubscriberConfig)) {
