@@ -10,7 +10,7 @@ import (
 // latePingConn is a lock's connection whose pings are all answered, each
 // after delay (or fail when their context ends first).
 type latePingConn struct {
-	Conn // nil: only PingContext and Discard are called
+	Conn      // nil: only PingContext and Discard are called
 	delay     time.Duration
 	discarded atomic.Bool
 }
