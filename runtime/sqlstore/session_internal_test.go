@@ -26,6 +26,19 @@ func (c *latePingConn) PingContext(ctx context.Context) error {
 
 func (c *latePingConn) Discard() { c.discarded.Store(true) }
 
+// watchedLock starts the check of an owner's lock just taken on a
+// connection whose pings are answered after delay; held is the store's
+// count of lock connections (1, the lock's).
+func watchedLock(delay time.Duration) (o *ownerLease, l *ownerLock, conn *latePingConn, held *atomic.Int32) {
+	conn = &latePingConn{delay: delay}
+	held = new(atomic.Int32)
+	held.Store(1)
+	l = &ownerLock{conn: conn, alive: time.Now(), stop: make(chan struct{}), done: make(chan struct{}), held: held}
+	o = &ownerLease{lock: l}
+	go (&Store{}).watchLock(o, l)
+	return o, l, conn, held
+}
+
 // TestLockCheckCountsFromTheLastAnsweredCheck: the lock's check must be
 // answered within lockCheckEvery + lockPingTimeout of the start of the last
 // check answered, not within lockPingTimeout of its own start. Pings that
@@ -37,14 +50,7 @@ func (c *latePingConn) Discard() { c.discarded.Store(true) }
 // answer to the second, due 1,100 ms after the first's start, showed it.
 // The owner must give its leases up instead.
 func TestLockCheckCountsFromTheLastAnsweredCheck(t *testing.T) {
-	conn := &latePingConn{delay: 450 * time.Millisecond}
-	s := &Store{}
-	o := &ownerLease{}
-	var held atomic.Int32
-	held.Store(1)
-	l := &ownerLock{conn: conn, alive: time.Now(), stop: make(chan struct{}), done: make(chan struct{}), held: &held}
-	o.lock = l
-	go s.watchLock(o, l)
+	o, l, conn, held := watchedLock(450 * time.Millisecond)
 	select {
 	case <-l.done:
 	case <-time.After(5 * time.Second):
@@ -65,14 +71,7 @@ func TestLockCheckCountsFromTheLastAnsweredCheck(t *testing.T) {
 // TestLockCheckKeepsAPromptlyAnsweredLock: pings answered at once keep the
 // lock (the check above is not simply a shorter timeout).
 func TestLockCheckKeepsAPromptlyAnsweredLock(t *testing.T) {
-	conn := &latePingConn{delay: time.Millisecond}
-	s := &Store{}
-	o := &ownerLease{}
-	var held atomic.Int32
-	held.Store(1)
-	l := &ownerLock{conn: conn, alive: time.Now(), stop: make(chan struct{}), done: make(chan struct{}), held: &held}
-	o.lock = l
-	go s.watchLock(o, l)
+	o, l, conn, _ := watchedLock(time.Millisecond)
 	// Five checks' worth: the lock must still be held.
 	select {
 	case <-l.done:
