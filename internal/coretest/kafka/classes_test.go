@@ -118,8 +118,12 @@ func testPartitionFailure(t *testing.T, code int16, wantPark bool) {
 		})
 	}})
 	store := &runtimetest.MemoryStore{RetryDelay: 5 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond, MaxAttempts: maxAttempts}
+	// The relay claims when the test notifies it (and again at once after
+	// a claim that found messages), never on a timer of its own: each
+	// retry of aggregate 0 is then claimed with the messages the test adds
+	// beside it, not alone because a poll happened to fall between them.
 	r, err := relay.New(store, pub, relay.Config{
-		PollInterval: 5 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+		PollInterval: time.Hour, ActivePollInterval: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -151,17 +155,21 @@ func testPartitionFailure(t *testing.T, code int16, wantPark bool) {
 		}
 		return st.Parked
 	}
-	// Keep the other partitions busy, so that every retry of aggregate 0
+	// Each round lets aggregate 0's retry fall due, then adds messages
+	// for the other partitions and wakes the relay, so that the retry
 	// fails beside messages that are published (an attempt that counts,
-	// unless the failure is transient), until the partition has refused
-	// far more writes than MaxAttempts, or something was parked.
+	// unless the failure is transient: a round with nothing published
+	// looks like a broker outage and counts no attempt), until the
+	// partition has refused far more writes than MaxAttempts, or something
+	// was parked. (Paced by a poll, the retries sometimes all fell in
+	// claims of their own, and nothing was parked: 1 run in 10.)
 	deadline := time.Now().Add(waitTimeout)
 	for refused.Load() < 4*maxAttempts && parked() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("partition 0 refused %d writes within %v; want %d", refused.Load(), waitTimeout, 4*maxAttempts)
 		}
+		time.Sleep(25 * time.Millisecond) // past MaxRetryDelay (20 ms): the retry is due; waiting for time, not for an event
 		add(1, 2)
-		time.Sleep(2 * time.Millisecond) // pacing the writes, not synchronisation
 	}
 	if got := parked(); wantPark != (got > 0) {
 		t.Fatalf("after %d refused writes (MaxAttempts %d): %d messages parked, want parked=%v", refused.Load(), maxAttempts, got, wantPark)
@@ -180,6 +188,7 @@ func testPartitionFailure(t *testing.T, code int16, wantPark bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d messages still pending %v after the partition healed", len(store.Pending()), waitTimeout)
 		}
+		r.Notify() // the relay claims only when woken (above)
 		time.Sleep(5 * time.Millisecond) // polling for the relay to publish
 	}
 	for _, m := range store.Messages() {
