@@ -188,7 +188,7 @@ func testPartitionFailure(t *testing.T, code int16, wantPark bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d messages still pending %v after the partition healed", len(store.Pending()), waitTimeout)
 		}
-		r.Notify() // the relay claims only when woken (above)
+		r.Notify()                       // the relay claims only when woken (above)
 		time.Sleep(5 * time.Millisecond) // polling for the relay to publish
 	}
 	for _, m := range store.Messages() {
