@@ -56,6 +56,9 @@ type bench struct {
 	relayDBs []*gorm.DB
 	wmRuns   int
 
+	// consumeRuns numbers the consumer section's runs (see consumeTopic).
+	consumeRuns int
+
 	// lastCPU is the CPU the last drain of our relay or the batched one
 	// used (nil after the others).
 	lastCPU *cpuUse

@@ -25,6 +25,10 @@ type Effect struct {
 	Amount   int64
 }
 
+// consumeTopic is the consumer section's topic; each run of the section
+// (once per load mode) has its own, "bench.consume.<n>", and its consumers
+// their own names, so that a second run neither reads the first one's
+// events nor counts its rows.
 const consumeTopic = "bench.consume"
 
 const (
@@ -66,7 +70,9 @@ func (b *bench) consumerSection(ctx context.Context) error {
 	if err := b.plain.AutoMigrate(&Effect{}); err != nil {
 		return err
 	}
-	if err := b.fillConsumeTopic(ctx, o.consumerEvents); err != nil {
+	b.consumeRuns++
+	topic := fmt.Sprintf("%s.%d", consumeTopic, b.consumeRuns)
+	if err := b.fillConsumeTopic(ctx, topic, o.consumerEvents); err != nil {
 		return err
 	}
 	reg := runtime.NewRegistry()
@@ -85,7 +91,8 @@ func (b *bench) consumerSection(ctx context.Context) error {
 			{consumeRunInbox, true, consumeRun}, {consumeRunNoInbox, false, consumeRun},
 		} {
 			b.progress("consumer rep %d: %s", rep+1, run.label)
-			rate, err := b.runConsumer(ctx, reg, fmt.Sprintf("relaybench-%v-%v-%d", run.inbox, run.mode, rep), run.inbox, run.mode)
+			name := fmt.Sprintf("relaybench-%d-%v-%v-%d", b.consumeRuns, run.inbox, run.mode, rep)
+			rate, err := b.runConsumer(ctx, reg, topic, name, run.inbox, run.mode)
 			if err != nil {
 				return fmt.Errorf("%s: %w", run.label, err)
 			}
@@ -114,12 +121,12 @@ func (b *bench) consumerSection(ctx context.Context) error {
 
 // fillConsumeTopic creates the consumer section's topic and publishes n
 // events to it, as the relay would have.
-func (b *bench) fillConsumeTopic(ctx context.Context, n int) error {
+func (b *bench) fillConsumeTopic(ctx context.Context, topic string, n int) error {
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{Brokers: b.brokers, ConsumerGroup: "relaybench-init", TopicPartitions: 8})
 	if err != nil {
 		return err
 	}
-	err = sub.SubscribeInitialize(consumeTopic)
+	err = sub.SubscribeInitialize(topic)
 	sub.Close()
 	if err != nil {
 		return err
@@ -139,8 +146,8 @@ func (b *bench) fillConsumeTopic(ctx context.Context, n int) error {
 		}
 		// kafka-go caches topic metadata for a few seconds, so a topic just
 		// created may be unknown to the writer at first.
-		if err := waitFor(30*time.Second, func() bool { return pub.Publish(consumeTopic, msgs...) == nil }); err != nil {
-			return fmt.Errorf("publish to %s: %w", consumeTopic, err)
+		if err := waitFor(30*time.Second, func() bool { return pub.Publish(topic, msgs...) == nil }); err != nil {
+			return fmt.Errorf("publish to %s: %w", topic, err)
 		}
 	}
 	return nil
@@ -149,7 +156,7 @@ func (b *bench) fillConsumeTopic(ctx context.Context, n int) error {
 // runConsumer consumes the topic with a new consumer group and returns
 // events/s from the first event handled to the last.
 // mode says how it reads (see consumeMode).
-func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, name string, inbox bool, mode consumeMode) (float64, error) {
+func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, topic, name string, inbox bool, mode consumeMode) (float64, error) {
 	n := b.o.consumerEvents
 	var handled, failed atomic.Int64
 	var first, last time.Time
@@ -201,14 +208,14 @@ func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, name str
 	if mode == consumeRun {
 		runCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go func() { errc <- c.Run(runCtx, sub, consumeTopic) }()
+		go func() { errc <- c.Run(runCtx, sub, topic) }()
 		stop = func() error { cancel(); return nil }
 	} else {
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		if err != nil {
 			return 0, err
 		}
-		router.AddConsumerHandler(name, consumeTopic, sub, c.HandlerFunc())
+		router.AddConsumerHandler(name, topic, sub, c.HandlerFunc())
 		go func() { errc <- router.Run(ctx) }()
 		stop = router.Close
 	}
