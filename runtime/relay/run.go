@@ -16,12 +16,13 @@ import (
 // Each round claims up to [Config.BatchSize] messages with [Store.Claim] and
 // publishes them. After a claim that found messages Run claims again at
 // once, or, after a partial batch of a fast stream, once a short wait has
-// let the next batch gather ([Config.CoalesceRows]). After one that found nothing, within [Config.ActivePeriod] of its
-// last claim that found messages, it claims again after
-// [Config.ActivePollInterval]; once idle, it asks a
-// [WakeRequester] store for a notification, claims once more, and then waits
-// for a wake-up: a [Notifier] notification, a [Relay.Notify] call, or
-// [Config.PollInterval] elapsing. A wake-up cuts every wait for messages short. When a batch fails as a whole (the store
+// let the next batch gather ([Config.CoalesceRows]). After one that found
+// nothing, within [Config.ActivePeriod] of its last claim that found
+// messages, it claims again after [Config.ActivePollInterval]; once idle,
+// it asks a [WakeRequester] store for a notification, claims once more, and
+// then waits for a wake-up: a [Notifier] notification, a [Relay.Notify]
+// call, or [Config.PollInterval] elapsing. A wake-up cuts every wait for
+// messages short. When a batch fails as a whole (the store
 // returned an error, or nothing could be published for a reason other than
 // messages rejected for good), Run logs the failure at Warn and backs off
 // exponentially between [Config.MinBackoff] and [Config.MaxBackoff] before
