@@ -37,19 +37,14 @@ import (
 // is paused or cut off from the database: its session, and its lock, live
 // on.
 //
-// The owner checks its lock's connection every lockCheckEvery: when a
-// check fails (the server ended the session, the connection broke, or no
-// answer came in time) it considers its leases lost at once (the batches
-// it claimed report it, relay.Batch.Lost), gives its rows back at its next
-// renewal and takes a lock again. Each check must be answered within
-// lockCheckEvery plus lockPingTimeout of the start of the last check that
-// was answered (of the lock statement, for the first): the session was
-// alive at some time after that start, and another relay takes its shards
-// over no sooner than lockGrace after the session ended. That bound is
-// shorter than lockGrace, so a relay whose session ended while its process
-// lives has stopped publishing before another takes its shards, however
-// late the answers to its earlier checks came (a check answered late
-// leaves the next one less time, not more).
+// The owner checks its lock's connection every lockCheckEvery, with a
+// deadline of lockPingTimeout: when a check fails (the server ended the
+// session, the connection broke) it considers its leases lost at once
+// (the batches it claimed report it, relay.Batch.Lost), gives its rows back
+// at its next renewal and takes a lock again. lockCheckEvery plus
+// lockPingTimeout is shorter than lockGrace, so a relay whose session ended
+// while its process lives has stopped publishing before another takes its
+// shards.
 const (
 	lockCheckEvery  = 200 * time.Millisecond
 	lockPingTimeout = 500 * time.Millisecond
@@ -103,7 +98,6 @@ type lockState struct {
 type ownerLock struct {
 	conn    Conn
 	session int64         // the database's id of the session
-	alive   time.Time     // the session was alive at some time after this: the start of the lock statement
 	stop    chan struct{} // closed to end the check
 	done    chan struct{} // closed when the check has ended
 	held    *atomic.Int32 // the store's count of lock connections
@@ -143,7 +137,6 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 		s.lockConns.Add(-1)
 		return nil, fmt.Errorf("sqlstore: lease: session lock: connect: %w", err)
 	}
-	alive := time.Now()
 	got, session, err := sl.lockSession(ctx, conn, s.tables, owner)
 	o.mu.Lock()
 	ghost := o.ghost
@@ -161,7 +154,6 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-time.After(50 * time.Millisecond): // the session ends
-			alive = time.Now()
 			got, session, err = sl.lockSession(ctx, conn, s.tables, owner)
 		}
 	}
@@ -173,7 +165,7 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 		}
 		return nil, fmt.Errorf("sqlstore: lease: session lock: %w", err)
 	}
-	l = &ownerLock{conn: conn, session: session, alive: alive, stop: make(chan struct{}), done: make(chan struct{}), held: &s.lockConns}
+	l = &ownerLock{conn: conn, session: session, stop: make(chan struct{}), done: make(chan struct{}), held: &s.lockConns}
 	o.mu.Lock()
 	o.ghost = 0
 	if o.released {
@@ -187,28 +179,23 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 	return l, nil
 }
 
-// watchLock pings l's connection every lockCheckEvery until l.stop is
-// closed, each ping with a deadline of lockCheckEvery plus lockPingTimeout
-// after the start of the last ping answered (see lockCheckEvery); when a
-// ping fails, the owner has lost its leases (see lockLost).
+// watchLock pings l's connection every lockCheckEvery, with a deadline of
+// lockPingTimeout, until l.stop is closed; when a ping fails, the owner
+// has lost its leases (see lockLost).
 func (s *Store) watchLock(o *ownerLease, l *ownerLock) {
 	defer close(l.done)
 	t := time.NewTicker(lockCheckEvery)
 	defer t.Stop()
-	alive := l.alive
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-t.C:
 		}
-		start := time.Now()
-		ctx, cancel := context.WithDeadline(context.Background(), alive.Add(lockCheckEvery+lockPingTimeout))
+		ctx, cancel := context.WithTimeout(context.Background(), lockPingTimeout)
 		err := l.conn.PingContext(ctx)
 		cancel()
-		if err == nil {
-			alive = start
-		} else {
+		if err != nil {
 			select {
 			case <-l.stop:
 				return // closed while it pinged
