@@ -87,14 +87,16 @@ func TestCoalescingWaitsAfterAPartialBatchOfAFastStream(t *testing.T) {
 }
 
 func TestCoalescingLeavesSlowStreamsAndOffAlone(t *testing.T) {
-	// A batch smaller than CoalesceRows, and any batch with coalescing
-	// off, is followed by the next claim at once: those relays claim
-	// three times although every wait they could take lasts an hour.
+	// A batch smaller than CoalesceRows, a full batch (a backlog: no
+	// wait slows it), and any batch with coalescing off, is followed by
+	// the next claim at once: those relays claim three times although
+	// every wait they could take lasts an hour.
 	for _, tc := range []struct {
 		name    string
 		n, rows int
 	}{
 		{"batch below CoalesceRows", 3, 4},
+		{"full batch", 10, 2},
 		{"CoalesceRows negative", 5, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
