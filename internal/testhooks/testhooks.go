@@ -28,6 +28,12 @@ var Sqlstore struct {
 	// StallRenewals calls stall inside every lease renewal's transaction,
 	// before it commits.
 	StallRenewals func(store any, stall func())
+	// LateLock makes the owner's session lock look unanswered since a
+	// second ago, as its check's timer finds it in a process that was
+	// paused: the owner's batches end and claims wait for an answered
+	// check. Answers count again once answer is called. answer is nil
+	// when the owner holds no lock.
+	LateLock func(store any, owner string) (answer func())
 	// StaleWake makes a writer's wake-up register look unread for ever.
 	StaleWake func(writer any)
 	// CountsBytesInDatabase reports whether the store's claims measure the

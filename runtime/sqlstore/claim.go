@@ -43,6 +43,12 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 		return relay.Batch{}, err
 	}
 	o.mu.Lock()
+	if o.lock.suspended(o, time.Now()) {
+		// No check of the session lock was answered lately: publish
+		// nothing until one is (see lockAliveFor).
+		o.mu.Unlock()
+		return relay.Batch{ClaimAgainIn: lockCheckEvery / 4}, nil
+	}
 	shards, validUntil, sizeHint, lost := o.claimable, o.validUntil, o.lastClaimed, o.lost
 	if len(shards) == 0 {
 		again := s.claimAgainIn(o)

@@ -41,14 +41,26 @@ import (
 // deadline of lockPingTimeout: when a check fails (the server ended the
 // session, the connection broke) it considers its leases lost at once
 // (the batches it claimed report it, relay.Batch.Lost), gives its rows back
-// at its next renewal and takes a lock again. lockCheckEvery plus
-// lockPingTimeout is shorter than lockGrace, so a relay whose session ended
+// at its next renewal and takes a lock again.
+//
+// A check that is answered shows the session alive when it started, not
+// when its answer came: an answer can come late (the network or the
+// process was slow, or the process was paused), and the session may have
+// ended just after the server sent it. So the owner counts its lock as
+// shown held for lockAliveFor from the start of the last check answered
+// (from the start of the lock's taking, at first). When that time passes
+// before another check is answered, the lock is late: the batches claimed
+// so far are lost, and claims return nothing, until a check is answered;
+// the lock and the shards are kept (a paused process's session, and its
+// lock, live on, and nobody takes its shards before its leases expire).
+// lockAliveFor is shorter than lockGrace, so a relay whose session ended
 // while its process lives has stopped publishing before another takes its
-// shards.
+// shards, however late its last answer came.
 const (
 	lockCheckEvery  = 200 * time.Millisecond
 	lockPingTimeout = 500 * time.Millisecond
 	lockGrace       = 750 * time.Millisecond
+	lockAliveFor    = lockCheckEvery + lockPingTimeout
 
 	// minLockPool is the smallest bound on the pool's open connections
 	// (sql.DB.SetMaxOpenConns, pgxpool's MaxConns) with which a store
@@ -102,6 +114,31 @@ type ownerLock struct {
 	done    chan struct{} // closed when the check has ended
 	held    *atomic.Int32 // the store's count of lock connections
 	once    sync.Once
+
+	// shownUntil is until when the lock's last answered check shows it
+	// held: lockAliveFor after that check's start (on the monotonic
+	// clock). late is set once that time has passed, and the owner's
+	// batches were ended, until a check is answered again. Both are
+	// guarded by the owner's mu.
+	shownUntil time.Time
+	late       bool
+	// unanswered has the check's answers go uncounted, as in a process
+	// paused before they came (tests only: testhooks.Sqlstore.LateLock).
+	unanswered bool
+}
+
+// suspended reports whether claims must wait for the lock's next answered
+// check (see lockAliveFor), and, the first time, ends o's batches. The
+// caller holds o.mu.
+func (l *ownerLock) suspended(o *ownerLease, now time.Time) bool {
+	if l == nil || now.Before(l.shownUntil) {
+		return false
+	}
+	if !l.late {
+		l.late = true
+		o.endBatches()
+	}
+	return true
 }
 
 // discard ends the lock's session, once.
@@ -137,6 +174,7 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 		s.lockConns.Add(-1)
 		return nil, fmt.Errorf("sqlstore: lease: session lock: connect: %w", err)
 	}
+	taking := time.Now()
 	got, session, err := sl.lockSession(ctx, conn, s.tables, owner)
 	o.mu.Lock()
 	ghost := o.ghost
@@ -154,6 +192,7 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-time.After(50 * time.Millisecond): // the session ends
+			taking = time.Now()
 			got, session, err = sl.lockSession(ctx, conn, s.tables, owner)
 		}
 	}
@@ -165,7 +204,8 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 		}
 		return nil, fmt.Errorf("sqlstore: lease: session lock: %w", err)
 	}
-	l = &ownerLock{conn: conn, session: session, stop: make(chan struct{}), done: make(chan struct{}), held: &s.lockConns}
+	l = &ownerLock{conn: conn, session: session, stop: make(chan struct{}), done: make(chan struct{}), held: &s.lockConns,
+		shownUntil: taking.Add(lockAliveFor)}
 	o.mu.Lock()
 	o.ghost = 0
 	if o.released {
@@ -181,9 +221,16 @@ func (s *Store) lockOwner(ctx context.Context, owner string, o *ownerLease) (*ow
 
 // watchLock pings l's connection every lockCheckEvery, with a deadline of
 // lockPingTimeout, until l.stop is closed; when a ping fails, the owner
-// has lost its leases (see lockLost).
+// has lost its leases (see lockLost). When no ping is answered within
+// lockAliveFor of the start of the last one answered, the owner's batches
+// end at that moment, not at the next answer or failure (see lockLate).
 func (s *Store) watchLock(o *ownerLease, l *ownerLock) {
 	defer close(l.done)
+	o.mu.Lock()
+	until := l.shownUntil
+	o.mu.Unlock()
+	late := time.AfterFunc(time.Until(until), func() { s.lockLate(o, l) })
+	defer late.Stop()
 	t := time.NewTicker(lockCheckEvery)
 	defer t.Stop()
 	for {
@@ -192,19 +239,53 @@ func (s *Store) watchLock(o *ownerLease, l *ownerLock) {
 			return
 		case <-t.C:
 		}
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), lockPingTimeout)
 		err := l.conn.PingContext(ctx)
 		cancel()
-		if err != nil {
-			select {
-			case <-l.stop:
-				return // closed while it pinged
-			default:
-			}
-			s.lockLost(o, l)
-			l.discard()
-			return
+		if err == nil {
+			late.Reset(time.Until(s.lockShown(o, l, start.Add(lockAliveFor))))
+			continue
 		}
+		select {
+		case <-l.stop:
+			return // closed while it pinged
+		default:
+		}
+		s.lockLost(o, l)
+		l.discard()
+		return
+	}
+}
+
+// lockShown records that a check of o's lock l was answered: the lock is
+// shown held until until (if that is later than it was), and claims go on.
+// It returns when the lock is shown held until.
+func (s *Store) lockShown(o *ownerLease, l *ownerLock, until time.Time) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if l.unanswered {
+		return l.shownUntil
+	}
+	if until.After(l.shownUntil) {
+		l.shownUntil = until
+	}
+	if time.Now().Before(l.shownUntil) {
+		l.late = false
+	}
+	return l.shownUntil
+}
+
+// lockLate ends o's batches when no check of its lock l was answered
+// within lockAliveFor of the start of the last one answered: its session
+// may have ended since, and other relays may take its shards lockGrace
+// after that. (The timer that calls it may fire after a check was
+// answered, and its time moved on: then it does nothing.)
+func (s *Store) lockLate(o *ownerLease, l *ownerLock) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.lock == l {
+		l.suspended(o, time.Now())
 	}
 }
 

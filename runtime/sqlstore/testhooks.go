@@ -13,6 +13,22 @@ import (
 func init() {
 	h := &testhooks.Sqlstore
 	h.StallRenewals = func(s any, stall func()) { s.(*Store).inRenew = stall }
+	h.LateLock = func(s any, owner string) (answer func()) {
+		o := s.(*Store).owner(owner)
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		l := o.lock
+		if l == nil {
+			return nil
+		}
+		l.shownUntil, l.unanswered = time.Now().Add(-time.Second), true
+		l.suspended(o, time.Now())
+		return func() {
+			o.mu.Lock()
+			l.unanswered = false
+			o.mu.Unlock()
+		}
+	}
 	h.StaleWake = func(w any) {
 		wk := w.(*Writer).wake
 		wk.until.Store(0)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/gooutbox/outbox/internal/testhooks"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/runtimetest"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
@@ -224,6 +225,93 @@ func TestEndedSessionFencesTheRelay(t *testing.T) {
 			claimUntil(t, s, "r", 10*time.Second)
 		})
 	}
+}
+
+// TestLateLockCheckWaitsWithoutGivingUp: when no check of a relay's lock
+// was answered lately (its process was paused, or the answers came late),
+// the batches it claimed are lost and its claims return nothing, with a
+// hint to claim again soon; once a check is answered its claims go on
+// under the same lock and session (no loss reported, no shard given
+// back), and the rows of the lost batch are claimed again.
+func TestLateLockCheckWaitsWithoutGivingUp(t *testing.T) {
+	t.Parallel()
+	for _, d := range lockDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			db := migrated(t, d)
+			ctx := context.Background()
+			s := mustStore(t, db, sqlstore.StoreConfig{})
+			t.Cleanup(func() { s.Close() })
+			writeEvents(t, db, d, "1", "2", "3")
+			b, err := s.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: 10})
+			if err != nil || len(b.Messages) != 3 || b.Lost == nil {
+				t.Fatalf("Claim = %d messages, Lost %v, %v; want 3, a channel", len(b.Messages), b.Lost, err)
+			}
+			holder := lockHolder(t, db, d, "r")
+			answer := testhooks.Sqlstore.LateLock(s, "r")
+			if answer == nil {
+				t.Fatal("the store holds no session lock for r")
+			}
+			select {
+			case <-b.Lost:
+			default:
+				t.Fatal("Batch.Lost still open though the lock's last answered check is over lockAliveFor old")
+			}
+			late, err := s.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(late.Messages) != 0 || late.ClaimAgainIn <= 0 {
+				t.Errorf("a claim while the lock is late = %d messages, ClaimAgainIn %v; want none, and a hint to claim again soon", len(late.Messages), late.ClaimAgainIn)
+			}
+			answer()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				again, err := s.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: 10})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(again.Messages) > 0 {
+					if len(again.Messages) != 3 {
+						t.Errorf("after the lock was answered again, a claim got %d messages; want the lost batch's 3", len(again.Messages))
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no claim returned the lost batch's messages within 10s of the lock's check being late")
+				}
+				time.Sleep(20 * time.Millisecond) // a relay's poll
+			}
+			if reason, _, ok := s.LeaseLost("r"); ok {
+				t.Errorf("LeaseLost = %q: a late check lost the relay's shards", reason)
+			}
+			if now := lockHolder(t, db, d, "r"); now != holder {
+				t.Errorf("the lock is held by session %d, was %d: a late check gave the lock up", now, holder)
+			}
+		})
+	}
+}
+
+// lockHolder returns the id of the session that holds owner's lock.
+func lockHolder(t *testing.T, db *sql.DB, d sqlstore.Dialect, owner string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var id sql.NullInt64
+	var err error
+	switch d {
+	case sqlstore.MySQL:
+		err = db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(CONCAT('outbox:', MD5(CONCAT_WS(CHAR(0), DATABASE(), 'outbox_messages', ?))))`, owner).Scan(&id)
+	default:
+		err = db.QueryRowContext(ctx, `SELECT l.pid FROM pg_locks l
+			CROSS JOIN (SELECT ('x' || substr(md5(concat_ws(chr(31), current_schema(), 'outbox_messages', $1::text)), 1, 16))::bit(64)::bigint AS k) u
+			WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND l.classid = ((u.k >> 32) & 4294967295)::oid AND l.objid = (u.k & 4294967295)::oid`, owner).Scan(&id)
+	}
+	if err != nil || !id.Valid {
+		t.Fatalf("the session holding %s's lock: %v, %v", owner, id, err)
+	}
+	return id.Int64
 }
 
 // killLockSession ends, from another session, the session holding owner's
