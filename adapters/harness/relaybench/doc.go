@@ -92,6 +92,16 @@
 //
 //	go run ./adapters/harness/relaybench -events 20000 -broker-urls kafka://kfake,amqp://guest:guest@127.0.0.1:5672/,memory://
 //
+// With -mysql-url it measures the relay's scale-out on MySQL or MariaDB
+// (a go-sql-driver DSN; a database of its own is created there): -events
+// pre-filled through the GORM plugin, drained by one relay with its
+// defaults and by each -relays count above one all sharing the outbox
+// (StoreConfig.MaxActiveRelays 64), each with its own pool, store and
+// publisher, to an in-process kfake broker; -reps times interleaved. It
+// prints events/s and the ratios to one relay:
+//
+//	go run ./adapters/harness/relaybench -mysql-url 'root@tcp(127.0.0.1:3306)/' -reps 3
+//
 // With -retention-compare N it compares retention on a plain outbox table
 // (delete-based) and on one partitioned by day (partitions dropped): N
 // events over 10 days, all published but the newest -retention-pending,

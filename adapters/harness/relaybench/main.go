@@ -62,6 +62,7 @@ type options struct {
 	rssLimit      int64
 
 	brokerURLs string
+	mysqlURL   string
 	soakEvents int
 
 	history int
@@ -146,6 +147,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.load.db, "load-db", dl.db, "loaded mode: database connections committing pgbench-style transactions in a loop")
 	fs.BoolVar(&burnMode, "burn", false, "internal: be the loaded mode's second process")
 	fs.StringVar(&o.brokerURLs, "broker-urls", "", "broker mode: comma-separated broker URLs (adapters/broker; kafka://kfake starts one in-process) to drain the same pre-filled outbox through, and nothing else")
+	fs.StringVar(&o.mysqlURL, "mysql-url", "", "MySQL/MariaDB mode: a go-sql-driver DSN (e.g. root@tcp(127.0.0.1:3306)/): drain -events with our relay, 1 with defaults and each -relays count above 1 sharing, in a database of its own there, and print events/s and the ratios to one relay (skips the sections)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h printed the usage: not a failure
 			return nil
@@ -206,6 +208,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return errors.New("-retention-pending must be between 1 and -retention-compare")
 		}
 		return retentionRun(ctx, o, out)
+	}
+	if o.mysqlURL != "" {
+		return mysqlRun(ctx, o, out)
 	}
 	if o.brokerURLs != "" {
 		relaysSet := false

@@ -133,3 +133,19 @@ func TestRelaybenchRetentionMode(t *testing.T) {
 		}
 	}
 }
+
+// TestRelaybenchMySQLMode runs the MySQL/MariaDB mode with tiny numbers:
+// one relay and two sharing drain the outbox, and the ratio is printed.
+func TestRelaybenchMySQLMode(t *testing.T) {
+	runtimetest.SkipUnlessLong(t, "a smoke run of the benchmark program")
+	var out bytes.Buffer
+	args := []string{"-mysql-url", runtimetest.MySQLDSN(t), "-events", "300", "-relays", "2", "-reps", "1", "-aggregates", "10"}
+	if err := run(context.Background(), args, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"| ours, 1 relay |", "| ours, 2 relays, all sharing", "| ours(2), sharing / ours(1) |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

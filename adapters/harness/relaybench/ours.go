@@ -53,6 +53,15 @@ func (m eventMaker) event(i int) Paid { return eventWith(i, m.memo) }
 // Enqueue, 1,000 per transaction, then VACUUM ANALYZE and CHECKPOINT, so the
 // relay does not pay for hint bits, stale statistics or a pending checkpoint.
 func prefill(ctx context.Context, db *gorm.DB, p *hooks.Plugin, ev eventMaker, n, aggregates int) error {
+	if err := fill(ctx, db, p, ev, n, aggregates); err != nil {
+		return err
+	}
+	return settle(db, sqlstore.DefaultTable)
+}
+
+// fill empties the outbox and writes n events through the plugin's
+// Enqueue, 1,000 per transaction, on any database.
+func fill(ctx context.Context, db *gorm.DB, p *hooks.Plugin, ev eventMaker, n, aggregates int) error {
 	if err := db.Exec(`TRUNCATE ` + sqlstore.DefaultTable).Error; err != nil {
 		return err
 	}
@@ -69,7 +78,7 @@ func prefill(ctx context.Context, db *gorm.DB, p *hooks.Plugin, ev eventMaker, n
 			return fmt.Errorf("prefill: %w", err)
 		}
 	}
-	return settle(db, sqlstore.DefaultTable)
+	return nil
 }
 
 // settle runs VACUUM ANALYZE on table and a CHECKPOINT (superuser only;
