@@ -154,8 +154,12 @@
 // 15-s LeaseTTL; a relay started after the only one died: 0.77 s on both;
 // the correctness suite's crash fault kills the shard holder right after a
 // renewal and bounds the takeover at 1 s + a poll + 0.5 s). A relay whose
-// own lock session ends while it lives stops publishing within 700 ms,
-// before the grace ends. Relays that name the table differently
+// own lock session ends while it lives stops publishing within 700 ms of
+// the start of its last check answered (it checks every 200 ms), before
+// the grace ends, however late that answer came; a relay whose checks go
+// unanswered that long (a slow network, a paused process) abandons its
+// batches and claims nothing until one is answered, keeping its lock and
+// its shards. Relays that name the table differently
 // (schema-qualified or not) fall back to lease expiry. A relay that is
 // paused or cut off from its database keeps its session, so it loses its
 // shards after LeaseTTL and logs "relay: lease lost" at Warn with why when
