@@ -72,17 +72,24 @@ func TestLateLockCheckEndsTheBatches(t *testing.T) {
 			o.lock, l, o.relock, o.shards, conn.discarded.Load())
 	}
 	o.mu.Unlock()
-	// The next answer lets claims go on: poll the claims' own test.
+	// The next answer lets claims go on.
+	waitClaimsGoOn(t, o, l, "after the batches ended, though every ping is answered")
+}
+
+// waitClaimsGoOn polls the claims' own test until claims no longer wait for
+// o's lock l, and fails t after 5 s.
+func waitClaimsGoOn(t *testing.T, o *ownerLease, l *ownerLock, why string) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		o.mu.Lock()
 		suspended := l.suspended(o, time.Now())
 		o.mu.Unlock()
 		if !suspended {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("claims still wait 5s after the batches ended, though every ping is answered")
+			t.Fatal("claims still wait 5s " + why)
 		}
 		time.Sleep(10 * time.Millisecond) // a poll, not a synchronisation
 	}
@@ -109,19 +116,7 @@ func TestPausedOwnerKeepsItsLock(t *testing.T) {
 	default:
 		t.Fatal("the batches claimed before the pause were not ended")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		o.mu.Lock()
-		suspended := l.suspended(o, time.Now())
-		o.mu.Unlock()
-		if !suspended {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("claims still wait 5s after the pause, though every ping is answered in 1 ms")
-		}
-		time.Sleep(10 * time.Millisecond) // a poll, not a synchronisation
-	}
+	waitClaimsGoOn(t, o, l, "after the pause, though every ping is answered in 1 ms")
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	select {

@@ -69,14 +69,8 @@ func bigRun(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	defer cleanup()
-	if err := hooks.Migrate(ctx, db, ""); err != nil {
-		return err
-	}
-	plugin, err := hooks.New(hooks.Config{Topic: func(runtime.Envelope) string { return bigTopic }})
+	plugin, err := withPlugin(ctx, db, bigTopic)
 	if err != nil {
-		return err
-	}
-	if err := db.Use(plugin); err != nil {
 		return err
 	}
 	store, err := newStore(db)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gooutbox/outbox/adapters/kafka"
 	"github.com/gooutbox/outbox/adapters/kafka/kafkatest"
-	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/runtime"
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
@@ -38,14 +37,8 @@ func mysqlRun(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	defer cleanup()
-	if err := hooks.Migrate(ctx, db, ""); err != nil {
-		return err
-	}
-	plugin, err := hooks.New(hooks.Config{Topic: func(runtime.Envelope) string { return topic }})
+	plugin, err := withPlugin(ctx, db, topic)
 	if err != nil {
-		return err
-	}
-	if err := db.Use(plugin); err != nil {
 		return err
 	}
 	cluster, err := kafkatest.Start(kafkatest.Config{Brokers: 1, Partitions: 8})

@@ -59,6 +59,22 @@ func prefill(ctx context.Context, db *gorm.DB, p *hooks.Plugin, ev eventMaker, n
 	return settle(db, sqlstore.DefaultTable)
 }
 
+// withPlugin migrates db's outbox and registers on it a GORM plugin that
+// sends every event to topic.
+func withPlugin(ctx context.Context, db *gorm.DB, topic string) (*hooks.Plugin, error) {
+	if err := hooks.Migrate(ctx, db, ""); err != nil {
+		return nil, err
+	}
+	plugin, err := hooks.New(hooks.Config{Topic: func(runtime.Envelope) string { return topic }})
+	if err != nil {
+		return nil, err
+	}
+	if err := db.Use(plugin); err != nil {
+		return nil, err
+	}
+	return plugin, nil
+}
+
 // fill empties the outbox and writes n events through the plugin's
 // Enqueue, 1,000 per transaction, on any database.
 func fill(ctx context.Context, db *gorm.DB, p *hooks.Plugin, ev eventMaker, n, aggregates int) error {
