@@ -150,7 +150,7 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 	// was too slow for it, as when it is cut off: that counts.
 	switch cause := context.Cause(pubCtx); {
 	case errors.Is(cause, errLeaseLost):
-		rd.leaseLost = "the store reported the lease lost"
+		rd.leaseLost = "the store reported the batch lost (Batch.Lost: its lease ended early, or its lock could not be checked)"
 	case errors.Is(cause, errLeaseEnded) && r.late(deadline) > pausedAfter:
 		rd.leaseLost = "the relay was paused past the lease's end"
 	}

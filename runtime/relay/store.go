@@ -44,9 +44,10 @@ type Batch struct {
 	// Lost, when not nil, is closed when the store knows that the
 	// caller's right to publish Messages ended before Deadline (another
 	// relay may take them over: sqlstore.Store closes it when the
-	// database session holding the relay's lock ended, or a renewal found
-	// shards taken). The relay then stops publishing the batch at once,
-	// as at Deadline. Nil: never.
+	// database session holding the relay's lock ended, when no check of
+	// that lock was answered lately (its shards are kept), or when a
+	// renewal found shards taken). The relay then stops publishing the
+	// batch at once, as at Deadline. Nil: never.
 	Lost <-chan struct{}
 
 	// Token is the store's own data about the claim (a fencing token, say),
