@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -48,12 +49,11 @@ func mysqlRun(ctx context.Context, o options, out io.Writer) error {
 	defer cluster.Close()
 	discardProduce(cluster.Fake(), func(t string) bool { return t == topic || t == warmTopic })
 
-	counts := []int{1}
-	for _, k := range o.relays {
-		if k > 1 {
-			counts = append(counts, k)
-		}
-	}
+	// One relay, then each count above one, once and in order (-relays
+	// need not be sorted).
+	counts := append([]int{1}, o.relays...)
+	slices.Sort(counts)
+	counts = slices.Compact(counts)
 	most := counts[len(counts)-1]
 	var pools []*gorm.DB
 	var pubs []message.Publisher
