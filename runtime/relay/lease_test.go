@@ -3,8 +3,10 @@ package relay_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +53,66 @@ func TestLostBatchStopsItsPublish(t *testing.T) {
 	res := rec.untilCount(t, 1)[0]
 	if res.Published != 0 || len(res.Failures) != 1 || !strings.Contains(res.Failures[0].Err.Error(), "lease lost") {
 		t.Fatalf("batch after Lost closed: published %d, failures %v; want the message failed with the lease lost", res.Published, res.Failures)
+	}
+}
+
+// TestLossCutsAPublishShort: when the store reports a batch lost while
+// part of it is published (one aggregate's event to one topic went out,
+// its next event, to another topic, was under way), the published message
+// is marked, the other stays pending as it was (no failure recorded: no
+// delay, no attempt counted, the loss being neither its fault nor the
+// broker's) and is published again by the next claim, and the round is
+// logged at WARN as a lease that ended during a publish, not as a failure
+// of the broker's.
+func TestLossCutsAPublishShort(t *testing.T) {
+	mem := &runtimetest.MemoryStore{RetryDelay: time.Hour}
+	first, next := newMessage(1, "orders"), newMessage(2, "invoices")
+	next.AggregateID = first.AggregateID // published after first, in a stage of its own
+	mem.Add(first, next)
+	lost := make(chan struct{})
+	var claims atomic.Int32
+	store := &testStore{Store: mem, claim: func(ctx context.Context, req relay.ClaimRequest) (relay.Batch, error) {
+		b, err := mem.Claim(ctx, req)
+		if claims.Add(1) == 1 {
+			b.Lost = lost // later batches are not lost
+		}
+		return b, err
+	}}
+	var cut sync.Once
+	pub := &fakePublisher{fn: func(topic string, msgs []*message.Message) error {
+		if topic != "invoices" {
+			return nil
+		}
+		err := error(nil)
+		cut.Do(func() {
+			close(lost)
+			ctx := msgs[0].Context()
+			<-ctx.Done()
+			err = context.Cause(ctx)
+		})
+		return err
+	}}
+	logs := &runtimetest.LogBuffer{}
+	rec := newBatchRecorder()
+	r, err := relay.New(store, pub, relay.Config{PublishTimeout: time.Hour, PollInterval: time.Millisecond, OnBatch: rec.OnBatch,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	rec.untilCount(t, 2)
+	outs := store.Outcomes()
+	if want := []int64{1}; !slices.Equal(outs[0].Published, want) || len(outs[0].Failed) != 0 {
+		t.Errorf("the cut batch's mark: published %v, failed %v; want %v published and no failure recorded", outs[0].Published, outs[0].Failed, want)
+	}
+	if want := []int64{2}; !slices.Equal(outs[1].Published, want) {
+		t.Errorf("the next batch's mark: published %v; want %v published again at once", outs[1].Published, want)
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="relay: the lease ended during a publish;`) {
+		t.Errorf("no WARN about the lease that ended during the publish:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "relay: publish failed") {
+		t.Errorf("the loss was logged as a failure to publish:\n%s", logs.String())
 	}
 }
 

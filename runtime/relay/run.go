@@ -177,6 +177,10 @@ func (s *runState) round(ctx context.Context, first bool) bool {
 		// because messages were rejected for good: the broker or the
 		// database is down.
 		return s.failed(ctx, res, rd)
+	case rd.leaseLost != "":
+		// Partial, cut short by the lease's loss: what was published is
+		// marked, the rest is published again.
+		s.warnLeaseLost(res, rd)
 	case res.Failed > 0:
 		// Partial: the publisher works; the failed messages wait in the
 		// store for their retry, and the relay goes on.
@@ -251,8 +255,7 @@ func (s *runState) failed(ctx context.Context, res BatchResult, rd round) bool {
 		// Not an outage: the relay was paused past its lease, or lost
 		// it. Claim again at once: the claim finds the shards taken
 		// over, or renews the lease.
-		r.log.Warn("relay: the lease ended during a publish; its unpublished messages are published again by whichever relay holds their shards",
-			attrOwner, s.owner, attrReason, rd.leaseLost, attrClaimed, res.Claimed, attrPublished, res.Published, attrDuration, res.Duration)
+		s.warnLeaseLost(res, rd)
 		return true
 	}
 	s.failures++
@@ -283,6 +286,13 @@ func (s *runState) failed(ctx context.Context, res BatchResult, rd round) bool {
 		}
 	}
 	return wait > 0 && backoff.Sleep(ctx, wait)
+}
+
+// warnLeaseLost logs a batch whose lease ended, or that the store
+// reported lost, during its publish (rd.leaseLost says why).
+func (s *runState) warnLeaseLost(res BatchResult, rd round) {
+	s.r.log.Warn("relay: the lease ended during a publish; its unpublished messages are published again by whichever relay holds their shards",
+		attrOwner, s.owner, attrReason, rd.leaseLost, attrClaimed, res.Claimed, attrPublished, res.Published, attrDuration, res.Duration)
 }
 
 // wait waits, after a round that found nothing, for a wake-up: a
