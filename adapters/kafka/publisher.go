@@ -110,7 +110,11 @@ type PublisherConfig struct {
 	OverwriteWriter func(w *kafka.Writer)
 
 	// Logger receives the adapter's logs: Watermill's messages, levels and
-	// fields, bridged once inside with watermill.NewSlogLogger.
+	// fields, bridged once inside with watermill.NewSlogLogger; and, at
+	// WARN as "kafka-go writer error", each produce attempt that failed,
+	// which the writer retries itself up to MaxAttempts (an attempt that
+	// timed out may have been written all the same: its retry then writes
+	// its records twice, a duplicate the inbox absorbs).
 	// Default: nil, which means slog.Default() as it is when [NewPublisher] is
 	// called, as in runtime/relay and runtime/consumer. Pass
 	// slog.New(slog.DiscardHandler) to silence it.
@@ -270,6 +274,22 @@ func newWriterSet(cfg PublisherConfig) (*writerSet, error) {
 // there).
 var smallWriterSizes = [...]int{16, 128}
 
+// writerErrors returns the logger of a writer's errors: kafka-go reports
+// there each produce attempt that failed, which it retries itself (up to
+// MaxAttempts) before WriteMessages returns. WARN, as the relay logs what
+// it retries: an attempt that timed out may have been written all the
+// same, and its retry then writes its records twice, which nothing else
+// would show. logger nil means slog.Default() as it is now.
+func writerErrors(logger *slog.Logger) kafka.Logger {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger = logger.With("component", "kafka_publisher")
+	return kafka.LoggerFunc(func(format string, args ...any) {
+		logger.Warn("kafka-go writer error", "error", fmt.Sprintf(format, args...))
+	})
+}
+
 // newWriter builds one kafka-go Writer of cfg, with cfg.OverwriteWriter
 // applied and checked, and its Transport fenced by g: a copy of the
 // *kafka.Transport it has (a new one for none) that dials through g, one
@@ -284,6 +304,7 @@ func newWriter(cfg PublisherConfig, g *fence.Gate, fenced map[*kafka.Transport]*
 		BatchTimeout:           cfg.BatchTimeout,
 		AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
 		MaxAttempts:            cfg.MaxAttempts,
+		ErrorLogger:            writerErrors(cfg.Logger),
 	}
 	if cfg.OverwriteWriter != nil {
 		cfg.OverwriteWriter(w)
