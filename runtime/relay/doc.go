@@ -144,7 +144,9 @@
 // messages' deadline ([Batch.Deadline], which sqlstore.Store sets a tenth
 // of LeaseTTL before the database lets another relay take the shards) and
 // stops waiting then, logging "relay: the lease ended during a publish"
-// (not a broker outage: no hand-over follows). What the broker client still
+// (not a broker outage: no hand-over follows, and what the lease's end cut
+// short is left pending as it was, with no failure recorded, while what
+// went out before is marked). What the broker client still
 // holds is the adapter's to stop, and it differs by broker (the "fenced"
 // column of the table in package adapters/broker):
 //

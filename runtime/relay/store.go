@@ -47,7 +47,10 @@ type Batch struct {
 	// database session holding the relay's lock ended, when no check of
 	// that lock was answered lately (its shards are kept), or when a
 	// renewal found shards taken). The relay then stops publishing the
-	// batch at once, as at Deadline. Nil: never.
+	// batch at once, as at Deadline, marks what was published and leaves
+	// the rest pending as it was: no failure is recorded for it (no retry
+	// delay, no attempt), since neither it nor the broker failed. Nil:
+	// never.
 	Lost <-chan struct{}
 
 	// Token is the store's own data about the claim (a fencing token, say),
