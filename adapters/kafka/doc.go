@@ -35,6 +35,14 @@
 // exactly the Kafka binding's (binary content mode), and the subscriber takes
 // the UUID from ce_id.
 //
+// Delivery is at least once. kafka-go's writer retries a produce request
+// itself, up to [PublisherConfig.MaxAttempts], before Publish returns; a
+// request that timed out may have been written all the same, and its retry
+// then writes its records twice (kafka-go has no idempotent producer), as
+// does the relay's own retry of a publish reported failed. Each retried
+// attempt is logged at WARN ("kafka-go writer error"); consumers apply each
+// event once through the inbox (runtime/consumer).
+//
 // Errors from kafka-go are wrapped with %w, so callers can use errors.As with
 // kafka-go's WriteErrors (some partitions failed) and MessageTooLargeError
 // (a value type, not a pointer: a message exceeds
