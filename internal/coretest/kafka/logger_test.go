@@ -42,13 +42,7 @@ func TestConfigLoggerReceivesLogs(t *testing.T) {
 // can write its records twice, and nothing else would show it.
 func TestWriterRetriesAreLogged(t *testing.T) {
 	t.Parallel()
-	cluster, err := kafkatest.Start(kafkatest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.Addrs()
-	topic := newTopic(t, brokers, 1)
+	cluster, brokers, topic := startCluster(t)
 	var refused atomic.Bool
 	fake := cluster.Fake()
 	fake.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
