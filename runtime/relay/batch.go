@@ -156,15 +156,18 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 	}
 	stopLost()
 	cancel()
-	res.Messages, res.PublishDuration = b.Messages, res.PublishedAt.Sub(pubStart)
-	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
-	marked := out
 	if rd.leaseLost != "" {
 		// What the loss cut short failed through no fault of its own nor
-		// the broker's: it stays pending as it was, with no delay and no
-		// attempt counted, for whichever relay holds its shards now.
-		marked.Failed = nil
+		// the broker's: the store releases it as it was, with no delay and
+		// no attempt counted, for whichever relay holds its shards now.
+		for i, f := range out.Failed {
+			if !f.Permanent {
+				out.Failed[i].Lost, out.Failed[i].Transient = true, true
+			}
+		}
 	}
+	res.Messages, res.PublishDuration = b.Messages, res.PublishedAt.Sub(pubStart)
+	res.Published, res.Failed, res.Failures = len(out.Published), len(out.Failed), out.Failed
 
 	if err := r.settle(prev); err != nil {
 		// The batch before was published but not marked, and will be
@@ -192,13 +195,13 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 		// batch's ShutdownTimeout (a context made for a background mark
 		// now would start its own).
 		if rd.next.err == nil && len(rd.next.b.Messages) > 0 && ctx.Err() == nil {
-			rd.marking = r.markInBackground(ctx, b, marked, res, start)
+			rd.marking = r.markInBackground(ctx, b, out, res, start)
 			reported = true
 			return res, rd
 		}
 	}
 
-	if err := r.mark(batchCtx, b, marked); err != nil {
+	if err := r.mark(batchCtx, b, out); err != nil {
 		// The batch's published messages are published again: none of
 		// their aggregates' later messages may go out before them.
 		res.Err = err

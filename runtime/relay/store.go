@@ -99,6 +99,14 @@ type Failure struct {
 	// batch of which nothing could be published. Never set with
 	// Permanent.
 	Transient bool
+	// Lost reports that the message's publish was cut short because the
+	// batch's lease ended while the relay was paused, or the store
+	// reported the batch lost ([Batch.Lost]): neither the message nor the
+	// broker failed. The store releases it as it was claimed, with no
+	// retry delay, no attempt and no error recorded, for whichever relay
+	// holds its shard now. Transient is set too, so that a store that
+	// does not know Lost delays the message without counting an attempt.
+	Lost bool
 }
 
 // Store is the outbox as the relay sees it. Package runtime/sqlstore provides the SQL
@@ -142,7 +150,8 @@ type Store interface {
 	// its retry (and its aggregate's later messages with it) or parking it.
 	// An attempt counts toward parking the message only when the failure
 	// is the message's: not when nothing of o was published (the broker is
-	// down) and not when the [Failure] is Transient.
+	// down) and not when the [Failure] is Transient. A Failure that is
+	// Lost records nothing: the message is released as it was claimed.
 	// A message whose claim the caller no longer holds (its lease passed to
 	// another relay) is left as it is. When Mark fails, nothing need be
 	// marked: the messages are published again later (at-least-once).

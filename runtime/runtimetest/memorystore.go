@@ -238,8 +238,8 @@ func (s *MemoryStore) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) 
 		if err != nil {
 			return err
 		}
-		if r == nil {
-			continue
+		if r == nil || f.Lost {
+			continue // a lost one is released below as it was
 		}
 		agg := [2]string{r.AggregateType, r.AggregateID}
 		if seen[agg] {

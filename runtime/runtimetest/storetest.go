@@ -80,7 +80,8 @@ type Retainer interface {
 // aggregate (and only it) until its retry, not claimed before its retry
 // delay (doubling per counted attempt) and claimed after it, with attempts
 // counted only while others were published and never for a failure marked
-// [relay.Failure.Transient]; permanent failures and too
+// [relay.Failure.Transient]; a failure marked [relay.Failure.Lost]
+// released at once, with no attempt; permanent failures and too
 // many attempts parking the message and holding its aggregate back while
 // other aggregates flow; claims exclusive between owners; a claim's lease
 // passing to another owner after it expires, with the first owner's marks
@@ -262,6 +263,40 @@ func TestStore(t *testing.T, newStore NewStoreFunc) {
 		got := pollClaim(t, store, "a", 10)
 		if !slices.Contains(idsOf(got), id) {
 			t.Fatalf("claim after the transient failures = %v, want message %d", idsOf(got), id)
+		}
+	})
+
+	t.Run("LostFailureIsReleasedAsItWas", func(t *testing.T) {
+		t.Parallel()
+		// A publish the lease's loss cut short (relay.Failure.Lost): the
+		// message is claimable again at once, with no attempt counted
+		// and nothing recorded as retrying, though it is marked
+		// Transient too.
+		store, add := newStore(t)
+		ids := add(testMessages(2, "a")...)
+		b := claim(t, store, req("a", 10))
+		before := time.Now()
+		markOutcome(t, store, b, relay.Outcome{Published: ids[:1],
+			Failed: []relay.Failure{{ID: ids[1], Err: errors.New("relay: lease lost"), Transient: true, Lost: true}}})
+		if sr, ok := store.(StatsReader); ok {
+			st, err := sr.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Retrying != 0 || st.Parked != 0 || st.Pending != 1 {
+				t.Errorf("Stats() = %+v after a Lost failure; want 1 pending, nothing retrying or parked", st)
+			}
+		}
+		got := claim(t, store, req("a", 10)).Messages
+		if len(got) != 1 || got[0].ID != ids[1] {
+			if time.Since(before) < StoreTimings.RetryDelay {
+				t.Fatalf("claim right after a Lost failure = %v, want message %d at once (not delayed)", idsOf(got), ids[1])
+			}
+			t.Logf("the claim came %v after the mark, past RetryDelay: it cannot tell a delay from none", time.Since(before))
+			return
+		}
+		if got[0].Attempts != 0 {
+			t.Errorf("Attempts = %d after a Lost failure, want 0", got[0].Attempts)
 		}
 	})
 

@@ -92,6 +92,9 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 		if m == nil {
 			return fmt.Errorf("sqlstore: mark: failed id %d is not in the batch", f.ID)
 		}
+		if f.Lost {
+			continue // left pending as it was (relay.Failure.Lost)
+		}
 		a := aggKey{m.AggregateType, m.AggregateID}
 		if seen[a] {
 			continue

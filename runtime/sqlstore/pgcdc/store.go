@@ -320,10 +320,16 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 		}
 		delete(s.inflight, f.ID)
 		e.claimed = false
-		if !f.Transient && !whole {
+		// Cut short by the lease's loss (relay.Failure.Lost, never
+		// Permanent): claimed again as it was, with no delay and no
+		// attempt.
+		var delay time.Duration
+		if !f.Transient && !whole && !f.Lost {
 			e.attempts++
 		}
-		delay := s.retryDelay(max(e.attempts, 1))
+		if !f.Lost {
+			delay = s.retryDelay(max(e.attempts, 1))
+		}
 		if f.Permanent {
 			if s.parkTable {
 				err := s.park(ctx, e, f.Err)
