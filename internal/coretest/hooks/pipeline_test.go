@@ -144,14 +144,13 @@ func (h incidentHandler) WithGroup(name string) slog.Handler {
 	return incidentHandler{h.Handler.WithGroup(name), h.log, h.attrs}
 }
 
-// watchIncidents has cfg's relay log through an incidentHandler of p's.
-func (p *pipeline) watchIncidents(cfg relay.Config) relay.Config {
-	h := slog.Default().Handler()
-	if cfg.Logger != nil {
-		h = cfg.Logger.Handler()
+// watching returns logger (nil: slog.Default()) logging through an
+// incidentHandler of p's.
+func (p *pipeline) watching(logger *slog.Logger) *slog.Logger {
+	if logger == nil {
+		logger = slog.Default()
 	}
-	cfg.Logger = slog.New(incidentHandler{Handler: h, log: &p.incidents})
-	return cfg
+	return slog.New(incidentHandler{Handler: logger.Handler(), log: &p.incidents})
 }
 
 // checkOnce fails t unless the published event ids got are the committed
@@ -261,7 +260,7 @@ func newPipelineOn(t *testing.T, dialect string, partitions int, brokers []strin
 func (p *pipeline) publisher(t *testing.T) *kafka.Publisher {
 	t.Helper()
 	// Its WARNs (a produce attempt kafka-go retried) are incidents too.
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: p.brokers, Logger: slog.New(incidentHandler{Handler: slog.Default().Handler(), log: &p.incidents})})
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: p.brokers, Logger: p.watching(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +296,8 @@ func (p *pipeline) pending(t *testing.T) int64 {
 // runRelay runs a relay until the test ends.
 func (p *pipeline) runRelay(t *testing.T, pub message.Publisher, cfg relay.Config) *relay.Relay {
 	t.Helper()
-	r, err := relay.New(p.store, pub, p.watchIncidents(cfg))
+	cfg.Logger = p.watching(cfg.Logger)
+	r, err := relay.New(p.store, pub, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -320,14 +320,13 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 		}
 		delete(s.inflight, f.ID)
 		e.claimed = false
-		// Cut short by the lease's loss (relay.Failure.Lost, never
-		// Permanent): claimed again as it was, with no delay and no
-		// attempt.
+		// One the lease's loss cut short (relay.Failure.Lost, never
+		// Permanent) is claimed again as it was: no attempt, no delay.
 		var delay time.Duration
-		if !f.Transient && !whole && !f.Lost {
-			e.attempts++
-		}
 		if !f.Lost {
+			if !f.Transient && !whole {
+				e.attempts++
+			}
 			delay = s.retryDelay(max(e.attempts, 1))
 		}
 		if f.Permanent {
