@@ -107,13 +107,64 @@ const (
 
 const entryColumns = selectColumns + ", last_error, next_attempt_at, published_at, parked_at"
 
-// entrySelect is the SELECT list and FROM of the rows of table for
+// entrySelect is the SELECT list and FROM of the rows of the table for
 // Entries and Entry: entryColumns and, for BlockedBy, the earliest parked
 // row of the same aggregate before each row (the table is aliased o).
-func entrySelect(table string) string {
-	return `SELECT ` + entryColumns + `, (SELECT MIN(p.id) FROM ` + table + ` p
+// With a queue, a row the mark did not write (neither queued nor parked,
+// published_at NULL) reads as published at the epoch, which scanEntry
+// turns into a zero PublishedAt.
+func entrySelect(t storeTables) string {
+	cols := entryColumns
+	if t.queue != "" {
+		cols = strings.Replace(cols, "published_at", `COALESCE(published_at, CASE WHEN parked_at IS NULL
+			AND NOT EXISTS (SELECT 1 FROM `+t.queue+` WHERE qid = o.id) THEN 'epoch'::timestamptz END)`, 1)
+	}
+	return `SELECT ` + cols + `, (SELECT MIN(p.id) FROM ` + t.table + ` p
 		WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
-		AND p.parked_at IS NOT NULL AND p.published_at IS NULL AND p.id < o.id) FROM ` + table + ` o`
+		AND p.parked_at IS NOT NULL AND p.published_at IS NULL AND p.id < o.id) FROM ` + t.table + ` o`
+}
+
+// pendingCond is the WHERE condition of the pending rows (columns
+// unqualified, or of the table aliased o): with a queue, those it holds.
+func pendingCond(t storeTables) string {
+	const c = "published_at IS NULL AND parked_at IS NULL"
+	if t.queue != "" {
+		return c + " AND EXISTS (SELECT 1 FROM " + t.queue + " WHERE qid = id)"
+	}
+	return c
+}
+
+// publishedCond is the WHERE condition of the published rows: with a
+// queue, also those neither queued nor parked.
+func publishedCond(t storeTables) string {
+	if t.queue != "" {
+		return "(published_at IS NOT NULL OR (parked_at IS NULL AND NOT EXISTS (SELECT 1 FROM " + t.queue + " WHERE qid = id)))"
+	}
+	return "published_at IS NOT NULL"
+}
+
+// unpublishedCond is the WHERE condition of the pending and parked rows.
+func unpublishedCond(t storeTables) string {
+	if t.queue != "" {
+		return "published_at IS NULL AND (parked_at IS NOT NULL OR EXISTS (SELECT 1 FROM " + t.queue + " WHERE qid = id))"
+	}
+	return "published_at IS NULL"
+}
+
+// requeue wraps an UPDATE of rows that turn pending so that, with a
+// queue, they are queued in the same statement; its RowsAffected is then
+// the rows queued. Such a row's next_attempt_at is the epoch rather than
+// NULL (not a retry, it holds nothing back): retention then tells it from
+// a row the mark published, even on a version it locked after this
+// statement committed (see postgresDialect.deletePublished), and the mark
+// gives it published_at when it goes out again.
+func requeue(t storeTables, update string) string {
+	if t.queue == "" {
+		return update
+	}
+	update = strings.Replace(update, "next_attempt_at = NULL", "next_attempt_at = 'epoch'", 1)
+	return `WITH u AS (` + update + ` RETURNING id, shard)
+		INSERT INTO ` + t.queue + ` (qid, qshard) SELECT id, shard FROM u ON CONFLICT (qid) DO NOTHING`
 }
 
 // Entries returns the rows q selects, in ascending id order. Index use: a
@@ -142,7 +193,11 @@ func (s *Store) Entries(ctx context.Context, q Query) ([]Entry, error) {
 		args = append(args, arg)
 		where = append(where, strings.ReplaceAll(cond, "?", s.dialect.ph(len(args))))
 	}
-	if cond := stateCondition(q.State); cond != "" {
+	t, err := s.tablesNow(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: entries: %w", err)
+	}
+	if cond := stateCondition(t, q.State); cond != "" {
 		where = append(where, cond)
 	}
 	if q.AfterID > 0 {
@@ -163,7 +218,7 @@ func (s *Store) Entries(ctx context.Context, q Query) ([]Entry, error) {
 	if q.EventID != uuid.Nil {
 		add("event_id = ?", q.EventID.String())
 	}
-	stmt := entrySelect(s.table)
+	stmt := entrySelect(t)
 	if len(where) > 0 {
 		stmt += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -188,8 +243,8 @@ func (s *Store) Entries(ctx context.Context, q Query) ([]Entry, error) {
 }
 
 // stateCondition is the WHERE condition of a state, or "".
-func stateCondition(st State) string {
-	const pending = "published_at IS NULL AND parked_at IS NULL"
+func stateCondition(t storeTables, st State) string {
+	pending := pendingCond(t)
 	switch st {
 	case StatePending:
 		return pending
@@ -198,7 +253,7 @@ func stateCondition(st State) string {
 	case StateParked:
 		return "parked_at IS NOT NULL AND published_at IS NULL"
 	case StatePublished:
-		return "published_at IS NOT NULL"
+		return publishedCond(t)
 	}
 	return ""
 }
@@ -206,7 +261,11 @@ func stateCondition(st State) string {
 // Entry returns the row with the given id, or an error wrapping
 // [ErrNotFound].
 func (s *Store) Entry(ctx context.Context, id int64) (Entry, error) {
-	rows, err := s.db.QueryContext(ctx, entrySelect(s.table)+` WHERE id = `+s.dialect.ph(1), id)
+	t, err := s.tablesNow(ctx)
+	if err != nil {
+		return Entry{}, fmt.Errorf("sqlstore: entry %d: %w", id, err)
+	}
+	rows, err := s.db.QueryContext(ctx, entrySelect(t)+` WHERE id = `+s.dialect.ph(1), id)
 	if err != nil {
 		return Entry{}, fmt.Errorf("sqlstore: entry %d: %w", id, err)
 	}
@@ -246,15 +305,17 @@ func scanEntry(rows Rows) (Entry, error) {
 	e := Entry{OutboxMessage: m, LastError: lastError.String}
 	switch v := nextAttempt.(type) {
 	case time.Time:
-		e.NextAttemptAt = v.UTC()
+		if v.Unix() != 0 { // the epoch: turned pending again (requeue)
+			e.NextAttemptAt = v.UTC()
+		}
 	case int64:
 		e.NextAttemptAt = time.UnixMicro(v).UTC()
 	case nil:
 	default:
 		return Entry{}, fmt.Errorf("row %d: next_attempt_at: unexpected %T", r.ID, nextAttempt)
 	}
-	if publishedAt.Valid {
-		e.PublishedAt = publishedAt.Time.UTC()
+	if publishedAt.Valid && publishedAt.Time.Unix() != 0 {
+		e.PublishedAt = publishedAt.Time.UTC() // the epoch: published by a queue's mark (entrySelect)
 	}
 	if parkedAt.Valid {
 		e.ParkedAt = parkedAt.Time.UTC()
@@ -286,12 +347,16 @@ type GroupStats struct {
 // Stats it reads only unpublished rows, in one query; on a large backlog it
 // reads every one of them: call it at scrape intervals.
 func (s *Store) StatsByType(ctx context.Context) ([]GroupStats, error) {
+	t, err := s.tablesNow(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: stats by type: %w", err)
+	}
 	q := `SELECT topic, event_type,
 		SUM(CASE WHEN parked_at IS NULL THEN 1 ELSE 0 END),
 		SUM(CASE WHEN parked_at IS NULL AND attempts > 0 THEN 1 ELSE 0 END),
 		SUM(CASE WHEN parked_at IS NOT NULL THEN 1 ELSE 0 END),
 		` + s.dialect.secondsSince(`MIN(CASE WHEN parked_at IS NULL THEN created_at END)`) + `
-		FROM ` + s.table + ` WHERE published_at IS NULL
+		FROM ` + s.table + ` WHERE ` + unpublishedCond(t) + `
 		GROUP BY topic, event_type ORDER BY topic, event_type`
 	rows, err := s.db.QueryContext(ctx, q)
 	if err != nil {
@@ -370,8 +435,12 @@ func (s *Store) Replay(ctx context.Context, r ReplayRange) (int64, error) {
 	if err := r.Validate(); err != nil {
 		return 0, fmt.Errorf("sqlstore: %w", err)
 	}
+	t, err := s.tablesNow(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: replay: %w", err)
+	}
 	var (
-		where = []string{"published_at IS NOT NULL"}
+		where = []string{publishedCond(t)}
 		args  []any
 	)
 	add := func(cond string, arg any) {
@@ -407,8 +476,8 @@ func (s *Store) Replay(ctx context.Context, r ReplayRange) (int64, error) {
 		return 0, fmt.Errorf("sqlstore: replay: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // no-op after Commit
-	res, err := tx.ExecContext(ctx, `UPDATE `+s.table+` SET published_at = NULL, attempts = 0, last_error = NULL,
-		next_attempt_at = NULL, parked_at = NULL WHERE `+strings.Join(where, " AND "), args...)
+	res, err := tx.ExecContext(ctx, requeue(t, `UPDATE `+s.table+` SET published_at = NULL, attempts = 0, last_error = NULL,
+		next_attempt_at = NULL, parked_at = NULL WHERE `+strings.Join(where, " AND ")), args...)
 	if err != nil {
 		return 0, fmt.Errorf("sqlstore: replay: %w", err)
 	}
@@ -427,8 +496,12 @@ func (s *Store) Replay(ctx context.Context, r ReplayRange) (int64, error) {
 // unparked. A parked message held its aggregate's later messages back, so
 // it is published before them.
 func (s *Store) Unpark(ctx context.Context, ids ...int64) (int64, error) {
-	n, err := s.execIDs(ctx, `UPDATE `+s.table+` SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
-		WHERE parked_at IS NOT NULL AND published_at IS NULL AND id IN (%s)`, ids)
+	t, err := s.tablesNow(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: unpark: %w", err)
+	}
+	n, err := s.execIDs(ctx, requeue(t, `UPDATE `+s.table+` SET parked_at = NULL, attempts = 0, next_attempt_at = NULL
+		WHERE parked_at IS NOT NULL AND published_at IS NULL AND id IN (%s)`), ids)
 	if err != nil {
 		return n, fmt.Errorf("sqlstore: unpark: %w", err)
 	}
@@ -485,7 +558,11 @@ func execIDs(ctx context.Context, q Executor, d dialect, query string, ids []int
 // backlog it counts every pending row: call it at scrape intervals, not per
 // message.
 func (s *Store) Stats(ctx context.Context) (relay.Stats, error) {
-	pending := `FROM ` + s.table + ` WHERE published_at IS NULL AND parked_at IS NULL`
+	t, err := s.tablesNow(ctx)
+	if err != nil {
+		return relay.Stats{}, fmt.Errorf("sqlstore: stats: %w", err)
+	}
+	pending := `FROM ` + s.table + ` WHERE ` + pendingCond(t)
 	age := s.dialect.pendingAge(pending)
 	q := `SELECT (SELECT count(*) ` + pending + `),
 		(SELECT count(*) ` + pending + ` AND attempts > 0),

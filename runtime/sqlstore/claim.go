@@ -174,6 +174,10 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []
 	if maxBytes <= 0 {
 		maxBytes = 1 << 62
 	}
+	t, err := s.tablesNow(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	filter := ""
 	if len(shards) < Shards {
 		filter = " AND o.shard IN (" + shardList(shards) + ")"
@@ -187,7 +191,7 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []
 	small := maxBytes / int64(limit)
 	sc, canCut := s.dialect.(smallClaimer)
 	if canCut && !s.largeRows.Load() {
-		q, args := sc.claimSmallQuery(s.tables, filter, limit, small)
+		q, args := sc.claimSmallQuery(t, filter, limit, small)
 		msgs, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), limit, small, sizeHint)
 		if err != nil {
 			return nil, 0, err
@@ -197,7 +201,7 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []
 		}
 		s.largeRows.Store(true)
 	}
-	q, args := s.dialect.claimQuery(s.tables, filter, limit, maxBytes)
+	q, args := s.dialect.claimQuery(t, filter, limit, maxBytes)
 	msgs, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), limit, small, sizeHint)
 	if err == nil && canCut && large == 0 {
 		s.largeRows.Store(false)

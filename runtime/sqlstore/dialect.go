@@ -160,7 +160,7 @@ type dialect interface {
 	// next batch) and never deletes a row that a concurrent
 	// [Store.Replay] made pending; it returns how many it deleted. A
 	// positive maxID also bounds the rows' ids.
-	deletePublished(ctx context.Context, db DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error)
+	deletePublished(ctx context.Context, db DB, t storeTables, olderThan time.Duration, batch int, maxID int64) (int64, error)
 	// pendingAge is the expression of the age, in seconds, of the oldest
 	// created_at of "SELECT min(created_at) " + from, or 0.
 	pendingAge(from string) string
@@ -218,6 +218,10 @@ func sqlOf(d Dialect) (dialect, error) {
 // storeTables names a store's tables.
 type storeTables struct {
 	table, leases, relays, wake string
+	// queue is the queue of pending rows of a plain PostgreSQL table
+	// (see queueDDL), or "" where pending rows are those with
+	// published_at NULL.
+	queue string
 }
 
 // tablesOf returns the names of the tables of the outbox table.

@@ -417,14 +417,14 @@ func (mysqlDialect) failureSet(kind failureKind, text string, cfg StoreConfig) (
 // the relay is marking. A plain "DELETE ... ORDER BY id LIMIT n" under
 // REPEATABLE READ would lock every row and gap it scans, pending rows
 // included, for the length of the statement.
-func (mysqlDialect) deletePublished(ctx context.Context, db DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
+func (mysqlDialect) deletePublished(ctx context.Context, db DB, t storeTables, olderThan time.Duration, batch int, maxID int64) (int64, error) {
 	const cutoff = `DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)`
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // no-op after Commit
-	ids, err := scanIDs(tx.QueryContext(ctx, `SELECT id FROM `+table+` WHERE published_at IS NOT NULL AND published_at < `+cutoff+`
+	ids, err := scanIDs(tx.QueryContext(ctx, `SELECT id FROM `+t.table+` WHERE published_at IS NOT NULL AND published_at < `+cutoff+`
 		AND (? <= 0 OR id <= ?) ORDER BY id LIMIT `+strconv.Itoa(batch)+` FOR UPDATE SKIP LOCKED`, olderThan.Microseconds(), maxID, maxID))
 	if err != nil || len(ids) == 0 {
 		return 0, err
@@ -433,7 +433,7 @@ func (mysqlDialect) deletePublished(ctx context.Context, db DB, table string, ol
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	res, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)
+	res, err := tx.ExecContext(ctx, `DELETE FROM `+t.table+` WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)
 		AND published_at IS NOT NULL`, args...)
 	if err != nil {
 		return 0, err

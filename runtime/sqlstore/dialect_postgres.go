@@ -20,7 +20,15 @@ type postgresDialect struct{}
 func (postgresDialect) name() Dialect   { return Postgres }
 func (postgresDialect) ph(n int) string { return "$" + strconv.Itoa(n) }
 
-func (postgresDialect) ddl(table string) []string {
+// ddl is the plain table's: baseDDL, then the queue of pending rows
+// (queueDDL), which replaces the pending index.
+func (d postgresDialect) ddl(table string) []string {
+	return append(d.baseDDL(table), queueDDL(table)...)
+}
+
+// baseDDL is the outbox table, its indexes but the pending one, its lease
+// tables and its wake-up register, for both layouts.
+func (postgresDialect) baseDDL(table string) []string {
 	base := baseName(table)
 	fn := qualify(table, base+"_notify")
 	return []string{
@@ -45,7 +53,6 @@ func (postgresDialect) ddl(table string) []string {
 )`,
 		upgradePostgres(table),
 		`CREATE UNIQUE INDEX IF NOT EXISTS ` + base + `_event_id ON ` + table + ` (event_id)`,
-		`CREATE INDEX IF NOT EXISTS ` + base + `_pending ON ` + table + ` (id) WHERE published_at IS NULL AND parked_at IS NULL`,
 		`CREATE INDEX IF NOT EXISTS ` + base + `_blocked ON ` + table + ` (aggregate_type, aggregate_id)
 	WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)`,
 		`CREATE INDEX IF NOT EXISTS ` + base + `_parked ON ` + table + ` (id) WHERE parked_at IS NOT NULL AND published_at IS NULL`,
@@ -63,6 +70,9 @@ func (postgresDialect) ddl(table string) []string {
 		// Tables of earlier versions: session_lock says that the relay
 		// holds its session lock (see sessionLocker).
 		`ALTER TABLE ` + relaysTable(table) + ` ADD COLUMN IF NOT EXISTS session_lock BOOLEAN NOT NULL DEFAULT FALSE`,
+		// queue says that the relay knows the queue of pending rows (see
+		// queueDDL).
+		`ALTER TABLE ` + relaysTable(table) + ` ADD COLUMN IF NOT EXISTS queue BOOLEAN NOT NULL DEFAULT FALSE`,
 		// The wake-up register (Store.RequestWake): a sequence whose value
 		// is the time, in Unix milliseconds on the database's clock, until
 		// which some relay waits for a notification. setval is not
@@ -81,6 +91,74 @@ func (postgresDialect) ddl(table string) []string {
 END $$`,
 		`DROP FUNCTION IF EXISTS ` + fn + `()`,
 	}
+}
+
+// pendingIndexDDL is the partial index of the pending rows, which the
+// partitioned layout claims from (the plain table has its queue instead).
+func pendingIndexDDL(table string) string {
+	return `CREATE INDEX IF NOT EXISTS ` + baseName(table) + `_pending ON ` + table + ` (id) WHERE published_at IS NULL AND parked_at IS NULL`
+}
+
+// queueDDL creates, on a plain table, the queue of its pending rows
+// (see "The queue" in the package documentation): the narrow table
+// <table>_queue of their ids and shards, filled by a statement trigger
+// that reads the rows each INSERT added (a transition table, one INSERT
+// per writer statement), and emptied by the relay's mark, a DELETE. On a
+// table of an earlier version it runs once, in the migration's
+// transaction: it creates the queue and the trigger (which takes a lock
+// that makes writers wait until the transaction commits), then queues
+// the rows pending so far, and drops the pending index, which nothing
+// reads any more. A partitioned table (migrated by [Migrate] without
+// Partitioned, which is harmless) keeps its pending index and gets no
+// queue.
+func queueDDL(table string) []string {
+	base := baseName(table)
+	q, fn, guard := queueTable(table), queueFunc(table), qualify(table, base+"_lease_guard")
+	return []string{`DO $outbox$
+BEGIN
+	IF to_regclass('` + q + `') IS NULL
+		AND NOT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = '` + table + `'::regclass) THEN
+		CREATE TABLE ` + q + ` (
+			qid    BIGINT   PRIMARY KEY,
+			qshard SMALLINT NOT NULL
+		);
+		-- The function names the queue with its schema, and runs as its
+		-- owner: a writer inserts whatever its search_path, and needs no
+		-- privilege on the queue.
+		EXECUTE format($f$CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql
+			SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+		BEGIN
+			INSERT INTO %s (qid, qshard)
+				SELECT id, shard FROM outbox_new_rows WHERE published_at IS NULL AND parked_at IS NULL;
+			RETURN NULL;
+		END
+		$fn$$f$, (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c
+			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = '` + q + `'::regclass));
+		CREATE TRIGGER ` + base + `_enqueue AFTER INSERT ON ` + table + `
+			REFERENCING NEW TABLE AS outbox_new_rows FOR EACH STATEMENT EXECUTE FUNCTION ` + fn + `();
+		INSERT INTO ` + q + ` (qid, qshard)
+			SELECT id, shard FROM ` + table + ` WHERE published_at IS NULL AND parked_at IS NULL;
+		DROP INDEX IF EXISTS ` + qualify(table, base+"_pending") + `;
+		-- Relays of earlier versions claim by published_at, which the
+		-- queue's mark leaves NULL: they would publish every row again.
+		-- They lose their shards now, and a guard keeps them from taking
+		-- any: a lease goes only to a relay registered as knowing the
+		-- queue.
+		CREATE OR REPLACE FUNCTION ` + guard + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
+		BEGIN
+			IF NEW.owner IS NOT NULL AND NEW.owner IS DISTINCT FROM OLD.owner
+				AND NOT EXISTS (SELECT 1 FROM ` + relaysTable(table) + ` r WHERE r.owner = NEW.owner AND r.queue) THEN
+				RETURN NULL;
+			END IF;
+			RETURN NEW;
+		END
+		$fn$;
+		CREATE TRIGGER ` + base + `_lease_guard BEFORE UPDATE ON ` + leasesTable(table) + `
+			FOR EACH ROW EXECUTE FUNCTION ` + guard + `();
+		UPDATE ` + leasesTable(table) + ` SET owner = NULL, expires_at = NULL;
+	END IF;
+END
+$outbox$`}
 }
 
 // upgradePostgres brings a table of an earlier version up to date: rows get
@@ -246,8 +324,9 @@ func (postgresDialect) guardLeaseTx(ctx context.Context, tx Tx, limit time.Durat
 func (postgresDialect) leases(t storeTables) leaseOps {
 	until := "now() + $1 * interval '1 microsecond'"
 	return returningLeases{
-		registerQ: `INSERT INTO ` + t.relays + ` (owner, expires_at, session_lock) VALUES ($2, ` + until + `, $3)
-			ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at, session_lock = EXCLUDED.session_lock`,
+		// queue: this relay knows the queue (see queueDDL's lease guard).
+		registerQ: `INSERT INTO ` + t.relays + ` (owner, expires_at, session_lock, queue) VALUES ($2, ` + until + `, $3, TRUE)
+			ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at, session_lock = EXCLUDED.session_lock, queue = TRUE`,
 		lockColumn: true,
 		aliveQ:     `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now()`,
 		othersQ:    `SELECT count(*) FROM ` + t.relays + ` WHERE expires_at > now() AND owner <> $1`,
@@ -276,7 +355,7 @@ func (postgresDialect) claimQuery(t storeTables, shardFilter string, limit int, 
 		SELECT ` + selectColumns + `, ` + postgresAlive(t) + ` FROM (
 			SELECT c.*, sum(octet_length(c.payload)) OVER (ORDER BY c.id) AS run FROM (
 				SELECT ` + selectColumns + postgresClaimable(t, shardFilter) + `
-				ORDER BY o.id LIMIT $1) c) x
+				ORDER BY ` + postgresClaimOrder(t) + ` LIMIT $1) c) x
 		WHERE run - octet_length(payload) < $2 ORDER BY id`
 	return q, []any{limit, maxBytes}
 }
@@ -292,7 +371,7 @@ func (postgresDialect) claimSmallQuery(t storeTables, shardFilter string, limit 
 	cols := strings.Replace(selectColumns, "payload", "CASE WHEN octet_length(o.payload) > $2::bigint THEN NULL ELSE o.payload END", 1)
 	q := postgresBlocked(t) + `
 		SELECT ` + cols + `, ` + postgresAlive(t) + postgresClaimable(t, shardFilter) + `
-		ORDER BY o.id LIMIT $1`
+		ORDER BY ` + postgresClaimOrder(t) + ` LIMIT $1`
 	return q, []any{limit, small}
 }
 
@@ -309,11 +388,30 @@ func postgresAlive(t storeTables) string {
 }
 
 // postgresClaimable is the FROM and WHERE of the claimable rows, the
-// table aliased o, less those of the aggregates in b.
+// table aliased o, less those of the aggregates in b. With a queue, it
+// walks the queue in id order, the shard filter on the queue's column, and
+// reads each row by its primary key (OFFSET 0 keeps the planner from
+// turning the lookups into a join that reads the whole table); a row
+// published or parked by a process that does not know the queue (a relay
+// of an earlier version in a rolling upgrade, pgcdc) is passed over.
 func postgresClaimable(t storeTables, filter string) string {
+	if t.queue != "" {
+		return ` FROM ` + t.queue + ` q CROSS JOIN LATERAL (SELECT * FROM ` + t.table + ` o WHERE o.id = q.qid OFFSET 0) o
+				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + strings.NewReplacer("o.shard IN", "q.qshard IN", "o.id NOT IN", "q.qid NOT IN").Replace(filter) + `
+				AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)`
+	}
 	return ` FROM ` + t.table + ` o
 				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + filter + `
 				AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)`
+}
+
+// postgresClaimOrder is the claim's ORDER BY: the queue's key, whose
+// index the claim walks, or the table's.
+func postgresClaimOrder(t storeTables) string {
+	if t.queue != "" {
+		return "q.qid"
+	}
+	return "o.id"
 }
 
 // excludeIDs binds the ids as one array, so the statement's text, and
@@ -324,7 +422,10 @@ func (postgresDialect) excludeIDs(ids []int64, next int) (string, []any) {
 }
 
 // publishedSet uses the database's clock, as deletePublished compares it.
-func (postgresDialect) publishedSet() (string, []any) { return "published_at = now()", nil }
+func (postgresDialect) publishedSet() (string, []any) { return postgresPublishedSet, nil }
+
+// postgresPublishedSet is the SET clause of the published mark.
+const postgresPublishedSet = "published_at = now()"
 
 // updateFenced commits without waiting for the WAL flush
 // (synchronous_commit off): a mark lost in a database crash only publishes
@@ -361,6 +462,9 @@ func (d postgresDialect) updateFenced(ctx context.Context, db Executor, t storeT
 // they were, the range's smaller row estimate made the planner loop over
 // the leases for each row (2 ms more per 1,000-row mark).
 func (postgresDialect) fencedSQL(t storeTables, set string, n int, ranged bool) string {
+	if t.queue != "" {
+		return queueFencedSQL(t, set, n)
+	}
 	q := `UPDATE ` + t.table + ` AS o SET ` + set + `
 		FROM (SELECT set_config('synchronous_commit', 'off', true)) AS sc`
 	if set == "" {
@@ -376,6 +480,40 @@ func (postgresDialect) fencedSQL(t storeTables, set string, n int, ranged bool) 
 		q += ` AND o.event_id BETWEEN ` + arg(5) + `::uuid AND ` + arg(6) + `::uuid`
 	}
 	return q
+}
+
+// queueFencedSQL is fencedSQL with a queue, its arguments the same. The
+// published mark deletes the rows' entries from the queue, fenced by the
+// owner's shards as the UPDATE is, and does not write the rows: only one
+// that failed before gets published_at and loses its next_attempt_at,
+// which keeps it out of the blocked index (the UPDATE reads each row by
+// its key and writes only those). With DeletePublished (set empty) it
+// deletes the rows with their entries. A failure is recorded on the rows
+// as without a queue; one that parks a row also takes it out of the queue.
+func queueFencedSQL(t storeTables, set string, n int) string {
+	arg := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	dequeue := `DELETE FROM ` + t.queue + ` AS q USING (SELECT set_config('synchronous_commit', 'off', true)) AS sc
+			WHERE q.qid = ANY(` + arg(1) + `) AND q.qid BETWEEN ` + arg(3) + ` AND ` + arg(4) + `
+			AND q.qshard = ANY(ARRAY(SELECT shard FROM ` + t.leases + ` WHERE owner = ` + arg(2) + `))
+			RETURNING q.qid`
+	rows := `o.id = ANY(ARRAY(SELECT qid FROM d)) AND o.id BETWEEN ` + arg(3) + ` AND ` + arg(4)
+	switch {
+	case set == "":
+		return `WITH d AS (` + dequeue + `) DELETE FROM ` + t.table + ` AS o WHERE ` + rows
+	case set == postgresPublishedSet:
+		return `WITH d AS (` + dequeue + `) UPDATE ` + t.table + ` AS o SET published_at = now(), next_attempt_at = NULL
+		WHERE ` + rows + ` AND o.next_attempt_at IS NOT NULL`
+	}
+	update := `UPDATE ` + t.table + ` AS o SET ` + set + `
+		FROM (SELECT set_config('synchronous_commit', 'off', true)) AS sc
+		WHERE o.id = ANY(` + arg(1) + `) AND o.id BETWEEN ` + arg(3) + ` AND ` + arg(4) + ` AND o.published_at IS NULL
+		AND o.shard = ANY(ARRAY(SELECT shard FROM ` + t.leases + ` WHERE owner = ` + arg(2) + `))
+		AND o.id IN (SELECT qid FROM ` + t.queue + `)`
+	if !strings.Contains(set, "parked_at") {
+		return update
+	}
+	return `WITH u AS (` + update + ` RETURNING o.id, o.parked_at)
+		DELETE FROM ` + t.queue + ` WHERE qid = ANY(ARRAY(SELECT id FROM u WHERE parked_at IS NOT NULL))`
 }
 
 func (postgresDialect) failureSet(kind failureKind, text string, cfg StoreConfig) (string, []any) {
@@ -400,12 +538,21 @@ func (postgresDialect) failureSet(kind failureKind, text string, cfg StoreConfig
 // the outer condition is checked again on the row's latest version, so a
 // row replayed meanwhile is not deleted. Writers insert new rows and the
 // relay updates only pending ones: neither waits for it, nor it for them.
-func (postgresDialect) deletePublished(ctx context.Context, db DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
+func (postgresDialect) deletePublished(ctx context.Context, db DB, t storeTables, olderThan time.Duration, batch int, maxID int64) (int64, error) {
 	const cutoff = `now() - $1 * interval '1 microsecond'`
-	res, err := db.ExecContext(ctx, `DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+`
-		WHERE published_at IS NOT NULL AND published_at < `+cutoff+` AND ($3 <= 0 OR id <= $3)
+	published := `published_at < ` + cutoff
+	if t.queue != "" {
+		// Rows the queue's mark did not write; one turned pending again
+		// has next_attempt_at set (see requeue), so the recheck on the
+		// latest version of a row locked after a concurrent Replay or
+		// Unpark does not delete it.
+		published = `(` + published + ` OR (published_at IS NULL AND parked_at IS NULL AND next_attempt_at IS NULL
+			AND created_at < ` + cutoff + ` AND NOT EXISTS (SELECT 1 FROM ` + t.queue + ` WHERE qid = id)))`
+	}
+	res, err := db.ExecContext(ctx, `DELETE FROM `+t.table+` WHERE id IN (SELECT id FROM `+t.table+`
+		WHERE `+published+` AND ($3 <= 0 OR id <= $3)
 		ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
-		AND published_at < `+cutoff, olderThan.Microseconds(), batch, maxID)
+		AND `+published, olderThan.Microseconds(), batch, maxID)
 	if err != nil {
 		return 0, err
 	}

@@ -152,8 +152,8 @@ func (sqliteDialect) failureSet(kind failureKind, text string, cfg StoreConfig) 
 // published_at.
 // SQLite serialises writers: one batch holds the write lock for the time it
 // takes to delete batch rows, and writers wait that long at most.
-func (sqliteDialect) deletePublished(ctx context.Context, db DB, table string, olderThan time.Duration, batch int, maxID int64) (int64, error) {
-	res, err := db.ExecContext(ctx, `DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+`
+func (sqliteDialect) deletePublished(ctx context.Context, db DB, t storeTables, olderThan time.Duration, batch int, maxID int64) (int64, error) {
+	res, err := db.ExecContext(ctx, `DELETE FROM `+t.table+` WHERE id IN (SELECT id FROM `+t.table+`
 		WHERE published_at IS NOT NULL AND published_at < ?1 AND (?3 <= 0 OR id <= ?3) ORDER BY id LIMIT ?2)`,
 		time.Now().Add(-olderThan).UTC(), batch, maxID)
 	if err != nil {

@@ -207,7 +207,10 @@
 //
 // [Migrate] (or [OutboxDDL], for users who run their own migrations)
 // creates the table with a unique index on event_id and partial indexes on
-// pending, blocked (waiting or parked) and parked rows; the two small tables
+// blocked (waiting or parked) and parked rows; on PostgreSQL the queue of
+// its pending rows (see "The queue" below; MySQL, MariaDB, SQLite and a
+// partitioned PostgreSQL table have a partial index of pending rows
+// instead); the two small tables
 // relays share it through (<table>_leases, one row per shard, and
 // <table>_relays); on PostgreSQL a sequence <table>_wake (the time until
 // which a relay waits for a notification, read by writers at most every
@@ -344,6 +347,48 @@
 // the table settles at about 1.3 times its live window instead of growing, but
 // it does not shrink. The passes deleted 21k, 29k and 79k rows/s (load average
 // 10–12).
+//
+// # The queue
+//
+// On PostgreSQL (a plain table; not a partitioned one) the pending rows are
+// listed in a narrow table, <table>_queue ([QueueTable]: qid, the row's id,
+// its primary key, and qshard, its shard). A statement trigger on the
+// outbox table, <table>_enqueue, adds the rows each INSERT wrote that are
+// not published or parked, in one INSERT per writer statement that reads
+// the statement's new rows (a transition table); it runs as the queue's
+// owner, so writers need no privilege on the queue. The relay claims by
+// walking the queue in id order and reading each row by its primary key,
+// and its published mark is a DELETE of the batch's entries from the queue,
+// fenced by its shards: it does not write the outbox row at all, where
+// setting published_at wrote a new row version and its index entries
+// (pg_stat_statements, one drain of 50,000 events: the mark's UPDATE 7.8 µs
+// per row, the queue's DELETE 2.1 µs). Only a row that had failed before
+// gets published_at (and loses its next_attempt_at) when it is published.
+// So, on PostgreSQL:
+//
+//   - published means neither queued nor parked; published_at is set only
+//     on rows published after a failure, replayed, by pgcdc, or by an
+//     earlier version. [Entry.PublishedAt] is zero on the others.
+//   - [Retention] and [Store.DeletePublished] count a published row's age
+//     from its created_at when it has no published_at.
+//   - A parked row leaves the queue; [Store.Unpark] and [Store.Replay] put
+//     rows back in it in the statement that makes them pending (with
+//     next_attempt_at the epoch, which holds nothing back and tells
+//     retention they are not published).
+//   - Queries of your own for the backlog read the queue: SELECT count(*)
+//     FROM outbox_messages_queue, or join it on qid = id.
+//
+// [Migrate] brings a table of an earlier version to it once, in its
+// transaction: it creates the queue and the trigger (writers wait for the
+// transaction), queues the pending rows and drops the pending index.
+// Relays of earlier versions claim by published_at, which the queue's mark
+// leaves NULL, and would publish every row again: the migration takes
+// their shards from them, and a guard on <table>_leases (a row trigger,
+// <table>_lease_guard) gives a shard only to a relay registered as knowing
+// the queue. So during a rolling upgrade the relays of the earlier version
+// stand by (their claims find no shard) while the new ones publish. A row
+// published or parked by a process that does not know the queue is
+// passed over by the claim, and a retention pass takes its entry out.
 //
 // # No retention at all
 //

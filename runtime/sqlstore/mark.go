@@ -15,10 +15,10 @@ import (
 // the lease rows can deadlock with a lease renewal): a mark only changes
 // rows still pending and still the owner's, so running it twice is
 // harmless.
-func (s *Store) updateFenced(ctx context.Context, owner, set string, setArgs []any, ids []int64, events *eventRange) error {
+func (s *Store) updateFenced(ctx context.Context, t storeTables, owner, set string, setArgs []any, ids []int64, events *eventRange) error {
 	return retryTransient(ctx, func() error {
 		return s.onConn(ctx, func(q Executor) error {
-			return s.dialect.updateFenced(ctx, q, s.tables, owner, set, slices.Clone(setArgs), ids, events)
+			return s.dialect.updateFenced(ctx, q, t, owner, set, slices.Clone(setArgs), ids, events)
 		})
 	})
 }
@@ -68,11 +68,12 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 	for i := range b.Messages {
 		byID[b.Messages[i].ID] = &b.Messages[i]
 	}
-	ranged, err := s.rangedMarks(ctx)
+	t, err := s.tablesNow(ctx)
 	if err != nil {
 		return err
 	}
-	if err := s.markPublished(ctx, tok.owner, o.Published, s.eventRange(ranged, byID, o.Published)); err != nil {
+	ranged := s.layout.Load() == layoutPartitioned
+	if err := s.markPublished(ctx, t, tok.owner, o.Published, s.eventRange(ranged, byID, o.Published)); err != nil {
 		return err
 	}
 	if len(o.Failed) == 0 {
@@ -117,7 +118,7 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 	}
 	for _, g := range order {
 		set, args := s.dialect.failureSet(g.kind, g.text, s.cfg)
-		if err := s.updateFenced(ctx, tok.owner, set, args, groups[g], s.eventRange(ranged, byID, groups[g])); err != nil {
+		if err := s.updateFenced(ctx, t, tok.owner, set, args, groups[g], s.eventRange(ranged, byID, groups[g])); err != nil {
 			return fmt.Errorf("sqlstore: mark: record failed attempt: %w", err)
 		}
 	}
@@ -126,30 +127,56 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 
 type aggKey struct{ typ, id string }
 
-// rangedMarks reports whether marks bound the event ids too: on a
-// partitioned PostgreSQL table (asked once per store), where it prunes the
-// partitions the update reads.
-func (s *Store) rangedMarks(ctx context.Context) (bool, error) {
-	switch s.partitioned.Load() {
-	case 1:
-		return false, nil
-	case 2:
-		return true, nil
+// Layouts of an outbox table (Store.layout).
+const (
+	layoutPlain       = 1 // pending rows are those with published_at NULL (MySQL, SQLite, PostgreSQL tables of earlier versions)
+	layoutPartitioned = 2 // a partitioned PostgreSQL table: as plain, and marks bound the event ids
+	layoutQueue       = 3 // a plain PostgreSQL table with its queue of pending rows (see queueDDL)
+)
+
+// layoutOf returns the table's layout, asked of the database once per
+// store (PostgreSQL) when the table exists: a store made before [Migrate]
+// created the table or its queue asks again at its next use.
+func (s *Store) layoutOf(ctx context.Context) (int32, error) {
+	if l := s.layout.Load(); l != 0 {
+		return l, nil
 	}
 	if s.dialect.name() != Postgres {
-		s.partitioned.Store(1)
-		return false, nil
+		s.layout.Store(layoutPlain)
+		return layoutPlain, nil
 	}
-	p, err := isPartitioned(ctx, s.db, s.table)
+	var exists, partitioned, queue bool
+	err := s.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL,
+		EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1)), to_regclass($2) IS NOT NULL`,
+		s.table, queueTable(s.table)).Scan(&exists, &partitioned, &queue)
 	if err != nil {
-		return false, fmt.Errorf("sqlstore: mark: is %s partitioned: %w", s.table, err)
+		return 0, fmt.Errorf("sqlstore: read the layout of %s: %w", s.table, err)
 	}
-	if p {
-		s.partitioned.Store(2)
-	} else {
-		s.partitioned.Store(1)
+	l := int32(layoutPlain)
+	switch {
+	case partitioned:
+		l = layoutPartitioned
+	case queue:
+		l = layoutQueue
 	}
-	return p, nil
+	if exists {
+		s.layout.Store(l)
+	}
+	return l, nil
+}
+
+// tablesNow returns the store's tables, with the queue when the table has
+// one.
+func (s *Store) tablesNow(ctx context.Context) (storeTables, error) {
+	l, err := s.layoutOf(ctx)
+	if err != nil {
+		return storeTables{}, err
+	}
+	t := s.tables
+	if l == layoutQueue {
+		t.queue = queueTable(s.table)
+	}
+	return t, nil
 }
 
 // eventRange returns the range of the event ids of ids' messages when
@@ -178,7 +205,7 @@ func (s *Store) eventRange(ranged bool, byID map[int64]*runtime.OutboxMessage, i
 }
 
 // markPublished marks ids as published, fenced by owner's leases.
-func (s *Store) markPublished(ctx context.Context, owner string, ids []int64, events *eventRange) error {
+func (s *Store) markPublished(ctx context.Context, t storeTables, owner string, ids []int64, events *eventRange) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -186,7 +213,7 @@ func (s *Store) markPublished(ctx context.Context, owner string, ids []int64, ev
 	if s.cfg.DeletePublished {
 		set, args = "", nil // a DELETE (see dialect.updateFenced)
 	}
-	if err := s.updateFenced(ctx, owner, set, args, ids, events); err != nil {
+	if err := s.updateFenced(ctx, t, owner, set, args, ids, events); err != nil {
 		return fmt.Errorf("sqlstore: mark published: %w", err)
 	}
 	return nil

@@ -159,6 +159,12 @@ func (s Schema) DropDDL() ([]string, error) {
 			table = DefaultTable
 		}
 		t := tablesOf(table)
+		if s.Dialect == Postgres {
+			// Reversed below: the table (with its trigger) goes first,
+			// then the queue and the trigger's function.
+			out = append(out, `DROP FUNCTION IF EXISTS `+qualify(table, baseName(table)+"_lease_guard")+`()`,
+				`DROP FUNCTION IF EXISTS `+queueFunc(table)+`()`, `DROP TABLE IF EXISTS `+queueTable(table))
+		}
 		out = append(out, `DROP TABLE IF EXISTS `+t.table, `DROP TABLE IF EXISTS `+t.leases, `DROP TABLE IF EXISTS `+t.relays)
 		switch s.Dialect {
 		case Postgres:

@@ -113,12 +113,13 @@ func boundTime(u uuid.UUID) time.Time {
 // partitions created ahead). The indexes, tables and sequence that follow
 // are the plain table's, created on the partitioned table.
 func (d postgresDialect) partitionedDDL(table string) []string {
-	plain := d.ddl(table)
+	plain := d.baseDDL(table)
 	create := strings.Replace(plain[0], "BIGSERIAL PRIMARY KEY", "BIGSERIAL", 1)
 	create = strings.TrimSuffix(create, "\n)") + ",\n\tPRIMARY KEY (id, event_id)\n) PARTITION BY RANGE (event_id)"
 	return append([]string{
 		create,
 		`CREATE TABLE IF NOT EXISTS ` + defaultPartition(table) + ` PARTITION OF ` + table + ` DEFAULT`,
+		pendingIndexDDL(table),
 	}, plain[2:]...) // plain[1] upgrades tables of earlier versions
 }
 

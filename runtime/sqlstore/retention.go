@@ -242,14 +242,19 @@ func (r *Retention) pass(ctx context.Context, res *RetentionResult) error {
 					return fmt.Errorf("sqlstore: retention: %w", err)
 				}
 			}
-		} else {
+		}
+		tables := storeTables{table: table}
+		if !partitioned {
 			var err error
+			if tables, err = r.store.tablesNow(ctx); err != nil {
+				return fmt.Errorf("sqlstore: retention: %w", err)
+			}
 			if horizon, err = r.store.createdHorizon(ctx, r.cfg.PublishedAge); err != nil {
 				return fmt.Errorf("sqlstore: retention: %w", err)
 			}
 		}
 		for horizon > 0 {
-			n, err := r.store.dialect.deletePublished(ctx, r.store.db, table, r.cfg.PublishedAge, batch, horizon)
+			n, err := r.store.dialect.deletePublished(ctx, r.store.db, tables, r.cfg.PublishedAge, batch, horizon)
 			res.Published += n
 			res.Batches++
 			if err != nil {
@@ -260,6 +265,17 @@ func (r *Retention) pass(ctx context.Context, res *RetentionResult) error {
 			}
 			if err := r.pause(ctx); err != nil {
 				return err
+			}
+		}
+		if tables.queue != "" && horizon > 0 {
+			// Entries of rows no longer pending that the relay's mark did
+			// not take out: rows published or parked by a process that
+			// does not know the queue (pgcdc's park, a relay of an
+			// earlier version), or deleted by hand. The claim passes over
+			// them; this keeps it from walking them for good.
+			if _, err := r.store.db.ExecContext(ctx, `DELETE FROM `+tables.queue+` q WHERE q.qid <= $1
+				AND NOT EXISTS (SELECT 1 FROM `+tables.table+` o WHERE o.id = q.qid AND o.published_at IS NULL AND o.parked_at IS NULL)`, horizon); err != nil {
+				return fmt.Errorf("sqlstore: retention: tidy the queue: %w", err)
 			}
 		}
 	}
@@ -365,7 +381,11 @@ func (s *Store) DeletePublished(ctx context.Context, olderThan time.Duration, ba
 // olderThan (and with ids up to maxID, when positive), in one short
 // transaction.
 func (s *Store) deletePublishedBatch(ctx context.Context, olderThan time.Duration, batch int, maxID int64) (int64, error) {
-	n, err := s.dialect.deletePublished(ctx, s.db, s.table, olderThan, batch, maxID)
+	t, err := s.tablesNow(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("sqlstore: delete published: %w", err)
+	}
+	n, err := s.dialect.deletePublished(ctx, s.db, t, olderThan, batch, maxID)
 	if err != nil {
 		return 0, fmt.Errorf("sqlstore: delete published: %w", err)
 	}

@@ -84,6 +84,17 @@ func qualify(table, name string) string {
 func leasesTable(table string) string { return qualify(table, baseName(table)+"_leases") }
 func relaysTable(table string) string { return qualify(table, baseName(table)+"_relays") }
 
+// QueueTable names the queue of the pending rows of a plain PostgreSQL
+// outbox table (see "The queue" in the package documentation):
+// <table>_queue, in the table's schema. Its qid column is the id of a
+// pending row.
+func QueueTable(table string) string { return queueTable(table) }
+
+// queueTable is QueueTable, and queueFunc names the function of the
+// queue's trigger (see queueDDL).
+func queueTable(table string) string { return qualify(table, baseName(table)+"_queue") }
+func queueFunc(table string) string  { return qualify(table, baseName(table)+"_enqueue") }
+
 // waitersTable names the table of relays waiting for a notification of
 // earlier versions (replaced by wakeSequence; left in place, unused).
 // (PostgreSQL only: see [Store.RequestWake]).

@@ -230,9 +230,9 @@ type Store struct {
 	mu     sync.Mutex
 	owners map[string]*ownerLease
 
-	// partitioned is 0 until the first mark has asked the database
-	// whether the table is partitioned (PostgreSQL), then 1 (no) or 2 (yes).
-	partitioned atomic.Int32
+	// layout is 0 until the store has asked the database how the table
+	// is laid out (PostgreSQL: see layoutOf), then a layout.
+	layout atomic.Int32
 	// largeRows is set while claims meet payloads larger than a claim's
 	// byte cap over its limit: claims then count bytes in the database
 	// (see selectClaimable).

@@ -50,6 +50,7 @@ func init() {
 	h.ScanHolders = func(rows *sql.Rows, err error) (map[string]int, error) { return scanHolders(rows, err) }
 	h.PostgresStatements = func(owner string) map[string]testhooks.Statement {
 		d, t := postgresDialect{}, tablesOf(DefaultTable)
+		t.queue = queueTable(DefaultTable)
 		set, _ := d.publishedSet()
 		small, smallArgs := d.claimSmallQuery(t, "", 1000, 8<<10)
 		claim, claimArgs := d.claimQuery(t, "", 1000, 8<<20)

@@ -39,6 +39,8 @@ type suiteDB interface {
 	ignoreDuplicate() string
 	// uuidText reads a UUID column as text.
 	uuidText(col string) string
+	// published is the WHERE condition of the outbox rows published.
+	published() string
 	// clockSQL reads the clock that writes the outbox's created_at.
 	clockSQL() string
 	// terminate ends, on the server's side, every connection of the

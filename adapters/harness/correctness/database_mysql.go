@@ -104,6 +104,8 @@ func (mysqlDB) ignoreDuplicate() string { return " ON DUPLICATE KEY UPDATE event
 
 func (mysqlDB) uuidText(col string) string { return col }
 
+func (mysqlDB) published() string { return "published_at IS NOT NULL" }
+
 func (mysqlDB) clockSQL() string { return `SELECT UTC_TIMESTAMP(6)` }
 
 // terminate kills the connections of this database whose client port is

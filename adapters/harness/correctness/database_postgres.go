@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 	"net"
 	"net/url"
 	"time"
@@ -103,6 +104,12 @@ func (postgresDB) ledgerDDL() []string {
 func (postgresDB) ignoreDuplicate() string { return " ON CONFLICT DO NOTHING" }
 
 func (postgresDB) uuidText(col string) string { return col + "::text" }
+
+// published: the queue's mark (the polling relay's) does not write the
+// row, pgcdc's sets published_at.
+func (postgresDB) published() string {
+	return "(published_at IS NOT NULL OR (parked_at IS NULL AND id NOT IN (SELECT qid FROM " + sqlstore.QueueTable(sqlstore.DefaultTable) + ")))"
+}
 
 func (postgresDB) clockSQL() string { return `SELECT clock_timestamp()` }
 

@@ -143,11 +143,12 @@ func (o *outbox) parked(ctx context.Context, db *gorm.DB, keep func(eventID stri
 }
 
 // countPublished counts the events of ids marked published; it reads the
-// outbox table's event_id and published_at columns.
+// outbox table's event_id and published_at columns, and PostgreSQL's
+// queue.
 func (o *outbox) countPublished(ctx context.Context, db *gorm.DB, ids []string) (int64, error) {
 	var n int64
 	err := db.WithContext(ctx).Raw(`SELECT count(*) FROM `+sqlstore.DefaultTable+
-		` WHERE `+o.sdb.uuidText("event_id")+` IN ? AND published_at IS NOT NULL`, ids).Scan(&n).Error
+		` WHERE `+o.sdb.uuidText("event_id")+` IN ? AND `+o.sdb.published(), ids).Scan(&n).Error
 	if err != nil {
 		return 0, fmt.Errorf("count published probes: %w", err)
 	}

@@ -206,12 +206,14 @@ func TestAdminEntry(t *testing.T) {
 			}
 			pub := entry("o1")
 			want := f.rows["o1"].Envelope
-			if pub.State != sqlstore.StatePublished || pub.PublishedAt.IsZero() || !pub.ParkedAt.IsZero() ||
+			// On PostgreSQL the queue's mark does not write the row: no
+			// published_at.
+			if pub.State != sqlstore.StatePublished || pub.PublishedAt.IsZero() != (d == sqlstore.Postgres) || !pub.ParkedAt.IsZero() ||
 				pub.EventID != want.EventID || string(pub.Payload) != string(want.Payload) || pub.Topic != "orders" ||
 				pub.EventType != want.EventType || !pub.OccurredAt.Equal(want.OccurredAt) || pub.CreatedAt.IsZero() {
 				t.Errorf("published entry: %+v", pub)
 			}
-			if since := time.Since(pub.PublishedAt); since < -time.Minute || since > time.Minute {
+			if since := time.Since(pub.PublishedAt); d != sqlstore.Postgres && (since < -time.Minute || since > time.Minute) {
 				t.Errorf("published at %v, %v ago", pub.PublishedAt, since)
 			}
 			parked := entry("o3")

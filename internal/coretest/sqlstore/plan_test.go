@@ -104,16 +104,17 @@ func literal(t *testing.T, v any) string {
 	return ""
 }
 
-// pendingScan matches a plan's scan of the outbox's pending index.
-var pendingScan = regexp.MustCompile(`Index (Only )?Scan using ` + sqlstore.DefaultTable + `_pending on`)
+// pendingScan matches a plan's scan of the queue of pending rows (its
+// primary key).
+var pendingScan = regexp.MustCompile(`Index (Only )?Scan using ` + sqlstore.DefaultTable + `_queue_pkey on`)
 
-// TestPostgresClaimScansThePendingIndexOnce checks the plan of the claim
-// a relay runs at every batch while payloads are small: one scan of the
-// pending index. In a long drain each scan also steps over the index
-// entries of every row marked since the last vacuum, so a second scan (a
-// sub-select finding the first large payload, as the claim once had)
-// doubles that cost.
-func TestPostgresClaimScansThePendingIndexOnce(t *testing.T) {
+// TestPostgresClaimScansTheQueueOnce checks the plan of the claim a
+// relay runs at every batch while payloads are small: one scan of the
+// queue of pending rows. In a long drain each scan also steps over the
+// index entries of every row marked since the last vacuum, so a second
+// scan (a sub-select finding the first large payload, as the claim once
+// had) doubles that cost.
+func TestPostgresClaimScansTheQueueOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := migrated(t, sqlstore.Postgres)

@@ -181,7 +181,7 @@ func TestNoShardGivenBackUnderABatchInFlight(t *testing.T) {
 				t.Fatal(err)
 			}
 			var published int
-			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM outbox_messages WHERE published_at IS NOT NULL`).Scan(&published); err != nil {
+			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM outbox_messages WHERE `+publishedRows(d)).Scan(&published); err != nil {
 				t.Fatal(err)
 			}
 			if want := len(b1.Messages) + len(b2.Messages); published != want {

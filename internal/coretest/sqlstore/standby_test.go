@@ -267,8 +267,16 @@ func TestStandbyTakesTheShardsTheActiveRelaysLeave(t *testing.T) {
 // would hold them.
 func holdLeases(t *testing.T, db *sql.DB, d sqlstore.Dialect, owner string, from, to int) {
 	t.Helper()
-	if _, err := db.Exec(fmt.Sprintf(`UPDATE outbox_messages_leases SET owner = '%s', expires_at = %s
-		WHERE shard >= %d AND shard < %d`, owner, leaseTime(d, time.Minute), from, to)); err != nil {
+	q := fmt.Sprintf(`UPDATE outbox_messages_leases SET owner = '%s', expires_at = %s
+		WHERE shard >= %d AND shard < %d`, owner, leaseTime(d, time.Minute), from, to)
+	if d == sqlstore.Postgres {
+		// Past the guard that gives shards only to relays registered as
+		// knowing the queue: owner is not a relay.
+		q = `ALTER TABLE outbox_messages_leases DISABLE TRIGGER outbox_messages_lease_guard;
+		` + q + `;
+		ALTER TABLE outbox_messages_leases ENABLE TRIGGER outbox_messages_lease_guard`
+	}
+	if _, err := db.Exec(q); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/gooutbox/outbox/runtime/sqlstore"
 )
 
 // markEvery is how often the marker sets published_at on the rows
@@ -64,10 +66,12 @@ func (s *Store) mark(ctx context.Context) {
 		for len(ids) > 0 {
 			n := min(len(ids), markBatch)
 			var missing []int64
-			var err error
-			if s.cfg.DeletePublished {
+			err := s.dequeue(ctx, ids[:n])
+			switch {
+			case err != nil:
+			case s.cfg.DeletePublished:
 				missing, err = s.modifySeen(ctx, `DELETE FROM `+s.cfg.Table+` WHERE id = ANY($1) AND published_at IS NULL`, ids[:n])
-			} else {
+			default:
 				missing, err = s.updateSeen(ctx, `published_at = now(), next_attempt_at = NULL`, `published_at IS NULL`, ids[:n])
 			}
 			if err != nil {
@@ -115,6 +119,19 @@ func (s *Store) mark(ctx context.Context) {
 // updateSeen runs UPDATE Table SET set WHERE id = ANY(ids) AND cond and
 // returns the ids of ids that no row of the table has in the statement's
 // snapshot: rows not visible yet (see seenPatience), or deleted.
+// dequeue takes ids out of the table's queue of pending rows, when it has
+// one (sqlstore.QueueTable), which the polling relay claims from: the
+// table then says what the polling relay's mark would.
+func (s *Store) dequeue(ctx context.Context, ids []int64) error {
+	if !s.queued {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StatementTimeout)
+	defer cancel()
+	_, err := s.db.Exec(dctx, `DELETE FROM `+sqlstore.QueueTable(s.cfg.Table)+` WHERE qid = ANY($1)`, ids)
+	return err
+}
+
 func (s *Store) updateSeen(ctx context.Context, set, cond string, ids []int64, args ...any) (missing []int64, err error) {
 	return s.modifySeen(ctx, `UPDATE `+s.cfg.Table+` SET `+set+` WHERE id = ANY($1) AND `+cond, ids, args...)
 }

@@ -69,6 +69,13 @@ func (s *Store) loadDiverted(ctx context.Context) error {
 			return nil
 		}
 	}
+	if s.cfg.Mode == Table {
+		qctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
+		defer cancel()
+		if err := s.db.QueryRow(qctx, `SELECT to_regclass($1) IS NOT NULL`, sqlstore.QueueTable(s.cfg.Table)).Scan(&s.queued); err != nil {
+			return fmt.Errorf("pgcdc: look for the queue of %s: %w", s.cfg.Table, err)
+		}
+	}
 	return s.reloadDiverted(ctx)
 }
 
@@ -84,7 +91,7 @@ func (s *Store) reloadDiverted(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
 	defer cancel()
 	rows, err := s.db.Query(ctx, `SELECT DISTINCT aggregate_type, aggregate_id FROM `+s.cfg.Table+`
-		WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)`)
+		WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at > 'epoch')`)
 	if err != nil {
 		return fmt.Errorf("pgcdc: read parked aggregates: %w", err)
 	}

@@ -129,6 +129,9 @@ type Store struct {
 	// Messages mode, when Table exists at Open).
 	parkTable bool
 	parkDone  chan struct{}
+	// queued: the table has a queue of pending rows
+	// (sqlstore.QueueTable), which the marker empties as it marks.
+	queued bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
