@@ -1,0 +1,153 @@
+package sqlstore_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/gooutbox/outbox/runtime/relay"
+	"github.com/gooutbox/outbox/runtime/sqlstore"
+	"github.com/gooutbox/outbox/runtime/sqlstore/databasesql"
+)
+
+// TestMigrateQueuesAnEarlierTable migrates a PostgreSQL outbox of the
+// layout before the queue (a pending index, published_at set by the mark)
+// while a relay of that version holds shards: the migration queues exactly
+// the pending rows, drops the pending index, takes the old relay's shards
+// and keeps it from taking any again (it would claim by published_at,
+// which the queue's mark leaves NULL, and publish every row again); a new
+// relay then publishes the pending rows alone, in order, and they read as
+// published.
+func TestMigrateQueuesAnEarlierTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrated(t, sqlstore.Postgres)
+	// Back to the earlier layout.
+	for _, q := range []string{
+		`DROP TRIGGER outbox_messages_enqueue ON outbox_messages`,
+		`DROP TRIGGER outbox_messages_lease_guard ON outbox_messages_leases`,
+		`DROP FUNCTION outbox_messages_enqueue()`,
+		`DROP FUNCTION outbox_messages_lease_guard()`,
+		`DROP TABLE outbox_messages_queue`,
+		`CREATE INDEX outbox_messages_pending ON outbox_messages (id) WHERE published_at IS NULL AND parked_at IS NULL`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	rows := writeEvents(t, db, sqlstore.Postgres, "a", "b", "c", "d", "e", "f")
+	ids := map[string]int64{}
+	r, err := db.QueryContext(ctx, `SELECT aggregate_id, id FROM outbox_messages`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r.Next() {
+		var agg string
+		var id int64
+		if err := r.Scan(&agg, &id); err != nil {
+			t.Fatal(err)
+		}
+		ids[agg] = id
+	}
+	if err := r.Err(); err != nil || len(ids) != len(rows) {
+		t.Fatalf("read back %d of %d rows: %v", len(ids), len(rows), err)
+	}
+	// a and b published, c parked, d to f pending; an old relay holds
+	// every shard.
+	for _, q := range []string{
+		`UPDATE outbox_messages SET published_at = now() WHERE aggregate_id IN ('a', 'b')`,
+		`UPDATE outbox_messages SET parked_at = now(), attempts = 1 WHERE aggregate_id = 'c'`,
+		`UPDATE outbox_messages_leases SET owner = 'old', expires_at = now() + interval '1 hour'`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true}); err != nil {
+		t.Fatal(err)
+	}
+	queued := func() []int64 {
+		t.Helper()
+		r, err := db.QueryContext(ctx, `SELECT qid FROM outbox_messages_queue ORDER BY qid`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		var out []int64
+		for r.Next() {
+			var id int64
+			if err := r.Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, id)
+		}
+		return out
+	}
+	pending := []int64{ids["d"], ids["e"], ids["f"]}
+	if got := queued(); !slices.Equal(got, pending) {
+		t.Fatalf("queue after migrating: %v, want the pending rows %v", got, pending)
+	}
+	var index bool
+	var held int
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass('outbox_messages_pending') IS NOT NULL,
+		(SELECT count(*) FROM outbox_messages_leases WHERE owner IS NOT NULL)`).Scan(&index, &held); err != nil {
+		t.Fatal(err)
+	}
+	if index || held != 0 {
+		t.Fatalf("after migrating: pending index kept %v, %d shards still held; want dropped, none", index, held)
+	}
+	// The old relay's lease acquisition, as that version runs it.
+	var taken int
+	if err := db.QueryRowContext(ctx, `WITH a AS (UPDATE outbox_messages_leases SET owner = 'old', expires_at = now() + interval '1 minute'
+		WHERE shard IN (SELECT shard FROM outbox_messages_leases WHERE owner IS NULL OR expires_at <= now()
+			ORDER BY shard LIMIT 64 FOR UPDATE SKIP LOCKED) RETURNING shard) SELECT count(*) FROM a`).Scan(&taken); err != nil {
+		t.Fatal(err)
+	}
+	if taken != 0 {
+		t.Fatalf("a relay of the earlier version took %d shards after the migration, want none", taken)
+	}
+	// Written after the migration: queued by the trigger.
+	writeEvents(t, db, sqlstore.Postgres, "g")
+
+	store := mustStore(t, db, sqlstore.StoreConfig{})
+	b, err := store.Claim(ctx, relay.ClaimRequest{Owner: "new", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimed []string
+	for _, m := range b.Messages {
+		claimed = append(claimed, m.AggregateID)
+	}
+	if want := []string{"d", "e", "f", "g"}; !slices.Equal(claimed, want) {
+		t.Fatalf("the new relay claimed %v, want %v in order", claimed, want)
+	}
+	published := make([]int64, len(b.Messages))
+	for i, m := range b.Messages {
+		published[i] = m.ID
+	}
+	if err := store.Mark(ctx, b, relay.Outcome{Published: published}); err != nil {
+		t.Fatal(err)
+	}
+	if got := queued(); len(got) != 0 {
+		t.Fatalf("queue after the mark: %v, want empty", got)
+	}
+	st, err := store.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != 0 || st.Parked != 1 {
+		t.Fatalf("stats after the mark: %+v, want 0 pending, 1 parked", st)
+	}
+	entries, err := store.Entries(ctx, sqlstore.Query{State: sqlstore.StatePublished})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.AggregateID)
+	}
+	if want := []string{"a", "b", "d", "e", "f", "g"}; !slices.Equal(got, want) {
+		t.Fatalf("published entries: %v, want %v", got, want)
+	}
+}
