@@ -153,7 +153,7 @@ func unpublishedCond(t storeTables) string {
 
 // requeue wraps an UPDATE of rows that turn pending so that, with a
 // queue, they are queued in the same statement; its RowsAffected is then
-// the rows queued. Such a row's next_attempt_at is the epoch rather than
+// the rows queued, or found queued (a row pgcdc parked keeps its entry). Such a row's next_attempt_at is the epoch rather than
 // NULL (not a retry, it holds nothing back): retention then tells it from
 // a row the mark published, even on a version it locked after this
 // statement committed (see postgresDialect.deletePublished), and the mark
@@ -164,7 +164,8 @@ func requeue(t storeTables, update string) string {
 	}
 	update = strings.Replace(update, "next_attempt_at = NULL", "next_attempt_at = 'epoch'", 1)
 	return `WITH u AS (` + update + ` RETURNING id, shard)
-		INSERT INTO ` + t.queue + ` (qid, qshard) SELECT id, shard FROM u ON CONFLICT (qid) DO NOTHING`
+		INSERT INTO ` + t.queue + ` (qid, qshard) SELECT id, shard FROM u
+		ON CONFLICT (qid) DO UPDATE SET qshard = EXCLUDED.qshard`
 }
 
 // Entries returns the rows q selects, in ascending id order. Index use: a

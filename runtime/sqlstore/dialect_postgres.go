@@ -124,18 +124,25 @@ BEGIN
 		);
 		-- The function names the queue with its schema, and runs as its
 		-- owner: a writer inserts whatever its search_path, and needs no
-		-- privilege on the queue.
+		-- privilege on the queue. A TRUNCATE of the table (a test
+		-- suite's, say) empties the queue too.
 		EXECUTE format($f$CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql
 			SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 		BEGIN
-			INSERT INTO %s (qid, qshard)
-				SELECT id, shard FROM outbox_new_rows WHERE published_at IS NULL AND parked_at IS NULL;
+			IF TG_OP = 'TRUNCATE' THEN
+				TRUNCATE %1$s;
+			ELSE
+				INSERT INTO %1$s (qid, qshard)
+					SELECT id, shard FROM outbox_new_rows WHERE published_at IS NULL AND parked_at IS NULL;
+			END IF;
 			RETURN NULL;
 		END
 		$fn$$f$, (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c
 			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = '` + q + `'::regclass));
 		CREATE TRIGGER ` + base + `_enqueue AFTER INSERT ON ` + table + `
 			REFERENCING NEW TABLE AS outbox_new_rows FOR EACH STATEMENT EXECUTE FUNCTION ` + fn + `();
+		CREATE TRIGGER ` + base + `_truncate AFTER TRUNCATE ON ` + table + `
+			FOR EACH STATEMENT EXECUTE FUNCTION ` + fn + `();
 		INSERT INTO ` + q + ` (qid, qshard)
 			SELECT id, shard FROM ` + table + ` WHERE published_at IS NULL AND parked_at IS NULL;
 		DROP INDEX IF EXISTS ` + qualify(table, base+"_pending") + `;

@@ -294,11 +294,14 @@
 // for writers or the relay, nor they for it:
 //
 //   - PostgreSQL: DELETE … WHERE id IN (SELECT id … ORDER BY id LIMIT n FOR
-//     UPDATE SKIP LOCKED) AND published_at < cutoff: rows another transaction
-//     holds are left for the next batch, and the outer condition is checked
-//     again on the row's latest version, so a row that replay made pending
-//     meanwhile is not deleted. Writers only insert and the relay only updates
-//     pending rows.
+//     UPDATE SKIP LOCKED) AND published before the cutoff (published_at, or
+//     with the queue, created_at of a row neither queued, parked nor
+//     requeued): rows another transaction holds are left for the next
+//     batch, and the outer condition is checked again on the row's latest
+//     version, so a row that replay made pending meanwhile is not deleted.
+//     Writers only insert and the relay only updates pending rows. The pass
+//     then takes out of the queue the entries of rows older than the age
+//     that are no longer pending (see "The queue").
 //   - MySQL/MariaDB: a READ COMMITTED transaction selects the batch FOR UPDATE
 //     SKIP LOCKED and deletes it by primary key. Under the default REPEATABLE
 //     READ a DELETE … ORDER BY id LIMIT n would lock every row and gap it

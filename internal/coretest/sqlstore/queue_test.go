@@ -17,7 +17,7 @@ import (
 // and keeps it from taking any again (it would claim by published_at,
 // which the queue's mark leaves NULL, and publish every row again); a new
 // relay then publishes the pending rows alone, in order, and they read as
-// published.
+// published. A TRUNCATE of the table empties the queue.
 func TestMigrateQueuesAnEarlierTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -25,6 +25,7 @@ func TestMigrateQueuesAnEarlierTable(t *testing.T) {
 	// Back to the earlier layout.
 	for _, q := range []string{
 		`DROP TRIGGER outbox_messages_enqueue ON outbox_messages`,
+		`DROP TRIGGER outbox_messages_truncate ON outbox_messages`,
 		`DROP TRIGGER outbox_messages_lease_guard ON outbox_messages_leases`,
 		`DROP FUNCTION outbox_messages_enqueue()`,
 		`DROP FUNCTION outbox_messages_lease_guard()`,
@@ -149,5 +150,16 @@ func TestMigrateQueuesAnEarlierTable(t *testing.T) {
 	}
 	if want := []string{"a", "b", "d", "e", "f", "g"}; !slices.Equal(got, want) {
 		t.Fatalf("published entries: %v, want %v", got, want)
+	}
+
+	writeEvents(t, db, sqlstore.Postgres, "h")
+	if got := queued(); len(got) != 1 {
+		t.Fatalf("queue after a write: %v, want h's row", got)
+	}
+	if _, err := db.ExecContext(ctx, `TRUNCATE outbox_messages`); err != nil {
+		t.Fatal(err)
+	}
+	if got := queued(); len(got) != 0 {
+		t.Fatalf("queue after TRUNCATE outbox_messages: %v, want empty", got)
 	}
 }

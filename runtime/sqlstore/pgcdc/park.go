@@ -322,9 +322,15 @@ func (s *Store) pollParked(ctx context.Context) {
 func (s *Store) pollAggregate(ctx context.Context, k aggregate, asides int) error {
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.StatementTimeout)
 	defer cancel()
+	// With a queue, a row the polling relay published has no
+	// published_at: pending rows are parked or queued.
+	pending := "published_at IS NULL"
+	if s.queued {
+		pending += " AND (parked_at IS NOT NULL OR id IN (SELECT qid FROM " + sqlstore.QueueTable(s.cfg.Table) + "))"
+	}
 	rows, err := s.db.Query(qctx, `SELECT id, event_id::text, event_type, event_version, aggregate_type, aggregate_id, topic, payload,
 		coalesce(headers, ''), occurred_at, created_at, attempts, parked_at IS NOT NULL
-		FROM `+s.cfg.Table+` WHERE aggregate_type = $1 AND aggregate_id = $2 AND published_at IS NULL ORDER BY id LIMIT 1000`, k.typ, k.id)
+		FROM `+s.cfg.Table+` WHERE aggregate_type = $1 AND aggregate_id = $2 AND `+pending+` ORDER BY id LIMIT 1000`, k.typ, k.id)
 	if err != nil {
 		return err
 	}
