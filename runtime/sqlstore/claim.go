@@ -12,7 +12,13 @@ import (
 )
 
 // claimToken is the Token of the batches a Store returns.
-type claimToken struct{ owner string }
+type claimToken struct {
+	owner string
+	// retried are the ids of the batch's rows that have a retry schedule
+	// (next_attempt_at), on a table with a queue: the published mark
+	// clears it on them alone (see queueFencedSQL).
+	retried []int64
+}
 
 // ExcludesInFlight implements [relay.InFlightExcluder]: Claim leaves out
 // [relay.ClaimRequest.InFlight], so the relay claims its next batch while
@@ -56,7 +62,7 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 		return relay.Batch{ClaimAgainIn: again}, nil
 	}
 	o.mu.Unlock()
-	msgs, alive, err := s.selectClaimable(ctx, shards, req.InFlight, req.Limit, req.MaxBytes, sizeHint)
+	msgs, retried, alive, err := s.selectClaimable(ctx, shards, req.InFlight, req.Limit, req.MaxBytes, sizeHint)
 	if err != nil {
 		return relay.Batch{}, err
 	}
@@ -95,7 +101,7 @@ func (s *Store) Claim(ctx context.Context, req relay.ClaimRequest) (relay.Batch,
 			o.mu.Unlock()
 		}
 	}
-	return relay.Batch{Messages: msgs, Deadline: validUntil, Lost: lost, Token: claimToken{req.Owner}}, nil
+	return relay.Batch{Messages: msgs, Deadline: validUntil, Lost: lost, Token: claimToken{owner: req.Owner, retried: retried}}, nil
 }
 
 // lookForFreeShards has a standby owner whose look is due count the shards
@@ -170,13 +176,13 @@ func (s *Store) claimAgainIn(o *ownerLease) time.Duration {
 // sends a large payload as NULL (so that no more than maxBytes of
 // payload cross the wire); a claim that meets one is read again with the
 // running sum, and claims keep the sum until one meets no large row.
-func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []int64, limit int, maxBytes int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, err error) {
+func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []int64, limit int, maxBytes int64, sizeHint int) (msgs []runtime.OutboxMessage, retried []int64, alive int, err error) {
 	if maxBytes <= 0 {
 		maxBytes = 1 << 62
 	}
 	t, err := s.tablesNow(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	filter := ""
 	if len(shards) < Shards {
@@ -192,21 +198,21 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []
 	sc, canCut := s.dialect.(smallClaimer)
 	if canCut && !s.largeRows.Load() {
 		q, args := sc.claimSmallQuery(t, filter, limit, small)
-		msgs, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), limit, small, sizeHint)
+		msgs, retried, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), limit, small, sizeHint)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		if large == 0 {
-			return msgs, alive, nil
+			return msgs, retried, alive, nil
 		}
 		s.largeRows.Store(true)
 	}
 	q, args := s.dialect.claimQuery(t, filter, limit, maxBytes)
-	msgs, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), limit, small, sizeHint)
+	msgs, retried, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), limit, small, sizeHint)
 	if err == nil && canCut && large == 0 {
 		s.largeRows.Store(false)
 	}
-	return msgs, alive, err
+	return msgs, retried, alive, err
 }
 
 // claimArgs is how many arguments the claim queries take before the
@@ -218,19 +224,19 @@ const claimArgs = 2
 // payloads larger than small. A NULL payload is a large one that
 // claimSmallQuery left out (the column is NOT NULL): readClaim stops at
 // the first, with large 1 and the rows before it.
-func (s *Store) readClaim(ctx context.Context, q string, args []any, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, large int, err error) {
+func (s *Store) readClaim(ctx context.Context, q string, args []any, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, retried []int64, alive int, large int, err error) {
 	err = s.onConn(ctx, func(c Executor) error {
-		msgs, alive, large, err = s.scanClaim(ctx, c, q, args, limit, small, sizeHint)
+		msgs, retried, alive, large, err = s.scanClaim(ctx, c, q, args, limit, small, sizeHint)
 		return err
 	})
-	return msgs, alive, large, err
+	return msgs, retried, alive, large, err
 }
 
 // scanClaim is readClaim on c.
-func (s *Store) scanClaim(ctx context.Context, c Executor, q string, args []any, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, alive int, large int, err error) {
+func (s *Store) scanClaim(ctx context.Context, c Executor, q string, args []any, limit int, small int64, sizeHint int) (msgs []runtime.OutboxMessage, retried []int64, alive int, large int, err error) {
 	rows, err := c.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("sqlstore: claim: select pending: %w", err)
+		return nil, nil, 0, 0, fmt.Errorf("sqlstore: claim: select pending: %w", err)
 	}
 	defer rows.Close()
 	// Scan sets every field of these for each row, to values of the row's
@@ -247,10 +253,16 @@ func (s *Store) scanClaim(ctx context.Context, c Executor, q string, args []any,
 		}
 		if err := rows.Scan(&r.ID, &r.EventID, &r.EventType, &r.EventVersion, &r.AggregateType, &r.AggregateID,
 			&r.Topic, &payload, &headers, &r.OccurredAt, &r.CreatedAt, &r.Attempts, &alive); err != nil {
-			return nil, 0, 0, fmt.Errorf("sqlstore: claim: scan: %w", err)
+			return nil, nil, 0, 0, fmt.Errorf("sqlstore: claim: scan: %w", err)
+		}
+		if r.Attempts < 0 {
+			// A row with a retry schedule, its attempts encoded as
+			// -1 - attempts (postgresClaimColumns).
+			r.Attempts = -1 - r.Attempts
+			retried = append(retried, r.ID)
 		}
 		if !payload.Valid {
-			return msgs, alive, 1, nil
+			return msgs, retried, alive, 1, nil
 		}
 		r.Payload = payload.V
 		if int64(len(r.Payload)) > small {
@@ -259,12 +271,12 @@ func (s *Store) scanClaim(ctx context.Context, c Executor, q string, args []any,
 		r.Headers = headers.String
 		m, err := DecodeRow(r)
 		if err != nil {
-			return nil, 0, 0, fmt.Errorf("sqlstore: claim: %w", err)
+			return nil, nil, 0, 0, fmt.Errorf("sqlstore: claim: %w", err)
 		}
 		msgs = append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, 0, fmt.Errorf("sqlstore: claim: select pending: %w", err)
+		return nil, nil, 0, 0, fmt.Errorf("sqlstore: claim: select pending: %w", err)
 	}
-	return msgs, alive, large, nil
+	return msgs, retried, alive, large, nil
 }

@@ -361,7 +361,7 @@ func (postgresDialect) claimQuery(t storeTables, shardFilter string, limit int, 
 	q := postgresBlocked(t) + `
 		SELECT ` + selectColumns + `, ` + postgresAlive(t) + ` FROM (
 			SELECT c.*, sum(octet_length(c.payload)) OVER (ORDER BY c.id) AS run FROM (
-				SELECT ` + selectColumns + postgresClaimable(t, shardFilter) + `
+				SELECT ` + postgresClaimColumns(t, selectColumns) + postgresClaimable(t, shardFilter) + `
 				ORDER BY ` + postgresClaimOrder(t) + ` LIMIT $1) c) x
 		WHERE run - octet_length(payload) < $2 ORDER BY id`
 	return q, []any{limit, maxBytes}
@@ -375,7 +375,7 @@ func (postgresDialect) claimQuery(t storeTables, shardFilter string, limit int, 
 // index also visits the entries of the rows marked so far, and the
 // second scan doubled that.)
 func (postgresDialect) claimSmallQuery(t storeTables, shardFilter string, limit int, small int64) (string, []any) {
-	cols := strings.Replace(selectColumns, "payload", "CASE WHEN octet_length(o.payload) > $2::bigint THEN NULL ELSE o.payload END", 1)
+	cols := strings.Replace(postgresClaimColumns(t, selectColumns), "payload", "CASE WHEN octet_length(o.payload) > $2::bigint THEN NULL ELSE o.payload END", 1)
 	q := postgresBlocked(t) + `
 		SELECT ` + cols + `, ` + postgresAlive(t) + postgresClaimable(t, shardFilter) + `
 		ORDER BY ` + postgresClaimOrder(t) + ` LIMIT $1`
@@ -410,6 +410,18 @@ func postgresClaimable(t storeTables, filter string) string {
 	return ` FROM ` + t.table + ` o
 				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + filter + `
 				AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)`
+}
+
+// postgresClaimColumns is cols, the claim's columns; with a queue, a row
+// with a retry schedule (next_attempt_at: it failed before, or was
+// replayed or unparked) has its attempts as -1 - attempts, so that the
+// published mark clears the schedule on such rows alone (scanClaim,
+// queueFencedSQL).
+func postgresClaimColumns(t storeTables, cols string) string {
+	if t.queue == "" {
+		return cols
+	}
+	return strings.TrimSuffix(cols, "attempts") + "CASE WHEN o.next_attempt_at IS NULL THEN o.attempts ELSE -1 - o.attempts END AS attempts"
 }
 
 // postgresClaimOrder is the claim's ORDER BY: the queue's key, whose
@@ -491,11 +503,11 @@ func (postgresDialect) fencedSQL(t storeTables, set string, n int, ranged bool) 
 
 // queueFencedSQL is fencedSQL with a queue, its arguments the same. The
 // published mark deletes the rows' entries from the queue, fenced by the
-// owner's shards as the UPDATE is, and does not write the rows: only one
-// that failed before gets published_at and loses its next_attempt_at,
-// which keeps it out of the blocked index (the UPDATE reads each row by
-// its key and writes only those). With DeletePublished (set empty) it
-// deletes the rows with their entries. A failure is recorded on the rows
+// owner's shards as the UPDATE is, and does not write the rows: only those
+// with a retry schedule, whose ids are its one set argument, get
+// published_at and lose their next_attempt_at, which takes them out of
+// the blocked index. With DeletePublished (set empty) it deletes the rows
+// with their entries. A failure is recorded on the rows
 // as without a queue; one that parks a row also takes it out of the queue.
 func queueFencedSQL(t storeTables, set string, n int) string {
 	arg := func(i int) string { return "$" + strconv.Itoa(n+i) }
@@ -507,9 +519,12 @@ func queueFencedSQL(t storeTables, set string, n int) string {
 	switch {
 	case set == "":
 		return `WITH d AS (` + dequeue + `) DELETE FROM ` + t.table + ` AS o WHERE ` + rows
+	case set == postgresPublishedSet && n == 0:
+		return dequeue
 	case set == postgresPublishedSet:
+		// $1: the ids of the rows with a retry schedule (claimToken).
 		return `WITH d AS (` + dequeue + `) UPDATE ` + t.table + ` AS o SET published_at = now(), next_attempt_at = NULL
-		WHERE ` + rows + ` AND o.next_attempt_at IS NOT NULL`
+		WHERE o.id = ANY(ARRAY(SELECT qid FROM d WHERE qid = ANY($1))) AND o.id BETWEEN ` + arg(3) + ` AND ` + arg(4)
 	}
 	update := `UPDATE ` + t.table + ` AS o SET ` + set + `
 		FROM (SELECT set_config('synchronous_commit', 'off', true)) AS sc

@@ -73,7 +73,7 @@ func (s *Store) Mark(ctx context.Context, b relay.Batch, o relay.Outcome) error 
 		return err
 	}
 	ranged := s.layout.Load() == layoutPartitioned
-	if err := s.markPublished(ctx, t, tok.owner, o.Published, s.eventRange(ranged, byID, o.Published)); err != nil {
+	if err := s.markPublished(ctx, t, tok, o.Published, s.eventRange(ranged, byID, o.Published)); err != nil {
 		return err
 	}
 	if len(o.Failed) == 0 {
@@ -204,16 +204,33 @@ func (s *Store) eventRange(ranged bool, byID map[int64]*runtime.OutboxMessage, i
 	return r
 }
 
-// markPublished marks ids as published, fenced by owner's leases.
-func (s *Store) markPublished(ctx context.Context, t storeTables, owner string, ids []int64, events *eventRange) error {
+// markPublished marks ids as published, fenced by the leases of tok's
+// owner.
+func (s *Store) markPublished(ctx context.Context, t storeTables, tok claimToken, ids []int64, events *eventRange) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	set, args := s.dialect.publishedSet()
-	if s.cfg.DeletePublished {
+	switch {
+	case s.cfg.DeletePublished:
 		set, args = "", nil // a DELETE (see dialect.updateFenced)
+	case t.queue != "" && len(tok.retried) > 0:
+		// The published rows with a retry schedule (queueFencedSQL).
+		published := make(map[int64]bool, len(ids))
+		for _, id := range ids {
+			published[id] = true
+		}
+		var retried []int64
+		for _, id := range tok.retried {
+			if published[id] {
+				retried = append(retried, id)
+			}
+		}
+		if len(retried) > 0 {
+			args = []any{retried}
+		}
 	}
-	if err := s.updateFenced(ctx, t, owner, set, args, ids, events); err != nil {
+	if err := s.updateFenced(ctx, t, tok.owner, set, args, ids, events); err != nil {
 		return fmt.Errorf("sqlstore: mark published: %w", err)
 	}
 	return nil

@@ -2,8 +2,10 @@ package sqlstore_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/gooutbox/outbox/runtime/relay"
 	"github.com/gooutbox/outbox/runtime/sqlstore"
@@ -161,5 +163,72 @@ func TestMigrateQueuesAnEarlierTable(t *testing.T) {
 	}
 	if got := queued(); len(got) != 0 {
 		t.Fatalf("queue after TRUNCATE outbox_messages: %v, want empty", got)
+	}
+}
+
+// TestQueueMarkClearsARetrySchedule: on PostgreSQL's queue the published
+// mark writes only the rows that have a retry schedule (they failed
+// before): they get published_at and lose next_attempt_at, which takes
+// them out of the blocked index; the others are not written at all.
+func TestQueueMarkClearsARetrySchedule(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrated(t, sqlstore.Postgres)
+	writeEvents(t, db, sqlstore.Postgres, "failed", "fine")
+	store := mustStore(t, db, sqlstore.StoreConfig{RetryDelay: time.Millisecond, MaxRetryDelay: time.Millisecond})
+	claim := func() relay.Batch {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			b, err := store.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Messages) > 0 {
+				return b
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("nothing claimable after 10s")
+			}
+		}
+	}
+	b := claim()
+	var failed, fine int64
+	for _, m := range b.Messages {
+		if m.AggregateID == "failed" {
+			failed = m.ID
+		} else {
+			fine = m.ID
+		}
+	}
+	if err := store.Mark(ctx, b, relay.Outcome{Published: []int64{fine},
+		Failed: []relay.Failure{{ID: failed, Err: errors.New("broker down"), Transient: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	b = claim() // the failed row, once its retry is due
+	if len(b.Messages) != 1 || b.Messages[0].ID != failed {
+		t.Fatalf("claimed %+v, want the failed row %d alone", b.Messages, failed)
+	}
+	if err := store.Mark(ctx, b, relay.Outcome{Published: []int64{failed}}); err != nil {
+		t.Fatal(err)
+	}
+	row := func(id int64) (published, scheduled bool) {
+		t.Helper()
+		if err := db.QueryRowContext(ctx, `SELECT published_at IS NOT NULL, next_attempt_at IS NOT NULL FROM outbox_messages WHERE id = $1`, id).Scan(&published, &scheduled); err != nil {
+			t.Fatal(err)
+		}
+		return published, scheduled
+	}
+	if p, s := row(failed); !p || s {
+		t.Errorf("the row published after a failure: published_at set %v, next_attempt_at set %v; want set, cleared", p, s)
+	}
+	if p, s := row(fine); p || s {
+		t.Errorf("the row published at once: published_at set %v, next_attempt_at set %v; want neither (not written)", p, s)
+	}
+	st, err := store.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != 0 || st.Retrying != 0 {
+		t.Errorf("stats: %+v, want nothing pending", st)
 	}
 }

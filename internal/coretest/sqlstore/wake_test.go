@@ -363,7 +363,7 @@ func TestMigrateDropsTheNotifyTrigger(t *testing.T) {
 		t.Fatal(err)
 	}
 	var triggers, functions int
-	if err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM pg_trigger WHERE tgrelid = 'outbox_messages'::regclass AND NOT tgisinternal AND tgname <> 'outbox_messages_enqueue'),
+	if err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM pg_trigger WHERE tgrelid = 'outbox_messages'::regclass AND NOT tgisinternal AND tgname NOT IN ('outbox_messages_enqueue', 'outbox_messages_truncate')),
 		(SELECT count(*) FROM pg_proc WHERE proname = 'outbox_messages_notify' AND pronamespace = current_schema()::regnamespace)`).Scan(&triggers, &functions); err != nil {
 		t.Fatal(err)
 	}
