@@ -513,17 +513,16 @@ func queueFencedSQL(t storeTables, set string, n int) string {
 	arg := func(i int) string { return "$" + strconv.Itoa(n+i) }
 	dequeue := `DELETE FROM ` + t.queue + ` AS q USING (SELECT set_config('synchronous_commit', 'off', true)) AS sc
 			WHERE q.qid = ANY(` + arg(1) + `) AND q.qid BETWEEN ` + arg(3) + ` AND ` + arg(4) + `
-			AND q.qshard = ANY(ARRAY(SELECT shard FROM ` + t.leases + ` WHERE owner = ` + arg(2) + `))
-			RETURNING q.qid`
+			AND q.qshard = ANY(ARRAY(SELECT shard FROM ` + t.leases + ` WHERE owner = ` + arg(2) + `))`
 	rows := `o.id = ANY(ARRAY(SELECT qid FROM d)) AND o.id BETWEEN ` + arg(3) + ` AND ` + arg(4)
 	switch {
 	case set == "":
-		return `WITH d AS (` + dequeue + `) DELETE FROM ` + t.table + ` AS o WHERE ` + rows
+		return `WITH d AS (` + dequeue + ` RETURNING q.qid) DELETE FROM ` + t.table + ` AS o WHERE ` + rows
 	case set == postgresPublishedSet && n == 0:
 		return dequeue
 	case set == postgresPublishedSet:
 		// $1: the ids of the rows with a retry schedule (claimToken).
-		return `WITH d AS (` + dequeue + `) UPDATE ` + t.table + ` AS o SET published_at = now(), next_attempt_at = NULL
+		return `WITH d AS (` + dequeue + ` RETURNING q.qid) UPDATE ` + t.table + ` AS o SET published_at = now(), next_attempt_at = NULL
 		WHERE o.id = ANY(ARRAY(SELECT qid FROM d WHERE qid = ANY($1))) AND o.id BETWEEN ` + arg(3) + ` AND ` + arg(4)
 	}
 	update := `UPDATE ` + t.table + ` AS o SET ` + set + `
