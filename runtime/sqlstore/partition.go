@@ -209,13 +209,6 @@ type partitionMaintenance struct {
 	cfg   PartitionConfig // Interval may be zero: the newest partition's width
 }
 
-// isPartitioned reports whether table is a partitioned PostgreSQL table.
-func isPartitioned(ctx context.Context, db DB, table string) (bool, error) {
-	var p bool
-	err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))`, table).Scan(&p)
-	return p, err
-}
-
 // list returns the table's partitions and the database's clock.
 func (m partitionMaintenance) list(ctx context.Context) ([]partition, time.Time, error) {
 	rows, err := m.db.QueryContext(ctx, `SELECT c.oid::regclass::text, pg_get_expr(c.relpartbound, c.oid), c.reltuples::int8, now()

@@ -223,13 +223,11 @@ func (r *Retention) pass(ctx context.Context, res *RetentionResult) error {
 		// On a partitioned table, only the DEFAULT partition's rows are
 		// deleted one by one, with no horizon (it is small).
 		table, horizon := r.store.table, int64(0)
-		partitioned := false
-		if r.store.dialect.name() == Postgres {
-			var err error
-			if partitioned, err = isPartitioned(ctx, r.store.db, r.store.table); err != nil {
-				return fmt.Errorf("sqlstore: retention: %w", err)
-			}
+		layout, err := r.store.layoutOf(ctx) // asked of the database once per store
+		if err != nil {
+			return fmt.Errorf("sqlstore: retention: %w", err)
 		}
+		partitioned := layout == layoutPartitioned
 		if partitioned {
 			var listed bool
 			table, listed, partErr = r.partitions(ctx, res)
