@@ -114,7 +114,7 @@ func pendingIndexDDL(table string) string {
 func queueDDL(table string) []string {
 	base := baseName(table)
 	q, fn, guard := queueTable(table), queueFunc(table), qualify(table, base+"_lease_guard")
-	return []string{`DO $outbox$
+	return []string{leaseGuardDDL(table, guard), `DO $outbox$
 BEGIN
 	IF to_regclass('` + q + `') IS NULL
 		AND NOT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = '` + table + `'::regclass) THEN
@@ -148,24 +148,45 @@ BEGIN
 		DROP INDEX IF EXISTS ` + qualify(table, base+"_pending") + `;
 		-- Relays of earlier versions claim by published_at, which the
 		-- queue's mark leaves NULL: they would publish every row again.
-		-- They lose their shards now, and a guard keeps them from taking
-		-- any: a lease goes only to a relay registered as knowing the
-		-- queue.
-		CREATE OR REPLACE FUNCTION ` + guard + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
-		BEGIN
-			IF NEW.owner IS NOT NULL AND NEW.owner IS DISTINCT FROM OLD.owner
-				AND NOT EXISTS (SELECT 1 FROM ` + relaysTable(table) + ` r WHERE r.owner = NEW.owner AND r.queue) THEN
-				RETURN NULL;
-			END IF;
-			RETURN NEW;
-		END
-		$fn$;
+		-- They lose their shards now, and a guard (its function created
+		-- before this block) keeps them from taking any: a lease goes
+		-- only to a relay registered as knowing the queue.
 		CREATE TRIGGER ` + base + `_lease_guard BEFORE UPDATE ON ` + leasesTable(table) + `
 			FOR EACH ROW EXECUTE FUNCTION ` + guard + `();
 		UPDATE ` + leasesTable(table) + ` SET owner = NULL, expires_at = NULL;
 	END IF;
 END
 $outbox$`}
+}
+
+// leaseGuardDDL (re)creates the function of the lease guard (see
+// queueDDL): a shard goes to an owner only if the relays table has it
+// registered as knowing the queue. The function names the relays table with
+// its schema and sets its own search_path, so it answers the same whatever
+// the search_path of the session that updates the leases (the first
+// version named the table as Migrate was given it: a relay whose
+// search_path did not reach it could take no shard). It is replaced only
+// when it is missing or is that first version, and not on a partitioned
+// table, which has no queue.
+func leaseGuardDDL(table, guard string) string {
+	return `DO $outbox$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('` + guard + `()') AND proconfig IS NOT NULL)
+		AND NOT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = '` + table + `'::regclass) THEN
+		EXECUTE format($f$CREATE OR REPLACE FUNCTION ` + guard + `() RETURNS trigger LANGUAGE plpgsql
+			SET search_path = pg_catalog, pg_temp AS $fn$
+		BEGIN
+			IF NEW.owner IS NOT NULL AND NEW.owner IS DISTINCT FROM OLD.owner
+				AND NOT EXISTS (SELECT 1 FROM %s r WHERE r.owner = NEW.owner AND r.queue) THEN
+				RETURN NULL;
+			END IF;
+			RETURN NEW;
+		END
+		$fn$$f$, (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c
+			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = '` + relaysTable(table) + `'::regclass));
+	END IF;
+END
+$outbox$`
 }
 
 // upgradePostgres brings a table of an earlier version up to date: rows get

@@ -232,3 +232,66 @@ func TestQueueMarkClearsARetrySchedule(t *testing.T) {
 		t.Errorf("stats: %+v, want nothing pending", st)
 	}
 }
+
+// TestLeaseGuardWhateverTheSearchPath: the lease guard finds the relays
+// table through its schema, not the search_path of the session that takes
+// shards, so a relay that names the outbox table with its schema from a
+// session whose search_path does not reach it takes shards; an owner not
+// registered as knowing the queue still gets none. A table migrated with
+// the guard's first version (which named the relays table as Migrate was
+// given it) gets the new one at the next Migrate.
+func TestLeaseGuardWhateverTheSearchPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrated(t, sqlstore.Postgres)
+	var schema string
+	if err := db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	// The first version of the guard's function.
+	if _, err := db.ExecContext(ctx, `CREATE OR REPLACE FUNCTION outbox_messages_lease_guard() RETURNS trigger LANGUAGE plpgsql AS $fn$
+		BEGIN
+			IF NEW.owner IS NOT NULL AND NEW.owner IS DISTINCT FROM OLD.owner
+				AND NOT EXISTS (SELECT 1 FROM outbox_messages_relays r WHERE r.owner = NEW.owner AND r.queue) THEN
+				RETURN NULL;
+			END IF;
+			RETURN NEW;
+		END
+		$fn$`); err != nil {
+		t.Fatal(err)
+	}
+	if err := sqlstore.Migrate(ctx, databasesql.New(db), sqlstore.Schema{Dialect: sqlstore.Postgres, Outbox: true}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, `SET search_path TO pg_catalog`); err != nil {
+		t.Fatal(err)
+	}
+	defer c.ExecContext(ctx, `RESET search_path`)
+	if _, err := c.ExecContext(ctx, `INSERT INTO `+schema+`.outbox_messages_relays (owner, expires_at, queue)
+		VALUES ('new', now() + interval '1 minute', TRUE), ('old', now() + interval '1 minute', FALSE)`); err != nil {
+		t.Fatal(err)
+	}
+	take := func(owner string, shard int) int64 {
+		t.Helper()
+		res, err := c.ExecContext(ctx, `UPDATE `+schema+`.outbox_messages_leases SET owner = $1, expires_at = now() + interval '1 minute' WHERE shard = $2`, owner, shard)
+		if err != nil {
+			t.Fatalf("%s takes shard %d from a session whose search_path does not reach the table: %v", owner, shard, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := take("new", 0); n != 1 {
+		t.Errorf("a relay that knows the queue took %d shards, want 1", n)
+	}
+	if n := take("old", 1); n != 0 {
+		t.Errorf("a relay of an earlier version took %d shards, want 0", n)
+	}
+}
