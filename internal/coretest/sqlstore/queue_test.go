@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -293,5 +294,82 @@ func TestLeaseGuardWhateverTheSearchPath(t *testing.T) {
 	}
 	if n := take("old", 1); n != 0 {
 		t.Errorf("a relay of an earlier version took %d shards, want 0", n)
+	}
+}
+
+// TestQueueClaimPassesAHeldWindow: the claim reads the first limit
+// entries of the queue as a range when they are close together, and walks
+// the queue instead when none of them can go (every one is held by an
+// aggregate that waits for a retry) or when they are spread wide (a row
+// that waits at the head, far behind the rest): either way it returns the
+// claimable rows after them, in order, and never an empty batch while some
+// row can go.
+func TestQueueClaimPassesAHeldWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrated(t, sqlstore.Postgres)
+	store := mustStore(t, db, sqlstore.StoreConfig{RetryDelay: time.Hour, MaxRetryDelay: time.Hour})
+	claim := func(limit int) relay.Batch {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			b, err := store.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Messages) > 0 {
+				return b
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("nothing claimable after 10s")
+			}
+		}
+	}
+	aggregates := func(b relay.Batch) []string {
+		var out []string
+		for i, m := range b.Messages {
+			if i > 0 && m.ID <= b.Messages[i-1].ID {
+				t.Fatalf("claimed out of order: %+v", b.Messages)
+			}
+			out = append(out, m.AggregateID)
+		}
+		return out
+	}
+	// held waits at the head of the queue, its later rows queued behind
+	// it: the window of a 3-row claim holds nothing that can go.
+	writeEvents(t, db, sqlstore.Postgres, "held", "held", "held")
+	b := claim(3)
+	if got := aggregates(b); !slices.Equal(got, []string{"held", "held", "held"}) {
+		t.Fatalf("first claim: %v", got)
+	}
+	if err := store.Mark(ctx, b, relay.Outcome{Failed: []relay.Failure{{ID: b.Messages[0].ID, Err: errors.New("broker down"), Transient: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	writeEvents(t, db, sqlstore.Postgres, "f1", "f2")
+	if got := aggregates(claim(3)); !slices.Equal(got, []string{"f1", "f2"}) {
+		t.Errorf("claim behind a held window: %v, want [f1 f2]", got)
+	}
+	// Far behind the rest: 40 rows published since, then two pending.
+	// The window of a 4-row claim (held's three rows and g1) spans more
+	// than four limits of ids.
+	b = claim(10)
+	if err := store.Mark(ctx, b, relay.Outcome{Published: []int64{b.Messages[0].ID, b.Messages[1].ID}}); err != nil {
+		t.Fatal(err)
+	}
+	between := make([]string, 40)
+	for i := range between {
+		between[i] = fmt.Sprint("p", i)
+	}
+	writeEvents(t, db, sqlstore.Postgres, between...)
+	b = claim(100)
+	var published []int64
+	for _, m := range b.Messages {
+		published = append(published, m.ID)
+	}
+	if err := store.Mark(ctx, b, relay.Outcome{Published: published}); err != nil {
+		t.Fatal(err)
+	}
+	writeEvents(t, db, sqlstore.Postgres, "g1", "g2")
+	if got := aggregates(claim(4)); !slices.Equal(got, []string{"g1", "g2"}) {
+		t.Errorf("claim behind a wide window: %v, want [g1 g2]", got)
 	}
 }
