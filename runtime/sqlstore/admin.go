@@ -143,12 +143,32 @@ func publishedCond(t storeTables) string {
 	return "published_at IS NOT NULL"
 }
 
-// unpublishedCond is the WHERE condition of the pending and parked rows.
-func unpublishedCond(t storeTables) string {
-	if t.queue != "" {
-		return "published_at IS NULL AND (parked_at IS NOT NULL OR EXISTS (SELECT 1 FROM " + t.queue + " WHERE qid = id))"
+// statsByTypeQuery is [Store.StatsByType]'s statement.
+func statsByTypeQuery(d dialect, t storeTables) string {
+	return `SELECT topic, event_type,
+		SUM(CASE WHEN parked_at IS NULL THEN 1 ELSE 0 END),
+		SUM(CASE WHEN parked_at IS NULL AND attempts > 0 THEN 1 ELSE 0 END),
+		SUM(CASE WHEN parked_at IS NOT NULL THEN 1 ELSE 0 END),
+		` + d.secondsSince(`MIN(CASE WHEN parked_at IS NULL THEN created_at END)`) + `
+		FROM ` + unpublishedRows(t) + `
+		GROUP BY topic, event_type ORDER BY topic, event_type`
+}
+
+// unpublishedRows is a FROM of the pending and parked rows. With a queue
+// it reads the pending rows from the queue, each by its key (OFFSET 0
+// keeps the planner from joining the queue to a scan of the whole table),
+// and the parked ones through their index. A condition on the table
+// alone (published_at IS NULL AND (parked_at IS NOT NULL OR EXISTS (the
+// queue's entry))), which no index of the table answers, read all of it,
+// published history included: 650 ms on 200,000 rows.
+func unpublishedRows(t storeTables) string {
+	if t.queue == "" {
+		return t.table + ` WHERE published_at IS NULL`
 	}
-	return "published_at IS NULL"
+	return `(SELECT o.* FROM ` + t.queue + ` q CROSS JOIN LATERAL (SELECT * FROM ` + t.table + ` o WHERE o.id = q.qid OFFSET 0) o
+			WHERE o.published_at IS NULL AND o.parked_at IS NULL
+		UNION ALL
+		SELECT * FROM ` + t.table + ` WHERE parked_at IS NOT NULL AND published_at IS NULL) u`
 }
 
 // requeue wraps an UPDATE of rows that turn pending so that, with a
@@ -352,14 +372,7 @@ func (s *Store) StatsByType(ctx context.Context) ([]GroupStats, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: stats by type: %w", err)
 	}
-	q := `SELECT topic, event_type,
-		SUM(CASE WHEN parked_at IS NULL THEN 1 ELSE 0 END),
-		SUM(CASE WHEN parked_at IS NULL AND attempts > 0 THEN 1 ELSE 0 END),
-		SUM(CASE WHEN parked_at IS NOT NULL THEN 1 ELSE 0 END),
-		` + s.dialect.secondsSince(`MIN(CASE WHEN parked_at IS NULL THEN created_at END)`) + `
-		FROM ` + s.table + ` WHERE ` + unpublishedCond(t) + `
-		GROUP BY topic, event_type ORDER BY topic, event_type`
-	rows, err := s.db.QueryContext(ctx, q)
+	rows, err := s.db.QueryContext(ctx, statsByTypeQuery(s.dialect, t))
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: stats by type: %w", err)
 	}

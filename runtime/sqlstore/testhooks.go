@@ -55,10 +55,11 @@ func init() {
 		small, smallArgs := d.claimSmallQuery(t, "", 1000, 8<<10)
 		claim, claimArgs := d.claimQuery(t, "", 1000, 8<<20)
 		return map[string]testhooks.Statement{
-			"mark":         {SQL: d.fencedSQL(t, set, 0, false), Args: []any{[]int64{1, 2, 3}, owner, int64(1), int64(3)}},
-			"mark retried": {SQL: d.fencedSQL(t, set, 1, false), Args: []any{[]int64{2}, []int64{1, 2, 3}, owner, int64(1), int64(3)}},
-			"claim":        {SQL: claim, Args: claimArgs},
-			"claim small":  {SQL: small, Args: smallArgs},
+			"mark":          {SQL: d.fencedSQL(t, set, 0, false), Args: []any{[]int64{1, 2, 3}, owner, int64(1), int64(3)}},
+			"mark retried":  {SQL: d.fencedSQL(t, set, 1, false), Args: []any{[]int64{2}, []int64{1, 2, 3}, owner, int64(1), int64(3)}},
+			"claim":         {SQL: claim, Args: claimArgs},
+			"claim small":   {SQL: small, Args: smallArgs},
+			"stats by type": {SQL: statsByTypeQuery(d, t)},
 		}
 	}
 	h.MySQLErrorNumber = mysqlErrorNumber
