@@ -42,6 +42,8 @@ type Consumer struct {
 
 	nackMu sync.Mutex
 	nacks  map[string]int // message UUID → times nacked in a row
+
+	group grouper // deliveries waiting for a transaction (MaxTransactions)
 }
 
 // maxTrackedNacks bounds the nack counts a consumer remembers; past it the
@@ -268,21 +270,27 @@ func convert[E runtime.Event](evt runtime.Event) (E, error) {
 // Messages are applied in the order they are delivered; the consumer adds no
 // parallelism. Subscribers that deliver a partition's next message only after
 // the current one is acked (adapters/kafka, Watermill's Kafka, SQL and
-// JetStream subscribers) therefore keep each aggregate's order. For
-// partitions in parallel and batches in one transaction, see [Consumer.Run].
+// JetStream subscribers) therefore keep each aggregate's order. Concurrent
+// deliveries (a router handles partitions concurrently) each get an inbox
+// transaction of their own, unless [Config.MaxTransactions] bounds them:
+// then those that wait are applied together. For partitions in parallel
+// and batches of a partition's messages in one transaction, the fastest
+// path, see [Consumer.Run].
 func (c *Consumer) HandlerFunc() message.NoPublishHandlerFunc { return c.process }
 
 // process handles one delivery from a Watermill router.
 func (c *Consumer) process(msg *message.Message) error {
-	return c.processFrom(msg, message.SubscribeTopicFromCtx(msg.Context()))
+	return c.processFrom(msg, message.SubscribeTopicFromCtx(msg.Context()), c.cfg.MaxTransactions > 0)
 }
 
-// processFrom handles one delivery from topic.
-func (c *Consumer) processFrom(msg *message.Message, topic string) error {
+// processFrom handles one delivery from topic; grouped, its first attempt
+// may share a transaction with concurrent deliveries (see
+// [Consumer.groupAttempt]).
+func (c *Consumer) processFrom(msg *message.Message, topic string, grouped bool) error {
 	start := time.Now()
 	ctx := msg.Context()
 	res := Result{MessageUUID: msg.UUID, Meta: Meta{Topic: topic}, Batch: 1}
-	c.handle(ctx, msg, &res)
+	c.handle(ctx, msg, &res, grouped)
 	res.Duration = time.Since(start)
 	if c.cfg.OnOutcome != nil {
 		c.cfg.OnOutcome(res)
@@ -309,8 +317,9 @@ func describe(res *Result) string {
 	return fmt.Sprintf("event %s (%s v%d)", m.EventID, m.EventType, m.EventVersion)
 }
 
-// handle fills res with the outcome of one delivery.
-func (c *Consumer) handle(ctx context.Context, msg *message.Message, res *Result) {
+// handle fills res with the outcome of one delivery (grouped: see
+// processFrom).
+func (c *Consumer) handle(ctx context.Context, msg *message.Message, res *Result, grouped bool) {
 	env, err := runtime.EnvelopeFromMetadata(msg.UUID, msg.Metadata, msg.Payload)
 	if err == nil && env.EventID == uuid.Nil {
 		err = fmt.Errorf("%w: %s: %w", runtime.ErrInvalidEnvelope, runtime.MetadataEventID, ErrNilEventID)
@@ -354,7 +363,7 @@ func (c *Consumer) handle(ctx context.Context, msg *message.Message, res *Result
 		}
 		return
 	}
-	c.apply(ctx, msg, res, r, evt)
+	c.apply(ctx, msg, res, r, evt, grouped && r.kind == withInbox)
 }
 
 // act carries out a policy for a message that cannot be applied.
@@ -412,12 +421,22 @@ func (c *Consumer) deadLetter(ctx context.Context, msg *message.Message, res *Re
 // errDuplicate rolls back the inbox transaction of a redelivered event.
 var errDuplicate = errors.New("consumer: duplicate")
 
-// apply runs the handler, retrying, and records the outcome.
-func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result, r *route, evt runtime.Event) {
+// apply runs the handler, retrying, and records the outcome; grouped, its
+// first attempt goes through the consumer's groups (see
+// [Consumer.groupAttempt]).
+func (c *Consumer) apply(ctx context.Context, msg *message.Message, res *Result, r *route, evt runtime.Event, grouped bool) {
 	var err error
 	for attempt := 1; ; attempt++ {
 		res.Meta.Attempt = attempt
-		err = c.attempt(ctx, r, evt, res.Meta)
+		if attempt == 1 && grouped {
+			res.Batch, err = c.groupAttempt(ctx, r, evt, res)
+			if errors.Is(err, errAlone) {
+				err = c.attempt(ctx, r, evt, res.Meta)
+			}
+		} else {
+			res.Batch = 1
+			err = c.attempt(ctx, r, evt, res.Meta)
+		}
 		switch {
 		case err == nil:
 			res.Outcome = OutcomeApplied

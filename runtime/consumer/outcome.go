@@ -158,6 +158,7 @@ type Result struct {
 	Duration time.Duration
 	// Batch is how many messages were applied in the transaction of this
 	// one: more than 1 for a message applied in a batch by [Consumer.Run]
-	// ([Config.BatchSize]), 1 otherwise.
+	// ([Config.BatchSize]) or with others by [Consumer.HandlerFunc]
+	// ([Config.MaxTransactions]), 1 otherwise.
 	Batch int
 }

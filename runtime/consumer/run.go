@@ -168,6 +168,9 @@ type batched struct {
 	route *route
 	evt   runtime.Event
 	meta  Meta
+	// ctx, when set, is the context of the message's handler (a
+	// delivery's of a group); otherwise it gets the batch's.
+	ctx context.Context
 }
 
 // applyStream applies batch, in order, and acks each message. It reports
@@ -209,7 +212,7 @@ func (c *Consumer) applyStream(ctx context.Context, topic string, batch []*messa
 // for the nack delay between tries. It reports false when ctx ends first.
 func (c *Consumer) applyOne(ctx context.Context, topic string, msg *message.Message) bool {
 	for {
-		if err := c.processFrom(msg, topic); err == nil {
+		if err := c.processFrom(msg, topic, false); err == nil {
 			msg.Ack()
 			return true
 		}
@@ -244,33 +247,9 @@ func (c *Consumer) batchable(msg *message.Message, topic string) (batched, bool)
 // error, the transaction rolled back and nothing was acked.
 func (c *Consumer) applyBatch(ctx context.Context, run []batched) error {
 	start := time.Now()
-	tctx, cancel := context.WithTimeoutCause(ctx, c.cfg.TxTimeout, errTxDeadline)
-	defer cancel()
-	entries := make([]sqlstore.InboxEntry, len(run))
-	for i, b := range run {
-		entries[i] = sqlstore.InboxEntry{EventID: b.meta.EventID, EventType: b.meta.EventType}
-	}
-	var applied []bool
-	err := c.bounded(tctx, func() error {
-		return c.inboxTx(tctx, func(tx sqlstore.Tx) error {
-			var err error
-			applied, err = c.sql.RecordBatch(tctx, tx, c.cfg.Name, entries, c.cfg.Clock.Now())
-			if err != nil {
-				return &InboxError{Err: err}
-			}
-			for i, b := range run {
-				if !applied[i] {
-					continue
-				}
-				if err := c.call(tctx, b.route, tx, b.evt, b.meta); err != nil {
-					return fmt.Errorf("event %s (%s): %w", b.meta.EventID, b.meta.EventType, err)
-				}
-			}
-			return nil
-		})
-	})
+	applied, err := c.batchTx(ctx, run)
 	if err != nil {
-		return err // applied is the abandoned transaction's, if it was
+		return err
 	}
 	took := time.Since(start)
 	for i, b := range run {
@@ -288,4 +267,49 @@ func (c *Consumer) applyBatch(ctx context.Context, run []batched) error {
 		b.msg.Ack()
 	}
 	return nil
+}
+
+// batchTx applies run in one inbox transaction, bounded by TxTimeout from
+// ctx: the markers in one RecordBatch, then the handler of each message
+// whose marker it inserted (applied), in order. A message with a context
+// of its own (batched.ctx) has its handler called with that context, under
+// the transaction's deadline. When it returns an error, the transaction
+// rolled back.
+func (c *Consumer) batchTx(ctx context.Context, run []batched) (applied []bool, err error) {
+	tctx, cancel := context.WithTimeoutCause(ctx, c.cfg.TxTimeout, errTxDeadline)
+	defer cancel()
+	deadline, _ := tctx.Deadline()
+	entries := make([]sqlstore.InboxEntry, len(run))
+	for i, b := range run {
+		entries[i] = sqlstore.InboxEntry{EventID: b.meta.EventID, EventType: b.meta.EventType}
+	}
+	err = c.bounded(tctx, func() error {
+		return c.inboxTx(tctx, func(tx sqlstore.Tx) error {
+			var err error
+			applied, err = c.sql.RecordBatch(tctx, tx, c.cfg.Name, entries, c.cfg.Clock.Now())
+			if err != nil {
+				return &InboxError{Err: err}
+			}
+			for i, b := range run {
+				if !applied[i] {
+					continue
+				}
+				hctx, cancel := tctx, context.CancelFunc(func() {})
+				if b.ctx != nil {
+					hctx, cancel = context.WithDeadlineCause(b.ctx, deadline, errTxDeadline)
+				}
+				err := c.call(hctx, b.route, tx, b.evt, b.meta)
+				cancel()
+				if err != nil {
+					return fmt.Errorf("event %s (%s): %w", b.meta.EventID, b.meta.EventType, err)
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		// An abandoned transaction's goroutine may still write applied.
+		return nil, err
+	}
+	return applied, nil
 }

@@ -34,6 +34,7 @@ const consumeTopic = "bench.consume"
 const (
 	consumeInbox         = "router, with the inbox (Handle)"
 	consumeNoInbox       = "router, without the inbox (HandleWithoutInbox)"
+	consumeGroupedInbox  = "router, with the inbox, Config.MaxTransactions 2"
 	consumeSerialInbox   = "router, SerialPartitions, with the inbox"
 	consumeSerialNoInbox = "router, SerialPartitions, without the inbox"
 	consumeRunInbox      = "Run, batches of 100, partitions in parallel, with the inbox"
@@ -55,7 +56,14 @@ const (
 	consumeRouterSerial
 	// consumeRun is Consumer.Run over SubscribePartitions.
 	consumeRun
+	// consumeRouterGrouped is consumeRouter with Config.MaxTransactions
+	// consumeMaxTransactions.
+	consumeRouterGrouped
 )
+
+// consumeMaxTransactions is Config.MaxTransactions of consumeRouterGrouped:
+// the CPUs of this machine the benchmark was tuned on.
+const consumeMaxTransactions = 2
 
 // consumerSection is section 4: runtime/consumer reading from kfake.
 func (b *bench) consumerSection(ctx context.Context) error {
@@ -86,7 +94,7 @@ func (b *bench) consumerSection(ctx context.Context) error {
 			inbox bool
 			mode  consumeMode
 		}{
-			{consumeInbox, true, consumeRouter}, {consumeNoInbox, false, consumeRouter},
+			{consumeInbox, true, consumeRouter}, {consumeNoInbox, false, consumeRouter}, {consumeGroupedInbox, true, consumeRouterGrouped},
 			{consumeSerialInbox, true, consumeRouterSerial}, {consumeSerialNoInbox, false, consumeRouterSerial},
 			{consumeRunInbox, true, consumeRun}, {consumeRunNoInbox, false, consumeRun},
 		} {
@@ -104,13 +112,15 @@ func (b *bench) consumerSection(ctx context.Context) error {
 	fmt.Fprintln(b.out, "The router rows run Consumer.HandlerFunc in a Watermill router: on the Kafka subscriber's defaults (one message")
 	fmt.Fprintln(b.out, "at a time per partition, the router handling the partitions concurrently, acks committed in the background), and")
 	fmt.Fprintln(b.out, "with kafka.SubscriberConfig.SerialPartitions (one message at a time across the partitions, each ack committed")
-	fmt.Fprintln(b.out, "before the next message); the Run rows run Consumer.Run over SubscribePartitions (a goroutine per partition;")
+	fmt.Fprintln(b.out, "before the next message), and with consumer.Config.MaxTransactions 2 (the deliveries that come while two inbox")
+	fmt.Fprintln(b.out, "transactions run are applied together in the next); the Run rows run Consumer.Run over SubscribePartitions (a goroutine per partition;")
 	fmt.Fprintln(b.out, "with the inbox, up to 100 consecutive messages of a partition per transaction; without it, each row commits alone).")
 	fmt.Fprintln(b.out)
 	res.table(b.out, "events/s", groupDigits)
 	fmt.Fprintln(b.out)
 	res.ratios(b.out, []ratio{
 		{"router: with / without the inbox", consumeInbox, consumeNoInbox},
+		{"router, MaxTransactions 2: with / without the inbox", consumeGroupedInbox, consumeNoInbox},
 		{"router, SerialPartitions: with / without the inbox", consumeSerialInbox, consumeSerialNoInbox},
 		{"router with the inbox: defaults / SerialPartitions", consumeInbox, consumeSerialInbox},
 		{"Run: with / without the inbox", consumeRunInbox, consumeRunNoInbox},
@@ -166,7 +176,11 @@ func (b *bench) runConsumer(ctx context.Context, reg *runtime.Registry, topic, n
 	if err != nil {
 		return 0, err
 	}
-	c, err := consumer.New(reg, consumer.Config{Name: name, DB: drv, Logger: quietLogger(), BatchSize: consumeRunBatchSize, OnOutcome: func(r consumer.Result) {
+	maxTx := 0
+	if mode == consumeRouterGrouped {
+		maxTx = consumeMaxTransactions
+	}
+	c, err := consumer.New(reg, consumer.Config{Name: name, DB: drv, Logger: quietLogger(), BatchSize: consumeRunBatchSize, MaxTransactions: maxTx, OnOutcome: func(r consumer.Result) {
 		if r.Outcome != consumer.OutcomeApplied {
 			failed.Add(1)
 			return

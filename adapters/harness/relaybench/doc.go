@@ -77,7 +77,9 @@
 //     from kfake, the handler writing one row, with the inbox and without it
 //     (HandleWithoutInbox), in a Watermill router (on the Kafka
 //     subscriber's defaults: one message at a time per partition, the
-//     partitions in parallel; and with its SerialPartitions: one message at
+//     partitions in parallel; with consumer.Config.MaxTransactions 2: the
+//     deliveries that come while two inbox transactions run applied
+//     together in the next; and with its SerialPartitions: one message at
 //     a time across them) and with Consumer.Run (partitions in parallel, batches of 100 per
 //     transaction with the inbox); timed from the first event handled to
 //     the last.
