@@ -397,9 +397,6 @@ func (postgresDialect) claimQuery(t storeTables, shardFilter string, limit int, 
 // second scan doubled that.)
 func (postgresDialect) claimSmallQuery(t storeTables, shardFilter string, limit int, small int64) (string, []any) {
 	cols := strings.Replace(postgresClaimColumns(t, selectColumns), "payload", "CASE WHEN octet_length(o.payload) > $2::bigint THEN NULL ELSE o.payload END", 1)
-	if t.queue != "" {
-		return queueWindowClaim(t, shardFilter, cols), []any{limit, small}
-	}
 	q := postgresBlocked(t) + `
 		SELECT ` + cols + `, ` + postgresAlive(t) + postgresClaimable(t, shardFilter) + `
 		ORDER BY ` + postgresClaimOrder(t) + ` LIMIT $1`
@@ -434,51 +431,6 @@ func postgresClaimable(t storeTables, filter string) string {
 	return ` FROM ` + t.table + ` o
 				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + filter + `
 				AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)`
-}
-
-// queueWindow is how much wider than the claim's limit, in ids, the
-// window of a queue claim may be for queueWindowClaim to read it as a
-// range: a relay sharing the outbox with three others sees a quarter of
-// the queue's entries, so its windows are about four limits wide.
-const queueWindow = 4
-
-// queueWindowClaim is the claim of a table with a queue (claimSmallQuery's,
-// its columns cols). It takes the window of the first limit entries of
-// the queue (less the filter's), and when their ids lie within
-// queueWindow times limit of each other, as they do while a backlog
-// drains, it reads the window's rows as a range: a merge join of the
-// queue's and the table's primary keys between the window's first and
-// last id, which costs about half of a key lookup per row (postgresClaimable's
-// walk; pgbench, 1,000-row claims from a 50,000-row backlog: 1.2 against
-// 2.2 ms). That returns the claimable rows of the window, a prefix of the
-// claim; when it would return none (every row of the window is held by
-// an aggregate that waits, say) or the window is wider, the walk runs
-// instead, in the same statement, gated on that (one-time filters: the
-// branch whose gate is false does not run). The row's id is the queue's,
-// so that both branches are read in order of the same key and merged
-// without a sort; and the branches' plans cost what the claim's did
-// (above jit_above_cost, PostgreSQL would compile the claim at every run).
-func queueWindowClaim(t storeTables, filter, cols string) string {
-	qf := strings.NewReplacer("o.shard IN", "q.qshard IN", "o.id NOT IN", "q.qid NOT IN").Replace(filter)
-	rowCols := `q.qid AS id, o.event_id, o.event_type, o.event_version, o.aggregate_type, o.aggregate_id, o.topic, o.payload,
-			o.headers, o.occurred_at, o.created_at, o.attempts, o.next_attempt_at`
-	claimable := qf + ` AND o.published_at IS NULL AND o.parked_at IS NULL
-			AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)`
-	inWindow := `q.qid BETWEEN (SELECT lo FROM w) AND (SELECT hi FROM w) AND o.id BETWEEN (SELECT lo FROM w) AND (SELECT hi FROM w)`
-	narrow := `(SELECT hi - lo FROM w) < ` + strconv.Itoa(queueWindow) + ` * $1::bigint`
-	return postgresBlocked(t) + `,
-		w AS MATERIALIZED (SELECT min(qid) AS lo, max(qid) AS hi FROM
-			(SELECT q.qid FROM ` + t.queue + ` q WHERE TRUE` + qf + ` ORDER BY q.qid LIMIT $1) i)
-		SELECT ` + cols + `, ` + postgresAlive(t) + ` FROM (
-			(SELECT ` + rowCols + ` FROM ` + t.queue + ` q JOIN ` + t.table + ` o ON o.id = q.qid
-				WHERE ` + narrow + ` AND ` + inWindow + claimable + `
-				ORDER BY q.qid LIMIT $1)
-			UNION ALL
-			(SELECT ` + rowCols + ` FROM ` + t.queue + ` q CROSS JOIN LATERAL (SELECT * FROM ` + t.table + ` o WHERE o.id = q.qid OFFSET 0) o
-				WHERE (SELECT hi FROM w) IS NOT NULL AND (NOT ` + narrow + ` OR NOT EXISTS (
-					SELECT FROM ` + t.queue + ` q JOIN ` + t.table + ` o ON o.id = q.qid WHERE ` + inWindow + claimable + `))` + claimable + `
-				ORDER BY q.qid LIMIT $1)) o
-		ORDER BY id`
 }
 
 // postgresClaimColumns is cols, the claim's columns; with a queue, a row

@@ -177,21 +177,7 @@ func TestQueueMarkClearsARetrySchedule(t *testing.T) {
 	db := migrated(t, sqlstore.Postgres)
 	writeEvents(t, db, sqlstore.Postgres, "failed", "fine")
 	store := mustStore(t, db, sqlstore.StoreConfig{RetryDelay: time.Millisecond, MaxRetryDelay: time.Millisecond})
-	claim := func() relay.Batch {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			b, err := store.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: 10})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(b.Messages) > 0 {
-				return b
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("nothing claimable after 10s")
-			}
-		}
-	}
+	claim := func() relay.Batch { t.Helper(); return claimSome(t, store, 10) }
 	b := claim()
 	var failed, fine int64
 	for _, m := range b.Messages {
@@ -297,33 +283,17 @@ func TestLeaseGuardWhateverTheSearchPath(t *testing.T) {
 	}
 }
 
-// TestQueueClaimPassesAHeldWindow: the claim reads the first limit
-// entries of the queue as a range when they are close together, and walks
-// the queue instead when none of them can go (every one is held by an
-// aggregate that waits for a retry) or when they are spread wide (a row
-// that waits at the head, far behind the rest): either way it returns the
-// claimable rows after them, in order, and never an empty batch while some
-// row can go.
-func TestQueueClaimPassesAHeldWindow(t *testing.T) {
+// TestQueueClaimPassesHeldRows: the claim passes over the queue's first
+// entries when none of their rows can go (each held by an aggregate that
+// waits for a retry), whether the rows after them are close behind or far
+// (40 rows published between): it returns the claimable rows after them,
+// in order, and never an empty batch while some row can go.
+func TestQueueClaimPassesHeldRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := migrated(t, sqlstore.Postgres)
 	store := mustStore(t, db, sqlstore.StoreConfig{RetryDelay: time.Hour, MaxRetryDelay: time.Hour})
-	claim := func(limit int) relay.Batch {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			b, err := store.Claim(ctx, relay.ClaimRequest{Owner: "r", Limit: limit})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(b.Messages) > 0 {
-				return b
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("nothing claimable after 10s")
-			}
-		}
-	}
+	claim := func(limit int) relay.Batch { t.Helper(); return claimSome(t, store, limit) }
 	aggregates := func(b relay.Batch) []string {
 		var out []string
 		for i, m := range b.Messages {
@@ -335,7 +305,7 @@ func TestQueueClaimPassesAHeldWindow(t *testing.T) {
 		return out
 	}
 	// held waits at the head of the queue, its later rows queued behind
-	// it: the window of a 3-row claim holds nothing that can go.
+	// it: the first three entries hold nothing that can go.
 	writeEvents(t, db, sqlstore.Postgres, "held", "held", "held")
 	b := claim(3)
 	if got := aggregates(b); !slices.Equal(got, []string{"held", "held", "held"}) {
@@ -346,11 +316,9 @@ func TestQueueClaimPassesAHeldWindow(t *testing.T) {
 	}
 	writeEvents(t, db, sqlstore.Postgres, "f1", "f2")
 	if got := aggregates(claim(3)); !slices.Equal(got, []string{"f1", "f2"}) {
-		t.Errorf("claim behind a held window: %v, want [f1 f2]", got)
+		t.Errorf("claim behind held rows: %v, want [f1 f2]", got)
 	}
-	// Far behind the rest: 40 rows published since, then two pending.
-	// The window of a 4-row claim (held's three rows and g1) spans more
-	// than four limits of ids.
+	// Far behind: 40 rows published since, then two pending.
 	b = claim(10)
 	if err := store.Mark(ctx, b, relay.Outcome{Published: []int64{b.Messages[0].ID, b.Messages[1].ID}}); err != nil {
 		t.Fatal(err)
@@ -370,6 +338,24 @@ func TestQueueClaimPassesAHeldWindow(t *testing.T) {
 	}
 	writeEvents(t, db, sqlstore.Postgres, "g1", "g2")
 	if got := aggregates(claim(4)); !slices.Equal(got, []string{"g1", "g2"}) {
-		t.Errorf("claim behind a wide window: %v, want [g1 g2]", got)
+		t.Errorf("claim far behind held rows: %v, want [g1 g2]", got)
+	}
+}
+
+// claimSome claims up to limit rows as owner "r" until a claim returns
+// some (the first claims of a new owner take its shards), for 10s at most.
+func claimSome(t *testing.T, store *sqlstore.Store, limit int) relay.Batch {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b, err := store.Claim(context.Background(), relay.ClaimRequest{Owner: "r", Limit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Messages) > 0 {
+			return b
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nothing claimable after 10s")
+		}
 	}
 }
