@@ -397,6 +397,9 @@ func (postgresDialect) claimQuery(t storeTables, shardFilter string, limit int, 
 // second scan doubled that.)
 func (postgresDialect) claimSmallQuery(t storeTables, shardFilter string, limit int, small int64) (string, []any) {
 	cols := strings.Replace(postgresClaimColumns(t, selectColumns), "payload", "CASE WHEN octet_length(o.payload) > $2::bigint THEN NULL ELSE o.payload END", 1)
+	if t.queue != "" {
+		return queueWindowClaim(t, shardFilter, cols), []any{limit, small}
+	}
 	q := postgresBlocked(t) + `
 		SELECT ` + cols + `, ` + postgresAlive(t) + postgresClaimable(t, shardFilter) + `
 		ORDER BY ` + postgresClaimOrder(t) + ` LIMIT $1`
@@ -431,6 +434,52 @@ func postgresClaimable(t storeTables, filter string) string {
 	return ` FROM ` + t.table + ` o
 				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + filter + `
 				AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)`
+}
+
+// queueWindow is how much wider than the claim's limit, in ids, the
+// window of a queue claim may be for queueWindowClaim to read it as a
+// range of the table.
+const queueWindow = 4
+
+// queueWindowClaim is the claim of a table with a queue (claimSmallQuery's,
+// its columns cols). The window is the queue's first limit entries (less
+// the filter's). While their ids lie within queueWindow times limit of
+// each other, as they do while a backlog drains, it reads the table's rows
+// between the window's first and last id in the order of its primary key,
+// each checked against a hash of the window's entries (a NOT IN over a
+// subquery is planned as a hashed subplan, and never as a join): the rows
+// arrive in key order and need no lookup each. That returns the claimable
+// rows of the window, a prefix of the claim. When the window is wider, or
+// none of its rows can go (each held by an aggregate that waits, say; a
+// check that stops at the first row that can), the other branch runs: the
+// walk of postgresClaimable, a key lookup per row. The gates are one-time
+// filters, so the branch whose gate is false does not run, and only one
+// branch returns rows; both are read in the order of the same key (the
+// walk's id is the queue's), merged without a sort. Unlike a join of the
+// queue and the table, which the planner turned into a hash join and a
+// sort once the tables had statistics, this shape has one plan.
+func queueWindowClaim(t storeTables, filter, cols string) string {
+	qf := strings.NewReplacer("o.shard IN", "q.qshard IN", "o.id NOT IN", "q.qid NOT IN").Replace(filter)
+	rowCols := `o.event_id, o.event_type, o.event_version, o.aggregate_type, o.aggregate_id, o.topic, o.payload,
+			o.headers, o.occurred_at, o.created_at, o.attempts, o.next_attempt_at`
+	claimable := ` AND o.published_at IS NULL AND o.parked_at IS NULL
+				AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)`
+	lo, hi := `(SELECT lo FROM w)`, `(SELECT hi FROM w)`
+	inWindow := `o.id BETWEEN ` + lo + ` AND ` + hi + `
+				AND NOT (o.id NOT IN (SELECT q.qid FROM ` + t.queue + ` q WHERE q.qid BETWEEN ` + lo + ` AND ` + hi + qf + `))` + claimable
+	narrow := `(SELECT hi - lo FROM w) < ` + strconv.Itoa(queueWindow) + ` * $1::bigint`
+	return postgresBlocked(t) + `,
+		w AS MATERIALIZED (SELECT min(qid) AS lo, max(qid) AS hi FROM
+			(SELECT q.qid FROM ` + t.queue + ` q WHERE TRUE` + qf + ` ORDER BY q.qid LIMIT $1) i)
+		SELECT ` + cols + `, ` + postgresAlive(t) + ` FROM (
+			(SELECT o.id, ` + rowCols + ` FROM ` + t.table + ` o
+				WHERE ` + narrow + ` AND ` + inWindow + `
+				ORDER BY o.id LIMIT $1)
+			UNION ALL
+			(SELECT q.qid AS id, ` + rowCols + ` FROM ` + t.queue + ` q CROSS JOIN LATERAL (SELECT * FROM ` + t.table + ` o WHERE o.id = q.qid OFFSET 0) o
+				WHERE ` + hi + ` IS NOT NULL AND (NOT ` + narrow + ` OR NOT EXISTS (SELECT 1 FROM ` + t.table + ` o WHERE ` + inWindow + `))` + qf + claimable + `
+				ORDER BY q.qid LIMIT $1)) o
+		ORDER BY id`
 }
 
 // postgresClaimColumns is cols, the claim's columns; with a queue, a row
