@@ -126,7 +126,7 @@ func (d *DB) Conn(ctx context.Context) (sqlstore.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{c: c}, nil
+	return &conn{c: c, key: driverConn(c)}, nil
 }
 
 // Executor wraps q, a transaction, a connection or a pool of database/sql
@@ -203,6 +203,23 @@ func (t *tx) Rollback(context.Context) error { return t.tx.Rollback() }
 // conn is a *sql.Conn.
 type conn struct {
 	c *sql.Conn
+	// key is the driver connection, read when the connection was taken:
+	// database/sql may close c from a goroutine of its own (a transaction
+	// whose context ended rolls back and hands the connection back in the
+	// background), and a Raw call that races with that close dereferences
+	// the nil driver connection it left (Go 1.26's Conn.Raw checks
+	// whether c is closed before it takes c's lock).
+	key any
+}
+
+// driverConn returns c's driver connection.
+func driverConn(c *sql.Conn) any {
+	var dc any
+	_ = c.Raw(func(d any) error {
+		dc = d
+		return nil
+	})
+	return dc
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args ...any) (sqlstore.Result, error) {
@@ -225,21 +242,18 @@ func (c *conn) PingContext(ctx context.Context) error { return c.c.PingContext(c
 func (c *conn) Close() error                          { return c.c.Close() }
 
 // Discard makes database/sql drop the driver connection: a Raw call that
-// returns driver.ErrBadConn marks it bad.
+// returns driver.ErrBadConn marks it bad. When database/sql closed c
+// meanwhile in a goroutine of its own (see conn.key), the Raw call can
+// panic on the driver connection the close took away; c is then closed
+// already, and Discard has nothing left to do.
 func (c *conn) Discard() {
+	defer func() { _ = recover() }()
 	_ = c.c.Raw(func(any) error { return driver.ErrBadConn })
 	_ = c.c.Close()
 }
 
 // Key is the driver connection, the same on each take from the pool.
-func (c *conn) Key() any {
-	var key any
-	_ = c.c.Raw(func(dc any) error {
-		key = dc
-		return nil
-	})
-	return key
-}
+func (c *conn) Key() any { return c.key }
 
 // onPgx runs fn on pgx's connection under c, when the driver is pgx's,
 // inside Raw (where database/sql lets it be used); other drivers get an
