@@ -448,8 +448,8 @@ func postgresClaimable(t storeTables, filter string) string {
 const queueWindow = 4
 
 // queueWindowClaim is the claim of a table with a queue by a relay that
-// holds every shard (claimSmallQuery's, its columns cols). The window is the queue's first limit entries (less
-// the filter's). While their ids lie within queueWindow times limit of
+// holds every shard (claimSmallQuery's, its columns cols). The window is
+// the queue's first limit entries (less the filter's). While their ids lie within queueWindow times limit of
 // each other, as they do while a backlog drains, it reads the table's rows
 // between the window's first and last id in the order of its primary key,
 // each checked against a hash of the window's entries (a NOT IN over a
