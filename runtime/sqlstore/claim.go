@@ -197,7 +197,7 @@ func (s *Store) selectClaimable(ctx context.Context, shards []int16, inFlight []
 	small := maxBytes / int64(limit)
 	sc, canCut := s.dialect.(smallClaimer)
 	if canCut && !s.largeRows.Load() {
-		q, args := sc.claimSmallQuery(t, filter, limit, small)
+		q, args := sc.claimSmallQuery(t, filter, limit, small, 2*sizeHint >= limit)
 		msgs, retried, alive, large, err := s.readClaim(ctx, q, append(args, exclArgs...), limit, small, sizeHint)
 		if err != nil {
 			return nil, nil, 0, err

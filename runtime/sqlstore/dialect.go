@@ -187,7 +187,7 @@ type smallClaimer interface {
 	// claimSmallQuery returns the SELECT of the claimable rows, as
 	// claimQuery does, of the first limit claimable rows, with NULL for
 	// a payload larger than small bytes.
-	claimSmallQuery(t storeTables, filter string, limit int, small int64) (string, []any)
+	claimSmallQuery(t storeTables, filter string, limit int, small int64, draining bool) (string, []any)
 }
 
 // idList is a comma-separated list of ids, safe to splice into SQL.

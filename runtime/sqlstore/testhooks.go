@@ -52,7 +52,7 @@ func init() {
 		d, t := postgresDialect{}, tablesOf(DefaultTable)
 		t.queue = queueTable(DefaultTable)
 		set, _ := d.publishedSet()
-		small, smallArgs := d.claimSmallQuery(t, "", 1000, 8<<10)
+		small, smallArgs := d.claimSmallQuery(t, "", 1000, 8<<10, true)
 		claim, claimArgs := d.claimQuery(t, "", 1000, 8<<20)
 		return map[string]testhooks.Statement{
 			"mark":          {SQL: d.fencedSQL(t, set, 0, false), Args: []any{[]int64{1, 2, 3}, owner, int64(1), int64(3)}},

@@ -687,7 +687,13 @@
 // -only relay -relays 1,2,4 -reps 3, one relay / the batched DELETE relay
 // 1.01× [0.98 – 1.40], server CPU 7.2 ms per 1,000 events against its
 // 5.2; -only relay -relays 1 -reps 5: ours 84,281 events/s, the batched
-// DELETE relay 83,602, 1.18× [0.93 – 1.58], server CPU 6.8 against 5.0. Relays sharing the outbox read it too in that run, and lost (2 / 4
+// DELETE relay 83,602, 1.18× [0.93 – 1.58], server CPU 6.8 against 5.0.
+// At 1,000 events/s, a few rows a claim, the window's statement cost more
+// than the walk's lookups (latency section, 2 reps: p99 9.8 ms, claim
+// statement p99 2.9 ms; walking 7.1 and 2.4), so only a relay whose last
+// claim was at least half full reads the window: -only relay,latency
+// -relays 1 -reps 3, p99 6.7 ms (0.58× the 10 ms poll's), claim statement
+// p99 1.6 ms; one relay / the batched DELETE relay 0.90× [0.80 – 1.04]. Relays sharing the outbox read it too in that run, and lost (2 / 4
 // sharing / one: 0.91× / 0.74×): a window of a quarter of the shards
 // spans four times the rows. They walk the queue, as in the 5-repetition
 // run above (1.10× / 1.14×).
