@@ -360,13 +360,14 @@
 // not published or parked, in one INSERT per writer statement that reads
 // the statement's new rows (a transition table); it runs as the queue's
 // owner, so writers need no privilege on the queue. A relay that holds
-// every shard (the default: one relay active) claims the rows of the
-// queue's first entries in id order: while those entries lie close
-// together, as they do while a backlog drains, it reads the table's rows
-// between the first and the last in key order, checking each against the
-// entries; when they are spread wide, or none of their rows can go (held
-// by an aggregate that waits), it walks the queue instead, reading each
-// row by its primary key, as relays sharing the outbox always do.
+// every shard (the default: one relay active) and drains a backlog (its
+// last claim was at least half full) claims the rows of the queue's first
+// entries in id order: while those entries lie close together, it reads
+// the table's rows between the first and the last in key order, checking
+// each against the entries; when they are spread wide, or none of their
+// rows can go (held by an aggregate that waits), it walks the queue
+// instead, reading each row by its primary key, as relays sharing the
+// outbox, and a relay claiming a few rows at a time, always do.
 // Its published mark is a DELETE of the batch's entries from the queue,
 // fenced by its shards: it does not write the outbox row at all, where
 // setting published_at wrote a new row version and its index entries
