@@ -155,8 +155,7 @@ func statsByTypeQuery(d dialect, t storeTables) string {
 }
 
 // unpublishedRows is a FROM of the pending and parked rows. With a queue
-// it reads the pending rows from the queue, each by its key (OFFSET 0
-// keeps the planner from joining the queue to a scan of the whole table),
+// it reads the pending rows from the queue, each by its key (queueWalk),
 // and the parked ones through their index. A condition on the table
 // alone (published_at IS NULL AND (parked_at IS NOT NULL OR EXISTS (the
 // queue's entry))), which no index of the table answers, read all of it,
@@ -165,7 +164,7 @@ func unpublishedRows(t storeTables) string {
 	if t.queue == "" {
 		return t.table + ` WHERE published_at IS NULL`
 	}
-	return `(SELECT o.* FROM ` + t.queue + ` q CROSS JOIN LATERAL (SELECT * FROM ` + t.table + ` o WHERE o.id = q.qid OFFSET 0) o
+	return `(SELECT o.* FROM ` + queueWalk(t) + `
 			WHERE o.published_at IS NULL AND o.parked_at IS NULL
 		UNION ALL
 		SELECT * FROM ` + t.table + ` WHERE parked_at IS NOT NULL AND published_at IS NULL) u`

@@ -437,8 +437,8 @@ func postgresAlive(t storeTables) string {
 // of an earlier version in a rolling upgrade, pgcdc) is passed over.
 func postgresClaimable(t storeTables, filter string) string {
 	if t.queue != "" {
-		return ` FROM ` + t.queue + ` q CROSS JOIN LATERAL (SELECT * FROM ` + t.table + ` o WHERE o.id = q.qid OFFSET 0) o
-				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + strings.NewReplacer("o.shard IN", "q.qshard IN", "o.id NOT IN", "q.qid NOT IN").Replace(filter) + `
+		return ` FROM ` + queueWalk(t) + `
+				WHERE o.published_at IS NULL AND o.parked_at IS NULL` + onQueue.Replace(filter) + `
 				AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)`
 	}
 	return ` FROM ` + t.table + ` o
@@ -469,7 +469,7 @@ const queueWindow = 4
 // queue and the table, which the planner turned into a hash join and a
 // sort once the tables had statistics, this shape has one plan.
 func queueWindowClaim(t storeTables, filter, cols string) string {
-	qf := strings.NewReplacer("o.shard IN", "q.qshard IN", "o.id NOT IN", "q.qid NOT IN").Replace(filter)
+	qf := onQueue.Replace(filter)
 	rowCols := `o.event_id, o.event_type, o.event_version, o.aggregate_type, o.aggregate_id, o.topic, o.payload,
 			o.headers, o.occurred_at, o.created_at, o.attempts, o.next_attempt_at`
 	claimable := ` AND o.published_at IS NULL AND o.parked_at IS NULL
@@ -486,11 +486,22 @@ func queueWindowClaim(t storeTables, filter, cols string) string {
 				WHERE ` + narrow + ` AND ` + inWindow + `
 				ORDER BY o.id LIMIT $1)
 			UNION ALL
-			(SELECT q.qid AS id, ` + rowCols + ` FROM ` + t.queue + ` q CROSS JOIN LATERAL (SELECT * FROM ` + t.table + ` o WHERE o.id = q.qid OFFSET 0) o
+			(SELECT q.qid AS id, ` + rowCols + ` FROM ` + queueWalk(t) + `
 				WHERE ` + hi + ` IS NOT NULL AND (NOT ` + narrow + ` OR NOT EXISTS (SELECT 1 FROM ` + t.table + ` o WHERE ` + inWindow + `))` + qf + claimable + `
 				ORDER BY q.qid LIMIT $1)) o
 		ORDER BY id`
 }
+
+// queueWalk is the FROM of the queue's entries, aliased q, each with its
+// row, aliased o, read by its primary key (OFFSET 0 keeps the planner from
+// turning the lookups into a join that reads the whole table).
+func queueWalk(t storeTables) string {
+	return t.queue + ` q CROSS JOIN LATERAL (SELECT * FROM ` + t.table + ` o WHERE o.id = q.qid OFFSET 0) o`
+}
+
+// onQueue moves a claim filter's conditions on the table's shard and id
+// to the queue's columns.
+var onQueue = strings.NewReplacer("o.shard IN", "q.qshard IN", "o.id NOT IN", "q.qid NOT IN")
 
 // postgresClaimColumns is cols, the claim's columns; with a queue, a row
 // with a retry schedule (next_attempt_at: it failed before, or was
