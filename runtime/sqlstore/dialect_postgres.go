@@ -452,44 +452,45 @@ func postgresClaimable(t storeTables, filter string) string {
 const queueWindow = 4
 
 // queueWindowClaim is the claim of a table with a queue by a relay that
-// holds every shard (claimSmallQuery's, its columns cols). The window is
-// the queue's first limit entries (less the filter's). While their ids lie within queueWindow times limit of
-// each other, as they do while a backlog drains, it reads the table's rows
-// between the window's first and last id in the order of its primary key,
-// each checked against a hash of the window's entries (a NOT IN over a
+// holds every shard (claimSmallQuery's, its columns cols). The window, wq,
+// is the queue's first limit entries (less the filter's: the rows in
+// flight), its bounds in w. While their ids lie within queueWindow times
+// limit of each other, as they do while a backlog drains, the first branch
+// reads the table's rows between the bounds in the order of its primary
+// key, each checked against a hash of the window (a NOT IN over a
 // subquery is planned as a hashed subplan, and never as a join): the rows
-// arrive in key order and need no lookup each. That returns the claimable
-// rows of the window, a prefix of the claim. When the window is wider, or
-// none of its rows can go (each held by an aggregate that waits, say; a
-// check that stops at the first row that can), the other branch runs: the
-// walk of postgresClaimable, a key lookup per row. The gates are one-time
-// filters, so the branch whose gate is false does not run, and only one
-// branch returns rows; both are read in the order of the same key (the
-// walk's id is the queue's), merged without a sort. Unlike a join of the
-// queue and the table, which the planner turned into a hash join and a
-// sort once the tables had statistics, this shape has one plan.
+// arrive in key order and need no lookup each, and the window, read once,
+// is every entry in its bounds that the filter lets through. The second
+// branch walks the queue after the window (from its start when the window
+// is wider: the first branch's one-time filter is then false and it does
+// not run), a key lookup per row, as postgresClaimable does. Both are read
+// in the order of the same key and the second's ids are all above the
+// first's: the merge takes the window's rows, then the walk's, with no
+// sort, and the walk reads no further than its first row once the window
+// fills the claim. A window whose rows are held (an aggregate that waits,
+// say) is filled from behind it. Unlike a join of the queue and the
+// table, which the planner turned into a hash join and a sort once the
+// tables had statistics, this shape has one plan.
 func queueWindowClaim(t storeTables, filter, cols string) string {
 	qf := onQueue.Replace(filter)
 	rowCols := `o.event_id, o.event_type, o.event_version, o.aggregate_type, o.aggregate_id, o.topic, o.payload,
 			o.headers, o.occurred_at, o.created_at, o.attempts, o.next_attempt_at`
 	claimable := ` AND o.published_at IS NULL AND o.parked_at IS NULL
 				AND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM b)`
-	lo, hi := `(SELECT lo FROM w)`, `(SELECT hi FROM w)`
-	inWindow := `o.id BETWEEN ` + lo + ` AND ` + hi + `
-				AND NOT (o.id NOT IN (SELECT q.qid FROM ` + t.queue + ` q WHERE q.qid BETWEEN ` + lo + ` AND ` + hi + qf + `))` + claimable
 	narrow := `(SELECT hi - lo FROM w) < ` + strconv.Itoa(queueWindow) + ` * $1::bigint`
 	return postgresBlocked(t) + `,
-		w AS MATERIALIZED (SELECT min(qid) AS lo, max(qid) AS hi FROM
-			(SELECT q.qid FROM ` + t.queue + ` q WHERE TRUE` + qf + ` ORDER BY q.qid LIMIT $1) i)
+		wq AS MATERIALIZED (SELECT q.qid FROM ` + t.queue + ` q WHERE TRUE` + qf + ` ORDER BY q.qid LIMIT $1),
+		w AS MATERIALIZED (SELECT min(qid) AS lo, max(qid) AS hi FROM wq)
 		SELECT ` + cols + `, ` + postgresAlive(t) + ` FROM (
 			(SELECT o.id, ` + rowCols + ` FROM ` + t.table + ` o
-				WHERE ` + narrow + ` AND ` + inWindow + `
+				WHERE ` + narrow + ` AND o.id BETWEEN (SELECT lo FROM w) AND (SELECT hi FROM w)
+				AND NOT (o.id NOT IN (SELECT qid FROM wq))` + claimable + `
 				ORDER BY o.id LIMIT $1)
 			UNION ALL
 			(SELECT q.qid AS id, ` + rowCols + ` FROM ` + queueWalk(t) + `
-				WHERE ` + hi + ` IS NOT NULL AND (NOT ` + narrow + ` OR NOT EXISTS (SELECT 1 FROM ` + t.table + ` o WHERE ` + inWindow + `))` + qf + claimable + `
+				WHERE q.qid > (SELECT CASE WHEN ` + narrow + ` THEN hi ELSE lo - 1 END FROM w)` + qf + claimable + `
 				ORDER BY q.qid LIMIT $1)) o
-		ORDER BY id`
+		ORDER BY id LIMIT $1`
 }
 
 // queueWalk is the FROM of the queue's entries, aliased q, each with its

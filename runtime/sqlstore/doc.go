@@ -364,10 +364,11 @@
 // last claim was at least half full) claims the rows of the queue's first
 // entries in id order: while those entries lie close together, it reads
 // the table's rows between the first and the last in key order, checking
-// each against the entries; when they are spread wide, or none of their
-// rows can go (held by an aggregate that waits), it walks the queue
-// instead, reading each row by its primary key, as relays sharing the
-// outbox, and a relay claiming a few rows at a time, always do.
+// each against the entries, and fills what those rows leave of the batch
+// (rows held by an aggregate that waits) by walking the queue after them;
+// when they are spread wide, it walks the queue from its head instead,
+// reading each row by its primary key, as relays sharing the outbox, and a
+// relay claiming a few rows at a time, always do.
 // Its published mark is a DELETE of the batch's entries from the queue,
 // fenced by its shards: it does not write the outbox row at all, where
 // setting published_at wrote a new row version and its index entries

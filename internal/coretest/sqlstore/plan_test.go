@@ -123,7 +123,7 @@ var (
 	queueScan   = regexp.MustCompile(`Index (Only )?Scan using ` + sqlstore.DefaultTable + `_queue_pkey on`)
 	tableByKey  = regexp.MustCompile(`Index Scan using ` + sqlstore.DefaultTable + `_pkey on`)
 	keyLookup   = regexp.MustCompile(`Index Cond: \(id = q(_[0-9]+)?\.qid\)`)
-	lowerBound  = regexp.MustCompile(`Index Cond: .*qid >=`)
+	lowerBound  = regexp.MustCompile(`Index Cond: .*qid >`)
 	neverStarts = "never executed"
 )
 

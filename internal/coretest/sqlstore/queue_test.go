@@ -342,6 +342,39 @@ func TestQueueClaimPassesHeldRows(t *testing.T) {
 	}
 }
 
+// TestQueueClaimFillsBehindAHeldWindow checks a draining relay's claim
+// whose window (the queue's first entries) holds rows that cannot go: the
+// claim takes the window's claimable rows and fills the rest of the batch
+// from behind the window, in order, instead of returning a short batch.
+func TestQueueClaimFillsBehindAHeldWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrated(t, sqlstore.Postgres)
+	store := mustStore(t, db, sqlstore.StoreConfig{RetryDelay: time.Hour, MaxRetryDelay: time.Hour})
+	writeEvents(t, db, sqlstore.Postgres, "held", "held", "held")
+	b := claimSome(t, store, 3) // full: the next claims read the window
+	if len(b.Messages) != 3 {
+		t.Fatalf("first claim: %d rows, want 3", len(b.Messages))
+	}
+	if err := store.Mark(ctx, b, relay.Outcome{Failed: []relay.Failure{{ID: b.Messages[0].ID, Err: errors.New("broker down"), Transient: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	// The queue: held, held, held, x1, held, x2, x3; the window of a
+	// 4-row claim is its first four entries, one of which can go.
+	writeEvents(t, db, sqlstore.Postgres, "x1", "held", "x2", "x3")
+	b = claimSome(t, store, 4)
+	var got []string
+	for i, m := range b.Messages {
+		if i > 0 && m.ID <= b.Messages[i-1].ID {
+			t.Fatalf("claimed out of order: %+v", b.Messages)
+		}
+		got = append(got, m.AggregateID)
+	}
+	if !slices.Equal(got, []string{"x1", "x2", "x3"}) {
+		t.Errorf("claim of a held window: %v, want [x1 x2 x3]", got)
+	}
+}
+
 // claimSome claims up to limit rows as owner "r" until a claim returns
 // some (the first claims of a new owner take its shards), for 10s at most.
 func claimSome(t *testing.T, store *sqlstore.Store, limit int) relay.Batch {
