@@ -186,8 +186,10 @@ type dialect interface {
 type smallClaimer interface {
 	// claimSmallQuery returns the SELECT of the claimable rows, as
 	// claimQuery does, of the first limit claimable rows, with NULL for
-	// a payload larger than small bytes.
-	claimSmallQuery(t storeTables, filter string, limit int, small int64, draining bool) (string, []any)
+	// a payload larger than small bytes. window says the claim may read
+	// the first claimable rows as a range (see Store.selectClaimable);
+	// a dialect without such a read ignores it.
+	claimSmallQuery(t storeTables, filter string, limit int, small int64, window bool) (string, []any)
 }
 
 // idList is a comma-separated list of ids, safe to splice into SQL.

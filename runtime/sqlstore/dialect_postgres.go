@@ -388,26 +388,17 @@ func (postgresDialect) claimQuery(t storeTables, shardFilter string, limit int, 
 	return q, []any{limit, maxBytes}
 }
 
-// claimSmallQuery reads the claimable rows once (draining: the last claim
-// was at least half full, see queueWindowClaim), a payload larger than
+// claimSmallQuery reads the claimable rows once (through the queue's
+// window when window is set, see queueWindowClaim), a payload larger than
 // small as NULL (payload is NOT NULL, so NULL marks it): the client stops
 // at it. An octet_length does not detoast a large payload. (It used to
 // find the first large payload with a sub-select over the same rows
 // first: in a long drain, before vacuum has run, each scan of the pending
 // index also visits the entries of the rows marked so far, and the
 // second scan doubled that.)
-func (postgresDialect) claimSmallQuery(t storeTables, shardFilter string, limit int, small int64, draining bool) (string, []any) {
+func (postgresDialect) claimSmallQuery(t storeTables, shardFilter string, limit int, small int64, window bool) (string, []any) {
 	cols := strings.Replace(postgresClaimColumns(t, selectColumns), "payload", "CASE WHEN octet_length(o.payload) > $2::bigint THEN NULL ELSE o.payload END", 1)
-	if t.queue != "" && draining && !strings.Contains(shardFilter, "o.shard IN") {
-		// A relay holding every shard (one relay active, the default)
-		// reads the window as a range while it drains a backlog. One
-		// sharing the outbox sees only its shards' entries, spread among
-		// the others': a range of the table would read every relay's rows
-		// (relaybench, 2 and 4 relays sharing: 0.91x and 0.74x of one,
-		// against 1.10x and 1.14x walking). A relay that claims a few
-		// rows at a time walks: the window's statement costs more than a
-		// few lookups (relaybench's latency section, p99 at 1,000
-		// events/s: 9.8 ms with the window, 7.1 walking).
+	if t.queue != "" && window {
 		return queueWindowClaim(t, shardFilter, cols), []any{limit, small}
 	}
 	q := postgresBlocked(t) + `
