@@ -54,8 +54,11 @@ func testRelayStalledInLeaseTransaction(t *testing.T, db *sql.DB, d sqlstore.Dia
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	entered := make(chan struct{})
+	// Once released (the test's end), a renewal retried after the server
+	// ended the stalled transaction comes back here: close entered once.
+	var once sync.Once
 	stallRenewals(stalled, func() {
-		close(entered)
+		once.Do(func() { close(entered) })
 		<-release
 	})
 	renewUntil(t, stalled, "stalled", entered)
