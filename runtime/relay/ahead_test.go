@@ -35,6 +35,17 @@ type aheadStore struct {
 	// onMark, when set, is called at the start of every Mark, outside
 	// the store's lock.
 	onMark func(ctx context.Context, b relay.Batch) error
+	// visible, when not zero, is how many of msgs have committed: a
+	// claim sees only msgs[:visible] (see commitAll).
+	visible int
+}
+
+// commitAll makes every message of s visible to claims, as if their
+// transactions committed now.
+func (s *aheadStore) commitAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.visible = 0
 }
 
 func (s *aheadStore) ExcludesInFlight() {}
@@ -49,7 +60,11 @@ func (s *aheadStore) Claim(_ context.Context, req relay.ClaimRequest) (relay.Bat
 	if s.lease > 0 {
 		b.Deadline = now.Add(s.lease)
 	}
-	for _, m := range s.msgs {
+	msgs := s.msgs
+	if s.visible > 0 {
+		msgs = msgs[:s.visible]
+	}
+	for _, m := range msgs {
 		if len(b.Messages) == req.Limit {
 			break
 		}
@@ -302,6 +317,96 @@ func TestMarkRunsWhileTheNextBatchIsPublished(t *testing.T) {
 	drainAhead(t, store, pub)
 	if !overlapped.Load() {
 		t.Error("batch 1 was marked before batch 2's publish started: want the mark beside the publish")
+	}
+}
+
+func TestStreamClaimsAfterPublishAndMarksBeside(t *testing.T) {
+	// A batch that did not fill (2 messages of 10, fewer than
+	// CoalesceRows): messages 3 and 4 commit while it is published. The
+	// relay claims them as soon as the batch is published, leaving the
+	// batch out, and marks it while they are published: batch 1's mark
+	// waits for batch 2's publish to start (or gives up after a
+	// deadline), so a relay that marked before it claimed again gives up,
+	// and the test fails.
+	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}, visible: 2}
+	for i := range store.msgs {
+		store.msgs[i].Topic = "t"
+	}
+	second := make(chan struct{})
+	var commit, secondOnce sync.Once
+	pub := &fakePublisher{fn: func(_ string, msgs []*message.Message) error {
+		commit.Do(store.commitAll)
+		for _, m := range msgs {
+			if m.UUID == uuids(3)[0] {
+				secondOnce.Do(func() { close(second) })
+			}
+		}
+		return nil
+	}}
+	var overlapped atomic.Bool
+	store.onMark = func(_ context.Context, b relay.Batch) error {
+		if b.Messages[0].ID == 1 {
+			select {
+			case <-second:
+				overlapped.Store(true)
+			case <-time.After(5 * time.Second):
+			}
+		}
+		return nil
+	}
+	batches := newBatchRecorder()
+	r, err := relay.New(store, pub, relay.Config{BatchSize: 10, PollInterval: never, ActivePollInterval: 1, OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	batches.until(t, func() bool { return store.pending() == 0 })
+	if diff := cmp.Diff(map[string][]string{"t": uuids(1, 2, 3, 4)}, published(pub)); diff != "" {
+		t.Errorf("accepted messages by topic (-want +got):\n%s", diff)
+	}
+	if !overlapped.Load() {
+		t.Error("batch 1 was marked before batch 2's publish started: want the claim right after the publish and the mark beside the next publish")
+	}
+	if reqs := store.Requests(); len(reqs) < 2 || !slices.Equal(reqs[1].InFlight, []int64{1, 2}) {
+		t.Errorf("first claim requests %+v: want the second to leave out the unmarked batch [1 2]", reqs[:min(2, len(reqs))])
+	}
+}
+
+func TestStreamClaimAfterPublishHoldsBackAggregateThatFailed(t *testing.T) {
+	// As TestClaimAheadHoldsBackAggregateThatFailed, for a batch that did
+	// not fill: x2 and y2 commit while batch 1 (x1, y1) is published, and
+	// the claim right after it returns them; x1 failed, so x2 must wait
+	// for it, while y2 goes out.
+	store := &aheadStore{msgs: aggMessages("x", "y", "x", "y"), done: map[int64]bool{}, visible: 2}
+	var xCalls int
+	var mu sync.Mutex
+	var commit sync.Once
+	pub := &fakePublisher{fn: func(topic string, _ []*message.Message) error {
+		commit.Do(store.commitAll)
+		mu.Lock()
+		defer mu.Unlock()
+		if topic == "x" {
+			xCalls++
+			if xCalls == 1 {
+				return errors.New("partition leader moved")
+			}
+		}
+		return nil
+	}}
+	batches := newBatchRecorder()
+	r, err := relay.New(store, pub, relay.Config{BatchSize: 10, PollInterval: never, ActivePollInterval: 1, MinBackoff: 1, MaxBackoff: 1, OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	batches.until(t, func() bool { return store.pending() == 0 })
+
+	want := map[string][]string{"x": uuids(1, 3), "y": uuids(2, 4)}
+	if diff := cmp.Diff(want, published(pub)); diff != "" {
+		t.Errorf("accepted messages by topic (-want +got):\n%s", diff)
+	}
+	if reqs := store.Requests(); len(reqs) < 2 || !slices.Equal(reqs[1].InFlight, []int64{1, 2}) {
+		t.Errorf("first claim requests %+v: want the second to leave out the unmarked batch [1 2]", reqs[:min(2, len(reqs))])
 	}
 }
 

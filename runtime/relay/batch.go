@@ -63,10 +63,13 @@ func (c *aheadBatch) take(now time.Time) (Batch, bool) {
 // published) or else one it claims, and marks it. After a full batch, when
 // the store is an [InFlightExcluder], it claims the next batch once the
 // mark of the batch before (prev) has ended, while it publishes this one,
-// and returns it; and it marks this batch in the background, while the
-// next one is published: the round after waits for that mark before it
-// marks its own batch, and leaves its batch unmarked when that mark
-// failed, so that both batches are published again, in order. It reports
+// and returns it; after a batch that did not fill, it claims the next one
+// once this one is published (see [Relay.claimsAfterPublish]). When it
+// claimed the next batch and that found messages, it marks this batch in
+// the background, while the next one is published: the round after waits
+// for that mark before it marks its own batch, and leaves its batch
+// unmarked when that mark failed, so that both batches are published
+// again, in order. It reports
 // what happened, and the rest of the round in rd; a batch marked in the
 // background is reported to OnBatch by the round after, once its mark has
 // ended.
@@ -180,6 +183,15 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 		return res, rd
 	}
 	rd.settled = rd.settled || prev != nil
+	if ahead == nil && r.claimsAfterPublish(ctx, res, rd) {
+		// A batch that did not fill (a stream, not a backlog): what
+		// committed while it was published is claimed now, before the
+		// batch is marked, and the mark runs while that is published
+		// instead of holding up the claim. A claim that finds nothing
+		// leaves the mark in line, and the round after claims afresh.
+		ahead = make(chan *aheadBatch, 1)
+		ahead <- r.claimAhead(batchCtx, owner, b.Messages)
+	}
 	if ahead != nil {
 		rd.next = <-ahead
 		if rd.leaseLost != "" {
@@ -292,6 +304,22 @@ type round struct {
 	marking   *pendingMark // the batch's mark, running in the background
 	settled   bool         // the mark of the batch before, in the background, succeeded
 	again     time.Duration
+}
+
+// claimsAfterPublish reports whether the relay claims the next batch as
+// soon as res's batch is published, before marking it, and marks it while
+// that batch is published (see [Relay.batch]): when the store leaves the
+// batch's messages out of the claim ([InFlightExcluder]), the batch did
+// not fill (a full one has its next batch claimed during its publish),
+// some of it was published, its lease held, and it is smaller than a batch
+// the relay lets gather ([Config.CoalesceRows]), so the claim would come at
+// once anyway. A steady stream's round is then a claim and a publish, not
+// a claim, a publish and a mark: every message waits for one mark less.
+func (r *Relay) claimsAfterPublish(ctx context.Context, res BatchResult, rd round) bool {
+	if _, ok := r.store.(InFlightExcluder); !ok || res.Full || res.Published == 0 || rd.leaseLost != "" || ctx.Err() != nil {
+		return false
+	}
+	return r.cfg.CoalesceRows <= 0 || res.Claimed < r.cfg.CoalesceRows
 }
 
 // full reports whether a claim of msgs may have left messages behind: it

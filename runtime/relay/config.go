@@ -77,7 +77,7 @@ type Config struct {
 	// after its last claim that found messages, it claims again every
 	// ActivePollInterval (sooner on a wake-up) instead of waiting up to
 	// PollInterval. A steady stream of messages is then picked up within
-	// about one claim-publish-mark round, or ActivePollInterval after a
+	// about one claim-publish round, or ActivePollInterval after a
 	// lull, without any transaction having to wake the relay; only after ActivePeriod without
 	// a message does the relay go idle, ask a [WakeRequester] store for a
 	// notification, and wait for it (or PollInterval). An idle relay costs
@@ -184,8 +184,8 @@ type Config struct {
 
 	// OnBatch, when set, is called after every claim that claimed a message
 	// or failed, from the goroutine running [Relay.Run], in batch order; it
-	// must not block. A full batch is marked while the next one is
-	// published, and reported once that mark has ended. Use it for metrics
+	// must not block. A batch marked while the next one is published (see
+	// [InFlightExcluder]) is reported once that mark has ended. Use it for metrics
 	// (throughput, failures, batch latency).
 	// Default: nil.
 	OnBatch func(BatchResult)

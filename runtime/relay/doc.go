@@ -27,7 +27,11 @@
 // once by the next claim. With a store that is an [InFlightExcluder], that
 // claim runs while the batch is published, and the batch is marked while
 // the next one is published: a busy relay's round lasts the longer of the
-// publish and the store's mark-then-claim, not their sum. If that mark
+// publish and the store's mark-then-claim, not their sum. A smaller batch
+// (a stream, not a backlog) is followed, as soon as it is published, by a
+// claim that leaves it out, and when that claim finds messages the batch
+// is marked while they are published: a stream's messages wait for a claim
+// and a publish, not for the mark of the batch before. If such a mark
 // fails, the batch published beside it is not marked either, so both go
 // out again, in order. While messages keep coming (for
 // [Config.ActivePeriod], 100ms, after a claim that found some) the relay
@@ -62,7 +66,7 @@
 // published again: consumers must be idempotent (deduplicate on the event id,
 // which is the Watermill message UUID and survives every retry). Each such
 // failure repeats at most the batches in flight: two when the relay marks a
-// full batch while it publishes the next.
+// batch while it publishes the next.
 // Each aggregate's messages are published again from its first unmarked
 // event on, in order, with the same event ids. runtime/consumer
 // deduplicates for you, with an inbox written in the handler's transaction

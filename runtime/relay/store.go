@@ -160,9 +160,13 @@ type Store interface {
 
 // InFlightExcluder is implemented by stores whose Claim leaves out the
 // messages of [ClaimRequest.InFlight]. After a full batch, [Relay.Run] then
-// claims the next batch while it publishes the last one and [Store.Mark]
-// records it, so a busy relay does not wait for its claims: the database
-// runs the claim while the relay and the broker work on the publish.
+// claims the next batch while it publishes the last one, so a busy relay
+// does not wait for its claims: the database runs the claim while the
+// relay and the broker work on the publish. After a smaller batch it
+// claims the next one as soon as the last one is published, before
+// [Store.Mark] records it. Either way, when the claim found messages, the
+// last batch is marked while the next one is published, so a steady
+// stream's messages do not wait for marks either.
 //
 // Such a claim may return later messages of an aggregate whose earlier
 // message is in flight. The relay keeps the aggregate's order: it
