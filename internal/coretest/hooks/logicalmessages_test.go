@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/gooutbox/outbox/hooks"
 	"github.com/gooutbox/outbox/hooks/hookstest"
@@ -23,14 +26,15 @@ import (
 func TestLogicalMessages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := hookstest.Postgres(t, nil)
+	admin := hookstest.Postgres(t, nil)
 	var level string
-	if err := db.Raw(`SHOW wal_level`).Scan(&level).Error; err != nil {
+	if err := admin.Raw(`SHOW wal_level`).Scan(&level).Error; err != nil {
 		t.Fatal(err)
 	}
 	if level != "logical" {
 		runtimetest.Unavailable(t, "PostgreSQL with wal_level = logical (.ci/run sets it)", "127.0.0.1:5432", "OUTBOX_TEST_POSTGRES_DSN", fmt.Errorf("wal_level is %q", level))
 	}
+	db := ownDatabase(t, admin)
 	if err := hooks.Migrate(ctx, db, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +62,8 @@ func TestLogicalMessages(t *testing.T) {
 	if _, err := sc.ExecContext(ctx, `SELECT pg_create_logical_replication_slot($1, 'test_decoding', true)`, slot); err != nil {
 		t.Fatal(err)
 	}
+	// Dropped before the session ends, so that the database can be.
+	defer sc.ExecContext(ctx, `SELECT pg_drop_replication_slot($1)`, slot)
 
 	kept := &Order{}
 	kept.Place(3)
@@ -103,4 +109,39 @@ func TestLogicalMessages(t *testing.T) {
 		!strings.Contains(msgs[0], `"event_type":"orders.order_placed"`) || !strings.Contains(msgs[0], `"aggregate_id":"1"`) {
 		t.Fatalf("logical decoding messages %q, want one, transactional, of the committed save's event (aggregate 1)", msgs)
 	}
+}
+
+// ownDatabase creates a database of the test's own on admin's server,
+// dropped when t ends, and returns a GORM database on it. A logical
+// decoding slot decodes every change of its database: in the shared test
+// database, the changes of the tests running beside it (a table created or
+// dropped while the slot was being made) once failed the decoding with
+// "could not map filenode ... to relation OID" (CI, 2026-12-08); the WAL of
+// other databases is skipped before it is decoded.
+func ownDatabase(t *testing.T, admin *gorm.DB) *gorm.DB {
+	t.Helper()
+	name := "outbox_test_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	if err := admin.Exec(`CREATE DATABASE ` + name).Error; err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := admin.Exec(`DROP DATABASE ` + name + ` WITH (FORCE)`).Error; err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(hookstest.PostgresBaseDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	db, err := gorm.Open(postgres.Open(u.String()), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatalf("open database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := db.DB(); err == nil {
+			sqlDB.Close()
+		}
+	})
+	return db
 }
