@@ -42,10 +42,13 @@ type aheadStore struct {
 
 // commitAll makes every message of s visible to claims, as if their
 // transactions committed now.
-func (s *aheadStore) commitAll() {
+func (s *aheadStore) commitAll() { s.commit(0) }
+
+// commit makes msgs[:n] visible to claims (all of them when n is 0).
+func (s *aheadStore) commit(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.visible = 0
+	s.visible = n
 }
 
 func (s *aheadStore) ExcludesInFlight() {}
@@ -369,6 +372,49 @@ func TestStreamClaimsAfterPublishAndMarksBeside(t *testing.T) {
 	}
 	if reqs := store.Requests(); len(reqs) < 2 || !slices.Equal(reqs[1].InFlight, []int64{1, 2}) {
 		t.Errorf("first claim requests %+v: want the second to leave out the unmarked batch [1 2]", reqs[:min(2, len(reqs))])
+	}
+}
+
+func TestFastStreamMarksInLine(t *testing.T) {
+	// A stream faster than CoalesceRows (8) messages per two
+	// ActivePollIntervals (10 s here, so any stream is): after the first
+	// batch (1, 2), claimed with no claim before it to measure the stream
+	// by, the relay claims right after the publish (3, 4), and from then
+	// on marks each batch before it claims again, so that the stream's
+	// batches grow to be gathered instead of being claimed a few messages
+	// at a time. No claim may leave out batch 2 (3, 4).
+	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b", "a", "b"), done: map[int64]bool{}, visible: 2}
+	for i := range store.msgs {
+		store.msgs[i].Topic = "t"
+	}
+	pub := &fakePublisher{fn: func(_ string, msgs []*message.Message) error {
+		switch msgs[0].UUID {
+		case uuids(1)[0]:
+			store.commit(4)
+		case uuids(3)[0]:
+			store.commitAll()
+		}
+		return nil
+	}}
+	batches := newBatchRecorder()
+	r, err := relay.New(store, pub, relay.Config{BatchSize: 10, PollInterval: never, ActivePollInterval: 10 * time.Second, OnBatch: batches.OnBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, context.Background(), r)
+	batches.until(t, func() bool { return store.pending() == 0 })
+	if diff := cmp.Diff(map[string][]string{"t": uuids(1, 2, 3, 4, 5, 6)}, published(pub)); diff != "" {
+		t.Errorf("accepted messages by topic (-want +got):\n%s", diff)
+	}
+	reqs := store.Requests()
+	if len(reqs) < 2 || !slices.Equal(reqs[1].InFlight, []int64{1, 2}) {
+		t.Errorf("first claim requests %+v: want the second, after the first batch, to leave it out", reqs[:min(2, len(reqs))])
+	}
+	for _, req := range reqs {
+		if slices.Contains(req.InFlight, 3) {
+			t.Errorf("claim requests %+v: want none leaving out batch 2 (a fast stream's batch is marked before the next claim)", reqs)
+			break
+		}
 	}
 }
 

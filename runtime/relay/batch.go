@@ -73,7 +73,7 @@ func (c *aheadBatch) take(now time.Time) (Batch, bool) {
 // what happened, and the rest of the round in rd; a batch marked in the
 // background is reported to OnBatch by the round after, once its mark has
 // ended.
-func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *pendingMark, handOverAt time.Time) (res BatchResult, rd round) {
+func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *pendingMark, handOverAt, lastClaim time.Time) (res BatchResult, rd round) {
 	batchCtx, done := r.batchContext(ctx)
 	defer done()
 	start := time.Now()
@@ -87,7 +87,9 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 	}()
 
 	b, ok := pre.take(start)
-	if !ok {
+	if ok {
+		rd.claimedAt = pre.claimed
+	} else {
 		// A claim afresh must not find the rows of a mark still on its way.
 		if err := r.settle(prev); err != nil {
 			// Reported to OnBatch with its batch; Run backs off.
@@ -98,6 +100,7 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 		prev = nil
 		claimCtx, cancel := context.WithTimeout(batchCtx, r.cfg.StoreTimeout)
 		var err error
+		rd.claimedAt = time.Now()
 		b, err = r.store.Claim(claimCtx, ClaimRequest{Owner: owner, Limit: r.cfg.BatchSize, MaxBytes: r.cfg.MaxBatchBytes})
 		cancel()
 		if err != nil {
@@ -183,7 +186,7 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 		return res, rd
 	}
 	rd.settled = rd.settled || prev != nil
-	if ahead == nil && r.claimsAfterPublish(ctx, res, rd) {
+	if ahead == nil && r.claimsAfterPublish(ctx, res, rd, lastClaim) {
 		// A batch that did not fill (a stream, not a backlog): what
 		// committed while it was published is claimed now, before the
 		// batch is marked, and the mark runs while that is published
@@ -304,6 +307,10 @@ type round struct {
 	marking   *pendingMark // the batch's mark, running in the background
 	settled   bool         // the mark of the batch before, in the background, succeeded
 	again     time.Duration
+	// claimedAt is when the batch's claim was made; zero when the round
+	// made none (its claim failed before, or it took no batch claimed
+	// ahead).
+	claimedAt time.Time
 }
 
 // claimsAfterPublish reports whether the relay claims the next batch as
@@ -311,15 +318,30 @@ type round struct {
 // that batch is published (see [Relay.batch]): when the store leaves the
 // batch's messages out of the claim ([InFlightExcluder]), the batch did
 // not fill (a full one has its next batch claimed during its publish),
-// some of it was published, its lease held, and it is smaller than a batch
-// the relay lets gather ([Config.CoalesceRows]), so the claim would come at
-// once anyway. A steady stream's round is then a claim and a publish, not
-// a claim, a publish and a mark: every message waits for one mark less.
-func (r *Relay) claimsAfterPublish(ctx context.Context, res BatchResult, rd round) bool {
+// some of it was published, its lease held, and the stream is slower than
+// one the relay lets gather ([Config.CoalesceRows]): the batch is smaller
+// than CoalesceRows, and its messages came at less than CoalesceRows per
+// two ActivePollIntervals since the claim before (lastClaim; 2,000 a
+// second by default). A steady stream's round is then a claim and a
+// publish, not a claim, a publish and a mark: every message waits for one
+// mark less. A faster stream keeps its rounds with the mark in line: their
+// batches reach CoalesceRows and are gathered, where rounds cut short by
+// the claims after publishes would stay below it, and claim a few
+// messages at a time on the writers' cores.
+func (r *Relay) claimsAfterPublish(ctx context.Context, res BatchResult, rd round, lastClaim time.Time) bool {
 	if _, ok := r.store.(InFlightExcluder); !ok || res.Full || res.Published == 0 || rd.leaseLost != "" || ctx.Err() != nil {
 		return false
 	}
-	return r.cfg.CoalesceRows <= 0 || res.Claimed < r.cfg.CoalesceRows
+	rows := r.cfg.CoalesceRows
+	if rows <= 0 {
+		return true
+	}
+	if res.Claimed >= rows {
+		return false
+	}
+	gap := rd.claimedAt.Sub(lastClaim)
+	return lastClaim.IsZero() || rd.claimedAt.IsZero() || gap <= 0 ||
+		time.Duration(res.Claimed)*2*r.cfg.ActivePollInterval < time.Duration(rows)*gap
 }
 
 // full reports whether a claim of msgs may have left messages behind: it

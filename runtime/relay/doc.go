@@ -28,10 +28,11 @@
 // claim runs while the batch is published, and the batch is marked while
 // the next one is published: a busy relay's round lasts the longer of the
 // publish and the store's mark-then-claim, not their sum. A smaller batch
-// (a stream, not a backlog) is followed, as soon as it is published, by a
-// claim that leaves it out, and when that claim finds messages the batch
-// is marked while they are published: a stream's messages wait for a claim
-// and a publish, not for the mark of the batch before. If such a mark
+// of a stream slower than the relay gathers (below, about 2,000 messages a
+// second by default) is followed, as soon as it is published, by a claim
+// that leaves it out, and when that claim finds messages the batch is
+// marked while they are published: such a stream's messages wait for a
+// claim and a publish, not for the mark of the batch before. If such a mark
 // fails, the batch published beside it is not marked either, so both go
 // out again, in order. While messages keep coming (for
 // [Config.ActivePeriod], 100ms, after a claim that found some) the relay

@@ -123,6 +123,7 @@ type runState struct {
 	marking *pendingMark // the last batch's mark, running in the background
 
 	failures   int       // consecutive failed rounds
+	lastClaim  time.Time // when the last batch published, or the last claim that found nothing, was claimed
 	lastFound  time.Time // the last claim that found messages
 	requested  bool      // the store was asked to wake this relay
 	wakeFailed bool      // the last wake request failed (warned once)
@@ -149,8 +150,11 @@ func (s *runState) logStop() {
 // whether Run goes on.
 func (s *runState) round(ctx context.Context, first bool) bool {
 	r := s.r
-	res, rd := r.batch(ctx, s.owner, s.next, s.marking, r.handOverAt(ctx, s.owner, &s.cut, time.Now()))
+	res, rd := r.batch(ctx, s.owner, s.next, s.marking, r.handOverAt(ctx, s.owner, &s.cut, time.Now()), s.lastClaim)
 	s.next, s.marking = rd.next, rd.marking
+	if !rd.claimedAt.IsZero() {
+		s.lastClaim = rd.claimedAt
+	}
 	if res.Claimed > 0 || ctx.Err() == nil {
 		s.last = res
 	}
