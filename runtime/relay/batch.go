@@ -186,17 +186,18 @@ func (r *Relay) batch(ctx context.Context, owner string, pre *aheadBatch, prev *
 		return res, rd
 	}
 	rd.settled = rd.settled || prev != nil
-	if ahead == nil && r.claimsAfterPublish(ctx, res, rd, lastClaim) {
-		// A batch that did not fill (a stream, not a backlog): what
-		// committed while it was published is claimed now, before the
-		// batch is marked, and the mark runs while that is published
-		// instead of holding up the claim. A claim that finds nothing
-		// leaves the mark in line, and the round after claims afresh.
-		ahead = make(chan *aheadBatch, 1)
-		ahead <- r.claimAhead(batchCtx, owner, b.Messages)
-	}
-	if ahead != nil {
+	switch {
+	case ahead != nil:
 		rd.next = <-ahead
+	case r.claimsAfterPublish(ctx, res, rd, lastClaim):
+		// A batch of a slow stream, which did not fill: what committed
+		// while it was published is claimed now, before the batch is
+		// marked, and the mark runs while that is published instead of
+		// holding up the claim. A claim that finds nothing leaves the
+		// mark in line, and the round after claims afresh.
+		rd.next = r.claimAhead(batchCtx, owner, b.Messages)
+	}
+	if rd.next != nil {
 		if rd.leaseLost != "" {
 			// Claimed under the lease that was lost: claim afresh.
 			rd.next = &aheadBatch{}
@@ -307,9 +308,9 @@ type round struct {
 	marking   *pendingMark // the batch's mark, running in the background
 	settled   bool         // the mark of the batch before, in the background, succeeded
 	again     time.Duration
-	// claimedAt is when the batch's claim was made; zero when the round
-	// made none (its claim failed before, or it took no batch claimed
-	// ahead).
+	// claimedAt is when the round's batch was claimed (ahead, by the
+	// round before, or afresh); zero when the round made no claim (the
+	// mark of the batch before failed first).
 	claimedAt time.Time
 }
 
