@@ -136,10 +136,21 @@ func published(pub *fakePublisher) map[string][]string {
 func TestClaimAheadHoldsBackAggregateThatFailed(t *testing.T) {
 	// Batch 1 is x1, y1; the claim ahead, made while batch 1 is marked,
 	// returns x2, y2. x1 fails, so x2 must wait for it.
-	store := &aheadStore{msgs: aggMessages("x", "y", "x", "y"), done: map[int64]bool{}}
+	holdsBackFailedAggregate(t, 2, 0)
+}
+
+// holdsBackFailedAggregate runs a relay with batchSize over x1, y1, x2, y2,
+// the first visible of them committed (all when 0) and the rest committing
+// at the first publish, x1 failing once: x2 must go out after x1, and the
+// claim after batch 1 (x1, y1) must leave it out.
+func holdsBackFailedAggregate(t *testing.T, batchSize, visible int) {
+	t.Helper()
+	store := &aheadStore{msgs: aggMessages("x", "y", "x", "y"), done: map[int64]bool{}, visible: visible}
 	var xCalls int
 	var mu sync.Mutex
+	var commit sync.Once
 	pub := &fakePublisher{fn: func(topic string, _ []*message.Message) error {
+		commit.Do(store.commitAll)
 		mu.Lock()
 		defer mu.Unlock()
 		if topic == "x" {
@@ -151,7 +162,7 @@ func TestClaimAheadHoldsBackAggregateThatFailed(t *testing.T) {
 		return nil
 	}}
 	batches := newBatchRecorder()
-	r, err := relay.New(store, pub, relay.Config{BatchSize: 2, PollInterval: never, ActivePollInterval: 1, MinBackoff: 1, MaxBackoff: 1, OnBatch: batches.OnBatch})
+	r, err := relay.New(store, pub, relay.Config{BatchSize: batchSize, PollInterval: never, ActivePollInterval: 1, MinBackoff: 1, MaxBackoff: 1, OnBatch: batches.OnBatch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,9 +173,8 @@ func TestClaimAheadHoldsBackAggregateThatFailed(t *testing.T) {
 	if diff := cmp.Diff(want, published(pub)); diff != "" {
 		t.Errorf("accepted messages by topic (-want +got):\n%s", diff)
 	}
-	reqs := store.Requests()
-	if len(reqs) < 2 || !slices.Equal(reqs[1].InFlight, []int64{1, 2}) {
-		t.Errorf("claim requests %+v: want the second to leave out in-flight messages [1 2]", reqs)
+	if reqs := store.Requests(); len(reqs) < 2 || !slices.Equal(reqs[1].InFlight, []int64{1, 2}) {
+		t.Errorf("first claim requests %+v: want the second to leave out the in-flight batch [1 2]", reqs[:min(2, len(reqs))])
 	}
 }
 
@@ -293,47 +303,20 @@ func TestMarkRunsWhileTheNextBatchIsPublished(t *testing.T) {
 	// batch would give up, and the test fails. OnBatch still reports the
 	// batches in order, batch 1 with its mark done.
 	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}}
-	for i := range store.msgs {
-		store.msgs[i].Topic = "t" // as drainAhead wants
-	}
-	second := make(chan struct{})
-	var once sync.Once
-	pub := &fakePublisher{fn: func(_ string, msgs []*message.Message) error {
-		for _, m := range msgs {
-			if m.UUID == uuids(3)[0] {
-				once.Do(func() { close(second) })
-			}
-		}
-		return nil
-	}}
-	var overlapped atomic.Bool
-	store.onMark = func(_ context.Context, b relay.Batch) error {
-		if b.Messages[0].ID == 1 {
-			select {
-			case <-second:
-				overlapped.Store(true)
-			case <-time.After(5 * time.Second):
-			}
-		}
-		return nil
-	}
+	pub, overlapped := markBesideBatch2(store)
 	drainAhead(t, store, pub)
 	if !overlapped.Load() {
 		t.Error("batch 1 was marked before batch 2's publish started: want the mark beside the publish")
 	}
 }
 
-func TestStreamClaimsAfterPublishAndMarksBeside(t *testing.T) {
-	// A batch that did not fill (2 messages of 10, fewer than
-	// CoalesceRows): messages 3 and 4 commit while it is published. The
-	// relay claims them as soon as the batch is published, leaving the
-	// batch out, and marks it while they are published: batch 1's mark
-	// waits for batch 2's publish to start (or gives up after a
-	// deadline), so a relay that marked before it claimed again gives up,
-	// and the test fails.
-	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}, visible: 2}
+// markBesideBatch2 puts store's messages on topic "t" and returns a
+// publisher that commits all of them at its first call, and whether the
+// mark of the batch that starts with message 1 saw the publish of message 3
+// start: that mark waits for it, for at most 5 s.
+func markBesideBatch2(store *aheadStore) (*fakePublisher, *atomic.Bool) {
 	for i := range store.msgs {
-		store.msgs[i].Topic = "t"
+		store.msgs[i].Topic = "t" // as drainAhead wants
 	}
 	second := make(chan struct{})
 	var commit, secondOnce sync.Once
@@ -346,7 +329,7 @@ func TestStreamClaimsAfterPublishAndMarksBeside(t *testing.T) {
 		}
 		return nil
 	}}
-	var overlapped atomic.Bool
+	overlapped := new(atomic.Bool)
 	store.onMark = func(_ context.Context, b relay.Batch) error {
 		if b.Messages[0].ID == 1 {
 			select {
@@ -357,6 +340,19 @@ func TestStreamClaimsAfterPublishAndMarksBeside(t *testing.T) {
 		}
 		return nil
 	}
+	return pub, overlapped
+}
+
+func TestStreamClaimsAfterPublishAndMarksBeside(t *testing.T) {
+	// A batch that did not fill (2 messages of 10, fewer than
+	// CoalesceRows): messages 3 and 4 commit while it is published. The
+	// relay claims them as soon as the batch is published, leaving the
+	// batch out, and marks it while they are published: batch 1's mark
+	// waits for batch 2's publish to start (or gives up after a
+	// deadline), so a relay that marked before it claimed again gives up,
+	// and the test fails.
+	store := &aheadStore{msgs: aggMessages("a", "b", "a", "b"), done: map[int64]bool{}, visible: 2}
+	pub, overlapped := markBesideBatch2(store)
 	batches := newBatchRecorder()
 	r, err := relay.New(store, pub, relay.Config{BatchSize: 10, PollInterval: never, ActivePollInterval: 1, OnBatch: batches.OnBatch})
 	if err != nil {
@@ -423,37 +419,7 @@ func TestStreamClaimAfterPublishHoldsBackAggregateThatFailed(t *testing.T) {
 	// not fill: x2 and y2 commit while batch 1 (x1, y1) is published, and
 	// the claim right after it returns them; x1 failed, so x2 must wait
 	// for it, while y2 goes out.
-	store := &aheadStore{msgs: aggMessages("x", "y", "x", "y"), done: map[int64]bool{}, visible: 2}
-	var xCalls int
-	var mu sync.Mutex
-	var commit sync.Once
-	pub := &fakePublisher{fn: func(topic string, _ []*message.Message) error {
-		commit.Do(store.commitAll)
-		mu.Lock()
-		defer mu.Unlock()
-		if topic == "x" {
-			xCalls++
-			if xCalls == 1 {
-				return errors.New("partition leader moved")
-			}
-		}
-		return nil
-	}}
-	batches := newBatchRecorder()
-	r, err := relay.New(store, pub, relay.Config{BatchSize: 10, PollInterval: never, ActivePollInterval: 1, MinBackoff: 1, MaxBackoff: 1, OnBatch: batches.OnBatch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, context.Background(), r)
-	batches.until(t, func() bool { return store.pending() == 0 })
-
-	want := map[string][]string{"x": uuids(1, 3), "y": uuids(2, 4)}
-	if diff := cmp.Diff(want, published(pub)); diff != "" {
-		t.Errorf("accepted messages by topic (-want +got):\n%s", diff)
-	}
-	if reqs := store.Requests(); len(reqs) < 2 || !slices.Equal(reqs[1].InFlight, []int64{1, 2}) {
-		t.Errorf("first claim requests %+v: want the second to leave out the unmarked batch [1 2]", reqs[:min(2, len(reqs))])
-	}
+	holdsBackFailedAggregate(t, 10, 2)
 }
 
 func TestOnBatchReportsBackgroundMarksInOrder(t *testing.T) {
