@@ -185,8 +185,8 @@ type Config struct {
 	// OnBatch, when set, is called after every claim that claimed a message
 	// or failed, from the goroutine running [Relay.Run], in batch order; it
 	// must not block. A batch marked while the next one is published (see
-	// [InFlightExcluder]) is reported once that mark has ended. Use it for metrics
-	// (throughput, failures, batch latency).
+	// [InFlightExcluder]) is reported once that mark has ended. Use it for
+	// metrics (throughput, failures, batch latency).
 	// Default: nil.
 	OnBatch func(BatchResult)
 }

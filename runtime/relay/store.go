@@ -162,17 +162,20 @@ type Store interface {
 // messages of [ClaimRequest.InFlight]. After a full batch, [Relay.Run] then
 // claims the next batch while it publishes the last one, so a busy relay
 // does not wait for its claims: the database runs the claim while the
-// relay and the broker work on the publish. After a smaller batch it
-// claims the next one as soon as the last one is published, before
-// [Store.Mark] records it. Either way, when the claim found messages, the
+// relay and the broker work on the publish. After a smaller batch of a
+// stream slower than the relay gathers ([Config.CoalesceRows]) it claims
+// the next one as soon as the last one is published, before [Store.Mark]
+// records it. Either way, when the claim found messages, the
 // last batch is marked while the next one is published, so a steady
 // stream's messages do not wait for marks either.
 //
 // Such a claim may return later messages of an aggregate whose earlier
-// message is in flight. The relay keeps the aggregate's order: it
-// publishes the next batch only after Mark has returned without error, and
-// leaves out of it (unpublished, unmarked, still pending) the messages of
-// every aggregate that had a message fail in the last batch. When the last
+// message is in flight. The relay keeps the aggregate's order: it marks
+// the next batch only after the last one's Mark has returned without error
+// (when it failed, neither is marked, and both are published again, in
+// order), and leaves out of the next batch (unpublished, unmarked, still
+// pending) the messages of every aggregate that had a message fail in the
+// last batch. When the last
 // publish took more than half of the time the next batch had to its
 // [Batch.Deadline], the relay drops that batch and claims again.
 type InFlightExcluder interface {
