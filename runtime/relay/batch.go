@@ -340,8 +340,9 @@ func (r *Relay) claimsAfterPublish(ctx context.Context, res BatchResult, rd roun
 	if res.Claimed >= rows {
 		return false
 	}
+	// rd.claimedAt is set: the batch was claimed and published.
 	gap := rd.claimedAt.Sub(lastClaim)
-	return lastClaim.IsZero() || rd.claimedAt.IsZero() || gap <= 0 ||
+	return lastClaim.IsZero() || gap <= 0 ||
 		time.Duration(res.Claimed)*2*r.cfg.ActivePollInterval < time.Duration(rows)*gap
 }
 
